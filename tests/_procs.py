@@ -1,0 +1,139 @@
+"""The one place that starts N real worker processes for multi-process tests.
+
+Every multi-process test (RPC, distributed autograd, process groups, multi-host
+collectives) goes through :func:`run_workers`: it starts ``nprocs`` Python
+processes running a script, with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT`` set, waits for all of them with a hard
+timeout, kills the rest as soon as one fails, and returns their outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """Return a TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    rank: int
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return (
+            f"--- rank {self.rank} exited {self.returncode} ---\n"
+            f"[stdout]\n{self.stdout}\n[stderr]\n{self.stderr}"
+        )
+
+
+class WorkersFailed(AssertionError):
+    """One or more worker processes failed or timed out."""
+
+
+def run_workers(
+    script: str,
+    nprocs: int,
+    *,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    per_rank_env: Sequence[Mapping[str, str]] | None = None,
+    args: Sequence[str] = (),
+    check: bool = True,
+    devices_per_process: int = 1,
+    master_port: int | None = None,
+) -> list[WorkerResult]:
+    """Run ``script`` (Python source, dedented) in ``nprocs`` OS processes.
+
+    Args:
+      script: Python source for every worker; it reads its rank from ``RANK``.
+      nprocs: number of processes.
+      timeout: seconds for the whole group; on expiry every worker is killed.
+      env: extra environment for every worker.
+      per_rank_env: extra environment per rank.
+      args: command-line arguments passed to the script (``sys.argv[1:]``).
+      check: raise :class:`WorkersFailed` with every worker's output unless all exit 0.
+      devices_per_process: virtual CPU devices each worker's JAX sees.
+      master_port: rendezvous port (a free one by default).
+
+    Returns:
+      One :class:`WorkerResult` per rank, in rank order.
+    """
+    port = master_port or free_port()
+    src = textwrap.dedent(script)
+    base = dict(os.environ)
+    base.pop("XLA_FLAGS", None)
+    base.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(nprocs),
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), base.get("PYTHONPATH", "")) if p
+            ),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if env:
+        base.update(env)
+    procs: list[subprocess.Popen] = []
+    for rank in range(nprocs):
+        penv = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+        if per_rank_env:
+            penv.update(per_rank_env[rank])
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", src, *args],
+                env=penv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    failed = False
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs):
+            failed = True
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(0.05)
+    if timed_out or failed:
+        # Give the others a moment to report their own error, then stop them.
+        grace = time.monotonic() + (0 if timed_out else 5.0)
+        while any(p.poll() is None for p in procs) and time.monotonic() < grace:
+            time.sleep(0.05)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    results = []
+    for rank, p in enumerate(procs):
+        out, err = p.communicate()
+        results.append(WorkerResult(rank, p.returncode, out, err))
+    if check and (timed_out or any(r.returncode != 0 for r in results)):
+        head = f"workers timed out after {timeout}s" if timed_out else "a worker failed"
+        raise WorkersFailed(head + "\n" + "\n".join(str(r) for r in results))
+    return results

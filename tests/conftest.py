@@ -1,0 +1,25 @@
+"""Test-wide setup: 8 virtual CPU devices, and the shared fixtures every package's tests use."""
+
+import os
+
+# Must happen before JAX is imported anywhere in the test process.
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+    os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+from tests._procs import free_port, run_workers  # noqa: E402
+
+
+@pytest.fixture
+def port() -> int:
+    """A free TCP port on loopback."""
+    return free_port()
+
+
+@pytest.fixture
+def workers():
+    """``workers(script, nprocs, ...)``: run ``script`` in N real OS processes (see ``tests._procs``)."""
+    return run_workers
