@@ -1,0 +1,71 @@
+"""tensorplay-shaped namespaces: process groups and blocking collectives here; rpc, autograd,
+nn and optim as subpackages (imported on first use).
+
+Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``):
+  >>> import jax.numpy as jnp
+  >>> import tensorplay_jax.distributed as dist
+  >>> dist.init_process_group("gloo")  # doctest: +SKIP
+  >>> y = dist.all_reduce(jnp.ones(4) * dist.get_rank())  # doctest: +SKIP
+  >>> dist.destroy_process_group()  # doctest: +SKIP
+"""
+
+import importlib
+
+from tensorplay_jax.collectives import ReduceOp as ReduceOp
+from tensorplay_jax.distributed._collectives_eager import all_gather as all_gather
+from tensorplay_jax.distributed._collectives_eager import all_reduce as all_reduce
+from tensorplay_jax.distributed._collectives_eager import all_to_all as all_to_all
+from tensorplay_jax.distributed._collectives_eager import all_to_all_single as all_to_all_single
+from tensorplay_jax.distributed._collectives_eager import broadcast as broadcast
+from tensorplay_jax.distributed._collectives_eager import gather as gather
+from tensorplay_jax.distributed._collectives_eager import recv as recv
+from tensorplay_jax.distributed._collectives_eager import reduce as reduce
+from tensorplay_jax.distributed._collectives_eager import reduce_scatter as reduce_scatter
+from tensorplay_jax.distributed._collectives_eager import scatter as scatter
+from tensorplay_jax.distributed._collectives_eager import send as send
+from tensorplay_jax.distributed._process_group import ProcessGroup as ProcessGroup
+from tensorplay_jax.distributed._process_group import barrier as barrier
+from tensorplay_jax.distributed._process_group import (
+    destroy_process_group as destroy_process_group,
+)
+from tensorplay_jax.distributed._process_group import get_backend as get_backend
+from tensorplay_jax.distributed._process_group import get_rank as get_rank
+from tensorplay_jax.distributed._process_group import get_world_size as get_world_size
+from tensorplay_jax.distributed._process_group import init_process_group as init_process_group
+from tensorplay_jax.distributed._process_group import is_initialized as is_initialized
+from tensorplay_jax.distributed._process_group import new_group as new_group
+
+_SUBPACKAGES = ("rpc", "autograd", "nn", "optim")
+
+
+def __getattr__(name: str):
+    # Subpackages load on first attribute access, so this package imports even while
+    # (or where) one of them is absent; ``import tensorplay_jax.distributed.rpc`` works as usual.
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ProcessGroup",
+    "ReduceOp",
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "destroy_process_group",
+    "gather",
+    "get_backend",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_initialized",
+    "new_group",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "scatter",
+    "send",
+]

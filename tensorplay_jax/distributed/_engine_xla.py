@@ -1,0 +1,264 @@
+"""XLA engine: process-group collectives as compiled XLA programs on a one-device-per-process mesh.
+
+Each collective is a ``jax.jit(jax.shard_map(...))`` program over the group's
+mesh (one device per member process), compiled once per (collective, shape,
+dtype, reduction, root) and kept in :attr:`XlaEngine.programs`; a repeated call
+runs the cached executable. On CPU XLA runs the cross-process exchange through
+gloo (``jax_cpu_collectives_implementation``), on GPU through NCCL.
+
+Before each program the members swap descriptors through the coordination
+service with the group's deadline: a missing peer or a mismatched shape raises
+here, on every rank, instead of blocking inside the XLA program.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from tensorplay_jax.distributed import _descriptor, _kv
+
+__all__ = ["XlaEngine"]
+
+_AXIS = "r"
+
+
+def _tree_broadcast(x: jax.Array, src: int, n: int) -> jax.Array:
+    """Binomial-tree broadcast from ``src``: log2(n) rounds of one ppermute each."""
+    idx = lax.axis_index(_AXIS)
+    rel = (idx - src) % n
+    out = x
+    step = 1
+    while step < n:
+        perm = [((src + r) % n, (src + r + step) % n) for r in range(step) if r + step < n]
+        got = lax.ppermute(out, _AXIS, perm)
+        out = jnp.where((rel >= step) & (rel < 2 * step), got, out)
+        step *= 2
+    return out
+
+
+def _reduce_all(x: jax.Array, op: str, n: int) -> jax.Array:
+    if op == "sum":
+        return lax.psum(x, _AXIS)
+    if op == "avg":
+        return lax.psum(x, _AXIS) / jnp.asarray(n, x.dtype)
+    if op == "max":
+        return lax.pmax(x, _AXIS)
+    if op == "min":
+        return lax.pmin(x, _AXIS)
+    return jnp.prod(lax.all_gather(x, _AXIS), axis=0).astype(x.dtype)
+
+
+def _reduce_stacked(y: jax.Array, op: str, n: int) -> jax.Array:
+    if op in ("sum", "avg"):
+        s = jnp.sum(y, axis=0, dtype=y.dtype)
+        return s / jnp.asarray(n, y.dtype) if op == "avg" else s
+    fn = {"max": jnp.max, "min": jnp.min, "prod": jnp.prod}[op]
+    return fn(y, axis=0).astype(y.dtype)
+
+
+def _bodies(n: int) -> dict[str, Callable]:
+    """Per-rank program bodies; ``x`` is this rank's block, extra args are static."""
+
+    def all_to_all(x):
+        return lax.all_to_all(x, _AXIS, 0, 0, tiled=False)
+
+    def is_root(root):
+        return lax.axis_index(_AXIS) == root
+
+    def reduce_scatter(x, op):
+        if op in ("sum", "avg"):
+            s = lax.psum_scatter(x, _AXIS, scatter_dimension=0, tiled=False)
+            return s / jnp.asarray(n, x.dtype) if op == "avg" else s
+        return _reduce_stacked(all_to_all(x), op, n)
+
+    return {
+        "all_reduce": lambda x, op: _reduce_all(x, op, n),
+        "broadcast": lambda x, root: _tree_broadcast(x, root, n),
+        "reduce": lambda x, op, root: jnp.where(
+            is_root(root), _reduce_all(x, op, n), jnp.zeros_like(x)
+        ),
+        "all_gather": lambda x: lax.all_gather(x, _AXIS),
+        "gather": lambda x, root: jnp.where(
+            is_root(root), lax.all_gather(x, _AXIS), jnp.zeros((n, *x.shape), x.dtype)
+        ),
+        "scatter": lambda x, root: all_to_all(x)[root],
+        "reduce_scatter": reduce_scatter,
+        "all_to_all": all_to_all,
+        "ppermute": lambda x, perm: lax.ppermute(x, _AXIS, perm),
+    }
+
+
+class XlaEngine:
+    """Collectives of one group as cached XLA programs.
+
+    Args:
+      key: a coordination-service key prefix unique to this group.
+      ranks: the members' global ranks; ``me`` is this process's index in it.
+      timeout_s: the deadline of the descriptor exchange before each program.
+      devices: one device per member, in ``ranks`` order.
+    """
+
+    name = "xla"
+
+    def __init__(self, key: str, ranks: tuple[int, ...], me: int, timeout_s: float, devices: list):
+        self.key, self.ranks, self.me, self.n, self.timeout_s = (
+            key,
+            ranks,
+            me,
+            len(ranks),
+            timeout_s,
+        )
+        self.device = devices[me]
+        self.mesh = Mesh(np.array(devices, dtype=object), (_AXIS,))
+        self.sharding = NamedSharding(self.mesh, P(_AXIS))
+        self.bodies = _bodies(self.n)
+        self.programs: dict[tuple, Callable] = {}
+        self.traces = 0  # bodies traced so far (a cached call adds none)
+        self.seq = 0
+        self.broken: str | None = None
+
+    def close(self) -> None:
+        """Drop the cached programs."""
+        self.programs.clear()
+
+    # ----------------------------------------------------------------- plumbing
+    def exchange(
+        self, fn: str, desc: np.ndarray, peers: tuple[int, ...] | None = None
+    ) -> np.ndarray:
+        """Swap descriptors with the members (or ``peers``, as indices); validate them.
+
+        Returns:
+          ``(n, len)`` descriptors, rows of non-peers left as -1.
+        """
+        if self.broken:
+            raise RuntimeError(
+                f"{fn}: this process group is unusable after an earlier failure "
+                f"({self.broken}); call destroy_process_group() and init_process_group() again."
+            )
+        peers = tuple(range(self.n)) if peers is None else peers
+        self.seq += 1
+        deadline = time.monotonic() + self.timeout_s
+        base = f"{self.key}/{self.seq}"
+        _kv.set(f"{base}/{self.me}", desc.tobytes())
+        descs = np.full((self.n, desc.size), -1, np.int64)
+        descs[self.me] = desc
+        for j in peers:
+            if j == self.me:
+                continue
+            try:
+                raw = _kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()))
+            except _kv.KVTimeout:
+                late = [self.ranks[i] for i in peers if i != self.me]
+                late = [
+                    self.ranks[int(k.rsplit("/", 1)[1])]
+                    for k in _kv.missing([f"{base}/{self.ranks.index(r)}" for r in late])
+                ]
+                self.broken = f"{fn} timed out"
+                raise TimeoutError(
+                    f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) {late} "
+                    "to join the collective (a peer is missing, stuck or made different calls)"
+                ) from None
+            descs[j] = np.frombuffer(raw, np.int64)
+        if self.seq > 2:  # everyone has read our key of two calls ago
+            _kv.delete(f"{self.key}/{self.seq - 2}/{self.me}")
+        sub = tuple(self.ranks[j] for j in peers)
+        err = _descriptor.check(fn, descs[list(peers)], sub)
+        if err:
+            raise ValueError(err)
+        return descs
+
+    def run(self, op: str, x: jax.Array, *static) -> jax.Array:
+        """Run body ``op`` on this rank's block ``x`` (ndim >= 1); return this rank's result."""
+        k = (op, x.shape, x.dtype, static)
+        prog = self.programs.get(k)
+        if prog is None:
+            body = self.bodies[op]
+
+            def traced(b):
+                self.traces += 1
+                return body(b, *static)
+
+            prog = jax.jit(
+                jax.shard_map(traced, mesh=self.mesh, in_specs=P(_AXIS), out_specs=P(_AXIS))
+            )
+            self.programs[k] = prog
+        g = jax.make_array_from_single_device_arrays(
+            (self.n * x.shape[0], *x.shape[1:]), self.sharding, [x]
+        )
+        return prog(g).addressable_data(0)
+
+    def to_device(self, x) -> jax.Array:
+        """``x`` as an array on this process's device (no copy when it already is)."""
+        if isinstance(x, jax.Array) and x.committed and x.devices() == {self.device}:
+            return x
+        return jax.device_put(x, self.device)
+
+    # -------------------------------------------------------------- collectives
+    def _lift(self, x) -> tuple[jax.Array, bool]:
+        x = self.to_device(x)
+        return (x.reshape(1), True) if x.ndim == 0 else (x, False)
+
+    def _go(self, fn: str, desc: np.ndarray, x, *static) -> jax.Array:
+        self.exchange(fn, desc)
+        xd, scalar = self._lift(x)
+        y = self.run(fn, xd, *static)
+        return y.reshape(()) if scalar else y
+
+    def all_reduce(self, x, op: str, desc: np.ndarray) -> jax.Array:
+        return self._go("all_reduce", desc, x, op)
+
+    def broadcast(self, x, src: int, desc: np.ndarray) -> jax.Array:
+        return self._go("broadcast", desc, x, src)
+
+    def reduce(self, x, dst: int, op: str, desc: np.ndarray) -> jax.Array:
+        return self._go("reduce", desc, x, op, dst)
+
+    def all_gather(self, x, desc: np.ndarray) -> jax.Array:
+        self.exchange("all_gather", desc)
+        return self.run("all_gather", self.to_device(x))
+
+    def gather(self, x, dst: int, desc: np.ndarray) -> jax.Array:
+        self.exchange("gather", desc)
+        return self.run("gather", self.to_device(x), dst)
+
+    def scatter(self, x, src: int, desc: np.ndarray) -> jax.Array:
+        self.exchange("scatter", desc)
+        return self.run("scatter", self.to_device(x), src)
+
+    def reduce_scatter(self, x, op: str, desc: np.ndarray) -> jax.Array:
+        self.exchange("reduce_scatter", desc)
+        return self.run("reduce_scatter", self.to_device(x), op)
+
+    def all_to_all(self, x, desc: np.ndarray) -> jax.Array:
+        self.exchange("all_to_all", desc)
+        return self.run("all_to_all", self.to_device(x))
+
+    def all_to_all_single(self, x, desc: np.ndarray) -> np.ndarray:
+        """Uneven pieces travel padded to the longest piece, then are cut on arrival."""
+        descs = self.exchange("all_to_all_single", desc)
+        n, me = self.n, self.me
+        rows = [_descriptor.decode(descs[j], n) for j in range(n)]
+        width = max(1, max(max(r["in_splits"]) for r in rows))
+        xs = np.asarray(x)
+        padded = np.zeros((n, width, *xs.shape[1:]), xs.dtype)
+        at = 0
+        for j, k in enumerate(rows[me]["in_splits"]):
+            padded[j, :k] = xs[at : at + k]
+            at += k
+        y = np.asarray(self.run("all_to_all", self.to_device(padded)))
+        return np.concatenate([y[j, :k] for j, k in enumerate(rows[me]["out_splits"])], axis=0)
+
+    def send_recv(self, fn: str, x, src: int, dst: int, desc: np.ndarray) -> jax.Array:
+        """Move ``x`` from member ``src`` to member ``dst`` (this engine's group is the pair)."""
+        self.exchange(fn, desc, peers=(src, dst))
+        xd, scalar = self._lift(x)
+        y = self.run("ppermute", xd, ((src, dst),))
+        return y.reshape(()) if scalar else y

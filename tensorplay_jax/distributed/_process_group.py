@@ -1,0 +1,472 @@
+"""Process groups: ``init_process_group`` over JAX's multi-process runtime, groups, ranks, barrier.
+
+``init_process_group`` starts (or joins) the runtime of ``jax.distributed.initialize``
+and builds the default group over every process, one device per process. Each group
+owns an *engine* that moves its data (see ``_engine_shm`` and ``_engine_xla``):
+
+- ``"shm"``: shared memory, for a CPU (gloo) group whose members share a host;
+  the fastest engine on one machine (see ``benchmarks/process_group.py``).
+- ``"xla"``: compiled, cached XLA programs over the group's mesh; gloo on CPU,
+  NCCL on GPU; any number of hosts.
+
+``engine="auto"`` (the default) picks ``"shm"`` where it applies, else ``"xla"``.
+Point-to-point ``send``/``recv`` always run as XLA programs over the pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import socket
+import urllib.parse
+from typing import Any
+
+import jax
+
+from tensorplay_jax._constants import (
+    DEFAULT_INIT_METHOD,
+    DEFAULT_PG_TIMEOUT_S,
+    PG_COORDINATOR_PORT_OFFSET,
+)
+from tensorplay_jax.distributed import _kv
+
+__all__ = [
+    "ProcessGroup",
+    "barrier",
+    "destroy_process_group",
+    "get_backend",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_initialized",
+    "new_group",
+]
+
+BACKENDS = ("gloo", "nccl")
+ENGINES = ("auto", "shm", "xla")
+ENGINE_ENV = "TENSORPLAY_JAX_PG_ENGINE"
+
+
+@dataclasses.dataclass(eq=False)
+class ProcessGroup:
+    """A set of processes that run collectives together.
+
+    Attributes:
+      ranks: the members' global ranks, ascending; a member's group rank is its index.
+      engine: the data mover (None on a process that is not a member).
+    """
+
+    ranks: tuple[int, ...]
+    gid: int
+    engine: Any = None
+    barriers: int = 0
+
+    def rank(self) -> int:
+        """This process's rank in the group, or -1 when it is not a member."""
+        me = _state().rank
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def size(self) -> int:
+        """Number of members."""
+        return len(self.ranks)
+
+    def __repr__(self) -> str:
+        eng = self.engine.name if self.engine is not None else "non-member"
+        return f"ProcessGroup(ranks={list(self.ranks)}, engine={eng!r})"
+
+
+@dataclasses.dataclass
+class _World:
+    backend: str
+    rank: int
+    world_size: int
+    timeout_s: float
+    prefix: str
+    engine_pref: str
+    devices: list
+    hosts: list[str]
+    world: ProcessGroup | None = None
+    next_gid: int = 0
+    groups: list[ProcessGroup] = dataclasses.field(default_factory=list)
+    pairs: dict = dataclasses.field(default_factory=dict)
+
+
+_WORLD: _World | None = None
+_EPOCH = 0  # re-initialisations of this process (keys stay unique in the shared store)
+
+
+def _state(fn: str = "this call") -> _World:
+    if _WORLD is None:
+        raise RuntimeError(
+            f"{fn}: the default process group has not been initialized; call "
+            "tensorplay_jax.distributed.init_process_group(...) first."
+        )
+    return _WORLD
+
+
+def _timeout_s(fn: str, timeout: Any) -> float:
+    if timeout is None:
+        return DEFAULT_PG_TIMEOUT_S
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        raise ValueError(
+            f"{fn}: timeout={timeout!r} must be a positive number of seconds or a timedelta."
+        )
+    return float(timeout)
+
+
+def _default_backend() -> str:
+    """nccl when a JAX GPU plugin is installed and JAX_PLATFORMS allows GPUs, else gloo."""
+    import importlib.util
+
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+    if platforms and not ({"cuda", "gpu", "rocm"} & set(platforms.split(","))):
+        return "gloo"
+    for plugin in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin"):
+        try:
+            if importlib.util.find_spec(plugin) is not None:
+                return "nccl"
+        except (ImportError, ValueError):
+            continue
+    return "gloo"
+
+
+def _rendezvous(init_method: str, rank: int, world_size: int) -> tuple[str, int, int, int]:
+    """``(host, port, rank, world_size)`` from ``env://`` or ``tcp://host:port``."""
+    fn = "init_process_group"
+    url = urllib.parse.urlparse(init_method)
+    env = os.environ
+    if url.scheme == "env":
+        missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if v not in env]
+        if missing:
+            raise ValueError(
+                f"{fn}: init_method='env://' needs {' and '.join(missing)} in the environment "
+                "(or pass init_method='tcp://host:port')."
+            )
+        host, port = env["MASTER_ADDR"], env["MASTER_PORT"]
+    elif url.scheme == "tcp":
+        if not url.hostname or not url.port:
+            raise ValueError(f"{fn}: init_method={init_method!r} must look like 'tcp://host:port'.")
+        host, port = url.hostname, url.port
+    else:
+        raise ValueError(
+            f"{fn}: init_method={init_method!r} is not supported; use 'env://' or 'tcp://host:port'."
+        )
+    if rank < 0:
+        rank = int(env.get("RANK", -1))
+    if world_size < 0:
+        world_size = int(env.get("WORLD_SIZE", -1))
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(
+            f"{fn}: need 0 <= rank < world_size, got rank={rank}, world_size={world_size}; "
+            "pass them or set RANK and WORLD_SIZE."
+        )
+    return host, int(port), rank, world_size
+
+
+def _host_id() -> str:
+    boot = ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        pass
+    return f"{socket.gethostname()}/{boot}"
+
+
+def init_process_group(
+    backend: str | None = None,
+    init_method: str | None = None,
+    timeout: float | datetime.timedelta | None = None,
+    world_size: int = -1,
+    rank: int = -1,
+    *,
+    engine: str | None = None,
+) -> None:
+    """Start the JAX multi-process runtime and the default process group.
+
+    Must run before any JAX computation in the process (as ``jax.distributed.initialize``
+    must), unless the runtime is already up, in which case it is joined.
+
+    Args:
+      backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU); None picks nccl when a JAX GPU
+        plugin is installed and ``JAX_PLATFORMS`` is not ``cpu``, else gloo.
+      init_method: ``"env://"`` (``MASTER_ADDR``/``MASTER_PORT``, the default) or
+        ``"tcp://host:port"``. The JAX coordinator listens on port + 1 (the RPC
+        store owns the port itself).
+      timeout: seconds (or a timedelta) any wait may take before it raises; default
+        300 s.
+      world_size: number of processes (default: ``WORLD_SIZE``).
+      rank: this process's rank (default: ``RANK``).
+      engine: ``"auto"``, ``"shm"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
+        or auto): how groups move data; see the module docstring.
+
+    Raises:
+      RuntimeError: already initialized, or JAX computations already ran.
+      ValueError: a bad backend, init_method, rank, world_size or engine.
+
+    Example:
+      >>> import tensorplay_jax.distributed as dist
+      >>> dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511",
+      ...                         rank=0, world_size=1)  # doctest: +SKIP
+      >>> dist.get_world_size()  # doctest: +SKIP
+      1
+    """
+    global _WORLD, _EPOCH
+    fn = "init_process_group"
+    if _WORLD is not None:
+        raise RuntimeError(f"{fn}: already initialized; call destroy_process_group() first.")
+    backend = _default_backend() if backend is None else str(backend).lower()
+    if backend not in BACKENDS:
+        raise ValueError(f"{fn}: backend={backend!r} is not supported; use one of {BACKENDS}.")
+    engine = (engine or os.environ.get(ENGINE_ENV) or "auto").lower()
+    if engine not in ENGINES:
+        raise ValueError(f"{fn}: engine={engine!r} is not one of {ENGINES}.")
+    timeout_s = _timeout_s(fn, timeout)
+    host, port, rank, world_size = _rendezvous(init_method or DEFAULT_INIT_METHOD, rank, world_size)
+
+    if _kv.is_runtime_initialized():
+        have = _kv.runtime_rank_and_size()
+        if have != (rank, world_size):
+            raise RuntimeError(
+                f"{fn}: the JAX runtime is already up as process {have[0]} of {have[1]}, "
+                f"not rank {rank} of {world_size}."
+            )
+    else:
+        _start_runtime(backend, host, port, rank, world_size, timeout_s)
+
+    platform = "cpu" if backend == "gloo" else None
+    all_devs = jax.devices(platform) if platform else jax.devices()
+    devices = []
+    for p in range(world_size):
+        mine = sorted((d for d in all_devs if d.process_index == p), key=lambda d: d.id)
+        if not mine:
+            raise RuntimeError(f"{fn}: process {p} has no {platform or 'default'} device.")
+        devices.append(mine[0])
+
+    _EPOCH += 1
+    prefix = f"tpjax/pg/{_EPOCH}"
+    _kv.set(f"{prefix}/host/{rank}", _host_id().encode())
+    hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s).decode() for r in range(world_size)]
+    _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
+    try:
+        _WORLD.world = _make_group(tuple(range(world_size)))
+        _kv.barrier(f"{prefix}/init", timeout_s, None)
+    except BaseException:
+        _close_all()
+        _WORLD = None
+        raise
+
+
+def _start_runtime(
+    backend: str, host: str, port: int, rank: int, world_size: int, timeout_s: float
+) -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_collective_timeout_seconds" not in flags:
+        # Backstop for a peer lost *inside* an XLA program (gloo waits this long).
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_collective_timeout_seconds={int(timeout_s)}"
+    if backend == "gloo":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    local = None
+    if backend == "nccl" and "LOCAL_RANK" in os.environ:
+        local = [int(os.environ["LOCAL_RANK"])]
+    try:
+        jax.distributed.initialize(
+            coordinator_address=f"{host}:{port + PG_COORDINATOR_PORT_OFFSET}",
+            num_processes=world_size,
+            process_id=rank,
+            local_device_ids=local,
+            initialization_timeout=max(1, int(timeout_s)),
+        )
+    except RuntimeError as e:
+        if "must be called before" in str(e):
+            raise RuntimeError(
+                "init_process_group: JAX already ran a computation in this process; call "
+                "init_process_group(...) before any JAX work (jax.distributed needs that)."
+            ) from e
+        raise
+
+
+def _engine_for(ranks: tuple[int, ...]) -> str:
+    w = _state()
+    same_host = len({w.hosts[r] for r in ranks}) == 1
+    if w.engine_pref == "shm" and (w.backend != "gloo" or not same_host):
+        raise ValueError(
+            "engine='shm' needs the gloo backend and every member on one host; "
+            f"group {list(ranks)} has backend {w.backend!r} and "
+            f"{len({w.hosts[r] for r in ranks})} host(s). Use engine='xla' or 'auto'."
+        )
+    if w.engine_pref == "xla":
+        return "xla"
+    return "shm" if w.backend == "gloo" and same_host else "xla"
+
+
+def _make_group(ranks: tuple[int, ...]) -> ProcessGroup:
+    from tensorplay_jax.distributed._engine_shm import ShmEngine
+    from tensorplay_jax.distributed._engine_xla import XlaEngine
+
+    w = _state()
+    gid = w.next_gid
+    w.next_gid += 1
+    g = ProcessGroup(ranks, gid)
+    if w.rank in ranks:
+        me = ranks.index(w.rank)
+        key = f"{w.prefix}/g{gid}"
+        if _engine_for(ranks) == "shm":
+            g.engine = ShmEngine(key, ranks, me, w.timeout_s)
+        else:
+            g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
+    w.groups.append(g)
+    return g
+
+
+def pair_engine(a: int, b: int):
+    """The XLA engine of the pair of global ranks ``{a, b}`` (for send/recv), made on first use."""
+    from tensorplay_jax.distributed._engine_xla import XlaEngine
+
+    w = _state()
+    lo, hi = min(a, b), max(a, b)
+    eng = w.pairs.get((lo, hi))
+    if eng is None:
+        eng = XlaEngine(
+            f"{w.prefix}/p2p/{lo}-{hi}",
+            (lo, hi),
+            (lo, hi).index(w.rank),
+            w.timeout_s,
+            [w.devices[lo], w.devices[hi]],
+        )
+        w.pairs[(lo, hi)] = eng
+    return eng
+
+
+def world() -> _World:
+    """The state of this process's process groups (raises when not initialized)."""
+    return _state()
+
+
+def device() -> Any:
+    """This process's device in its process groups."""
+    w = _state()
+    return w.devices[w.rank]
+
+
+def new_group(ranks: list[int] | None = None, timeout: Any = None) -> ProcessGroup:
+    """Make a group of some ranks; every process must call it, in the same order.
+
+    Args:
+      ranks: global ranks of the members (any order; None means all).
+      timeout: unused, accepted for tensorplay compatibility (the group keeps the
+        default group's timeout).
+
+    Returns:
+      The group; on a process that is not a member, its ``rank()`` is -1 and
+      collectives on it raise.
+
+    Example:
+      >>> pair = dist.new_group([0, 1])  # doctest: +SKIP
+      >>> dist.all_reduce(x, group=pair)  # doctest: +SKIP
+    """
+    w = _state("new_group")
+    if ranks is None:
+        ranks = list(range(w.world_size))
+    ranks_t = tuple(sorted(int(r) for r in ranks))
+    bad = [r for r in ranks_t if not 0 <= r < w.world_size]
+    if not ranks_t or bad or len(set(ranks_t)) != len(ranks_t):
+        raise ValueError(
+            f"new_group: ranks={list(ranks)} must be distinct ranks in 0..{w.world_size - 1}"
+            + (f" ({bad} out of range)" if bad else "")
+            + "."
+        )
+    return _make_group(ranks_t)
+
+
+def resolve(fn: str, group: ProcessGroup | None) -> ProcessGroup:
+    """The group a collective runs on; raises unless this process is a member."""
+    w = _state(fn)
+    g = w.world if group is None else group
+    if not isinstance(g, ProcessGroup):
+        raise TypeError(f"{fn}: group={group!r} is not a ProcessGroup (from new_group).")
+    if g.engine is None:
+        if g not in w.groups:
+            raise RuntimeError(f"{fn}: group {list(g.ranks)} has been destroyed.")
+        raise ValueError(
+            f"{fn}: rank {w.rank} is not a member of the group with ranks {list(g.ranks)}; "
+            "only members may call collectives on it."
+        )
+    return g
+
+
+def is_initialized() -> bool:
+    """Whether the default process group is initialized."""
+    return _WORLD is not None
+
+
+def get_rank(group: ProcessGroup | None = None) -> int:
+    """This process's rank in ``group`` (default: the world); -1 if not a member."""
+    w = _state("get_rank")
+    return w.rank if group is None else group.rank()
+
+
+def get_world_size(group: ProcessGroup | None = None) -> int:
+    """Number of processes in ``group`` (default: the world)."""
+    w = _state("get_world_size")
+    return w.world_size if group is None else group.size()
+
+
+def get_backend(group: ProcessGroup | None = None) -> str:
+    """``"gloo"`` or ``"nccl"``."""
+    return _state("get_backend").backend
+
+
+def barrier(group: ProcessGroup | None = None, timeout: Any = None) -> None:
+    """Block until every member of ``group`` (default: all processes) arrives.
+
+    Raises:
+      TimeoutError: a member did not arrive within the timeout (default: the group's).
+    """
+    fn = "barrier"
+    w = _state(fn)
+    g = resolve(fn, group)
+    t = w.timeout_s if timeout is None else _timeout_s(fn, timeout)
+    g.barriers += 1
+    try:
+        _kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)
+    except _kv.KVTimeout:
+        raise TimeoutError(
+            f"{fn}: timed out after {t:.3g}s; not every rank of {list(g.ranks)} arrived."
+        ) from None
+
+
+def _close_all() -> None:
+    w = _WORLD
+    if w is None:
+        return
+    for g in w.groups:
+        if g.engine is not None:
+            g.engine.close()
+            g.engine = None
+    for eng in w.pairs.values():
+        eng.close()
+    w.groups.clear()
+    w.pairs.clear()
+
+
+def destroy_process_group(group: ProcessGroup | None = None) -> None:
+    """Release a group's resources; with no argument, every group and the default one.
+
+    The JAX runtime itself stays up (it cannot restart within a process); a later
+    ``init_process_group`` with the same rank and world size joins it again.
+    """
+    global _WORLD
+    w = _state("destroy_process_group")
+    if group is None or group is w.world:
+        _close_all()
+        _WORLD = None
+        return
+    if group.engine is not None:
+        group.engine.close()
+        group.engine = None
+    if group in w.groups:
+        w.groups.remove(group)
