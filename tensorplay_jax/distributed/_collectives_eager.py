@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
@@ -67,12 +68,12 @@ def _array(fn: str, tensor: Any, arg: str = "tensor") -> Any:
 
 
 def _check_op_dtype(fn: str, op: str, dtype: np.dtype) -> None:
-    if op == "avg" and not np.issubdtype(dtype, np.inexact):
+    if op == "avg" and not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(
             f"{fn}: op='avg' needs a floating or complex input, got dtype {dtype}; "
             "cast first or use op='sum'."
         )
-    if op in ("max", "min") and np.issubdtype(dtype, np.complexfloating):
+    if op in ("max", "min") and jnp.issubdtype(dtype, jnp.complexfloating):
         raise TypeError(f"{fn}: op={op!r} is not defined for complex dtype {dtype}.")
 
 
@@ -107,7 +108,7 @@ def _desc(fn: str, g: ProcessGroup, x: Any, **kw) -> np.ndarray:
 # ---------------------------------------------------------------- host <-> jax
 def _host(x: Any) -> np.ndarray:
     """A C-contiguous numpy view of ``x`` (no copy for a CPU jax.Array)."""
-    return np.ascontiguousarray(np.asarray(x))
+    return np.asarray(x, order="C")
 
 
 def _out(y: Any) -> jax.Array:

@@ -177,6 +177,11 @@ class XlaEngine:
 
     def run(self, op: str, x: jax.Array, *static) -> jax.Array:
         """Run body ``op`` on this rank's block ``x`` (ndim >= 1); return this rank's result."""
+        if x.size == 0:  # nothing to move; the shapes already agree on every rank
+            shape = {"all_gather": (self.n, *x.shape), "gather": (self.n, *x.shape)}.get(
+                op, x.shape[1:] if op in ("scatter", "reduce_scatter") else x.shape
+            )
+            return jax.device_put(np.zeros(shape, x.dtype), self.device)
         k = (op, x.shape, x.dtype, static)
         prog = self.programs.get(k)
         if prog is None:

@@ -1,0 +1,1 @@
+"""Tests of tensorplay_jax.distributed (process groups and blocking collectives)."""
