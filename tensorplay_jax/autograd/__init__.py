@@ -1,0 +1,81 @@
+"""The local tape: Tensor, graph nodes, the backward engine, and hooks for distributed autograd.
+
+How it works
+------------
+* A ``Tensor`` wraps a ``jax.Array``. When an operation runs on Tensors and
+  one of them requires grad (and grad mode is on), the operation becomes ONE
+  node on the tape: a ``VJPNode`` holding the pullback of ``jax.vjp`` of the
+  operation (residuals only). The forward and the pullback come from jitted
+  functions cached per (operation, static arguments, which inputs are
+  differentiated) and, through ``jax.jit``, per input shape/dtype: nothing is
+  re-traced per call (``_cache.trace_counts()`` counts traces). ``tp.apply(fn,
+  *args)`` / ``@tp.function`` do the same for any pure JAX function.
+* Edges: ``node.next_edges[i]`` is a ``GradientEdge(node, output_nr)`` to the
+  producer of the i-th differentiable input. A leaf that requires grad has an
+  ``AccumulateGrad`` sink node (created on first use); the engine hands the
+  leaf's summed gradient to an ``accumulate(leaf, grad)`` callback.
+* ``run_backward`` counts dependencies with an iterative walk and runs nodes
+  in topological order (Kahn's algorithm, latest-created first), so graph
+  depth is limited by memory only. ``retain_graph=False`` frees each node's
+  residuals after use; a second pass then raises.
+
+Hooks for distributed autograd
+------------------------------
+``run_backward(roots, root_grads, *, retain_graph=False, accumulate=None)``
+    ``roots``: Tensors or ``GradientEdge`` s; ``accumulate(leaf, grad)`` is
+    called once per reached leaf (default: add into ``leaf.grad``), so a
+    distributed context can collect gradients in its own dict.
+``make_node(backward, inputs, *, num_outputs, name)`` / ``attach_outputs(node, values)``
+    A ``FunctionNode`` whose backward is any Python callable: a "recv" node
+    (no inputs; its backward sends the cotangent over RPC) gives received
+    arrays a grad_fn; a "send" node (inputs = the Tensors sent; backward =
+    identity) is a root of ``run_backward`` when gradients come back.
+``get_gradient_edge(tensor)``
+    Where a Tensor's gradient goes; ``Node.release()`` frees a node by hand.
+
+Engine runs are independent (no global state), so several threads may run
+backward at once; grad mode is thread-local. Gradients are ``jax.Array`` s in
+the engine; ``create_graph`` (higher order) is not supported: use ``jax.grad``
+through ``nn.functional_call`` or ``tp.apply`` for that.
+"""
+
+from tensorplay_jax.autograd import _interop as _interop
+from tensorplay_jax.autograd._cache import trace_counts as trace_counts
+from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
+from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
+from tensorplay_jax.autograd._custom import make_node as make_node
+from tensorplay_jax.autograd._engine import accumulate_into_grad as accumulate_into_grad
+from tensorplay_jax.autograd._engine import run_backward as run_backward
+from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
+from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
+from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
+from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
+from tensorplay_jax.autograd._lift import apply as apply
+from tensorplay_jax.autograd._lift import function as function
+from tensorplay_jax.autograd._node import AccumulateGrad as AccumulateGrad
+from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
+from tensorplay_jax.autograd._node import GradientEdge as GradientEdge
+from tensorplay_jax.autograd._node import Node as Node
+from tensorplay_jax.autograd._node import VJPNode as VJPNode
+from tensorplay_jax.autograd._tensor import Tensor as Tensor
+
+__all__ = [
+    "AccumulateGrad",
+    "FunctionNode",
+    "GradientEdge",
+    "Node",
+    "Tensor",
+    "VJPNode",
+    "accumulate_into_grad",
+    "apply",
+    "attach_outputs",
+    "enable_grad",
+    "function",
+    "get_gradient_edge",
+    "is_grad_enabled",
+    "make_node",
+    "no_grad",
+    "run_backward",
+    "set_grad_enabled",
+    "trace_counts",
+]

@@ -1,0 +1,193 @@
+"""The backward engine: dependency counting, then Kahn's topological order, no recursion.
+
+``run_backward(roots, root_grads, *, retain_graph, accumulate)``:
+
+1. Resolve each root to a ``GradientEdge`` (a Tensor's producer output, or a
+   leaf's ``AccumulateGrad`` sink; distributed autograd may pass edges of its own
+   nodes, e.g. a "send" node, directly).
+2. Walk the graph iteratively from the roots and count, for every reachable
+   node, how many edges lead into it.
+3. Seed per-node input buffers with the root gradients; a node is ready when
+   every edge into it has delivered (or passed ``None``). Among ready nodes the
+   most recently created runs first (a heap on ``-seq``).
+4. Run the ready node's backward, add the results into its inputs' buffers
+   (``None`` contributes nothing), free the node unless ``retain_graph``.
+5. A leaf sink hands its summed gradient to ``accumulate(leaf, grad)`` once per
+   call; the default adds it into ``leaf.grad``.
+
+Nothing is global: each call keeps its own buffers, so threads may run
+backward concurrently on disjoint (or retained) graphs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
+from tensorplay_jax.autograd._tensor import Tensor
+
+Accumulate = Callable[[Tensor, jax.Array], None]
+
+
+def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
+    """The local ``accumulate``: add ``grad`` into ``leaf.grad``."""
+    if leaf._grad is None:
+        leaf._grad = Tensor._wrap(grad)
+    else:
+        leaf._grad = Tensor._wrap(leaf._grad._value + grad)
+
+
+def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:
+    if isinstance(root, GradientEdge):
+        return root
+    if not isinstance(root, Tensor):
+        raise TypeError(
+            f"run_backward: roots[{i}] is a {type(root).__name__}; expected a Tensor or a "
+            "GradientEdge"
+        )
+    if not root.requires_grad:
+        raise RuntimeError(
+            f"run_backward: roots[{i}] does not require grad and does not have a grad_fn; "
+            "make sure some input of the computation was created with requires_grad=True"
+        )
+    return root._gradient_edge()
+
+
+def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
+    if isinstance(grad, Tensor):
+        grad = grad._value
+    if isinstance(root, GradientEdge):
+        if grad is None:
+            raise RuntimeError(f"run_backward: roots[{i}] is a GradientEdge; it needs a gradient")
+        return jnp.asarray(grad)
+    if grad is None:
+        if root._value.size != 1:
+            raise RuntimeError(
+                f"grad can be implicitly created only for scalar outputs: roots[{i}] has shape "
+                f"{root.shape}; pass a gradient of that shape"
+            )
+        return jnp.ones(root._value.shape, root._value.dtype)
+    grad = jnp.asarray(grad, root._value.dtype)
+    if grad.shape != root._value.shape:
+        raise RuntimeError(
+            f"run_backward: gradient for roots[{i}] has shape {tuple(grad.shape)}, but the root "
+            f"has shape {root.shape}"
+        )
+    return grad
+
+
+def _add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _dependencies(starts: Sequence[Node]) -> dict[Node, int]:
+    """Number of edges into each node reachable from ``starts`` (iterative DFS)."""
+    deps: dict[Node, int] = {}
+    seen = set(starts)
+    stack = list(seen)
+    while stack:
+        node = stack.pop()
+        for edge in node.next_edges:
+            if edge is None:
+                continue
+            nxt = edge.node
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return deps
+
+
+def run_backward(
+    roots: Sequence[Tensor | GradientEdge],
+    root_grads: Sequence[Any] | None = None,
+    *,
+    retain_graph: bool = False,
+    accumulate: Accumulate | None = None,
+) -> None:
+    """Backpropagate from ``roots`` through the local tape.
+
+    Args:
+        roots: Tensors (or ``GradientEdge`` s of nodes made with ``make_node``,
+            such as an RPC "send" node) to start from.
+        root_grads: one cotangent per root (``None`` = ones, for one-element
+            Tensors only); Tensors or arrays of the root's shape.
+        retain_graph: keep every visited node's saved values; otherwise they
+            are freed and a second backward through them raises.
+        accumulate: called as ``accumulate(leaf, grad)`` once per reached leaf
+            with its summed gradient (a ``jax.Array``); by default it adds into
+            ``leaf.grad``. Distributed autograd passes one that writes into its
+            context instead.
+
+    Raises:
+        RuntimeError: a root needs no grad, a non-scalar root has no gradient,
+            a gradient has the wrong shape, or the graph was freed.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.autograd import run_backward
+        >>> x = tp.ones(3, requires_grad=True)
+        >>> grads = {}
+        >>> run_backward([(x * 2).sum()], accumulate=lambda t, g: grads.__setitem__(t, g))
+        >>> grads[x]
+        Array([2., 2., 2.], dtype=float32)
+        >>> x.grad is None
+        True
+    """
+    roots = list(roots)
+    if not roots:
+        raise RuntimeError("run_backward: no roots given; pass at least one Tensor")
+    grads_in = [None] * len(roots) if root_grads is None else list(root_grads)
+    if len(grads_in) != len(roots):
+        raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
+    accumulate = accumulate or accumulate_into_grad
+
+    buffers: dict[Node, list[jax.Array | None]] = {}
+    starts: list[Node] = []
+    for i, (root, g) in enumerate(zip(roots, grads_in, strict=True)):
+        edge = _root_edge(root, i)
+        grad = _root_grad(root, g, i)
+        buf = buffers.get(edge.node)
+        if buf is None:
+            buf = buffers[edge.node] = [None] * edge.node.num_outputs
+            starts.append(edge.node)
+        buf[edge.output_nr] = _add(buf[edge.output_nr], grad)
+
+    deps = _dependencies(starts)
+    ready = [(-n.seq, id(n), n) for n in starts if deps.get(n, 0) == 0]
+    heapq.heapify(ready)
+    while ready:
+        _, _, node = heapq.heappop(ready)
+        grads = buffers.pop(node)
+        if isinstance(node, AccumulateGrad):
+            if grads[0] is not None:
+                accumulate(node.variable, grads[0])
+            continue
+        if all(g is None for g in grads):
+            in_grads: tuple[Any, ...] = (None,) * len(node.next_edges)
+        else:
+            in_grads = node.apply(tuple(grads))
+            if not retain_graph:
+                node.release()
+        for edge, g in zip(node.next_edges, in_grads, strict=True):
+            if edge is None:
+                continue
+            nxt = edge.node
+            buf = buffers.get(nxt)
+            if buf is None:
+                buf = buffers[nxt] = [None] * nxt.num_outputs
+            if g is not None:
+                buf[edge.output_nr] = _add(buf[edge.output_nr], g)
+            left = deps[nxt] - 1
+            deps[nxt] = left
+            if left == 0:
+                heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))

@@ -1,0 +1,168 @@
+"""Tensor factories: tensor, randn, rand, randint, ones, zeros, full, arange, eye, *_like.
+
+Sizes are given as ``f(2, 3)`` or ``f((2, 3))``. Floating results default to
+float32 (tensorplay's default dtype); random draws come from ``manual_seed``'s
+state. ``requires_grad=True`` makes a leaf that collects gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tensorplay_jax.autograd import _random
+from tensorplay_jax.autograd._tensor import Tensor
+
+DEFAULT_FLOAT = jnp.float32
+
+
+def _size(fn: str, size: Sequence[Any]) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], list | tuple):
+        size = size[0]
+    try:
+        return tuple(int(s) for s in size)
+    except (TypeError, ValueError):
+        raise TypeError(f"tp.{fn}: size must be ints, e.g. tp.{fn}(2, 3), got {size!r}") from None
+
+
+def _leaf(value: jax.Array, requires_grad: bool) -> Tensor:
+    return Tensor(value, requires_grad=requires_grad)
+
+
+def _float_dtype(fn: str, dtype: Any) -> Any:
+    dtype = jnp.dtype(dtype if dtype is not None else DEFAULT_FLOAT)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(f"tp.{fn}: dtype must be a floating type, got {dtype}")
+    return dtype
+
+
+def tensor(data: Any, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new leaf Tensor holding (a copy of) ``data``.
+
+    Python floats become float32 and Python ints the default JAX int type;
+    arrays keep their dtype unless ``dtype`` is given.
+
+    Args:
+        data: nested lists, a scalar, a NumPy/JAX array or a Tensor (copied, detached).
+        dtype: the element type, e.g. ``jnp.float64`` (needs ``jax_enable_x64``).
+        requires_grad: make the leaf collect gradients (floating dtypes only).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.tensor([[1.0, 2.0]], requires_grad=True)
+        tensor([[1., 2.]], requires_grad=True)
+    """
+    if isinstance(data, Tensor):
+        data = data.value
+    if isinstance(data, jax.Array | np.ndarray | np.generic):
+        value = jnp.array(data, dtype=dtype)
+    else:
+        arr = np.asarray(data)
+        if dtype is None and arr.dtype == np.float64:
+            dtype = DEFAULT_FLOAT
+        value = jnp.asarray(arr, dtype=dtype)
+    return _leaf(value, requires_grad)
+
+
+def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Samples of the standard normal distribution, from ``manual_seed``'s state.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.manual_seed(0)
+        >>> tp.randn(2, 3).shape
+        (2, 3)
+    """
+    shape = _size("randn", size)
+    value = jax.random.normal(_random.next_key(), shape, _float_dtype("randn", dtype))
+    return _leaf(value, requires_grad)
+
+
+def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state."""
+    shape = _size("rand", size)
+    value = jax.random.uniform(_random.next_key(), shape, _float_dtype("rand", dtype))
+    return _leaf(value, requires_grad)
+
+
+def randint(low: int, high: int, size: Sequence[int], *, dtype: Any = None) -> Tensor:
+    """Integers drawn uniformly from ``[low, high)``."""
+    value = jax.random.randint(
+        _random.next_key(), _size("randint", (size,)), low, high, dtype or jnp.int_
+    )
+    return Tensor(value)
+
+
+def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A Tensor of ones (float32 unless ``dtype``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.ones(2)
+        tensor([1., 1.])
+    """
+    return _leaf(jnp.ones(_size("ones", size), dtype or DEFAULT_FLOAT), requires_grad)
+
+
+def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A Tensor of zeros (float32 unless ``dtype``)."""
+    return _leaf(jnp.zeros(_size("zeros", size), dtype or DEFAULT_FLOAT), requires_grad)
+
+
+def full(
+    size: Sequence[int], fill_value: Any, *, dtype: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """A Tensor of ``size`` filled with ``fill_value``."""
+    if dtype is None and isinstance(fill_value, float):
+        dtype = DEFAULT_FLOAT
+    return _leaf(jnp.full(_size("full", (size,)), fill_value, dtype), requires_grad)
+
+
+def arange(
+    start: Any,
+    end: Any = None,
+    step: Any = 1,
+    *,
+    dtype: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """Values from ``start`` (default 0) up to ``end`` (exclusive) by ``step``.
+
+    Integer arguments give an integer Tensor, any float argument a float32 one.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.arange(4)
+        tensor([0, 1, 2, 3])
+        >>> tp.arange(0, 1, 0.5)
+        tensor([0. , 0.5])
+    """
+    if end is None:
+        start, end = 0, start
+    if dtype is None and any(isinstance(v, float) for v in (start, end, step)):
+        dtype = DEFAULT_FLOAT
+    return _leaf(jnp.arange(start, end, step, dtype=dtype), requires_grad)
+
+
+def eye(n: int, m: int | None = None, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """The ``n`` x ``m`` identity matrix."""
+    return _leaf(jnp.eye(n, m, dtype=dtype or DEFAULT_FLOAT), requires_grad)
+
+
+def zeros_like(input: Tensor, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Zeros with ``input``'s shape (and dtype unless given)."""
+    return _leaf(jnp.zeros(input.shape, dtype or input.dtype), requires_grad)
+
+
+def ones_like(input: Tensor, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Ones with ``input``'s shape (and dtype unless given)."""
+    return _leaf(jnp.ones(input.shape, dtype or input.dtype), requires_grad)
+
+
+def randn_like(input: Tensor, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Standard normal samples with ``input``'s shape (and float dtype unless given)."""
+    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)

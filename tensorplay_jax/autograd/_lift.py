@@ -1,0 +1,209 @@
+"""Recording operations on the tape: ``apply``/``function`` for any JAX function, ``call_op``.
+
+``call_op(fn, name, args, static)`` is the fast path the built-in operators use:
+positional ``args`` are dynamic (Tensors, arrays, Python scalars: traced, so a
+new scalar value does not retrace), ``static`` is a hashable tuple of keyword
+arguments baked into the compiled function. ``apply(fn, *args, **kwargs)``
+flattens pytrees: Tensor and array leaves are dynamic, every other leaf
+(ints, floats, strings, None, callables) is static and part of the cache key.
+
+Either way the operation becomes ONE node whose backward is the cached VJP of
+the whole function (see ``_cache``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+from tensorplay_jax.autograd import _cache
+from tensorplay_jax.autograd._grad_mode import is_grad_enabled
+from tensorplay_jax.autograd._node import VJPNode
+from tensorplay_jax.autograd._tensor import Tensor
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DYNAMIC_TYPES = (jax.Array, np.ndarray, np.generic)
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, Tensor)
+
+
+def _run(
+    entry: _cache._Entry,
+    values: Sequence[Any],
+    tensors: Sequence[Tensor | None],
+) -> Any:
+    """Run a cached operation on dynamic ``values``; record a node if any Tensor needs grad.
+
+    ``tensors[i]`` is the Tensor behind ``values[i]`` (``None`` for arrays/scalars).
+    Returns the output pytree with every array leaf wrapped in a Tensor.
+    """
+    mask = tuple(t is not None and t._requires_grad for t in tensors)
+    record = any(mask) and is_grad_enabled()
+    if record and any(isinstance(v, jax.core.Tracer) for v in values):
+        # Inside a JAX transformation (e.g. nn.functional_call under jax.grad): JAX owns
+        # differentiation there, and a node holding tracers would outlive its trace.
+        record = False
+    if not record:
+        out = entry.forward(*values)
+        return jax.tree_util.tree_map(Tensor._wrap, out)
+    diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
+    other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
+    out, pullback = entry.forward_vjp(mask)(diff, other)
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
+    node = VJPNode(
+        entry.name,
+        pullback,
+        _cache.out_info_of(leaves, treedef),
+        edges,
+        len(leaves),
+    )
+    wrapped = [Tensor._wrap_output(leaf, node, i) for i, leaf in enumerate(leaves)]
+    return jax.tree_util.tree_unflatten(treedef, wrapped)
+
+
+def call_op(
+    fn: Callable[..., Any],
+    name: str,
+    args: Sequence[Any],
+    static: tuple[tuple[str, Hashable], ...] = (),
+) -> Any:
+    """Run the built-in operation ``fn(*args, **dict(static))`` as one node (see module doc)."""
+    key = (fn, static)
+    entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
+    values = []
+    tensors: list[Tensor | None] = []
+    for a in args:
+        if isinstance(a, Tensor):
+            values.append(a._value)
+            tensors.append(a)
+        else:
+            values.append(a)
+            tensors.append(None)
+    return _run(entry, values, tensors)
+
+
+def _static_leaf(leaf: Any, where: str) -> Hashable:
+    try:
+        hash(leaf)
+    except TypeError:
+        raise TypeError(
+            f"tp.apply: argument leaf {leaf!r} at {where} is neither a Tensor/array nor "
+            "hashable; non-array arguments are static (part of the compile cache key), so "
+            "they must be hashable: pass a tuple instead of a list, or convert it to an array"
+        ) from None
+    return (type(leaf), leaf)
+
+
+def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a pure JAX function on Tensors as ONE recorded node.
+
+    Pytrees of Tensors (and arrays) go in; ``fn`` sees ``jax.Array`` leaves in
+    their place and returns a pytree of arrays, which comes back with every leaf
+    wrapped in a Tensor. Gradients flow to every grad-requiring input Tensor
+    through ``jax.vjp(fn)``, compiled once per shape/dtype and reused.
+
+    Tensor and array leaves are traced; every other leaf (ints, floats,
+    strings, ``None``) is static: it is part of the compile cache key and must
+    be hashable. ``fn`` itself is part of the key too: pass the same function
+    object each call (a lambda made anew each call recompiles each call).
+
+    Args:
+        fn: a pure function of JAX arrays (it may use any ``jax``/``jnp`` code).
+        *args: positional arguments, pytrees of Tensors, arrays and static values.
+        **kwargs: keyword arguments, treated like ``args``.
+
+    Returns:
+        ``fn``'s output pytree with Tensors for its array leaves; float outputs
+        require grad when any input does (and grad mode is on).
+
+    Raises:
+        TypeError: a non-array leaf is unhashable.
+
+    Example:
+        >>>         >>> import tensorplay_jax as tp
+        >>> x = tp.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = tp.apply(lambda a: jnp.sum(a**2), x)
+        >>> y.backward()
+        >>> x.grad
+        tensor([2., 4.])
+    """
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_tensor)
+    kinds: list[Hashable] = []
+    values: list[Any] = []
+    tensors: list[Tensor | None] = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Tensor):
+            kinds.append(None)
+            values.append(leaf._value)
+            tensors.append(leaf)
+        elif isinstance(leaf, _DYNAMIC_TYPES):
+            kinds.append(None)
+            values.append(leaf)
+            tensors.append(None)
+        else:
+            kinds.append(_static_leaf(leaf, f"leaf {i}"))
+    try:
+        key = ("apply", fn, treedef, tuple(kinds))
+        hash(key)
+    except TypeError:
+        raise TypeError(f"tp.apply: fn={fn!r} is not hashable; pass a function") from None
+
+    def make_flat_fn() -> Callable[..., Any]:
+        static = list(leaves)
+        dynamic_at = [i for i, k in enumerate(kinds) if k is None]
+        for i in dynamic_at:
+            static[i] = None
+
+        def flat_fn(*dyn: Any) -> Any:
+            full = list(static)
+            for i, v in zip(dynamic_at, dyn, strict=True):
+                full[i] = v
+            a, kw = jax.tree_util.tree_unflatten(treedef, full)
+            return fn(*a, **kw)
+
+        return flat_fn
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+    entry = _cache.lookup(key, f"{name}Backward", make_flat_fn)
+    return _run(entry, values, tensors)
+
+
+def function(fn: F) -> F:
+    """Decorator: every call of ``fn`` runs through ``tp.apply`` as one recorded node.
+
+    Args:
+        fn: a pure JAX function (see ``apply`` for what is traced and what is static).
+
+    Returns:
+        A function taking Tensors (pytrees of them) and returning Tensors.
+
+    Example:
+        >>>         >>> import tensorplay_jax as tp
+        >>> @tp.function
+        ... def mlp(x, w):
+        ...     return jnp.tanh(x @ w).sum()
+        >>> w = tp.ones((2, 3), requires_grad=True)
+        >>> mlp(tp.ones((4, 2)), w).backward()
+        >>> w.grad.shape
+        (2, 3)
+    """
+
+    @functools.wraps(fn)
+    def lifted(*args: Any, **kwargs: Any) -> Any:
+        return apply(fn, *args, **kwargs)
+
+    lifted.__wrapped__ = fn  # type: ignore[attr-defined]
+    return lifted  # type: ignore[return-value]
+
+
+def as_value(x: Any) -> Any:
+    """The array behind a Tensor (other values unchanged): for code that must see raw arrays."""
+    return x._value if isinstance(x, Tensor) else x

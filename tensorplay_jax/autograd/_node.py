@@ -1,0 +1,156 @@
+"""Graph nodes of the local tape: ``Node``, JAX-VJP nodes, Python-callable nodes, leaf sinks.
+
+A node stands for one recorded operation. ``node.next_edges[i]`` is the
+``GradientEdge`` (producer node, output index) of the operation's i-th
+differentiable input, or ``None`` where that input needs no gradient;
+``node.apply(grads)`` maps one cotangent per output (``None`` = no gradient
+reached that output) to one cotangent per entry of ``next_edges``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import jax
+
+if TYPE_CHECKING:
+    from tensorplay_jax.autograd._tensor import Tensor
+
+Grads = tuple[jax.Array | None, ...]
+
+_seq = itertools.count()
+
+_FREED_MSG = (
+    "Trying to backward through the graph a second time (or directly access saved values "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.run_backward(). Specify retain_graph=True if you "
+    "need to backward through the graph a second time."
+)
+
+
+class GradientEdge(NamedTuple):
+    """Where a gradient goes: output ``output_nr`` of ``node``."""
+
+    node: Node
+    output_nr: int
+
+
+class Node:
+    """One recorded operation: its backward and the edges to its inputs' producers.
+
+    Subclasses implement ``_apply``. ``seq`` orders nodes by creation (later
+    nodes run first when several are ready, as in tensorplay's engine).
+    """
+
+    __slots__ = ("__weakref__", "_released", "name", "next_edges", "num_outputs", "seq")
+
+    def __init__(
+        self, name: str, next_edges: Sequence[GradientEdge | None], num_outputs: int
+    ) -> None:
+        self.name = name
+        self.next_edges: tuple[GradientEdge | None, ...] = tuple(next_edges)
+        self.num_outputs = num_outputs
+        self.seq = next(_seq)
+        self._released = False
+
+    def apply(self, grads: Grads) -> Grads:
+        """Cotangents of the outputs -> cotangents of the inputs (one per ``next_edges``)."""
+        if self._released:
+            raise RuntimeError(f"{self.name}: {_FREED_MSG}")
+        out = tuple(self._apply(grads))
+        if len(out) != len(self.next_edges):
+            raise RuntimeError(
+                f"{self.name}: backward returned {len(out)} gradients for "
+                f"{len(self.next_edges)} inputs"
+            )
+        return out
+
+    def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free what the backward saved; a later ``apply`` raises (no ``retain_graph``)."""
+        self._released = True
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+class VJPNode(Node):
+    """A node whose backward is a cached, jitted JAX VJP (see ``_cache.apply_vjp``).
+
+    ``vjp`` is the ``jax.tree_util.Partial`` returned by ``jax.vjp`` inside the
+    jitted forward: it holds the residuals only, and its tree structure is the
+    same object on every cache hit, so the backward is compiled once per
+    operation, static arguments and input shapes/dtypes.
+    """
+
+    __slots__ = ("out_info", "vjp")
+
+    def __init__(
+        self,
+        name: str,
+        vjp: Any,
+        out_info: Any,
+        next_edges: Sequence[GradientEdge | None],
+        num_outputs: int,
+    ) -> None:
+        super().__init__(name, next_edges, num_outputs)
+        self.vjp = vjp
+        self.out_info = out_info
+
+    def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        from tensorplay_jax.autograd._cache import apply_vjp
+
+        return apply_vjp(self.vjp, grads, self.out_info)
+
+    def release(self) -> None:
+        super().release()
+        self.vjp = None
+
+
+class FunctionNode(Node):
+    """A node whose backward is an arbitrary Python callable (RPC send/recv edges, custom rules).
+
+    ``backward(grads)`` receives one cotangent (``jax.Array`` or ``None``) per
+    output and returns one per entry of ``next_edges``.
+    """
+
+    __slots__ = ("_backward",)
+
+    def __init__(
+        self,
+        name: str,
+        backward: Callable[[Grads], Sequence[jax.Array | None]],
+        next_edges: Sequence[GradientEdge | None],
+        num_outputs: int,
+    ) -> None:
+        super().__init__(name, next_edges, num_outputs)
+        self._backward: Callable[[Grads], Sequence[jax.Array | None]] | None = backward
+
+    def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        assert self._backward is not None
+        return self._backward(grads)
+
+    def release(self) -> None:
+        super().release()
+        self._backward = None
+
+
+class AccumulateGrad(Node):
+    """The sink of a leaf Tensor: the engine hands its gradient to the ``accumulate`` callback."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor) -> None:
+        super().__init__("AccumulateGrad", (), 1)
+        self.variable = variable
+
+    def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        return ()
+
+    def release(self) -> None:
+        # A leaf keeps nothing worth freeing, and may be reached again by a later graph.
+        pass

@@ -1,0 +1,77 @@
+"""The global random state behind ``tp.randn``/``tp.rand``/initialisation: ``manual_seed``.
+
+One JAX PRNG key per process, split under a lock for every draw. Code that
+runs inside a JAX transformation supplies its own key instead (see
+``key_scope``), so a traced function never bakes in a global draw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+DEFAULT_SEED = 0
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"key": None, "seed": DEFAULT_SEED}
+_scoped = threading.local()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the global random state (tp.randn, tp.rand, dropout, module initialisation).
+
+    Args:
+        seed: any Python int.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.manual_seed(0); a = tp.randn(3)
+        >>> tp.manual_seed(0); b = tp.randn(3)
+        >>> bool((a == b).all())
+        True
+    """
+    with _lock:
+        _state["seed"] = int(seed)
+        _state["key"] = jax.random.key(int(seed))
+
+
+def initial_seed() -> int:
+    """The seed last given to ``manual_seed`` (``DEFAULT_SEED`` before any)."""
+    return _state["seed"]
+
+
+def next_key() -> jax.Array:
+    """A fresh key: from the innermost ``key_scope`` on this thread, else from the global state."""
+    scope = getattr(_scoped, "stack", None)
+    if scope:
+        box = scope[-1]
+        box[0], sub = jax.random.split(box[0])
+        return sub
+    with _lock:
+        key = _state["key"]
+        if key is None:
+            key = jax.random.key(_state["seed"])
+        _state["key"], sub = jax.random.split(key)
+    return sub
+
+
+def in_key_scope() -> bool:
+    """Whether a ``key_scope`` is active on this thread."""
+    return bool(getattr(_scoped, "stack", None))
+
+
+@contextlib.contextmanager
+def key_scope(key: jax.Array) -> Iterator[None]:
+    """Draw every random number on this thread from ``key`` (may be traced) inside the block."""
+    stack = getattr(_scoped, "stack", None)
+    if stack is None:
+        stack = _scoped.stack = []
+    stack.append([key])
+    try:
+        yield
+    finally:
+        stack.pop()

@@ -1,0 +1,177 @@
+"""Reductions (sum, mean, var, std, prod, max, min, argmax, logsumexp, any, all) as recorded nodes.
+
+``dim`` takes an int, a tuple of ints or None (all dimensions); ``axis`` is
+accepted as an alias, as tensorplay does. ``max``/``min`` follow tensorplay:
+no ``dim`` reduces everything (ties share the gradient); an int ``dim``
+returns ``(values, indices)`` and the gradient goes to the selected index; a
+Tensor argument means the elementwise maximum/minimum.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from tensorplay_jax.autograd import _ops
+from tensorplay_jax.autograd._lift import call_op
+from tensorplay_jax.autograd._tensor import Tensor
+
+
+class MinMaxResult(NamedTuple):
+    """``(values, indices)`` of ``max``/``min`` along a dimension."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def _dims(fn: str, dim: Any, axis: Any) -> int | tuple[int, ...] | None:
+    if axis is not None:
+        if dim is not None:
+            raise TypeError(f"tp.{fn}: pass dim or axis, not both")
+        dim = axis
+    if dim is None:
+        return None
+    if isinstance(dim, list | tuple):
+        return tuple(int(d) for d in dim)
+    return int(dim)
+
+
+def _reduce(jfn: Any, name: str, x: Any, dim: Any, keepdim: bool, **static: Any) -> Tensor:
+    kw = (("axis", dim), ("keepdims", builtins.bool(keepdim)), *sorted(static.items()))
+    return call_op(jfn, name, (x,), kw)
+
+
+def sum(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
+    """Sum over ``dim`` (all dimensions when None).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.sum(tp.ones((2, 3)), dim=1)
+        tensor([3., 3.])
+    """
+    return _reduce(jnp.sum, "SumBackward", input, _dims("sum", dim, axis), keepdim)
+
+
+def mean(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
+    """Mean over ``dim`` (all dimensions when None)."""
+    return _reduce(jnp.mean, "MeanBackward", input, _dims("mean", dim, axis), keepdim)
+
+
+def var(
+    input: Any,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    correction: int = 1,
+    axis: Any = None,
+) -> Tensor:
+    """Variance over ``dim``, dividing by ``N - correction`` (tensorplay's default 1)."""
+    return _reduce(
+        jnp.var, "VarBackward", input, _dims("var", dim, axis), keepdim, ddof=int(correction)
+    )
+
+
+def std(
+    input: Any,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    correction: int = 1,
+    axis: Any = None,
+) -> Tensor:
+    """Standard deviation over ``dim``, dividing by ``N - correction``."""
+    return _reduce(
+        jnp.std, "StdBackward", input, _dims("std", dim, axis), keepdim, ddof=int(correction)
+    )
+
+
+def prod(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
+    """Product over ``dim``."""
+    return _reduce(jnp.prod, "ProdBackward", input, _dims("prod", dim, axis), keepdim)
+
+
+def amax(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Max over ``dim`` (int, tuple or None); ties share the gradient equally."""
+    return _reduce(jnp.max, "AmaxBackward", input, _dims("amax", dim, None), keepdim)
+
+
+def amin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Min over ``dim`` (int, tuple or None); ties share the gradient equally."""
+    return _reduce(jnp.min, "AminBackward", input, _dims("amin", dim, None), keepdim)
+
+
+def _select(x: jax.Array, axis: int, keepdims: bool, arg: Any) -> tuple[jax.Array, jax.Array]:
+    idx = arg(x, axis=axis, keepdims=True)
+    values = jnp.take_along_axis(x, idx, axis=axis)
+    if not keepdims:
+        values, idx = jnp.squeeze(values, axis), jnp.squeeze(idx, axis)
+    return values, idx
+
+
+def _max_dim(x: jax.Array, axis: int, keepdims: bool) -> tuple[jax.Array, jax.Array]:
+    return _select(x, axis, keepdims, jnp.argmax)
+
+
+def _min_dim(x: jax.Array, axis: int, keepdims: bool) -> tuple[jax.Array, jax.Array]:
+    return _select(x, axis, keepdims, jnp.argmin)
+
+
+def max(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
+    """Max of all elements, ``(values, indices)`` along an int ``dim``, or elementwise max.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> x = tp.tensor([[1.0, 5.0], [7.0, 2.0]])
+        >>> x.max()
+        tensor(7.)
+        >>> x.max(dim=1).indices
+        tensor([1, 0])
+    """
+    if isinstance(dim, Tensor | jax.Array):
+        return _ops.maximum(input, dim)
+    d = _dims("max", dim, axis)
+    if d is None or isinstance(d, tuple):
+        return amax(input, d, keepdim)
+    v, i = call_op(_max_dim, "MaxBackward", (input,), (("axis", d), ("keepdims", keepdim)))
+    return MinMaxResult(v, i)
+
+
+def min(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
+    """Min of all elements, ``(values, indices)`` along an int ``dim``, or elementwise min."""
+    if isinstance(dim, Tensor | jax.Array):
+        return _ops.minimum(input, dim)
+    d = _dims("min", dim, axis)
+    if d is None or isinstance(d, tuple):
+        return amin(input, d, keepdim)
+    v, i = call_op(_min_dim, "MinBackward", (input,), (("axis", d), ("keepdims", keepdim)))
+    return MinMaxResult(v, i)
+
+
+def argmax(input: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the maximum along ``dim`` (of the flattened Tensor when None)."""
+    return _reduce(jnp.argmax, "ArgmaxBackward", input, _dims("argmax", dim, None), keepdim)
+
+
+def argmin(input: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the minimum along ``dim`` (of the flattened Tensor when None)."""
+    return _reduce(jnp.argmin, "ArgminBackward", input, _dims("argmin", dim, None), keepdim)
+
+
+def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
+    """``log(sum(exp(x)))`` over ``dim``, computed stably."""
+    return _reduce(
+        jax.nn.logsumexp, "LogsumexpBackward", input, _dims("logsumexp", dim, None), keepdim
+    )
+
+
+def any(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether any element (over ``dim``) is true."""
+    return _reduce(jnp.any, "AnyBackward", input, _dims("any", dim, None), keepdim)
+
+
+def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether every element (over ``dim``) is true."""
+    return _reduce(jnp.all, "AllBackward", input, _dims("all", dim, None), keepdim)

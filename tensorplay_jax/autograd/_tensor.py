@@ -1,0 +1,705 @@
+"""``Tensor``: a ``jax.Array`` with ``requires_grad``, a ``grad`` and a place on the local tape.
+
+A Tensor is hashable by identity (so gradients can be keyed by it), immutable in
+value except through ``.data = ...``/``t[idx] = v`` (which rebinds it), and
+knows the node that produced it (``grad_fn``) and which output of that node it
+is. Operators and methods live in ``_ops``/``_reductions``/``_shape_ops`` and
+each runs as one recorded node.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tensorplay_jax.autograd._grad_mode import is_grad_enabled
+from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
+
+_DEFAULT_DTYPES = (np.dtype("float32"), np.dtype("int32"), np.dtype("int64"), np.dtype("bool"))
+
+_RAW_JNP_MSG = (
+    "a tensorplay_jax Tensor that requires grad was handed to a raw JAX/NumPy function, "
+    "which would silently drop its gradient. Lift the function onto the tape with "
+    "tp.apply(fn, tensor, ...) (or decorate it with @tp.function), or pass "
+    "tensor.detach().value if you do not want a gradient."
+)
+_PLAIN_JNP_MSG = (
+    "a tensorplay_jax Tensor cannot be passed to a jitted JAX function directly. Use "
+    "tp.apply(fn, tensor, ...) to record it on the tape, or pass tensor.value (the jax.Array)."
+)
+
+
+def _is_float(dtype: Any) -> bool:
+    return bool(jnp.issubdtype(dtype, jnp.inexact))
+
+
+class _TensorMeta(type):
+    """Metaclass whose repr carries the fix, because ``jax.jit`` replaces our TypeError's text.
+
+    JAX 0.10's jit boundary re-raises any TypeError from abstractifying an
+    argument with its own message, which shows only ``type(arg)``: so the
+    Tensor class's repr says what to do instead.
+    """
+
+    def __repr__(cls) -> str:
+        return (
+            f"<class '{cls.__module__}.{cls.__qualname__}'> (a tensorplay_jax Tensor: call JAX "
+            "functions on Tensors through tp.apply(fn, tensor, ...), which records the "
+            "gradient, or pass tensor.value, which drops it)"
+        )
+
+
+class Tensor(metaclass=_TensorMeta):
+    """A JAX array on the local autograd tape.
+
+    Build Tensors with ``tp.tensor``/``tp.randn``/``tp.ones``/...; ``Tensor(x)``
+    wraps an existing array (no copy). Only floating/complex Tensors may
+    require grad.
+
+    Args:
+        value: an array-like (``jax.Array``, NumPy array, nested lists, scalar).
+        requires_grad: record operations on this leaf and give it a ``.grad``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> y = (x * x).sum()
+        >>> y.backward()
+        >>> x.grad
+        tensor([2., 4., 6.])
+    """
+
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "_accumulator",
+        "_grad",
+        "_grad_fn",
+        "_output_nr",
+        "_requires_grad",
+        "_value",
+    )
+
+    # NumPy must defer binary operators to us (np_array + tensor -> Tensor.__radd__).
+    __array_ufunc__ = None
+
+    def __init__(self, value: Any, requires_grad: bool = False) -> None:
+        if isinstance(value, Tensor):
+            value = value._value
+        elif not isinstance(value, jax.Array | jax.core.Tracer):
+            value = jnp.asarray(value)
+        self._value = value
+        self._grad: Tensor | None = None
+        self._grad_fn: Node | None = None
+        self._output_nr = 0
+        self._accumulator: weakref.ref[AccumulateGrad] | None = None
+        self._requires_grad = False
+        if requires_grad:
+            self.requires_grad = True
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def _wrap(cls, value: Any) -> Tensor:
+        t = cls.__new__(cls)
+        t._value = value
+        t._grad = None
+        t._grad_fn = None
+        t._output_nr = 0
+        t._accumulator = None
+        t._requires_grad = False
+        return t
+
+    @classmethod
+    def _wrap_output(cls, value: Any, node: Node, output_nr: int) -> Tensor:
+        t = cls._wrap(value)
+        if _is_float(value.dtype):
+            t._requires_grad = True
+            t._grad_fn = node
+            t._output_nr = output_nr
+        return t
+
+    # ----------------------------------------------------------------- autograd state
+    @property
+    def requires_grad(self) -> bool:
+        """Whether operations on this Tensor are recorded for backward."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        if self._grad_fn is not None:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf Tensors; use "
+                "tensor.detach() to get a leaf"
+            )
+        if flag and not _is_float(self._value.dtype):
+            raise RuntimeError(
+                f"Only Tensors of floating point and complex dtype can require gradients, "
+                f"got dtype={self._value.dtype}; convert it first, e.g. x.float()"
+            )
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set ``requires_grad`` on this leaf in place; returns ``self``."""
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient accumulated by local ``backward()`` calls (``None`` before any)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Any) -> None:
+        if value is not None and not isinstance(value, Tensor):
+            value = Tensor(value)
+        if value is not None and tuple(value.shape) != self.shape:
+            raise RuntimeError(
+                f"assigned grad has shape {tuple(value.shape)} but the Tensor has shape "
+                f"{self.shape}"
+            )
+        self._grad = value
+
+    @property
+    def grad_fn(self) -> Node | None:
+        """The node that produced this Tensor (``None`` for leaves)."""
+        return self._grad_fn
+
+    @property
+    def output_nr(self) -> int:
+        """Which output of ``grad_fn`` this Tensor is."""
+        return self._output_nr
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for Tensors not produced by a recorded operation."""
+        return self._grad_fn is None
+
+    def _gradient_edge(self) -> GradientEdge:
+        """Where gradients for this Tensor go: its producer's output, or its leaf sink."""
+        if self._grad_fn is not None:
+            return GradientEdge(self._grad_fn, self._output_nr)
+        acc = self._accumulator() if self._accumulator is not None else None
+        if acc is None:
+            acc = AccumulateGrad(self)
+            self._accumulator = weakref.ref(acc)
+        return GradientEdge(acc, 0)
+
+    def backward(
+        self,
+        gradient: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+    ) -> None:
+        """Accumulate d(self)/d(leaf) into every grad-requiring leaf's ``.grad``.
+
+        Args:
+            gradient: the cotangent of ``self``; may be omitted for one-element Tensors.
+            retain_graph: keep the graph's saved values for another backward.
+            create_graph: not supported (higher-order gradients: use ``jax.grad`` via
+                ``nn.functional_call`` or ``tp.apply``).
+
+        Raises:
+            RuntimeError: ``self`` does not require grad, or is not scalar and no
+                ``gradient`` was given, or the graph was already freed.
+        """
+        from tensorplay_jax.autograd._engine import run_backward
+
+        if create_graph:
+            raise NotImplementedError(
+                "Tensor.backward: create_graph=True is not supported; for higher-order "
+                "gradients use jax.grad over nn.functional_call or tp.apply"
+            )
+        run_backward([self], [gradient], retain_graph=bool(retain_graph))
+
+    def detach(self) -> Tensor:
+        """A new leaf sharing this value, cut from the graph."""
+        return Tensor._wrap(self._value)
+
+    def detach_(self) -> Tensor:
+        """Cut this Tensor from the graph in place; returns ``self``."""
+        self._grad_fn = None
+        self._output_nr = 0
+        self._requires_grad = False
+        return self
+
+    # ----------------------------------------------------------------- value access
+    @property
+    def value(self) -> jax.Array:
+        """The underlying ``jax.Array`` (no gradient flows through it)."""
+        return self._value
+
+    @property
+    def data(self) -> Tensor:
+        """A detached Tensor sharing this value; assigning replaces the value in place."""
+        return Tensor._wrap(self._value)
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._value = value._value if isinstance(value, Tensor) else jnp.asarray(value)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape, a tuple of ints."""
+        return tuple(self._value.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type (a NumPy dtype, as in JAX)."""
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return self._value.ndim
+
+    @property
+    def device(self) -> Any:
+        """The JAX device holding the value (``None`` inside a JAX trace)."""
+        devices = getattr(self._value, "devices", None)
+        if devices is None or isinstance(self._value, jax.core.Tracer):
+            return None
+        return next(iter(devices()))
+
+    def dim(self) -> int:
+        """Number of dimensions."""
+        return self._value.ndim
+
+    def size(self, dim: int | None = None) -> Any:
+        """The shape, or the length of dimension ``dim``."""
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        """Number of elements."""
+        return int(self._value.size)
+
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (read-only view where possible; no gradient)."""
+        return np.asarray(self._value)
+
+    def item(self) -> Any:
+        """The single element as a Python scalar."""
+        if self._value.size != 1:
+            raise RuntimeError(
+                f"a Tensor with {self._value.size} elements cannot be converted to a Python "
+                "scalar; item() needs exactly one element"
+            )
+        return self._value.item()
+
+    def tolist(self) -> Any:
+        """The value as (nested) Python lists."""
+        return np.asarray(self._value).tolist()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if self._requires_grad and is_grad_enabled():
+            raise TypeError(f"np.asarray(tensor): {_RAW_JNP_MSG}")
+        arr = np.asarray(self._value)
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def __jax_array__(self) -> jax.Array:
+        # jax.Array binary operators call this on the other operand; deferring lets
+        # Python fall back to Tensor.__radd__ etc., which records the operation.
+        caller = sys._getframe(1)
+        if caller.f_code.co_name.startswith("_operator_") and caller.f_globals.get(
+            "__name__", ""
+        ).startswith("jax."):
+            return NotImplemented
+        if self._requires_grad and is_grad_enabled():
+            raise TypeError(_RAW_JNP_MSG)
+        return self._value
+
+    def __repr__(self) -> str:
+        v = self._value
+        if isinstance(v, jax.core.Tracer):
+            body = f"Traced<{v.aval.str_short()}>"
+        else:
+            body = np.array2string(
+                np.asarray(v), separator=", ", prefix="tensor(", threshold=100, precision=4
+            )
+        extras = []
+        if v.dtype not in _DEFAULT_DTYPES:
+            extras.append(f"dtype={v.dtype}")
+        if self._grad_fn is not None:
+            extras.append(f"grad_fn=<{self._grad_fn.name}>")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body, *extras]) + ")"
+
+    def __len__(self) -> int:
+        if self._value.ndim == 0:
+            raise TypeError("len() of a 0-d Tensor")
+        return self._value.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if self._value.ndim == 0:
+            raise TypeError("iteration over a 0-d Tensor")
+        return (self[i] for i in range(self._value.shape[0]))
+
+    def __bool__(self) -> bool:
+        if self._value.size != 1:
+            raise RuntimeError(
+                f"Boolean value of a Tensor with {self._value.size} elements is ambiguous; "
+                "use .any() or .all()"
+            )
+        return bool(self._value)
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if _is_float(self._value.dtype) or self._value.size != 1:
+            raise TypeError("only integer one-element Tensors can be converted to an index")
+        return int(self.item())
+
+    __hash__ = object.__hash__
+
+    # ----------------------------------------------------------------- operators
+    def __add__(self, other: Any) -> Tensor:
+        return _ops.add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return _ops.add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _ops.sub(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _ops.mul(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _ops.div(other, self)
+
+    def __floordiv__(self, other: Any) -> Tensor:
+        return _ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> Tensor:
+        return _ops.floor_divide(other, self)
+
+    def __mod__(self, other: Any) -> Tensor:
+        return _ops.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> Tensor:
+        return _ops.remainder(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return _ops.pow(self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return _ops.pow(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _ops.matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return _ops.neg(self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        return _ops.abs(self)
+
+    def __invert__(self) -> Tensor:
+        return _ops.logical_not(self)
+
+    def __and__(self, other: Any) -> Tensor:
+        return _ops.logical_and(self, other)
+
+    def __or__(self, other: Any) -> Tensor:
+        return _ops.logical_or(self, other)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        if not _ops.is_operand(other):
+            return NotImplemented
+        return _ops.eq(self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        if not _ops.is_operand(other):
+            return NotImplemented
+        return _ops.ne(self, other)
+
+    def __lt__(self, other: Any) -> Tensor:
+        return _ops.lt(self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return _ops.le(self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return _ops.gt(self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return _ops.ge(self, other)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _shape_ops.getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        _shape_ops.setitem_(self, index, value)
+
+    # ----------------------------------------------------------------- math methods
+    def add(self, other: Any) -> Tensor:
+        """``self + other``."""
+        return _ops.add(self, other)
+
+    def sub(self, other: Any) -> Tensor:
+        """``self - other``."""
+        return _ops.sub(self, other)
+
+    def mul(self, other: Any) -> Tensor:
+        """``self * other``."""
+        return _ops.mul(self, other)
+
+    def div(self, other: Any) -> Tensor:
+        """``self / other``."""
+        return _ops.div(self, other)
+
+    def pow(self, exponent: Any) -> Tensor:
+        """``self ** exponent``."""
+        return _ops.pow(self, exponent)
+
+    def matmul(self, other: Any) -> Tensor:
+        """``self @ other``."""
+        return _ops.matmul(self, other)
+
+    def neg(self) -> Tensor:
+        """``-self``."""
+        return _ops.neg(self)
+
+    def abs(self) -> Tensor:
+        """Elementwise absolute value."""
+        return _ops.abs(self)
+
+    def sqrt(self) -> Tensor:
+        """Elementwise square root."""
+        return _ops.sqrt(self)
+
+    def square(self) -> Tensor:
+        """Elementwise square."""
+        return _ops.square(self)
+
+    def exp(self) -> Tensor:
+        """Elementwise exponential."""
+        return _ops.exp(self)
+
+    def log(self) -> Tensor:
+        """Elementwise natural logarithm."""
+        return _ops.log(self)
+
+    def tanh(self) -> Tensor:
+        """Elementwise tanh."""
+        return _ops.tanh(self)
+
+    def sin(self) -> Tensor:
+        """Elementwise sine."""
+        return _ops.sin(self)
+
+    def cos(self) -> Tensor:
+        """Elementwise cosine."""
+        return _ops.cos(self)
+
+    def sigmoid(self) -> Tensor:
+        """Elementwise logistic sigmoid."""
+        return _ops.sigmoid(self)
+
+    def relu(self) -> Tensor:
+        """Elementwise ``max(x, 0)``."""
+        return _ops.relu(self)
+
+    def softmax(self, dim: int = -1) -> Tensor:
+        """Softmax along ``dim``."""
+        return _ops.softmax(self, dim)
+
+    def log_softmax(self, dim: int = -1) -> Tensor:
+        """Log-softmax along ``dim``."""
+        return _ops.log_softmax(self, dim)
+
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:
+        """Clip values into ``[min, max]``."""
+        return _ops.clamp(self, min, max)
+
+    def to(self, dtype: Any) -> Tensor:
+        """Convert to ``dtype`` (differentiable between float types)."""
+        return _ops.astype(self, dtype)
+
+    def float(self) -> Tensor:
+        """Convert to float32."""
+        return _ops.astype(self, jnp.float32)
+
+    def double(self) -> Tensor:
+        """Convert to float64 (needs ``jax_enable_x64``)."""
+        return _ops.astype(self, jnp.float64)
+
+    def long(self) -> Tensor:
+        """Convert to the default integer type."""
+        return _ops.astype(self, jnp.int_)
+
+    def int(self) -> Tensor:
+        """Convert to int32."""
+        return _ops.astype(self, jnp.int32)
+
+    def bool(self) -> Tensor:
+        """Convert to bool."""
+        return _ops.astype(self, jnp.bool_)
+
+    def cpu(self) -> Tensor:
+        """``self`` (values already live on the default JAX device)."""
+        return self
+
+    def contiguous(self) -> Tensor:
+        """``self`` (JAX arrays have no strides)."""
+        return self
+
+    def clone(self) -> Tensor:
+        """A recorded copy."""
+        return _ops.clone(self)
+
+    # ----------------------------------------------------------------- reductions
+    def sum(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
+        """Sum over ``dim`` (all dimensions by default)."""
+        return _reductions.sum(self, dim, keepdim, axis=axis)
+
+    def mean(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
+        """Mean over ``dim`` (all dimensions by default)."""
+        return _reductions.mean(self, dim, keepdim, axis=axis)
+
+    def var(
+        self, dim: Any = None, keepdim: bool = False, *, correction: int = 1, axis: Any = None
+    ) -> Tensor:
+        """Variance over ``dim`` with Bessel's ``correction`` (as tensorplay)."""
+        return _reductions.var(self, dim, keepdim, correction=correction, axis=axis)
+
+    def std(
+        self, dim: Any = None, keepdim: bool = False, *, correction: int = 1, axis: Any = None
+    ) -> Tensor:
+        """Standard deviation over ``dim`` with Bessel's ``correction``."""
+        return _reductions.std(self, dim, keepdim, correction=correction, axis=axis)
+
+    def prod(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
+        """Product over ``dim``."""
+        return _reductions.prod(self, dim, keepdim, axis=axis)
+
+    def max(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
+        """Max of all elements; with ``dim``, ``(values, indices)``; with a Tensor, elementwise."""
+        return _reductions.max(self, dim, keepdim, axis=axis)
+
+    def min(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
+        """Min of all elements; with ``dim``, ``(values, indices)``; with a Tensor, elementwise."""
+        return _reductions.min(self, dim, keepdim, axis=axis)
+
+    def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Max over ``dim`` (ties share the gradient)."""
+        return _reductions.amax(self, dim, keepdim)
+
+    def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Min over ``dim`` (ties share the gradient)."""
+        return _reductions.amin(self, dim, keepdim)
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the max (flattened when ``dim`` is None)."""
+        return _reductions.argmax(self, dim, keepdim)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the min (flattened when ``dim`` is None)."""
+        return _reductions.argmin(self, dim, keepdim)
+
+    def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
+        """``log(sum(exp(x)))`` over ``dim``, computed stably."""
+        return _reductions.logsumexp(self, dim, keepdim)
+
+    def any(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Whether any element (over ``dim``) is true."""
+        return _reductions.any(self, dim, keepdim)
+
+    def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Whether all elements (over ``dim``) are true."""
+        return _reductions.all(self, dim, keepdim)
+
+    # ----------------------------------------------------------------- shape methods
+    def reshape(self, *shape: Any) -> Tensor:
+        """The same elements in a new shape (one dimension may be -1)."""
+        return _shape_ops.reshape(self, *shape)
+
+    def view(self, *shape: Any) -> Tensor:
+        """Same as ``reshape`` (JAX has no views)."""
+        return _shape_ops.reshape(self, *shape)
+
+    def view_as(self, other: Tensor) -> Tensor:
+        """Reshape to ``other.shape``."""
+        return _shape_ops.reshape(self, other.shape)
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two dimensions."""
+        return _shape_ops.transpose(self, dim0, dim1)
+
+    def permute(self, *dims: Any) -> Tensor:
+        """Reorder dimensions."""
+        return _shape_ops.permute(self, *dims)
+
+    @property
+    def T(self) -> Tensor:
+        """All dimensions reversed."""
+        return _shape_ops.permute(self, *reversed(range(self.ndim)))
+
+    def t(self) -> Tensor:
+        """Transpose of a matrix (0-d and 1-d unchanged)."""
+        return self if self.ndim < 2 else _shape_ops.transpose(self, 0, 1)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dimensions ``start_dim..end_dim`` into one."""
+        return _shape_ops.flatten(self, start_dim, end_dim)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """Insert a dimension of size 1 at ``dim``."""
+        return _shape_ops.unsqueeze(self, dim)
+
+    def squeeze(self, dim: Any = None) -> Tensor:
+        """Remove dimensions of size 1 (only ``dim`` if given)."""
+        return _shape_ops.squeeze(self, dim)
+
+    def expand(self, *sizes: Any) -> Tensor:
+        """Broadcast to ``sizes`` (-1 keeps a dimension)."""
+        return _shape_ops.expand(self, *sizes)
+
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """``length`` elements of ``dim`` starting at ``start``."""
+        return _shape_ops.narrow(self, dim, start, length)
+
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces of size ``split_size`` (or the listed sizes) along ``dim``."""
+        return _shape_ops.split(self, split_size_or_sections, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """``chunks`` nearly equal pieces along ``dim``."""
+        return _shape_ops.chunk(self, chunks, dim)
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        """The slices along ``dim``, that dimension removed."""
+        return _shape_ops.unbind(self, dim)
+
+
+def wrap_all(values: Sequence[Any]) -> list[Tensor]:
+    """Wrap arrays as leaf Tensors (Tensors pass through)."""
+    return [v if isinstance(v, Tensor) else Tensor(v) for v in values]
+
+
+from tensorplay_jax.autograd import _ops, _reductions, _shape_ops  # noqa: E402
