@@ -92,7 +92,11 @@ def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
 def randint(low: int, high: int, size: Sequence[int], *, dtype: Any = None) -> Tensor:
     """Integers drawn uniformly from ``[low, high)``."""
     value = jax.random.randint(
-        _random.next_key(), _size("randint", (size,)), low, high, dtype or jnp.int_
+        _random.next_key(),
+        _size("randint", (size,)),
+        low,
+        high,
+        dtype or jax.dtypes.canonicalize_dtype(jnp.int64),
     )
     return Tensor(value)
 

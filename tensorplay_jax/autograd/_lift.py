@@ -128,7 +128,8 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         TypeError: a non-array leaf is unhashable.
 
     Example:
-        >>>         >>> import tensorplay_jax as tp
+        >>> import jax.numpy as jnp
+        >>> import tensorplay_jax as tp
         >>> x = tp.tensor([1.0, 2.0], requires_grad=True)
         >>> y = tp.apply(lambda a: jnp.sum(a**2), x)
         >>> y.backward()
@@ -186,7 +187,8 @@ def function(fn: F) -> F:
         A function taking Tensors (pytrees of them) and returning Tensors.
 
     Example:
-        >>>         >>> import tensorplay_jax as tp
+        >>> import jax.numpy as jnp
+        >>> import tensorplay_jax as tp
         >>> @tp.function
         ... def mlp(x, w):
         ...     return jnp.tanh(x @ w).sum()

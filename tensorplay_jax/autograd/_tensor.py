@@ -551,7 +551,7 @@ class Tensor(metaclass=_TensorMeta):
 
     def long(self) -> Tensor:
         """Convert to the default integer type."""
-        return _ops.astype(self, jnp.int_)
+        return _ops.astype(self, jax.dtypes.canonicalize_dtype(jnp.int64))
 
     def int(self) -> Tensor:
         """Convert to int32."""

@@ -1,0 +1,26 @@
+"""The runnable examples in the autograd docstrings run and print what they claim."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "tensorplay_jax.autograd._custom",
+    "tensorplay_jax.autograd._engine",
+    "tensorplay_jax.autograd._factories",
+    "tensorplay_jax.autograd._grad_mode",
+    "tensorplay_jax.autograd._lift",
+    "tensorplay_jax.autograd._ops",
+    "tensorplay_jax.autograd._random",
+    "tensorplay_jax.autograd._reductions",
+    "tensorplay_jax.autograd._shape_ops",
+    "tensorplay_jax.autograd._tensor",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
