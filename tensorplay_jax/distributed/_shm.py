@@ -78,6 +78,14 @@ class Segment:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (an exited, not yet reaped "zombie" counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
