@@ -16,3 +16,13 @@ PG_SHM_SPIN_S: float = 50e-6  # busy-wait this long before sleeping in a shared-
 PG_SHM_MAX_SLEEP_S: float = 1e-3  # longest single sleep in a shared-memory wait
 PG_LIVENESS_CHECK_S: float = 0.1  # how often a waiting rank checks that its peers' processes live
 PG_ALIGN: int = 64  # byte alignment of result buffers (lets jax.device_put skip a copy)
+
+# RPC transport (tensorplay_jax.rpc)
+RPC_INIT_TIMEOUT_S: float = 120.0  # rendezvous: wait this long for every worker to register
+RPC_SMALL_MESSAGE_BYTES: int = 1 << 20  # larger messages are streamed in chunks
+RPC_CHUNK_BYTES: int = 4 << 20  # chunk size for large messages
+RPC_BATCH_BYTES: int = 1 << 20  # small messages queued together are sent as one packet up to this
+RPC_STORE_CONNECT_RETRY_S: float = 0.05  # pause between attempts to reach the rendezvous store
+RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0  # rank 0 keeps the store up this long for the others to leave
+RPC_SERVER_STOP_GRACE_S: float = 1.0  # grpc server stop grace at shutdown
+LAUNCH_KILL_GRACE_S: float = 5.0  # launcher: SIGTERM, then SIGKILL after this long

@@ -1,0 +1,163 @@
+"""RPC benchmark: tensorplay_jax.rpc (gRPC) beside torch.distributed.rpc (TensorPipe), 2 local workers.
+
+Measures, in the same run for both:
+
+- latency: mean round trip of ``rpc_sync`` echoing a 4-element float32 array;
+- pipelined calls/s: ``rpc_async`` echo calls issued back to back, then ``wait_all``;
+- bandwidth: echo of 1, 16, 64 and 256 MiB float32 arrays, reported as
+  payload bytes / round-trip time (best of the repeats).
+
+Usage::
+
+    python benchmarks/rpc.py                # both, full table
+    python benchmarks/rpc.py --only ours    # skip torch
+    python benchmarks/rpc.py --sizes 1 64 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def echo(x):
+    return x
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _measure(rpc_sync, rpc_async, wait_all, make, sizes, repeats, n_lat, n_pipe) -> dict:
+    res: dict = {}
+    x = make(4)
+    for _ in range(200):
+        rpc_sync("w1", echo, (x,))
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n_lat):
+            rpc_sync("w1", echo, (x,))
+        best = min(best, (time.perf_counter() - t) / n_lat)
+    res["latency_us"] = best * 1e6
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        wait_all([rpc_async("w1", echo, (x,)) for _ in range(n_pipe)])
+        best = min(best, time.perf_counter() - t)
+    res["calls_per_s"] = n_pipe / best
+    for mib in sizes:
+        x = make(mib << 18)
+        rpc_sync("w1", echo, (x,))
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            y = rpc_sync("w1", echo, (x,))
+            best = min(best, time.perf_counter() - t)
+            del y
+        res[f"bw_{mib}MiB_MBps"] = (mib << 20) / best / 1e6
+        del x
+    return res
+
+
+def worker(impl: str, rank: int, port: int, sizes: list[int], repeats: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    n_lat, n_pipe = 2000, 5000
+    if impl == "torch":
+        import torch
+        import torch.distributed.rpc as rpc
+
+        rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
+        if rank == 0:
+            res = _measure(
+                rpc.rpc_sync,
+                rpc.rpc_async,
+                torch.futures.wait_all,
+                lambda n: torch.ones(n, dtype=torch.float32),
+                sizes,
+                repeats,
+                n_lat,
+                n_pipe,
+            )
+            Path(out).write_text(json.dumps(res))
+        rpc.shutdown()
+    else:
+        import numpy as np
+
+        from tensorplay_jax.distributed import rpc
+
+        rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
+        if rank == 0:
+            res = _measure(
+                rpc.rpc_sync,
+                rpc.rpc_async,
+                rpc.wait_all,
+                lambda n: np.ones(n, dtype=np.float32),
+                sizes,
+                repeats,
+                n_lat,
+                n_pipe,
+            )
+            Path(out).write_text(json.dumps(res))
+        rpc.shutdown()
+
+
+def run(impl: str, sizes: list[int], repeats: int) -> dict:
+    port = _port()
+    out = f"/tmp/tpj-bench-{impl}-{os.getpid()}.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    boot = (
+        "import sys; from benchmarks.rpc import worker; "
+        "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "
+        "[int(s) for s in sys.argv[4].split(',')], int(sys.argv[5]), sys.argv[6])"
+    )
+    args = [impl, None, str(port), ",".join(map(str, sizes)), str(repeats), out]
+    procs = []
+    for rank in (0, 1):
+        a = list(args)
+        a[1] = str(rank)
+        procs.append(subprocess.Popen([sys.executable, "-c", boot, *a], env=env, cwd=ROOT))
+    for p in procs:
+        if p.wait(timeout=900) != 0:
+            raise SystemExit(f"{impl} benchmark worker failed")
+    res = json.loads(Path(out).read_text())
+    os.unlink(out)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["ours", "torch"], default=None)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256])
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    results = {}
+    for impl in ("ours", "torch"):
+        if a.only in (None, impl):
+            results[impl] = run(impl, a.sizes, a.repeats)
+    keys = ["latency_us", "calls_per_s"] + [f"bw_{m}MiB_MBps" for m in a.sizes]
+    print(f"{'metric':<18}{'tensorplay_jax':>16}{'torch':>12}{'ratio':>10}  target")
+    for k in keys:
+        o = results.get("ours", {}).get(k)
+        t = results.get("torch", {}).get(k)
+        ratio = f"{o / t:.2f}x" if o and t else "-"
+        target = {"latency_us": "<= 0.80x", "calls_per_s": ">= 1.25x"}.get(
+            k, ">= 1.00x" if k.startswith("bw_") and int(k[3:].split("M")[0]) >= 64 else ""
+        )
+        fo = f"{o:,.0f}" if o is not None else "-"
+        ft = f"{t:,.0f}" if t is not None else "-"
+        print(f"{k:<18}{fo:>16}{ft:>12}{ratio:>10}  {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""RPC over gRPC with the tensorplay API: init_rpc, rpc_sync, rpc_async, remote, RRef, shutdown.
+
+Also re-exported as ``tensorplay_jax.distributed.rpc``. See ``DESIGN.md``
+section 3. Extension points for other packages (distributed autograd):
+
+- ``register_type(cls, encode, decode)``: carry your own classes on the wire
+  (``_codec``);
+- ``call_metadata(...)``, ``current_call_metadata()``, ``current_caller()``:
+  a metadata dict travels with every request (``rpc_*``, ``remote``,
+  ``to_here``) and reply (``_context``);
+- ``register_hooks(RpcHooks())``: observe or rewrite outgoing arguments and
+  incoming results on both sides (``_context``).
+"""
+
+from tensorplay_jax.rpc import functions as functions
+from tensorplay_jax.rpc._codec import register_type as register_type
+from tensorplay_jax.rpc._context import CallInfo as CallInfo
+from tensorplay_jax.rpc._context import RpcHooks as RpcHooks
+from tensorplay_jax.rpc._context import call_metadata as call_metadata
+from tensorplay_jax.rpc._context import current_call_metadata as current_call_metadata
+from tensorplay_jax.rpc._context import current_caller as current_caller
+from tensorplay_jax.rpc._context import register_hooks as register_hooks
+from tensorplay_jax.rpc._errors import RpcError as RpcError
+from tensorplay_jax.rpc._errors import RpcNotInitializedError as RpcNotInitializedError
+from tensorplay_jax.rpc._errors import RpcPeerError as RpcPeerError
+from tensorplay_jax.rpc._errors import RpcTimeoutError as RpcTimeoutError
+from tensorplay_jax.rpc._futures import Future as Future
+from tensorplay_jax.rpc._futures import wait_all as wait_all
+from tensorplay_jax.rpc._launch import spawn as spawn
+from tensorplay_jax.rpc._rref import RRef as RRef
+from tensorplay_jax.rpc._types import BackendType as BackendType
+from tensorplay_jax.rpc._types import GrpcRpcBackendOptions as GrpcRpcBackendOptions
+from tensorplay_jax.rpc._types import TensorPipeRpcBackendOptions as TensorPipeRpcBackendOptions
+from tensorplay_jax.rpc._types import WorkerInfo as WorkerInfo
+from tensorplay_jax.rpc.api import get_debug_info as get_debug_info
+from tensorplay_jax.rpc.api import get_worker_info as get_worker_info
+from tensorplay_jax.rpc.api import init_rpc as init_rpc
+from tensorplay_jax.rpc.api import is_initialized as is_initialized
+from tensorplay_jax.rpc.api import remote as remote
+from tensorplay_jax.rpc.api import rpc_async as rpc_async
+from tensorplay_jax.rpc.api import rpc_sync as rpc_sync
+from tensorplay_jax.rpc.api import shutdown as shutdown
+
+__all__ = [
+    "BackendType",
+    "CallInfo",
+    "Future",
+    "GrpcRpcBackendOptions",
+    "RRef",
+    "RpcError",
+    "RpcHooks",
+    "RpcNotInitializedError",
+    "RpcPeerError",
+    "RpcTimeoutError",
+    "TensorPipeRpcBackendOptions",
+    "WorkerInfo",
+    "call_metadata",
+    "current_call_metadata",
+    "current_caller",
+    "functions",
+    "get_debug_info",
+    "get_worker_info",
+    "init_rpc",
+    "is_initialized",
+    "register_hooks",
+    "register_type",
+    "remote",
+    "rpc_async",
+    "rpc_sync",
+    "shutdown",
+    "spawn",
+    "wait_all",
+]

@@ -1,0 +1,592 @@
+"""The RPC agent: one per process; sends requests, serves them, keeps timeouts and shuts down with the others.
+
+Message envelopes (small msgpack lists, decoded in the stream reader thread):
+
+- requests ``[kind, message id, metadata, *extra]`` with kind CALL (body:
+  ``(func, args, kwargs)``), REMOTE (extra: rref id, fork id; same body),
+  FETCH (extra: rref id), FORK_ADD / FORK_DEL (extra: rref id, fork id);
+- replies ``[OK or ERR, message id, response metadata]``; an ERR body is an
+  exception record (class reference + message with the remote traceback).
+
+Calls run in a thread pool of ``num_worker_threads``; RRef bookkeeping
+(REMOTE's owner record, FORK_ADD/DEL) happens in the reader thread so it
+keeps the order in which each peer sent it.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import itertools
+import logging
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+import traceback
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tensorplay_jax._constants import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
+from tensorplay_jax.rpc import _codec, _context, _rref
+from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
+from tensorplay_jax.rpc._framing import Message
+from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._rendezvous import StoreClient, StoreServer, resolve_init
+from tensorplay_jax.rpc._service import Link, Server, TlsConfig, connect
+from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+
+__all__ = ["Agent", "current_agent", "get_agent"]
+
+log = logging.getLogger(__name__)
+
+CALL, REMOTE, FETCH, FORK_ADD, FORK_DEL = 1, 2, 3, 4, 5
+OK, ERR = 16, 17
+_KIND_NAMES = {CALL: "call", REMOTE: "remote", FETCH: "fetch", FORK_ADD: "fork", FORK_DEL: "unfork"}
+_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
+_SECRET_ENV = "TENSORPLAY_JAX_RPC_SECRET"
+
+_current: Agent | None = None
+
+
+def current_agent() -> Agent | None:
+    return _current
+
+
+def get_agent(what: str) -> Agent:
+    agent = _current
+    if agent is None:
+        raise not_initialized(what)
+    return agent
+
+
+def func_name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return repr(fn)
+    return f"{mod}.{qual}" if mod else qual
+
+
+class _Pending:
+    __slots__ = ("fut", "info", "link", "timeout", "to")
+
+    def __init__(
+        self, fut: Future, to: WorkerInfo, info: _context.CallInfo, timeout: float
+    ) -> None:
+        self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
+        self.link: Link | None = None
+
+
+class _Deadlines:
+    """One thread that fails calls whose timeout passed."""
+
+    def __init__(self, expire: Any) -> None:
+        self._heap: list[tuple[float, int]] = []
+        self._cv = threading.Condition()
+        self._expire = expire
+        self._stopped = False
+        threading.Thread(target=self._run, name="tpj-rpc-timeouts", daemon=True).start()
+
+    def add(self, deadline: float, mid: int) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (deadline, mid))
+            if self._heap[0][1] == mid:
+                self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    self._cv.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                if self._stopped:
+                    return
+                _, mid = heapq.heappop(self._heap)
+            self._expire(mid)
+
+
+def validate_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"init_rpc: invalid worker name {name!r}; use 1-128 characters from "
+            "letters, digits and _ - : ."
+        )
+    return name
+
+
+class Agent:
+    """Everything one worker needs to call and serve the others."""
+
+    def __init__(
+        self, name: str, rank: int, world_size: int | None, options: GrpcRpcBackendOptions
+    ) -> None:
+        self.options = options
+        self.name = validate_name(name)
+        host, port, rank, world_size = resolve_init(options.init_method, rank, world_size)
+        self.rank, self.world_size = rank, world_size
+        self.me = WorkerInfo(name, rank)
+        self._store_addr = (host, port)
+        self.workers: dict[str, WorkerInfo] = {}
+        self.by_id: dict[int, WorkerInfo] = {}
+        self._addresses: dict[int, str] = {}
+        self._links: dict[int, Link] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._inflight = 0
+        self.activity = 0
+        self.stopped = False
+        self._store_server: StoreServer | None = None
+        self.store: StoreClient | None = None
+        self._server: Server | None = None
+        self._tls: TlsConfig | None = None
+        if options.tls_cert_chain is not None:
+            self._tls = TlsConfig(
+                options.tls_cert_chain,
+                options.tls_private_key,  # type: ignore[arg-type]
+                options.tls_root_certs,  # type: ignore[arg-type]
+                options.tls_server_name,
+                options.tls_require_client_auth,
+            )
+        self._executor = ThreadPoolExecutor(
+            max_workers=options.num_worker_threads, thread_name_prefix="tpj-rpc-worker"
+        )
+        self._deadlines = _Deadlines(self._expire)
+        self.rrefs = _rref.RRefTable(self)
+
+    # ------------------------------------------------------------------ startup
+
+    def start(self) -> None:
+        """Rendezvous with the other workers and start serving."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop(leak_check=False)
+            raise
+
+    def _start(self) -> None:
+        opts, (host, port) = self.options, self._store_addr
+        if self.rank == 0:
+            self._store_server = StoreServer(host, port)
+        self.store = StoreClient(host, port, self.rank, opts.init_timeout)
+        secret = opts.secret or os.environ.get(_SECRET_ENV)
+        if secret is None:
+            if self.rank == 0:
+                secret = secrets.token_hex(32)
+                self.store.set("secret", secret)
+            else:
+                secret = self.store.wait({"secret": 0}, opts.init_timeout)[0]["secret"]
+        self._secret = secret
+        self._server = Server(
+            secret=secret,
+            on_message=self._on_message,
+            on_malformed=self._on_malformed,
+            on_closed=self._on_closed,
+            max_streams=4 * self.world_size + 16,
+            tls=self._tls,
+        )
+        bound = self._server.start(opts.listen_addr, opts.port)
+        adv = opts.advertise_addr
+        if adv is None:
+            adv = opts.listen_addr
+            if adv in ("0.0.0.0", "::", ""):
+                adv = socket.gethostname()
+        self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
+        nonce = secrets.token_hex(8)
+        mine = {"name": self.name, "addr": self.address, "nonce": nonce}
+        got = self.store.setnx(f"rank/{self.rank}", mine)
+        if got["nonce"] != nonce:
+            raise ValueError(
+                f"init_rpc: rank {self.rank} is already taken by worker {got['name']!r}; "
+                "give every process its own rank"
+            )
+        try:
+            table, dead = self.store.wait(
+                {f"rank/{r}": r for r in range(self.world_size)}, opts.init_timeout
+            )
+        except TimeoutError as e:
+            raise TimeoutError(
+                f"init_rpc: not every worker joined the rendezvous: {e} "
+                f"(world_size={self.world_size}; raise init_timeout or start the missing ranks)"
+            ) from None
+        if dead:
+            raise RpcPeerError(f"init_rpc: ranks {dead} exited during the rendezvous")
+        names: dict[str, int] = {}
+        for r in range(self.world_size):
+            ent = table[f"rank/{r}"]
+            if ent["name"] in names:
+                raise ValueError(
+                    f"init_rpc: duplicate worker name {ent['name']!r} (ranks {names[ent['name']]} "
+                    f"and {r}); every worker needs a unique name"
+                )
+            names[ent["name"]] = r
+            info = WorkerInfo(ent["name"], r)
+            self.workers[info.name] = info
+            self.by_id[r] = info
+            self._addresses[r] = ent["addr"]
+
+    # ------------------------------------------------------------------ lookups
+
+    def resolve(self, to: Any, what: str) -> WorkerInfo:
+        if isinstance(to, WorkerInfo):
+            info = self.by_id.get(to.id)
+            if info is None or info.name != to.name:
+                raise ValueError(f"{what}: unknown destination worker {to!r}; {self._known()}")
+            return info
+        if isinstance(to, str):
+            info = self.workers.get(to)
+            if info is None:
+                raise ValueError(f"{what}: unknown destination worker name {to!r}; {self._known()}")
+            return info
+        if isinstance(to, int) and not isinstance(to, bool):
+            info = self.by_id.get(to)
+            if info is None:
+                raise ValueError(f"{what}: unknown destination worker rank {to}; {self._known()}")
+            return info
+        raise TypeError(f"{what}: to={to!r} must be a worker name, a rank (int) or a WorkerInfo")
+
+    def _known(self) -> str:
+        return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in self.by_id.values())
+
+    def _peer_info(self, name: str) -> WorkerInfo:
+        return self.workers.get(name) or WorkerInfo(name, -1)
+
+    # ------------------------------------------------------------------ calling
+
+    def _link_for(self, to: WorkerInfo) -> Link:
+        link = self._links.get(to.id)
+        if link is None or not link.alive:
+            link = connect(
+                self._addresses[to.id],
+                peer=to.name,
+                secret=self._secret,
+                me=self.name,
+                on_message=self._on_message,
+                on_malformed=self._on_malformed,
+                on_closed=self._on_closed,
+                tls=self._tls,
+            )
+            self._links[to.id] = link
+        return link
+
+    def timeout_of(self, timeout: float) -> float:
+        if timeout is None or timeout < 0:
+            return self.options.rpc_timeout
+        return timeout
+
+    def call(
+        self,
+        to: WorkerInfo,
+        kind: int,
+        func: Any = None,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        timeout: float = -1,
+        extra: tuple = (),
+    ) -> Future:
+        """Send one request; the Future gets the reply (or the error)."""
+        if self.stopped:
+            raise not_initialized(_KIND_NAMES.get(kind, "rpc"))
+        kwargs = kwargs or {}
+        timeout = self.timeout_of(timeout)
+        mid = next(self._ids)
+        meta = _context.outgoing_metadata()
+        info = _context.CallInfo(
+            to, _KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta
+        )
+        hooks = _context.active_hooks()
+        if kind in (CALL, REMOTE):
+            for h in hooks:
+                args, kwargs = h.on_send_request(info, args, kwargs)
+            enc = _codec.encode((func, tuple(args), kwargs))
+        else:
+            if kind == FETCH:
+                for h in hooks:
+                    h.on_send_request(info, (), {})
+            enc = _codec.Encoded(b"\xc0", [])
+        env = _codec.dumps_small([kind, mid, meta, *extra])
+        fut: Future = Future(callback_executor=self._executor)
+        pend = _Pending(fut, to, info, timeout)
+        with self._lock:
+            if self.stopped:
+                raise not_initialized(info.kind)
+            link = self._link_for(to)
+            pend.link = link
+            self._pending[mid] = pend
+            self.activity += 1
+        if timeout > 0:
+            self._deadlines.add(time.monotonic() + timeout, mid)
+        link.send(env, enc.header, enc.buffers)
+        return fut
+
+    def _expire(self, mid: int) -> None:
+        with self._lock:
+            pend = self._pending.pop(mid, None)
+        if pend is not None:
+            pend.fut._try_set_exception(
+                RpcTimeoutError(
+                    f"RPC ran for more than {pend.timeout:g} seconds: {pend.info.kind} to worker "
+                    f"{pend.to.name!r} (rank {pend.to.id}) running {pend.info.func_name or '-'} "
+                    "timed out (pass a larger timeout= or GrpcRpcBackendOptions(rpc_timeout=...))"
+                ),
+            )
+
+    def _on_closed(self, link: Link, reason: str) -> None:
+        with self._lock:
+            for wid, ln in list(self._links.items()):
+                if ln is link:
+                    del self._links[wid]
+            dead = [m for m, p in self._pending.items() if p.link is link]
+            pends = [self._pending.pop(m) for m in dead]
+        for p in pends:
+            if self.stopped:
+                msg = f"{p.info.kind} to worker {p.to.name!r} was cancelled: RPC was shut down"
+            else:
+                msg = (
+                    f"{p.info.kind} to worker {p.to.name!r} (rank {p.to.id}) running "
+                    f"{p.info.func_name or '-'} failed: lost the connection to {p.to.name!r} at "
+                    f"{self._addresses.get(p.to.id)} ({reason}); the worker may have exited or "
+                    "been killed"
+                )
+            p.fut._try_set_exception(RpcPeerError(msg))
+
+    # ------------------------------------------------------------------ receiving
+
+    def _on_message(self, link: Link, msg: Message) -> None:
+        try:
+            env = _codec.loads_small(msg.envelope)
+            kind, mid, meta = env[0], env[1], env[2]
+            if not isinstance(kind, int) or not isinstance(mid, int) or not isinstance(meta, dict):
+                raise _codec.DecodeError("bad envelope")
+        except Exception as e:
+            self._on_malformed(link, e)
+            return
+        if kind == OK or kind == ERR:
+            self._on_reply(kind, mid, meta, msg)
+        else:
+            self._on_request(link, kind, mid, meta, env[3:], msg)
+
+    def _on_malformed(self, link: Link, err: Exception) -> None:
+        log.warning("rpc: malformed message from %s: %s", link.peer, err)
+        exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
+        self._send_error(link, 0, exc, "")
+
+    def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
+        with self._lock:
+            pend = self._pending.pop(mid, None)
+            self.activity += 1
+        if pend is None:
+            return  # timed out or cancelled already
+        try:
+            value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
+            if kind == OK:
+                for h in _context.active_hooks():
+                    value = h.on_receive_response(pend.info, value, meta)
+                pend.fut._try_set_result(value)
+            else:
+                pend.fut._try_set_exception(_codec.rebuild_exception(value))
+        except BaseException as e:
+            pend.fut._try_set_exception(e)
+
+    def _on_request(
+        self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
+    ) -> None:
+        caller = self._peer_info(link.peer)
+        with self._lock:
+            self._inflight += 1
+            self.activity += 1
+        try:
+            if kind == FORK_ADD or kind == FORK_DEL:
+                if kind == FORK_ADD:
+                    self.rrefs.add_fork(extra[0], extra[1])
+                else:
+                    self.rrefs.del_fork(extra[0], extra[1])
+                self._send_ok(link, mid, None, {})
+                self._done_serving()
+                return
+            record = None
+            if kind == REMOTE:
+                record = self.rrefs.create_owned(extra[0], extra[1])
+            elif kind == FETCH:
+                record = self.rrefs.lookup(extra[0])
+            elif kind != CALL:
+                raise _codec.DecodeError(f"unknown request kind {kind}")
+            self._executor.submit(self._serve, link, kind, mid, meta, msg, caller, record, extra)
+        except BaseException as e:
+            self._send_error(link, mid, e, "")
+            self._done_serving()
+
+    def _done_serving(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+
+    def _serve(
+        self,
+        link: Link,
+        kind: int,
+        mid: int,
+        meta: dict,
+        msg: Message,
+        caller: WorkerInfo,
+        record: Any,
+        extra: list,
+    ) -> None:
+        info = _context.CallInfo(caller, _KIND_NAMES[kind], "", mid, meta)
+        try:
+            with _context.serving(meta, caller):
+                try:
+                    if kind == FETCH:
+                        if record is None:
+                            raise RuntimeError(
+                                f"to_here: the RRef {extra[0]:#x} no longer exists on its owner "
+                                f"{self.name!r} (it was deleted, or its owner restarted)"
+                            )
+                        self._reply_when_done(link, mid, info, record.value)
+                        return
+                    fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
+                    info = info._replace(func_name=func_name(fn))
+                    for h in _context.active_hooks():
+                        args, kwargs = h.on_receive_request(info, args, kwargs)
+                    result = fn(*args, **kwargs)
+                    if isinstance(result, Future) and getattr(fn, "_tpj_async_execution", False):
+                        if kind == REMOTE:
+                            result.add_done_callback(record.value._copy_from)
+                            result = record.value
+                        self._reply_when_done(link, mid, info, result, remote=kind == REMOTE)
+                        return
+                except BaseException as e:
+                    if record is not None and kind == REMOTE:
+                        record.value._try_set_exception(e)
+                    self._send_error(link, mid, e, info.func_name)
+                    return
+                if kind == REMOTE:
+                    record.value._try_set_result(result)
+                    result = None
+                self._reply(link, mid, info, result)
+        finally:
+            self._done_serving()
+
+    def _reply_when_done(
+        self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
+    ) -> None:
+        with self._lock:
+            self._inflight += 1
+
+        def done(f: Future) -> None:
+            try:
+                with _context.serving(info.metadata, info.peer):
+                    try:
+                        result = f.wait()
+                    except BaseException as e:
+                        self._send_error(link, mid, e, info.func_name)
+                        return
+                    self._reply(link, mid, info, None if remote else result)
+            finally:
+                self._done_serving()
+
+        value.add_done_callback(done)
+
+    def _reply(self, link: Link, mid: int, info: Any, result: Any) -> None:
+        resp_meta: dict[str, Any] = {}
+        try:
+            for h in _context.active_hooks():
+                result = h.on_send_response(info, result, resp_meta)
+            self._send_ok(link, mid, result, resp_meta)
+        except BaseException as e:
+            self._send_error(link, mid, e, info.func_name)
+
+    def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
+        enc = _codec.encode(result)
+        link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
+
+    def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
+        tb = "".join(traceback.format_exception(exc)).rstrip()
+        where = f" while running {fname}" if fname else ""
+        message = (
+            f"{exc}\n\nRemote traceback from worker {self.name!r} (rank {self.rank}){where}:\n{tb}"
+        )
+        body = _codec.encode(_codec.exception_record(exc, message))
+        link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def outstanding(self) -> int:
+        return len(self._pending) + self._inflight
+
+    def wait_for_all_workers(self, timeout: float) -> None:
+        """Graceful shutdown barrier: return once no worker has work left or in flight.
+
+        Each round, every worker waits until its own calls and served requests
+        are done, then publishes how many messages it has handled. Two rounds in
+        a row with identical counts on every worker mean nothing moved in
+        between, so everyone can stop.
+        """
+        gc.collect()
+        self.rrefs.release_users()
+        deadline = None if not timeout else time.monotonic() + timeout
+        assert self.store is not None
+        prev: dict[int, Any] | None = None
+        for k in itertools.count():
+            while self.outstanding():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"shutdown: worker {self.name!r} still has {self.outstanding()} RPCs "
+                        f"outstanding after {timeout:g} s"
+                    )
+                time.sleep(0.002)
+            self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            vals, _ = self.store.wait(
+                {f"shutdown/{k}/{r}": r for r in range(self.world_size)}, left
+            )
+            cur = {r: vals.get(f"shutdown/{k}/{r}") for r in range(self.world_size)}
+            if cur == prev:
+                return
+            prev = cur
+
+    def stop(self, *, leak_check: bool = True) -> None:
+        """Stop serving and close every connection (local; see wait_for_all_workers)."""
+        with self._lock:
+            self.stopped = True
+            links = list(self._links.values())
+        if leak_check:
+            leaks = self.rrefs.owned_ids()
+            if leaks:
+                warnings.warn(
+                    f"RRef leak check: worker {self.name!r} still owns {len(leaks)} value(s) that "
+                    f"other workers referenced at shutdown: "
+                    + ", ".join(f"{i:#x}" for i in leaks[:10]),
+                    stacklevel=3,
+                )
+        for link in links:
+            link.close()
+        if self._server is not None:
+            self._server.stop(RPC_SERVER_STOP_GRACE_S)
+        self._deadlines.stop()
+        self.rrefs.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.store is not None:
+            try:
+                self.store.add("shutdown/exit", 1)
+                if self._store_server is not None:
+                    self.store.wait_count(
+                        "shutdown/exit", self.world_size, RPC_SHUTDOWN_EXIT_WAIT_S
+                    )
+            except (ConnectionError, OSError):
+                pass
+            self.store.close()
+        if self._store_server is not None:
+            self._store_server.close()
+
+
+def set_current(agent: Agent | None) -> None:
+    global _current
+    _current = agent

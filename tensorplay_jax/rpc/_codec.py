@@ -1,0 +1,501 @@
+"""The RPC wire format: msgpack values, arrays as out-of-band buffers, and the type registry.
+
+This module is the only one that imports msgpack. A value is encoded into an
+:class:`Encoded`: one msgpack *header* plus a list of raw *buffers*. Arrays
+(numpy and JAX, every dtype JAX knows including bfloat16, int4 and float8, 0-d
+and non-contiguous) appear in the header as an extension record holding dtype,
+shape and the index of their buffer; the buffer itself is a memoryview of the
+array's memory, so encoding copies no array data (a non-contiguous view is
+made contiguous once). Decoding rebuilds arrays on top of the received buffers.
+
+Built in: None, bool, int (any size), float, complex, str, bytes, bytearray,
+list, tuple, dict, set, frozenset, namedtuples, dataclasses, numpy scalars,
+classes and functions. Functions and classes travel by reference (module +
+qualname) when the receiver can import them, else by value with cloudpickle.
+Anything else falls back to cloudpickle. Pickled records are only ever decoded
+after the transport has authenticated the peer (see ``_service``).
+
+Extension hook for other packages::
+
+    register_type(Tensor, encode=lambda t: (t.data, t.requires_grad),
+                  decode=lambda v: Tensor(v[0], requires_grad=v[1]))
+
+``encode`` returns any value this codec can encode (arrays inside it still
+travel out of band); ``decode`` receives that value back on the other side.
+Types are matched by a stable name (``module.qualname`` by default), so two
+processes need not register in the same order. RRef, WorkerInfo and exceptions
+use this same registry. While a registered decoder runs, :func:`current_peer`
+names the worker the bytes came from.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import dataclasses
+import importlib
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import cloudpickle
+import jax
+import jax.numpy as jnp
+import msgpack
+import numpy as np
+
+__all__ = [
+    "DecodeError",
+    "Encoded",
+    "current_peer",
+    "decode",
+    "dumps_small",
+    "encode",
+    "exception_record",
+    "loads_small",
+    "rebuild_exception",
+    "register_type",
+]
+
+# Extension type codes (stable on the wire).
+_EXT_ARRAY = 1
+_EXT_TUPLE = 2
+_EXT_COMPLEX = 3
+_EXT_BIGINT = 4
+_EXT_SET = 5
+_EXT_FROZENSET = 6
+_EXT_NAMEDTUPLE = 7
+_EXT_DATACLASS = 8
+_EXT_OBJREF = 9  # a class or function (by reference or by value)
+_EXT_REGISTERED = 10
+_EXT_PICKLE = 11
+_EXT_BYTEARRAY = 12
+
+# Array kinds inside an _EXT_ARRAY record.
+_NUMPY, _JAX, _NUMPY_SCALAR = 0, 1, 2
+
+_FUNC_CACHE_SIZE = 256
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a valid message of this wire format."""
+
+
+class Encoded(NamedTuple):
+    """An encoded value: the msgpack header and the raw buffers it refers to."""
+
+    header: bytes
+    buffers: list[memoryview]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.header) + sum(b.nbytes for b in self.buffers)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    name: str
+    cls: type
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+    subclasses: bool
+
+
+_by_type: dict[type, _Entry | None] = {}
+_by_name: dict[str, _Entry] = {}
+_subclass_entries: list[_Entry] = []
+
+
+def register_type(
+    cls: type,
+    encode: Callable[[Any], Any],
+    decode: Callable[[Any], Any],
+    *,
+    name: str | None = None,
+    subclasses: bool = False,
+) -> None:
+    """Teach the RPC wire format to carry instances of ``cls``.
+
+    Args:
+      cls: the class to register.
+      encode: maps an instance to a value the codec can already encode
+        (arrays, containers, other registered types ...).
+      decode: maps that value back to an instance on the receiving worker.
+      name: the stable wire name; ``module.qualname`` of ``cls`` by default.
+        Both sides must register the same name.
+      subclasses: also use this entry for subclasses of ``cls`` that have no
+        entry of their own.
+
+    Raises:
+      ValueError: ``name`` is already registered for a different class.
+
+    Example:
+      >>> import dataclasses
+      >>> from tensorplay_jax.rpc import _codec
+      >>> class Celsius:
+      ...     def __init__(self, deg): self.deg = deg
+      >>> _codec.register_type(Celsius, lambda c: c.deg, Celsius, name="doc.Celsius")
+      >>> _codec.decode(_codec.encode(Celsius(21.5))).deg
+      21.5
+    """
+    key = name or f"{cls.__module__}.{cls.__qualname__}"
+    old = _by_name.get(key)
+    if old is not None and old.cls is not cls:
+        raise ValueError(
+            f"register_type: name {key!r} is already registered for {old.cls!r}; "
+            f"pass a different name= for {cls!r}"
+        )
+    entry = _Entry(key, cls, encode, decode, subclasses)
+    _by_name[key] = entry
+    _by_type.clear()
+    _by_type[cls] = entry
+    if subclasses:
+        _subclass_entries[:] = [e for e in _subclass_entries if e.cls is not cls] + [entry]
+
+
+def _lookup(t: type) -> _Entry | None:
+    try:
+        return _by_type[t]
+    except KeyError:
+        pass
+    entry = None
+    for e in _subclass_entries:
+        if issubclass(t, e.cls):
+            entry = e
+            break
+    _by_type[t] = entry
+    return entry
+
+
+# ---------------------------------------------------------------------------
+# Decode context: which peer the bytes came from.
+
+_peer: contextvars.ContextVar[Any] = contextvars.ContextVar("tpj_rpc_decode_peer", default=None)
+
+
+def current_peer() -> Any:
+    """The peer (a WorkerInfo) whose message is being decoded, or None."""
+    return _peer.get()
+
+
+@contextlib.contextmanager
+def _peer_scope(peer: Any) -> Iterator[None]:
+    token = _peer.set(peer)
+    try:
+        yield
+    finally:
+        _peer.reset(token)
+
+
+# ---------------------------------------------------------------------------
+# Classes and functions: by reference when importable, else by value.
+
+
+def _resolve(module: str, qualname: str) -> Any:
+    obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_by_ref_ok: dict[Any, bool] = {}
+
+
+def _importable(obj: Any) -> tuple[str, str] | None:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if module == "__main__" or "<" in qualname:
+        return None
+    try:
+        cached = _by_ref_ok.get(obj)
+    except TypeError:  # unhashable callable
+        return None
+    if cached is None:
+        try:
+            cached = _resolve(module, qualname) is obj
+        except Exception:
+            cached = False
+        if cached:
+            _by_ref_ok[obj] = True
+    return (module, qualname) if cached else None
+
+
+def _objref(obj: Any) -> list[Any]:
+    ref = _importable(obj)
+    if ref is not None:
+        return [ref[0], ref[1]]
+    return [None, cloudpickle.dumps(obj)]
+
+
+_unpickled: collections.OrderedDict[bytes, Any] = collections.OrderedDict()
+
+
+def _load_objref(rec: list[Any]) -> Any:
+    if rec[0] is not None:
+        try:
+            return _resolve(rec[0], rec[1])
+        except Exception as e:
+            raise DecodeError(
+                f"cannot import {rec[0]}.{rec[1]} on this worker ({type(e).__name__}: {e}); "
+                "make the module importable here (PYTHONPATH) or define it where it is used"
+            ) from None
+    blob = bytes(rec[1])
+    obj = _unpickled.get(blob)
+    if obj is None:
+        obj = cloudpickle.loads(blob)
+        _unpickled[blob] = obj
+        if len(_unpickled) > _FUNC_CACHE_SIZE:
+            _unpickled.popitem(last=False)
+    return obj
+
+
+# ---------------------------------------------------------------------------
+# Encoding
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    return dt.name
+
+
+def _array_record(arr: np.ndarray, kind: int, buffers: list[memoryview]) -> msgpack.ExtType:
+    if arr.dtype.hasobject or arr.dtype.fields is not None:
+        raise TypeError  # caller falls back to pickle
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    buffers.append(memoryview(arr.reshape(-1).view(np.uint8)))
+    body = msgpack.packb([kind, _dtype_name(arr.dtype), list(arr.shape), len(buffers) - 1])
+    return msgpack.ExtType(_EXT_ARRAY, body)
+
+
+def encode(obj: Any) -> Encoded:
+    """Encode ``obj`` into a msgpack header plus out-of-band array buffers.
+
+    Args:
+      obj: any value (see the module docstring for what travels how).
+
+    Returns:
+      The :class:`Encoded` message; its buffers alias the arrays' memory.
+
+    Example:
+      >>> import numpy as np
+      >>> e = encode({"x": np.arange(3, dtype=np.int32), "k": (1, "a")})
+      >>> [b.nbytes for b in e.buffers]
+      [12]
+    """
+    buffers: list[memoryview] = []
+
+    def default(o: Any) -> Any:
+        return _default(o, buffers, default)
+
+    header = msgpack.packb(obj, default=default, strict_types=True, use_bin_type=True)
+    return Encoded(header, buffers)
+
+
+def _pack(o: Any, default: Callable[[Any], Any]) -> bytes:
+    return msgpack.packb(o, default=default, strict_types=True, use_bin_type=True)
+
+
+def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -> Any:
+    t = type(o)
+    entry = _lookup(t)
+    if entry is not None:
+        return msgpack.ExtType(_EXT_REGISTERED, _pack([entry.name, entry.encode(o)], default))
+    if isinstance(o, jax.Array):
+        if isinstance(o, jax.core.Tracer):
+            raise TypeError(
+                f"cannot send a traced JAX value ({o.aval}) over RPC: call rpc functions outside "
+                "jax.jit/jax.grad or use the differentiable RPC of tensorplay_jax.distributed.autograd"
+            )
+        return _array_record(np.asarray(o), _JAX, buffers)
+    if t is np.ndarray:
+        try:
+            return _array_record(o, _NUMPY, buffers)
+        except TypeError:
+            return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+    if isinstance(o, np.generic):
+        try:
+            return _array_record(np.asarray(o), _NUMPY_SCALAR, buffers)
+        except TypeError:
+            return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+    if t is tuple:
+        return msgpack.ExtType(_EXT_TUPLE, _pack(list(o), default))
+    if t is complex:
+        return msgpack.ExtType(_EXT_COMPLEX, _pack([o.real, o.imag], default))
+    if t is int:
+        return msgpack.ExtType(_EXT_BIGINT, str(o).encode())
+    if t is set or t is frozenset:
+        code = _EXT_SET if t is set else _EXT_FROZENSET
+        return msgpack.ExtType(code, _pack(list(o), default))
+    if t is bytearray or t is memoryview:
+        return msgpack.ExtType(_EXT_BYTEARRAY, bytes(o))
+    if isinstance(o, tuple) and hasattr(t, "_fields"):
+        return msgpack.ExtType(_EXT_NAMEDTUPLE, _pack([_objref(t), list(o)], default))
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        fields = {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        return msgpack.ExtType(_EXT_DATACLASS, _pack([_objref(t), fields], default))
+    if isinstance(o, type | types.FunctionType | types.BuiltinFunctionType) or (
+        callable(o) and _importable(o) is not None
+    ):
+        return msgpack.ExtType(_EXT_OBJREF, _pack(_objref(o), default))
+    return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+
+
+def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
+    kind, dtype_name, shape, index = rec
+    dtype = jnp.dtype(dtype_name)
+    buf = buffers[index]
+    arr = np.frombuffer(buf, dtype=np.uint8).view(dtype).reshape(shape)
+    if kind == _JAX:
+        return jax.device_put(arr)
+    if kind == _NUMPY_SCALAR:
+        return arr[()]
+    if not arr.flags.writeable:
+        arr = arr.copy()  # small messages alias the packet; hand out a writable array
+    return arr
+
+
+def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: Any = None) -> Any:
+    """Decode what :func:`encode` produced.
+
+    Args:
+      message: an :class:`Encoded`, or the header bytes (then pass ``buffers``).
+      buffers: the out-of-band buffers, in order.
+      peer: the sending worker, visible to registered decoders via :func:`current_peer`.
+
+    Returns:
+      The value.
+
+    Raises:
+      DecodeError: the bytes are not a valid message.
+
+    Example:
+      >>> import numpy as np
+      >>> decode(encode((1, np.float32(2.0), [3j])))
+      (1, np.float32(2.0), [3j])
+    """
+    if isinstance(message, Encoded):
+        header, buffers = message.header, message.buffers
+    else:
+        header, buffers = message, buffers or []
+
+    def ext_hook(code: int, data: bytes) -> Any:
+        return _ext(code, data, buffers, ext_hook)
+
+    with _peer_scope(peer):
+        try:
+            return msgpack.unpackb(header, ext_hook=ext_hook, raw=False, strict_map_key=False)
+        except DecodeError:
+            raise
+        except Exception as e:
+            raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from e
+
+
+def _unpack(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
+    return msgpack.unpackb(data, ext_hook=ext_hook, raw=False, strict_map_key=False)
+
+
+def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, bytes], Any]) -> Any:
+    if code == _EXT_ARRAY:
+        return _array_from(msgpack.unpackb(data), buffers)
+    if code == _EXT_TUPLE:
+        return tuple(_unpack(data, ext_hook))
+    if code == _EXT_REGISTERED:
+        name, value = _unpack(data, ext_hook)
+        entry = _by_name.get(name)
+        if entry is None:
+            raise DecodeError(
+                f"no decoder registered for wire type {name!r} on this worker; "
+                "import the module that calls register_type for it"
+            )
+        return entry.decode(value)
+    if code == _EXT_COMPLEX:
+        re, im = _unpack(data, ext_hook)
+        return complex(re, im)
+    if code == _EXT_BIGINT:
+        return int(data.decode())
+    if code == _EXT_SET:
+        return set(_unpack(data, ext_hook))
+    if code == _EXT_FROZENSET:
+        return frozenset(_unpack(data, ext_hook))
+    if code == _EXT_BYTEARRAY:
+        return bytearray(data)
+    if code == _EXT_NAMEDTUPLE:
+        ref, values = _unpack(data, ext_hook)
+        return _load_objref(ref)(*values)
+    if code == _EXT_DATACLASS:
+        ref, fields = _unpack(data, ext_hook)
+        cls = _load_objref(ref)
+        obj = cls.__new__(cls)
+        for k, v in fields.items():
+            object.__setattr__(obj, k, v)
+        return obj
+    if code == _EXT_OBJREF:
+        return _load_objref(_unpack(data, ext_hook))
+    if code == _EXT_PICKLE:
+        return cloudpickle.loads(data)
+    raise DecodeError(f"unknown extension type code {code}")
+
+
+# ---------------------------------------------------------------------------
+# Small control records (envelopes) and exceptions.
+
+
+def dumps_small(obj: Any) -> bytes:
+    """Encode a small value with no out-of-band buffers (envelopes, control records)."""
+    enc = encode(obj)
+    if enc.buffers:
+        raise ValueError("dumps_small: value holds arrays; use encode()")
+    return enc.header
+
+
+def loads_small(data: bytes | memoryview, *, peer: Any = None) -> Any:
+    """Decode what :func:`dumps_small` produced."""
+    return decode(bytes(data), [], peer=peer)
+
+
+def exception_record(exc: BaseException, message: str | None = None) -> list[Any]:
+    """Describe ``exc`` by class reference and message (no pickle), for :func:`rebuild_exception`."""
+    t = type(exc)
+    return [t.__module__, t.__qualname__, str(exc) if message is None else message]
+
+
+def rebuild_exception(record: list[Any]) -> BaseException:
+    """Rebuild an exception of the same type with the recorded message.
+
+    A class this worker cannot import or construct from one message argument
+    becomes a RuntimeError that names it.
+    """
+    module, qualname, message = record
+    try:
+        cls = _resolve(module, qualname)
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise TypeError(f"{module}.{qualname} is not an exception class")
+        return cls(message)
+    except Exception as e:
+        return RuntimeError(
+            f"remote exception {module}.{qualname} (not rebuildable here: "
+            f"{type(e).__name__}: {e}): {message}"
+        )
+
+
+def _encode_exception(exc: BaseException) -> list[Any]:
+    return exception_record(exc)
+
+
+register_type(
+    BaseException, _encode_exception, rebuild_exception, name="exception", subclasses=True
+)

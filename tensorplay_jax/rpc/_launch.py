@@ -1,0 +1,266 @@
+"""Start local worker processes: the launcher's engine and ``spawn`` (for notebooks and scripts).
+
+Each worker gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT``; every line it prints is forwarded with a
+``[rank N]`` prefix; if one worker fails, the others are stopped (SIGTERM,
+then SIGKILL after ``LAUNCH_KILL_GRACE_S``) and the failure is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import cloudpickle
+
+from tensorplay_jax._constants import LAUNCH_KILL_GRACE_S
+
+__all__ = ["LocalWorkers", "WorkerProcesses", "free_port", "spawn"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _forward(stream: IO[str], out: IO[str], prefix: str, lock: threading.Lock) -> None:
+    for line in iter(stream.readline, ""):
+        with lock:
+            out.write(prefix + line if prefix else line)
+            out.flush()
+    stream.close()
+
+
+class WorkerProcesses:
+    """N started worker processes whose output is forwarded with a rank prefix."""
+
+    def __init__(
+        self,
+        cmds: Sequence[Sequence[str]],
+        envs: Sequence[Mapping[str, str]],
+        ranks: Sequence[int],
+        *,
+        prefix: bool = True,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
+        self.ranks = list(ranks)
+        self.procs: list[subprocess.Popen[str]] = []
+        self._threads: list[threading.Thread] = []
+        lock = threading.Lock()
+        out, err = stdout or sys.stdout, stderr or sys.stderr
+        for cmd, env, rank in zip(cmds, envs, ranks, strict=True):
+            p = subprocess.Popen(
+                list(cmd),
+                env=dict(env),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
+            self.procs.append(p)
+            pre = f"[rank {rank}] " if prefix else ""
+            for src, dst in ((p.stdout, out), (p.stderr, err)):
+                t = threading.Thread(target=_forward, args=(src, dst, pre, lock), daemon=True)
+                t.start()
+                self._threads.append(t)
+        self.failed: tuple[int, int] | None = None  # (rank, exit code) of the first failure
+
+    def wait(
+        self, timeout: float | None = None, *, on_failure: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Wait for all; stop the rest as soon as one fails. Returns 0 or the first failing exit code.
+
+        Raises:
+          TimeoutError: ``timeout`` passed (the workers are stopped first).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            codes = [p.poll() for p in self.procs]
+            bad = [(r, c) for r, c in zip(self.ranks, codes, strict=True) if c not in (None, 0)]
+            if bad:
+                self.failed = bad[0]
+                if on_failure is not None:
+                    on_failure(*bad[0])
+                self.terminate()
+                break
+            if all(c == 0 for c in codes):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                self.terminate()
+                raise TimeoutError(f"workers still running after {timeout:g} s; stopped them")
+            time.sleep(0.05)
+        for t in self._threads:
+            t.join(timeout=2.0)
+        if self.failed is None:
+            return 0
+        code = self.failed[1]
+        return code if code > 0 else 128 - code
+
+    def terminate(self) -> None:
+        """SIGTERM every running worker's process group, SIGKILL after a grace period."""
+        for p in self.procs:
+            if p.poll() is None:
+                _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + LAUNCH_KILL_GRACE_S
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for p in self.procs:
+            if p.poll() is None:
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
+
+
+def _signal_group(p: subprocess.Popen[str], sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def worker_env(
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    local_world_size: int,
+    master_addr: str,
+    master_port: int,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(local_world_size),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+        PYTHONUNBUFFERED="1",
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+_BOOT = """
+import sys, cloudpickle
+with open(sys.argv[1], "rb") as f:
+    fn, args = cloudpickle.load(f)
+rank = int(sys.argv[2])
+result = fn(rank, *args)
+with open(sys.argv[1] + f".{rank}.out", "wb") as f:
+    cloudpickle.dump(result, f)
+"""
+
+
+class LocalWorkers:
+    """Handle on workers started by ``spawn(..., join=False)``."""
+
+    def __init__(
+        self,
+        group: WorkerProcesses,
+        workdir: tempfile.TemporaryDirectory,
+        blob: Path,
+        master_addr: str,
+        master_port: int,
+    ) -> None:
+        self._group, self._workdir, self._blob = group, workdir, blob
+        self.master_addr, self.master_port = master_addr, master_port
+
+    def join(self, timeout: float | None = None) -> list[Any]:
+        """Wait for every worker; return their return values in rank order.
+
+        Raises:
+          RuntimeError: a worker failed (the others were stopped); its output was forwarded.
+          TimeoutError: ``timeout`` passed (the workers were stopped).
+        """
+        try:
+            code = self._group.wait(timeout)
+            if code:
+                rank, rc = self._group.failed or (-1, code)
+                raise RuntimeError(
+                    f"spawn: worker rank {rank} exited with code {rc}; stopped the other workers "
+                    "(its traceback is in the output above)"
+                )
+            results = []
+            for rank in self._group.ranks:
+                with open(f"{self._blob}.{rank}.out", "rb") as f:
+                    results.append(cloudpickle.load(f))
+            return results
+        finally:
+            self._workdir.cleanup()
+
+    def terminate(self) -> None:
+        """Stop every worker now."""
+        self._group.terminate()
+
+
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int,
+    args: Sequence[Any] = (),
+    *,
+    join: bool = True,
+    world_size: int | None = None,
+    rank_offset: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> list[Any] | LocalWorkers:
+    """Run ``fn(rank, *args)`` in ``nprocs`` new local processes (works from a notebook).
+
+    ``fn`` may be defined in the notebook: it travels by value (cloudpickle).
+    Each process gets the RPC environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank)``.
+
+    Args:
+      fn: the worker body, called as ``fn(rank, *args)``.
+      nprocs: processes to start.
+      args: extra arguments for ``fn`` (pickled).
+      join: wait and return the results; False returns a :class:`LocalWorkers`
+        handle at once (e.g. to make this process another worker).
+      world_size: total workers (default ``nprocs``; larger when this process
+        joins too, with ``rank_offset`` skipping its rank).
+      rank_offset: rank of the first started process.
+      master_addr / master_port: rendezvous address (a free port by default);
+        read it from the handle when ``join=False``.
+      env: extra environment variables for the workers.
+      timeout: seconds for ``join``.
+
+    Returns:
+      The return values in rank order, or a :class:`LocalWorkers` handle.
+
+    Example:
+      >>> def hello(rank):
+      ...     return rank * 10
+      >>> spawn(hello, 2, timeout=60)
+      [0, 10]
+    """
+    ws = world_size or nprocs + rank_offset
+    port = master_port or free_port(master_addr)
+    workdir = tempfile.TemporaryDirectory(prefix="tpj-spawn-")
+    blob = Path(workdir.name) / "fn.pkl"
+    with open(blob, "wb") as f:
+        cloudpickle.dump((fn, tuple(args)), f)
+    ranks = [rank_offset + i for i in range(nprocs)]
+    here = str(Path(__file__).resolve().parents[2])
+    extra = dict(env or {})
+    extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    envs = [worker_env(r, i, ws, nprocs, master_addr, port, extra) for i, r in enumerate(ranks)]
+    cmds = [[sys.executable, "-c", _BOOT, str(blob), str(r)] for r in ranks]
+    group = WorkerProcesses(cmds, envs, ranks)
+    handle = LocalWorkers(group, workdir, blob, master_addr, port)
+    return handle.join(timeout) if join else handle

@@ -1,0 +1,345 @@
+"""RRef: a reference to a value that lives on one worker (its owner), with distributed reference counting.
+
+Counting protocol. The owner keeps a record per value that other workers may
+reference, holding a set of *fork ids*. Every time an RRef is serialised (as
+an argument, a result, inside a container, to any worker) the sender makes a
+new fork id and registers it with the owner first (FORK_ADD; applied at once
+when the sender is the owner). The receiver either is the owner, which takes
+a local handle and drops that fork at once, or becomes a user holding that
+fork, and sends FORK_DEL when its RRef is garbage collected (or at graceful
+shutdown). A worker's FORK_ADD for a copy always precedes its own FORK_DEL on
+the same ordered stream, so the set cannot empty while a copy is in flight; a
+FORK_DEL that overtakes its FORK_ADD (they come from different workers) is
+parked until the FORK_ADD arrives. When the set empties the owner drops its
+record, and the value is freed once no local handle holds it. Records still
+alive at shutdown are reported by the leak check.
+
+``confirmed_by_owner()`` is True on the owner, and on a user once the owner has
+answered a request about it (its ``remote()`` creation, ``to_here``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import weakref
+from typing import Any, Generic, TypeVar
+
+from tensorplay_jax.rpc import _agent as agent_mod
+from tensorplay_jax.rpc import _codec
+from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._types import WorkerInfo
+
+__all__ = ["RRef", "RRefTable"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_ID_BITS = 40
+
+
+class _OwnerRecord:
+    __slots__ = ("__weakref__", "forks", "id", "value")
+
+    def __init__(self, rref_id: int, value: Future) -> None:
+        self.id = rref_id
+        self.value = value
+        self.forks: set[int] = set()
+
+
+class RRefTable:
+    """One worker's RRef bookkeeping: owned records, parked deletes, live users, the deleter thread."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+        self._owners: dict[int, _OwnerRecord] = {}
+        self._parked: set[tuple[int, int]] = set()
+        self._users: weakref.WeakSet[RRef] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._deletes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._stopped = False
+        threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
+
+    def new_id(self) -> int:
+        return (self._agent.rank << _ID_BITS) | next(self._ids)
+
+    # owner side
+    def add_fork(self, rref_id: int, fork: int, record: _OwnerRecord | None = None) -> None:
+        with self._lock:
+            if (rref_id, fork) in self._parked:
+                self._parked.discard((rref_id, fork))
+                return
+            rec = self._owners.get(rref_id) or record
+            if rec is None:
+                log.warning("rpc: fork of unknown RRef %#x ignored", rref_id)
+                return
+            rec.forks.add(fork)
+            self._owners[rref_id] = rec
+
+    def del_fork(self, rref_id: int, fork: int) -> None:
+        with self._lock:
+            rec = self._owners.get(rref_id)
+            if rec is None or fork not in rec.forks:
+                self._parked.add((rref_id, fork))
+                return
+            rec.forks.discard(fork)
+            if not rec.forks:
+                del self._owners[rref_id]
+
+    def create_owned(self, rref_id: int, fork: int) -> _OwnerRecord:
+        rec = _OwnerRecord(rref_id, Future())
+        self.add_fork(rref_id, fork, rec)
+        return rec
+
+    def lookup(self, rref_id: int) -> _OwnerRecord | None:
+        with self._lock:
+            return self._owners.get(rref_id)
+
+    def owned_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._owners)
+
+    # user side
+    def track(self, rref: RRef) -> None:
+        self._users.add(rref)
+
+    def enqueue_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
+        if not self._stopped:
+            self._deletes.put((owner, rref_id, fork))
+
+    def _deleter(self) -> None:
+        while True:
+            item = self._deletes.get()
+            if item is None:
+                return
+            self._send_delete(*item)
+
+    def _send_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
+        try:
+            self._agent.call(owner, agent_mod.FORK_DEL, extra=(rref_id, fork))
+        except Exception as e:  # shutting down
+            log.debug("rpc: could not release RRef %#x on %s: %s", rref_id, owner.name, e)
+
+    def release_users(self) -> None:
+        """Graceful shutdown: tell owners this worker no longer holds its user RRefs."""
+        for r in list(self._users):
+            if r._fork is not None and not r._released:
+                r._released = True
+                self._send_delete(r._owner, r._id, r._fork)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._deletes.put(None)
+
+
+def _agent_for(what: str) -> Any:
+    return agent_mod.get_agent(what)
+
+
+class RRef(Generic[T]):
+    """A remote reference: a handle to a value owned by one worker.
+
+    ``RRef(value)`` makes an RRef owned by this worker; ``remote()`` makes one
+    owned by another. RRefs can be passed to and returned from RPCs.
+
+    Example (inside an initialised RPC job)::
+
+        rref = rpc.remote("worker1", jnp.add, args=(jnp.ones(2), 1))
+        rref.to_here()                          # Array([2., 2.])
+        rref.rpc_sync().sum()                   # runs on worker1
+        rpc.rpc_sync("worker1", f, args=(rref,))
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_agent",
+        "_confirmed",
+        "_created",
+        "_fork",
+        "_id",
+        "_owner",
+        "_record",
+        "_released",
+    )
+
+    def __init__(self, value: T, type_hint: Any = None) -> None:
+        agent = _agent_for("RRef")
+        rec = _OwnerRecord(agent.rrefs.new_id(), Future())
+        rec.value.set_result(value)
+        self._setup(agent, agent.me, rec.id, None, rec, None)
+
+    def _setup(
+        self,
+        agent: Any,
+        owner: WorkerInfo,
+        rref_id: int,
+        fork: int | None,
+        record: _OwnerRecord | None,
+        created: Future | None,
+    ) -> None:
+        self._agent, self._owner, self._id, self._fork = agent, owner, rref_id, fork
+        self._record, self._created = record, created
+        self._released = False
+        self._confirmed = record is not None
+        if fork is not None:
+            agent.rrefs.track(self)
+
+    @classmethod
+    def _make(
+        cls,
+        agent: Any,
+        owner: WorkerInfo,
+        rref_id: int,
+        fork: int | None,
+        record: _OwnerRecord | None,
+        created: Future | None = None,
+    ) -> RRef[Any]:
+        r = cls.__new__(cls)
+        r._setup(agent, owner, rref_id, fork, record, created)
+        return r
+
+    def __del__(self) -> None:
+        try:
+            if self._fork is not None and not self._released:
+                self._released = True
+                self._agent.rrefs.enqueue_delete(self._owner, self._id, self._fork)
+        except Exception:
+            pass
+
+    # -- queries
+    def owner(self) -> WorkerInfo:
+        """The WorkerInfo of the worker that owns the value."""
+        return self._owner
+
+    def owner_name(self) -> str:
+        """The name of the owner."""
+        return self._owner.name
+
+    def is_owner(self) -> bool:
+        """True on the owning worker."""
+        return self._record is not None
+
+    def confirmed_by_owner(self) -> bool:
+        """True when the owner is known to hold this reference (always on the owner)."""
+        if not self._confirmed and self._created is not None and self._created.done():
+            self._confirmed = self._created.exception() is None
+        return self._confirmed
+
+    def _live_agent(self, what: str) -> Any:
+        agent = _agent_for(what)
+        if agent is not self._agent or self._released:
+            raise RuntimeError(f"{what}: this RRef belongs to an RPC session that was shut down")
+        return agent
+
+    # -- values
+    def local_value(self) -> T:
+        """The value itself; only on the owner.
+
+        Raises:
+          RuntimeError: called on a worker that is not the owner.
+        """
+        if self._record is None:
+            me = agent_mod.current_agent()
+            here = f" and this is {me.name!r}" if me is not None else ""
+            raise RuntimeError(
+                f"local_value() can only be called on the owner of an RRef: this RRef is owned by "
+                f"{self._owner.name!r} (rank {self._owner.id}){here}; use to_here() to fetch a copy"
+            )
+        return self._record.value.wait()
+
+    def to_here(self, timeout: float = -1) -> T:
+        """Fetch a copy of the value to this worker (the value itself on the owner).
+
+        Args:
+          timeout: seconds; -1 = the default RPC timeout, 0 = no limit.
+
+        Raises:
+          Exception: whatever the function that created the value raised (for ``remote()``).
+        """
+        if self._record is not None:
+            return self._record.value.wait()
+        agent = self._live_agent("to_here")
+        value = agent.call(self._owner, agent_mod.FETCH, timeout=timeout, extra=(self._id,)).wait()
+        self._confirmed = True
+        return value
+
+    # -- proxies
+    def rpc_sync(self, timeout: float = -1) -> Any:
+        """``rref.rpc_sync().method(*args)`` runs ``value.method(*args)`` on the owner and returns the result."""
+        return _Proxy(self, "sync", timeout)
+
+    def rpc_async(self, timeout: float = -1) -> Any:
+        """Like :meth:`rpc_sync`, returning a Future."""
+        return _Proxy(self, "async", timeout)
+
+    def remote(self, timeout: float = -1) -> Any:
+        """Like :meth:`rpc_sync`, leaving the result on the owner as a new RRef."""
+        return _Proxy(self, "remote", timeout)
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "an RRef cannot be pickled; pass it directly as an RPC argument or result "
+            "(also inside lists, tuples, dicts and dataclasses)"
+        )
+
+    def __repr__(self) -> str:
+        kind = "OwnerRRef" if self._record is not None else "UserRRef"
+        return f"{kind}(owner={self._owner.name!r}, id={self._id:#x})"
+
+
+def _invoke_on_rref(rref: RRef[Any], method: str, args: tuple, kwargs: dict) -> Any:
+    return getattr(rref.local_value(), method)(*args, **kwargs)
+
+
+class _Proxy:
+    __slots__ = ("_mode", "_rref", "_timeout")
+
+    def __init__(self, rref: RRef[Any], mode: str, timeout: float) -> None:
+        self._rref, self._mode, self._timeout = rref, mode, timeout
+
+    def __getattr__(self, method: str) -> Any:
+        from tensorplay_jax.rpc import api
+
+        call = {"sync": api.rpc_sync, "async": api.rpc_async, "remote": api.remote}[self._mode]
+        rref, timeout = self._rref, self._timeout
+
+        def invoke(*args: Any, **kwargs: Any) -> Any:
+            return call(
+                rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
+            )
+
+        return invoke
+
+
+# ---------------------------------------------------------------- wire format
+
+
+def _encode_rref(r: RRef[Any]) -> list[Any]:
+    agent = r._live_agent("sending an RRef")
+    fork = agent.rrefs.new_id()
+    if r._record is not None:
+        agent.rrefs.add_fork(r._id, fork, r._record)
+    else:
+        agent.call(r._owner, agent_mod.FORK_ADD, extra=(r._id, fork))
+    return [r._owner.id, r._owner.name, r._id, fork]
+
+
+def _decode_rref(v: list[Any]) -> RRef[Any]:
+    owner_id, owner_name, rref_id, fork = v
+    agent = _agent_for("receiving an RRef")
+    if owner_id == agent.rank:
+        rec = agent.rrefs.lookup(rref_id)
+        if rec is None:
+            raise _codec.DecodeError(
+                f"RRef {rref_id:#x} no longer exists on its owner {agent.name!r}"
+            )
+        r = RRef._make(agent, agent.me, rref_id, None, rec)
+        agent.rrefs.del_fork(rref_id, fork)
+        return r
+    owner = agent.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
+    return RRef._make(agent, owner, rref_id, fork, None)
+
+
+_codec.register_type(RRef, _encode_rref, _decode_rref, name="RRef")

@@ -1,0 +1,254 @@
+"""The gRPC layer: one server per worker, one long-lived bidirectional stream per peer.
+
+This is the only module that imports grpc. A worker opens one stream to each
+peer it calls (``connect``); requests travel on the stream's request side and
+replies come back on its response side. Every stream carries the job secret in
+its metadata and the server checks it before it reads a single packet from
+the stream, so nothing from an unauthenticated peer is ever decoded. Packets
+are raw bytes (see ``_framing``); grpc's message size limits are lifted and
+large messages are chunked anyway. TLS is optional (``TlsConfig``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import logging
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tensorplay_jax.rpc._framing import FramingError, Inbox, Message, Outbox
+
+__all__ = ["METHOD_PATH", "Link", "Server", "TlsConfig", "connect"]
+
+log = logging.getLogger(__name__)
+
+_SERVICE = "tensorplay_jax.rpc.Agent"
+_METHOD = "Stream"
+METHOD_PATH = f"/{_SERVICE}/{_METHOD}"  # the one stream method, for raw clients in tests
+_SECRET_KEY = "tpj-secret"
+_WORKER_KEY = "tpj-worker"
+_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+    ("grpc.so_reuseport", 0),
+    ("grpc.enable_retries", 0),
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.experimental.tcp_min_read_chunk_size", 256 << 10),
+    ("grpc.experimental.tcp_max_read_chunk_size", 8 << 20),
+]
+
+
+def _read(x: bytes | str | Path | None) -> bytes | None:
+    if x is None or isinstance(x, bytes):
+        return x
+    return Path(x).read_bytes()
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+    """TLS material (PEM bytes or file paths).
+
+    Attributes:
+      cert_chain: this worker's certificate chain (server side, and client side for mutual TLS).
+      private_key: the key for ``cert_chain``.
+      root_certs: CA certificates that sign the peers' certificates.
+      server_name: the name to check in the server certificate, when it is not the address.
+      require_client_auth: servers also demand a client certificate (mutual TLS).
+    """
+
+    cert_chain: bytes | str | Path
+    private_key: bytes | str | Path
+    root_certs: bytes | str | Path
+    server_name: str | None = None
+    require_client_auth: bool = False
+
+
+# Callbacks from a link to its owner (the agent).
+OnMessage = Callable[["Link", Message], None]
+OnMalformed = Callable[["Link", Exception], None]
+OnClosed = Callable[["Link", str], None]
+
+
+class Link:
+    """One stream end: ``send`` queues a message; callbacks report what arrives."""
+
+    def __init__(self, peer: str, outbox: Outbox) -> None:
+        self.peer = peer
+        self.outbox = outbox
+        self.alive = True
+        self.reason = ""
+        self._call: Any = None
+
+    def send(self, env: bytes, header: bytes, buffers: list[memoryview] | tuple = ()) -> None:
+        self.outbox.put(env, header, buffers)
+
+    def close(self) -> None:
+        self.alive = False
+        self.outbox.close()
+        if self._call is not None:
+            self._call.cancel()
+
+
+def _pump(
+    link: Link,
+    packets: Any,
+    on_message: OnMessage,
+    on_malformed: OnMalformed,
+    on_closed: OnClosed,
+) -> None:
+    inbox = Inbox()
+    reason = "stream closed"
+    try:
+        for packet in packets:
+            try:
+                msgs = inbox.feed(packet)
+            except FramingError as e:
+                on_malformed(link, e)
+                continue
+            for m in msgs:
+                on_message(link, m)
+    except grpc.RpcError as e:
+        code = e.code() if hasattr(e, "code") else None
+        details = e.details() if hasattr(e, "details") else str(e)
+        reason = f"{code.name if code else 'UNKNOWN'}: {details}"
+    except Exception as e:
+        log.exception("rpc: reader for %s failed", link.peer)
+        reason = f"{type(e).__name__}: {e}"
+    finally:
+        link.alive = False
+        link.reason = reason
+        link.outbox.close()
+        on_closed(link, reason)
+
+
+class Server:
+    """The worker's grpc server; calls ``on_link`` for each authenticated incoming stream."""
+
+    def __init__(
+        self,
+        *,
+        secret: str,
+        on_message: OnMessage,
+        on_malformed: OnMalformed,
+        on_closed: OnClosed,
+        max_streams: int,
+        tls: TlsConfig | None = None,
+    ) -> None:
+        self._secret = secret.encode()
+        self._on_message = on_message
+        self._on_malformed = on_malformed
+        self._on_closed = on_closed
+        self._tls = tls
+        handler = grpc.method_handlers_generic_handler(
+            _SERVICE, {_METHOD: grpc.stream_stream_rpc_method_handler(self._stream)}
+        )
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=max_streams, thread_name_prefix="tpj-rpc-stream"
+            ),
+            handlers=[handler],
+            options=_OPTIONS,
+        )
+        self._links: set[Link] = set()
+        self._lock = threading.Lock()
+
+    def start(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (port 0 picks a free one), start serving, return the port."""
+        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self._tls is None:
+            bound = self._server.add_insecure_port(addr)
+        else:
+            creds = grpc.ssl_server_credentials(
+                [(_read(self._tls.private_key), _read(self._tls.cert_chain))],
+                root_certificates=_read(self._tls.root_certs)
+                if self._tls.require_client_auth
+                else None,
+                require_client_auth=self._tls.require_client_auth,
+            )
+            bound = self._server.add_secure_port(addr, creds)
+        if not bound:
+            raise OSError(f"rpc: could not bind the gRPC server to {addr}")
+        self._server.start()
+        return bound
+
+    def stop(self, grace: float) -> None:
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.outbox.close()
+        self._server.stop(grace).wait(grace + 1.0)
+
+    def _stream(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        md = dict(context.invocation_metadata())
+        given = md.get(_SECRET_KEY, "")
+        given = given.encode() if isinstance(given, str) else bytes(given)
+        if not hmac.compare_digest(given, self._secret):
+            # Reject before reading (let alone decoding) anything the peer sent.
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "rpc: missing or wrong job secret")
+        link = Link(str(md.get(_WORKER_KEY, context.peer())), Outbox())
+        with self._lock:
+            self._links.add(link)
+
+        def on_closed(link: Link, reason: str) -> None:
+            with self._lock:
+                self._links.discard(link)
+            self._on_closed(link, reason)
+
+        context.add_callback(link.outbox.close)
+        threading.Thread(
+            target=_pump,
+            args=(link, request_iterator, self._on_message, self._on_malformed, on_closed),
+            name=f"tpj-rpc-serve-{link.peer}",
+            daemon=True,
+        ).start()
+        return link.outbox.packets()
+
+
+def connect(
+    target: str,
+    *,
+    peer: str,
+    secret: str,
+    me: str,
+    on_message: OnMessage,
+    on_malformed: OnMalformed,
+    on_closed: OnClosed,
+    tls: TlsConfig | None = None,
+) -> Link:
+    """Open a stream to the server at ``target`` ("host:port") and start reading its replies."""
+    options = list(_OPTIONS)
+    if tls is None:
+        channel = grpc.insecure_channel(target, options=options)
+    else:
+        if tls.server_name:
+            options.append(("grpc.ssl_target_name_override", tls.server_name))
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=_read(tls.root_certs),
+            private_key=_read(tls.private_key) if tls.require_client_auth else None,
+            certificate_chain=_read(tls.cert_chain) if tls.require_client_auth else None,
+        )
+        channel = grpc.secure_channel(target, creds, options=options)
+    link = Link(peer, Outbox())
+    stub = channel.stream_stream(METHOD_PATH)
+    call = stub(link.outbox.packets(), metadata=((_SECRET_KEY, secret), (_WORKER_KEY, me)))
+    link._call = call
+
+    def on_closed_and_release(link: Link, reason: str) -> None:
+        try:
+            on_closed(link, reason)
+        finally:
+            channel.close()
+
+    threading.Thread(
+        target=_pump,
+        args=(link, call, on_message, on_malformed, on_closed_and_release),
+        name=f"tpj-rpc-link-{peer}",
+        daemon=True,
+    ).start()
+    return link

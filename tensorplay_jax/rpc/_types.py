@@ -1,0 +1,99 @@
+"""The plain records of the public API: WorkerInfo, BackendType and GrpcRpcBackendOptions."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from pathlib import Path
+
+from tensorplay_jax._constants import (
+    DEFAULT_INIT_METHOD,
+    DEFAULT_NUM_WORKER_THREADS,
+    DEFAULT_RPC_TIMEOUT_S,
+    RPC_INIT_TIMEOUT_S,
+)
+from tensorplay_jax.rpc import _codec
+
+__all__ = ["BackendType", "GrpcRpcBackendOptions", "WorkerInfo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """A worker's name and id (its rank), as returned by ``get_worker_info``.
+
+    Example:
+      >>> WorkerInfo("trainer", 0)
+      WorkerInfo(name='trainer', id=0)
+    """
+
+    name: str
+    id: int
+
+
+_codec.register_type(
+    WorkerInfo, lambda w: [w.name, w.id], lambda v: WorkerInfo(v[0], v[1]), name="WorkerInfo"
+)
+
+
+class BackendType(enum.Enum):
+    """RPC backends; there is one, gRPC (``TENSORPIPE`` is accepted as an alias for ported code)."""
+
+    GRPC = "GRPC"
+    TENSORPIPE = "GRPC"
+
+
+@dataclasses.dataclass
+class GrpcRpcBackendOptions:
+    """Options for ``init_rpc`` (the tensorplay defaults where tensorplay has them).
+
+    Attributes:
+      rpc_timeout: default timeout in seconds of every RPC (0 = no limit).
+      init_method: ``"env://"`` (MASTER_ADDR/MASTER_PORT) or ``"tcp://host:port"``.
+      num_worker_threads: threads that run incoming calls.
+      listen_addr: interface the gRPC server binds; loopback unless told otherwise
+        (``"0.0.0.0"`` to accept other hosts).
+      advertise_addr: address the other workers use to reach this one; by default
+        ``listen_addr``, or this host's name when ``listen_addr`` is a wildcard.
+      port: server port (0 = any free port).
+      secret: the job secret; by default ``TENSORPLAY_JAX_RPC_SECRET`` from the
+        environment, else rank 0 generates one at rendezvous.
+      tls_cert_chain / tls_private_key / tls_root_certs: PEM bytes or file paths;
+        set all three to use TLS.
+      tls_server_name: the name to verify in the server certificates, when not the address.
+      tls_require_client_auth: mutual TLS.
+      init_timeout: seconds to wait at rendezvous for every worker.
+
+    Example:
+      >>> GrpcRpcBackendOptions(rpc_timeout=20).num_worker_threads
+      16
+    """
+
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
+    init_method: str = DEFAULT_INIT_METHOD
+    num_worker_threads: int = DEFAULT_NUM_WORKER_THREADS
+    listen_addr: str = "127.0.0.1"
+    advertise_addr: str | None = None
+    port: int = 0
+    secret: str | None = None
+    tls_cert_chain: bytes | str | Path | None = None
+    tls_private_key: bytes | str | Path | None = None
+    tls_root_certs: bytes | str | Path | None = None
+    tls_server_name: str | None = None
+    tls_require_client_auth: bool = False
+    init_timeout: float = RPC_INIT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.rpc_timeout < 0:
+            raise ValueError(f"GrpcRpcBackendOptions: rpc_timeout={self.rpc_timeout} must be >= 0")
+        if self.num_worker_threads < 1:
+            raise ValueError(
+                f"GrpcRpcBackendOptions: num_worker_threads={self.num_worker_threads} must be >= 1"
+            )
+        tls = (self.tls_cert_chain, self.tls_private_key, self.tls_root_certs)
+        if any(x is not None for x in tls) and not all(x is not None for x in tls):
+            raise ValueError(
+                "GrpcRpcBackendOptions: set tls_cert_chain, tls_private_key and tls_root_certs together"
+            )
+
+
+TensorPipeRpcBackendOptions = GrpcRpcBackendOptions

@@ -1,0 +1,222 @@
+"""The public RPC functions: init_rpc, rpc_sync, rpc_async, remote, get_worker_info, shutdown."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from tensorplay_jax.rpc import _agent
+from tensorplay_jax.rpc._errors import not_initialized
+from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._rref import RRef
+from tensorplay_jax.rpc._types import BackendType, GrpcRpcBackendOptions, WorkerInfo
+
+__all__ = [
+    "get_debug_info",
+    "get_worker_info",
+    "init_rpc",
+    "is_initialized",
+    "remote",
+    "rpc_async",
+    "rpc_sync",
+    "shutdown",
+]
+
+_init_lock = threading.Lock()
+
+
+def init_rpc(
+    name: str,
+    backend: BackendType | str | None = None,
+    rank: int = -1,
+    world_size: int | None = None,
+    rpc_backend_options: GrpcRpcBackendOptions | None = None,
+) -> None:
+    """Start this process's RPC agent and meet the other workers.
+
+    Args:
+      name: this worker's unique name (letters, digits, ``_ - : .``; at most 128).
+      backend: ignored apart from validation; gRPC is the one backend.
+      rank: this worker's rank; -1 reads ``RANK`` from the environment.
+      world_size: number of workers; None reads ``WORLD_SIZE``.
+      rpc_backend_options: a :class:`GrpcRpcBackendOptions` (timeouts, init_method, TLS, ...).
+
+    Raises:
+      RuntimeError: RPC is already initialized in this process.
+      ValueError: bad name, rank or world size; two workers with the same name.
+      TimeoutError: the other workers did not arrive within ``init_timeout``.
+
+    Example:
+      >>> import os
+      >>> from tensorplay_jax.distributed import rpc
+      >>> os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29561")
+      >>> rpc.init_rpc("solo", rank=0, world_size=1)
+      >>> rpc.rpc_sync("solo", max, args=(1, 2))
+      2
+      >>> rpc.shutdown()
+    """
+    if backend is not None and backend not in (BackendType.GRPC, "GRPC", "grpc"):
+        raise ValueError(f"init_rpc: backend={backend!r} is not supported; use BackendType.GRPC")
+    opts = rpc_backend_options or GrpcRpcBackendOptions()
+    if not isinstance(opts, GrpcRpcBackendOptions):
+        raise TypeError(
+            f"init_rpc: rpc_backend_options must be GrpcRpcBackendOptions, got {type(opts).__name__}"
+        )
+    with _init_lock:
+        cur = _agent.current_agent()
+        if cur is not None:
+            raise RuntimeError(
+                f"init_rpc: RPC is already initialized in this process (as worker {cur.name!r}, "
+                f"rank {cur.rank}); call shutdown() before calling init_rpc again"
+            )
+        agent = _agent.Agent(name, rank, world_size, opts)
+        agent.start()
+        _agent.set_current(agent)
+
+
+def is_initialized() -> bool:
+    """True between ``init_rpc`` and ``shutdown``."""
+    return _agent.current_agent() is not None
+
+
+def rpc_async(
+    to: str | int | WorkerInfo,
+    func: Callable[..., Any],
+    args: tuple | list | None = None,
+    kwargs: dict[str, Any] | None = None,
+    timeout: float = -1,
+) -> Future[Any]:
+    """Run ``func(*args, **kwargs)`` on worker ``to``; return a Future of the result.
+
+    Args:
+      to: destination: worker name, rank or WorkerInfo (this worker included).
+      func: a function (by reference if importable there, else by value).
+      args: positional arguments.
+      kwargs: keyword arguments.
+      timeout: seconds; -1 = ``rpc_timeout`` from the options, 0 = no limit.
+
+    Returns:
+      A :class:`Future`; ``wait()`` returns the result or raises the remote
+      exception (same type, remote traceback in the message), ``RpcTimeoutError``
+      or ``RpcPeerError``.
+
+    Example:
+      >>> fut = rpc.rpc_async("worker1", jnp.add, args=(x, 1))  # doctest: +SKIP
+      >>> fut.wait()  # doctest: +SKIP
+    """
+    agent = _agent.get_agent("rpc_async")
+    dest = agent.resolve(to, "rpc_async")
+    _check_func(func, "rpc_async")
+    return agent.call(dest, _agent.CALL, func, tuple(args or ()), kwargs, timeout)
+
+
+def rpc_sync(
+    to: str | int | WorkerInfo,
+    func: Callable[..., Any],
+    args: tuple | list | None = None,
+    kwargs: dict[str, Any] | None = None,
+    timeout: float = -1,
+) -> Any:
+    """Run ``func(*args, **kwargs)`` on worker ``to`` and return its result (blocking).
+
+    Same arguments as :func:`rpc_async`.
+
+    Example:
+      >>> rpc.rpc_sync("worker1", jnp.add, args=(jnp.ones(2), 1))  # doctest: +SKIP
+      Array([2., 2.], dtype=float32)
+    """
+    agent = _agent.get_agent("rpc_sync")
+    dest = agent.resolve(to, "rpc_sync")
+    _check_func(func, "rpc_sync")
+    return agent.call(dest, _agent.CALL, func, tuple(args or ()), kwargs, timeout).wait()
+
+
+def remote(
+    to: str | int | WorkerInfo,
+    func: Callable[..., Any],
+    args: tuple | list | None = None,
+    kwargs: dict[str, Any] | None = None,
+    timeout: float = -1,
+) -> RRef[Any]:
+    """Run ``func`` on worker ``to`` and keep the result there; return an RRef to it.
+
+    Returns at once; an error in ``func`` (or a timeout) surfaces on the next
+    use of the RRef (``to_here``, the proxies).
+
+    Example:
+      >>> rref = rpc.remote("worker1", jnp.zeros, args=(3,))  # doctest: +SKIP
+      >>> rref.to_here()  # doctest: +SKIP
+      Array([0., 0., 0.], dtype=float32)
+    """
+    agent = _agent.get_agent("remote")
+    dest = agent.resolve(to, "remote")
+    _check_func(func, "remote")
+    rref_id, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
+    created = agent.call(
+        dest, _agent.REMOTE, func, tuple(args or ()), kwargs, timeout, extra=(rref_id, fork)
+    )
+    return RRef._make(agent, dest, rref_id, fork, None, created)
+
+
+def _check_func(func: Any, what: str) -> None:
+    if not callable(func):
+        raise TypeError(f"{what}: func={func!r} is not callable")
+
+
+def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
+    """The WorkerInfo of ``worker_name`` (this worker if None).
+
+    Raises:
+      ValueError: no worker has that name.
+    """
+    agent = _agent.get_agent("get_worker_info")
+    if worker_name is None:
+        return agent.me
+    return agent.resolve(worker_name, "get_worker_info")
+
+
+def get_debug_info() -> dict[str, Any]:
+    """Counters of this worker's agent: pending calls, served calls in flight, owned RRef values."""
+    agent = _agent.get_agent("get_debug_info")
+    return {
+        "name": agent.name,
+        "rank": agent.rank,
+        "world_size": agent.world_size,
+        "num_pending_requests": len(agent._pending),
+        "num_inflight_served": agent._inflight,
+        "num_owner_rrefs": len(agent.rrefs.owned_ids()),
+    }
+
+
+def shutdown(graceful: bool = True, timeout: float = 0) -> None:
+    """Stop RPC on this worker.
+
+    Args:
+      graceful: first wait until every worker's outstanding work (calls in
+        flight, RRef releases) is done, then all stop together. Workers that
+        died are skipped.
+      timeout: seconds for the graceful wait (0 = no limit).
+
+    Raises:
+      RpcNotInitializedError: RPC is not initialized.
+    """
+    with _init_lock:
+        agent = _agent.current_agent()
+        if agent is None:
+            raise not_initialized("shutdown")
+        try:
+            if graceful:
+                try:
+                    agent.wait_for_all_workers(timeout)
+                except TimeoutError:
+                    raise
+                except OSError as e:  # the store (rank 0) is gone
+                    warnings.warn(
+                        f"shutdown: graceful wait abandoned ({e}); stopping this worker now",
+                        stacklevel=2,
+                    )
+        finally:
+            _agent.set_current(None)
+            agent.stop()

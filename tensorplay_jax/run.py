@@ -1,0 +1,142 @@
+"""``python -m tensorplay_jax.run --nproc N script.py [args]``: start N local workers (also ``tensorplay-jax-run``).
+
+Sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT for each worker, prefixes every output line with ``[rank N]``,
+and if one worker fails stops the others and exits with its code. torchrun's
+spellings are accepted (``--nproc-per-node``, ``--nnodes``, ``--node-rank``,
+``--master-addr``, ``--master-port``, also with underscores); under SLURM the
+node count, node rank and master address default to SLURM's values.
+
+Example::
+
+    python -m tensorplay_jax.run --nproc 2 examples/ping.py
+    python -m tensorplay_jax.run --nnodes 2 --node-rank 0 --nproc-per-node 4 \\
+        --master-addr node0 --master-port 29500 train.py --lr 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from tensorplay_jax.rpc._launch import WorkerProcesses, free_port, worker_env
+from tensorplay_jax.rpc._rendezvous import slurm_env
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse launcher arguments (everything after the script goes to the script)."""
+    p = argparse.ArgumentParser(
+        prog="tensorplay-jax-run",
+        description="Start N local tensorplay_jax workers with the rendezvous environment set.",
+    )
+    p.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        "--nproc_per_node",
+        dest="nproc",
+        type=int,
+        default=None,
+        help="workers on this node (default: 1, or SLURM_NTASKS_PER_NODE)",
+    )
+    p.add_argument(
+        "--nnodes", type=int, default=None, help="number of nodes (default 1 or SLURM_NNODES)"
+    )
+    p.add_argument(
+        "--node-rank",
+        "--node_rank",
+        dest="node_rank",
+        type=int,
+        default=None,
+        help="this node's index (default 0 or SLURM_NODEID)",
+    )
+    p.add_argument(
+        "--master-addr",
+        "--master_addr",
+        dest="master_addr",
+        default=None,
+        help="rendezvous host (default 127.0.0.1, MASTER_ADDR or the first SLURM node)",
+    )
+    p.add_argument(
+        "--master-port",
+        "--master_port",
+        dest="master_port",
+        type=int,
+        default=None,
+        help="rendezvous port (default: MASTER_PORT or a free port on a single node)",
+    )
+    p.add_argument(
+        "--no-prefix", action="store_true", help="do not prefix output lines with the rank"
+    )
+    p.add_argument(
+        "-m", "--module", action="store_true", help="run the target as a module (python -m)"
+    )
+    p.add_argument("script", help="the Python script (or module with -m) every worker runs")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (0 when every worker succeeded)."""
+    a = parse_args(argv)
+    slurm = os.environ
+    nnodes = a.nnodes or int(slurm.get("SLURM_NNODES", "1"))
+    node_rank = a.node_rank if a.node_rank is not None else int(slurm.get("SLURM_NODEID", "0"))
+    nproc = a.nproc or int(slurm.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0])
+    if nproc < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
+        print(
+            f"tensorplay-jax-run: bad sizes --nproc {nproc} --nnodes {nnodes} --node-rank {node_rank}",
+            file=sys.stderr,
+        )
+        return 2
+    derived = slurm_env()
+    master_addr = (
+        a.master_addr or os.environ.get("MASTER_ADDR") or derived.get("MASTER_ADDR") or "127.0.0.1"
+    )
+    port_env = os.environ.get("MASTER_PORT") or derived.get("MASTER_PORT")
+    if a.master_port is not None:
+        master_port = a.master_port
+    elif port_env:
+        master_port = int(port_env)
+    elif nnodes == 1:
+        master_port = free_port(master_addr)
+    else:
+        print("tensorplay-jax-run: --master-port is required with --nnodes > 1", file=sys.stderr)
+        return 2
+    world = nnodes * nproc
+    target = ["-m", a.script] if a.module else [a.script]
+    cmds, envs, ranks = [], [], []
+    for local in range(nproc):
+        rank = node_rank * nproc + local
+        ranks.append(rank)
+        cmds.append([sys.executable, "-u", *target, *a.script_args])
+        envs.append(
+            worker_env(
+                rank, local, world, nproc, master_addr, master_port, {"NODE_RANK": str(node_rank)}
+            )
+        )
+    group = WorkerProcesses(cmds, envs, ranks, prefix=not a.no_prefix)
+
+    def stop(signum: int, _frame: object) -> None:
+        group.terminate()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    def report(rank: int, code: int) -> None:
+        print(
+            f"tensorplay-jax-run: worker rank {rank} exited with code {code}; stopping the other workers",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return group.wait(on_failure=report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
