@@ -4,6 +4,7 @@ import jax.numpy as _jnp
 
 from tensorplay_jax import autograd as autograd
 from tensorplay_jax import collectives as collectives
+from tensorplay_jax import nn as nn
 from tensorplay_jax.autograd import Tensor as Tensor
 from tensorplay_jax.autograd import apply as apply
 from tensorplay_jax.autograd import enable_grad as enable_grad
@@ -143,6 +144,7 @@ __all__ = [
     "min",
     "minimum",
     "mul",
+    "nn",
     "narrow",
     "ne",
     "neg",

@@ -59,7 +59,7 @@ def test_apply_rejects_unhashable_static_leaf():
     class Unhashable:
         __hash__ = None
 
-    with pytest.raises(TypeError, match="tp.apply: argument leaf .* is neither a Tensor/array"):
+    with pytest.raises(TypeError, match=r"tp\.apply: argument leaf .* is neither a Tensor/array"):
         tp.apply(lambda x, u: x, tp.ones(1), Unhashable())
 
 

@@ -1,0 +1,171 @@
+"""Pure JAX math behind ``nn.functional``: layers and losses over plain arrays (jit/grad friendly).
+
+Each function here is what ``tp.apply`` lifts into ONE tape node; layouts and
+conventions are tensorplay's (NCHW images, OIHW kernels, ``(out, in)`` linear
+weights, class dimension 1, ``ignore_index`` targets excluded from the mean).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def check_reduction(fn: str, reduction: str) -> None:
+    """Raise a clear ValueError for an unknown ``reduction``."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(
+            f"{fn}: reduction={reduction!r} is not valid; expected one of {_REDUCTIONS}"
+        )
+
+
+def _reduce(losses: jax.Array, reduction: str) -> jax.Array:
+    if reduction == "mean":
+        return jnp.mean(losses)
+    if reduction == "sum":
+        return jnp.sum(losses)
+    return losses
+
+
+def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """``x @ weight.T + bias``."""
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def embedding(indices: jax.Array, weight: jax.Array, padding_idx: int | None) -> jax.Array:
+    """Rows of ``weight``; the ``padding_idx`` row gets no gradient."""
+    out = jnp.take(weight, indices, axis=0)
+    if padding_idx is not None:
+        pad = (indices == padding_idx)[..., None]
+        out = jnp.where(pad, jax.lax.stop_gradient(out), out)
+    return out
+
+
+def conv2d(
+    x: jax.Array,
+    weight: jax.Array,
+    bias: jax.Array | None,
+    stride: tuple[int, int],
+    padding: tuple[tuple[int, int], tuple[int, int]],
+    dilation: tuple[int, int],
+    groups: int,
+) -> jax.Array:
+    """2-D cross-correlation, NCHW input, OIHW weight (unbatched CHW input accepted)."""
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = x[None]
+    y = jax.lax.conv_general_dilated(
+        x,
+        weight,
+        window_strides=stride,
+        padding=padding,
+        rhs_dilation=dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        feature_group_count=groups,
+    )
+    if bias is not None:
+        y = y + bias[None, :, None, None]
+    return y[0] if unbatched else y
+
+
+def layer_norm(
+    x: jax.Array,
+    weight: jax.Array | None,
+    bias: jax.Array | None,
+    ndims: int,
+    eps: float,
+) -> jax.Array:
+    """Normalise over the last ``ndims`` dimensions (biased variance), then scale and shift."""
+    axes = tuple(range(x.ndim - ndims, x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    y = (x - mean) * jax.lax.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def dropout(x: jax.Array, key: jax.Array, p: float) -> jax.Array:
+    """Zero each element with probability ``p``, scale the rest by ``1 / (1 - p)``."""
+    if p >= 1.0:
+        return jnp.zeros_like(x)
+    keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
+    return jnp.where(keep, x / (1.0 - p), jnp.zeros((), x.dtype))
+
+
+def mse_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:
+    """Squared error, reduced."""
+    return _reduce(jnp.square(input - target), reduction)
+
+
+def _class_last(x: jax.Array) -> jax.Array:
+    return jnp.moveaxis(x, 1, -1)
+
+
+def nll_loss(
+    input: jax.Array,
+    target: jax.Array,
+    weight: jax.Array | None,
+    ignore_index: int,
+    reduction: str,
+) -> jax.Array:
+    """Negative log-likelihood of class indices ``target`` under log-probabilities ``input``."""
+    unbatched = input.ndim == 1
+    if unbatched:
+        input, target = input[None], target[None]
+    logp = _class_last(input)  # (N, ..., C)
+    valid = target != ignore_index
+    safe = jnp.where(valid, target, 0)
+    picked = -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
+    w = jnp.ones_like(picked) if weight is None else weight[safe].astype(picked.dtype)
+    w = jnp.where(valid, w, 0)
+    losses = picked * w
+    if reduction == "mean":
+        return jnp.sum(losses) / jnp.sum(w)
+    if reduction == "sum":
+        return jnp.sum(losses)
+    return losses[0] if unbatched else losses
+
+
+def cross_entropy(
+    input: jax.Array,
+    target: jax.Array,
+    weight: jax.Array | None,
+    ignore_index: int,
+    reduction: str,
+    label_smoothing: float,
+) -> jax.Array:
+    """Softmax cross-entropy with class-index or class-probability targets (tensorplay rules)."""
+    unbatched = input.ndim == 1
+    if unbatched:
+        input, target = input[None], target[None]
+    logp = _class_last(jax.nn.log_softmax(input, axis=1))  # (N, ..., C)
+    n_classes = logp.shape[-1]
+    cw = jnp.ones((n_classes,), logp.dtype) if weight is None else weight.astype(logp.dtype)
+    if jnp.issubdtype(target.dtype, jnp.floating):  # probabilities, same shape as input
+        probs = _class_last(target)
+        if label_smoothing > 0:
+            probs = probs * (1 - label_smoothing) + label_smoothing / n_classes
+        losses = -jnp.sum(logp * probs * cw, axis=-1)
+        out = _reduce(losses, reduction)
+        return out[0] if unbatched and reduction == "none" else out
+    valid = target != ignore_index
+    safe = jnp.where(valid, target, 0)
+    w_t = jnp.where(valid, cw[safe], 0)
+    nll = -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0] * w_t
+    if label_smoothing > 0:
+        smooth = -jnp.sum(logp * cw, axis=-1) / n_classes
+        smooth = jnp.where(valid, smooth, 0)
+        losses = (1 - label_smoothing) * nll + label_smoothing * smooth
+    else:
+        losses = nll
+    if reduction == "mean":
+        return jnp.sum(losses) / jnp.sum(w_t)
+    if reduction == "sum":
+        return jnp.sum(losses)
+    return losses[0] if unbatched else losses

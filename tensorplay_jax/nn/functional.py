@@ -1,0 +1,212 @@
+"""``tensorplay_jax.nn.functional``: layers, activations and losses on Tensors, each ONE tape node.
+
+Every function lifts the pure JAX code of ``_jax_impl`` with ``tp.apply``, so
+its forward and VJP are compiled once per shape and reused. Arguments follow
+tensorplay (``input`` first, ``reduction="mean"``, class dimension 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from tensorplay_jax.autograd import _ops, _random
+from tensorplay_jax.autograd._lift import apply
+from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.nn import _jax_impl
+
+__all__ = [
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "embedding",
+    "layer_norm",
+    "linear",
+    "log_softmax",
+    "mse_loss",
+    "nll_loss",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "tanh",
+]
+
+relu = _ops.relu
+tanh = _ops.tanh
+sigmoid = _ops.sigmoid
+softmax = _ops.softmax
+log_softmax = _ops.log_softmax
+
+
+def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
+    """``input @ weight.T + bias`` (``weight`` is ``(out_features, in_features)``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.linear(tp.ones(2, 3), tp.ones(4, 3), tp.zeros(4)).shape
+        (2, 4)
+    """
+    return apply(_jax_impl.linear, input, weight, bias)
+
+
+def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor:
+    """Rows of ``weight`` at the integer ``input`` indices (``padding_idx`` gets no gradient)."""
+    if padding_idx is not None:
+        padding_idx = int(padding_idx) % weight.shape[0]
+    return apply(_jax_impl.embedding, input, weight, padding_idx)
+
+
+def _pair(name: str, v: Any) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(int(i) for i in v)
+    if len(t) != 2:
+        raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+def conv_padding(
+    padding: Any, kernel_size: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int]
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """tensorplay's ``padding`` (int, pair, ``"same"``, ``"valid"``) as explicit (lo, hi) pairs."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0), (0, 0))
+        if padding == "same":
+            if stride != (1, 1):
+                raise ValueError("conv2d: padding='same' is not supported for strided convolutions")
+            pads = []
+            for k, d in zip(kernel_size, dilation, strict=True):
+                total = d * (k - 1)
+                pads.append((total // 2, total - total // 2))
+            return (pads[0], pads[1])
+        raise ValueError(f"conv2d: padding={padding!r} must be an int, a pair, 'same' or 'valid'")
+    ph, pw = _pair("padding", padding)
+    return ((ph, ph), (pw, pw))
+
+
+def conv2d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-D convolution (cross-correlation) of NCHW ``input`` with an OIHW ``weight``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.conv2d(tp.ones(1, 3, 8, 8), tp.ones(4, 3, 3, 3), padding=1).shape
+        (1, 4, 8, 8)
+    """
+    s, d = _pair("stride", stride), _pair("dilation", dilation)
+    k = (int(weight.shape[2]), int(weight.shape[3]))
+    pads = conv_padding(padding, k, d, s)
+    return apply(_jax_impl.conv2d, input, weight, bias, s, pads, d, int(groups))
+
+
+def layer_norm(
+    input: Any,
+    normalized_shape: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalise over the trailing ``normalized_shape`` dimensions, then scale and shift."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[len(input.shape) - len(shape) :]) != shape:
+        raise ValueError(
+            f"layer_norm: input shape {tuple(input.shape)} does not end with "
+            f"normalized_shape {shape}"
+        )
+    return apply(_jax_impl.layer_norm, input, weight, bias, len(shape), float(eps))
+
+
+def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:
+    """Zero elements with probability ``p`` (scaling the rest by ``1/(1-p)``) when ``training``.
+
+    The mask is drawn from ``tp.manual_seed``'s state, or from the key given to
+    ``nn.functional_call(..., rng=key)`` inside JAX transformations.
+
+    Raises:
+        ValueError: ``p`` is outside [0, 1], or dropout runs inside a JAX
+            transformation without a key.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability p={p} must be between 0 and 1")
+    if not training or p == 0.0:
+        return input
+    value = input.value if isinstance(input, Tensor) else input
+    if isinstance(value, jax.core.Tracer) and not _random.in_key_scope():
+        raise ValueError(
+            "dropout: called in training mode inside a JAX transformation without a random "
+            "key; pass rng=key to nn.functional_call(module, params, ..., rng=key), or call "
+            "module.eval()"
+        )
+    return apply(_jax_impl.dropout, input, _random.next_key(), float(p))
+
+
+def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """Mean (or summed, or per-element) squared error.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.mse_loss(tp.tensor([1.0, 2.0]), tp.tensor([1.0, 4.0]))
+        tensor(2.)
+    """
+    _jax_impl.check_reduction("mse_loss", reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(
+            f"mse_loss: input shape {tuple(input.shape)} and target shape "
+            f"{tuple(target.shape)} differ; tensorplay would broadcast with a warning, "
+            "reshape one of them"
+        )
+    return apply(_jax_impl.mse_loss, input, target, reduction)
+
+
+def nll_loss(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> Tensor:
+    """Negative log-likelihood: ``input`` holds log-probabilities with classes in dimension 1."""
+    _jax_impl.check_reduction("nll_loss", reduction)
+    return apply(_jax_impl.nll_loss, input, target, weight, int(ignore_index), reduction)
+
+
+def cross_entropy(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross-entropy of logits ``input`` (classes in dim 1) against class indices or probabilities.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> round(F.cross_entropy(tp.zeros(2, 4), tp.tensor([0, 3])).item(), 4)
+        1.3863
+    """
+    _jax_impl.check_reduction("cross_entropy", reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing={label_smoothing} must be in [0, 1]")
+    return apply(
+        _jax_impl.cross_entropy,
+        input,
+        target,
+        weight,
+        int(ignore_index),
+        reduction,
+        float(label_smoothing),
+    )
