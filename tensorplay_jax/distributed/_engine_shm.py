@@ -7,11 +7,15 @@ rank owns a slot in a shared segment, writes what others need, meets them at a
 :class:`~tensorplay_jax.distributed._shm.TickBarrier` and reads what it needs.
 
 Each call: (A) every rank writes its descriptor and meets the others; all compare
-the descriptors and raise the same error together on a mismatch; the data segment
-grows here when a call needs more room. (B) ranks copy their data into their slot
-and meet again. (C) ranks read; all-reduce and reduce-scatter reduce one chunk
-each (so every rank ends with bit-identical results) and all-reduce meets once
-more to share the reduced chunks. The next call's step A protects the slots.
+the descriptors and raise the same error together on a mismatch. Small calls
+(every rank's input at most ``PG_SHM_SMALL_BYTES``) also write their whole input
+before this meeting, into one of two small buffers chosen by the call's parity,
+and then just compute their result from everyone's inputs: one meeting per call.
+Large calls grow the data segment if needed, then (B) copy into their slot and
+meet again, then (C) read; all-reduce and reduce-scatter reduce one chunk each
+(every rank ends with bit-identical results) and all-reduce meets once more to
+share the reduced chunks. The next call's meeting A protects the slots; the
+parity keeps a fast rank's next small call off buffers a slow rank still reads.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 
 import numpy as np
 
-from tensorplay_jax._constants import PG_SHM_MIN_CAPACITY
+from tensorplay_jax._constants import PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
 from tensorplay_jax.distributed import _descriptor, _kv
 from tensorplay_jax.distributed._shm import Segment, TickBarrier, aligned_empty
 
@@ -73,20 +77,23 @@ class ShmEngine:
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
         n = self.n
         self.dlen = _descriptor.length(n)
-        words = 2 * n + 2 + n * self.dlen
-        size = words * 8 + _PATH_BYTES
+        words = 2 * n + 2 + 2 * n * self.dlen
+        small_at = -(-(words * 8 + _PATH_BYTES) // 64) * 64
+        size = small_at + 2 * n * PG_SHM_SMALL_BYTES
         if me == 0:
             self.ctrl_seg = Segment.create("ctrl", size)
             _kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
         else:
             path = _kv.get(f"{key}/ctrl", timeout_s).decode()
             self.ctrl_seg = Segment(path, size, create=False)
-        words_view = self.ctrl_seg.buf[: words * 8].view(np.int64)
+        buf = self.ctrl_seg.buf
+        words_view = buf[: words * 8].view(np.int64)
         self.ticks = words_view[:n]
         self.pids = words_view[n : 2 * n]
         self.meta = words_view[2 * n : 2 * n + 2]  # [data generation, slot capacity]
-        self.descs = words_view[2 * n + 2 :].reshape(n, self.dlen)
-        self.path_area = self.ctrl_seg.buf[words * 8 :]
+        self.descs = words_view[2 * n + 2 :].reshape(2, n, self.dlen)  # [parity, rank]
+        self.path_area = buf[words * 8 : words * 8 + _PATH_BYTES]
+        self.small = buf[small_at:].reshape(2, n, PG_SHM_SMALL_BYTES)  # [parity, rank]
         self.pids[me] = os.getpid()
         _kv.barrier(f"{key}/mapped", timeout_s, ranks)
         if me == 0:
@@ -95,6 +102,7 @@ class ShmEngine:
         self.data: Segment | None = None
         self.gen = 0
         self.cap = 0
+        self.calls = 0
         self.slots: np.ndarray | None = None  # (n, cap) uint8
         self._unlink_after_sync: Segment | None = None
         self.broken: str | None = None
@@ -102,7 +110,7 @@ class ShmEngine:
     # ----------------------------------------------------------------- plumbing
     def close(self) -> None:
         """Unmap this rank's segments."""
-        self.slots = None
+        self.slots = self.small = None
         self.descs = self.ticks = self.pids = self.meta = None
         self.bar = None
         if self.data is not None:
@@ -117,30 +125,48 @@ class ShmEngine:
             self.broken = f"{type(e).__name__}: {e}"
             raise
 
-    def _begin(self, fn: str, desc: np.ndarray) -> tuple[float, np.ndarray]:
-        """Step A: publish ``desc``, meet, validate, grow. Returns (deadline, all descriptors)."""
+    def _begin(self, fn: str, desc: np.ndarray, x: np.ndarray) -> tuple[float, list | None]:
+        """Step A: publish ``desc`` (and a small ``x``), meet, validate, grow.
+
+        Returns:
+          The deadline, and for a small call every rank's input (``x`` itself for this
+          rank), else None.
+        """
         if self.broken:
             raise RuntimeError(
                 f"{fn}: this process group is unusable after an earlier failure "
                 f"({self.broken}); call destroy_process_group() and init_process_group() again."
             )
         deadline = time.monotonic() + self.timeout_s
-        self.descs[self.me] = desc
+        par = self.calls % 2
+        self.calls += 1
+        me, n = self.me, self.n
+        self.descs[par, me] = desc
+        if x.nbytes <= PG_SHM_SMALL_BYTES:
+            self.small[par, me, : x.nbytes] = x.reshape(-1).view(np.uint8)
         self._sync(deadline, fn)
-        descs = self.descs.copy()
-        err = _descriptor.check(fn, descs, self.ranks)
-        if err:
-            # Everyone saw the same descriptors and raises the same error; meet once
-            # more so nobody rewrites its descriptor while a peer still reads it.
-            self._sync(deadline, fn)
-            raise ValueError(err)
-        need = 0
-        for i in range(self.n):
-            d = _descriptor.decode(descs[i], self.n)
-            need = max(need, int(np.prod(d["shape"], dtype=np.int64)) * d["dtype"].itemsize)
+        descs = self.descs[par].copy()
+        uniform = fn != "all_to_all_single" and bool((descs == desc).all())
+        if uniform:
+            need = x.nbytes
+        else:
+            err = _descriptor.check(fn, descs, self.ranks)
+            if err:
+                raise ValueError(err)
+            rows = [_descriptor.decode(descs[i], n) for i in range(n)]
+            need = max(int(np.prod(r["shape"], dtype=np.int64)) * x.itemsize for r in rows)
+        if need <= PG_SHM_SMALL_BYTES:
+            shapes = [x.shape] * n if uniform else [r["shape"] for r in rows]
+            inputs = []
+            for j in range(n):
+                nb = int(np.prod(shapes[j], dtype=np.int64)) * x.itemsize
+                inputs.append(
+                    x if j == me else self.small[par, j, :nb].view(x.dtype).reshape(shapes[j])
+                )
+            return deadline, inputs
         if need > self.cap:
             self._grow(need, deadline, fn)
-        return deadline, descs
+        return deadline, None
 
     def _grow(self, need: int, deadline: float, fn: str) -> None:
         cap = max(PG_SHM_MIN_CAPACITY, 1 << (need - 1).bit_length())
@@ -154,7 +180,7 @@ class ShmEngine:
             self.meta[0] = self.gen + 1
         self._sync(deadline, fn)
         if self.me != 0:
-            raw = bytes(self.path_area[:_PATH_BYTES]).split(b"\0", 1)[0]
+            raw = bytes(self.path_area).split(b"\0", 1)[0]
             cap = int(self.meta[1])
             seg = Segment(raw.decode(), cap * self.n, create=False)
         old, self.data = self.data, seg
@@ -177,9 +203,29 @@ class ShmEngine:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return self.slots[i, :nbytes].view(dtype).reshape(shape)
 
+    def _reduced(self, parts: list[np.ndarray], op: str, shape: tuple[int, ...], dtype):
+        out = aligned_empty(shape, dtype)
+        _reduce_into(out.reshape(-1), [p.reshape(-1) for p in parts], op, self.n)
+        return out
+
+    @staticmethod
+    def _stack(parts: list[np.ndarray]) -> np.ndarray:
+        out = aligned_empty((len(parts), *parts[0].shape), parts[0].dtype)
+        for j, p in enumerate(parts):
+            out[j] = p
+        return out
+
+    @staticmethod
+    def _copy(a: np.ndarray) -> np.ndarray:
+        out = aligned_empty(a.shape, a.dtype)
+        out[...] = a
+        return out
+
     # -------------------------------------------------------------- collectives
     def all_reduce(self, x: np.ndarray, op: str, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("all_reduce", desc)
+        deadline, inputs = self._begin("all_reduce", desc, x)
+        if inputs is not None:
+            return self._reduced(inputs, op, x.shape, x.dtype)
         n, me = self.n, self.me
         flat = x.reshape(-1)
         bounds = _bounds(flat.size, n)
@@ -203,97 +249,95 @@ class ShmEngine:
         return out
 
     def broadcast(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray | None:
-        deadline, _ = self._begin("broadcast", desc)
+        deadline, inputs = self._begin("broadcast", desc, x)
         if self.me == src:
-            self._slot(src, x.shape, x.dtype)[...] = x
-        self._data_ready(deadline, "broadcast")
-        if self.me == src:
+            if inputs is None:
+                self._slot(src, x.shape, x.dtype)[...] = x
+                self._data_ready(deadline, "broadcast")
             return None  # the caller returns its input
-        out = aligned_empty(x.shape, x.dtype)
-        out[...] = self._slot(src, x.shape, x.dtype)
-        return out
+        if inputs is not None:
+            return self._copy(inputs[src])
+        self._data_ready(deadline, "broadcast")
+        return self._copy(self._slot(src, x.shape, x.dtype))
 
     def reduce(self, x: np.ndarray, dst: int, op: str, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("reduce", desc)
+        deadline, inputs = self._begin("reduce", desc, x)
+        if inputs is None:
+            if self.me != dst:
+                self._slot(self.me, x.shape, x.dtype)[...] = x
+            self._data_ready(deadline, "reduce")
+            inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         if self.me != dst:
-            self._slot(self.me, x.shape, x.dtype)[...] = x
-        self._data_ready(deadline, "reduce")
-        out = aligned_empty(x.shape, x.dtype, zero=self.me != dst)
-        if self.me == dst:
-            parts = [x if j == dst else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
-            _reduce_into(out.reshape(-1), [p.reshape(-1) for p in parts], op, self.n)
-        return out
+            return aligned_empty(x.shape, x.dtype, zero=True)
+        return self._reduced(inputs, op, x.shape, x.dtype)
 
     def all_gather(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("all_gather", desc)
-        self._slot(self.me, x.shape, x.dtype)[...] = x
-        self._data_ready(deadline, "all_gather")
-        out = aligned_empty((self.n, *x.shape), x.dtype)
-        for j in range(self.n):
-            out[j] = x if j == self.me else self._slot(j, x.shape, x.dtype)
-        return out
+        deadline, inputs = self._begin("all_gather", desc, x)
+        if inputs is None:
+            self._slot(self.me, x.shape, x.dtype)[...] = x
+            self._data_ready(deadline, "all_gather")
+            inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
+        return self._stack(inputs)
 
     def gather(self, x: np.ndarray, dst: int, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("gather", desc)
+        deadline, inputs = self._begin("gather", desc, x)
+        if inputs is None:
+            if self.me != dst:
+                self._slot(self.me, x.shape, x.dtype)[...] = x
+            self._data_ready(deadline, "gather")
+            inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         if self.me != dst:
-            self._slot(self.me, x.shape, x.dtype)[...] = x
-        self._data_ready(deadline, "gather")
-        out = aligned_empty((self.n, *x.shape), x.dtype, zero=self.me != dst)
-        if self.me == dst:
-            for j in range(self.n):
-                out[j] = x if j == dst else self._slot(j, x.shape, x.dtype)
-        return out
+            return aligned_empty((self.n, *x.shape), x.dtype, zero=True)
+        return self._stack(inputs)
 
     def scatter(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("scatter", desc)
-        if self.me == src:
-            self._slot(src, x.shape, x.dtype)[...] = x
-        self._data_ready(deadline, "scatter")
-        out = aligned_empty(x.shape[1:], x.dtype)
-        out[...] = x[src] if self.me == src else self._slot(src, x.shape, x.dtype)[self.me]
-        return out
+        deadline, inputs = self._begin("scatter", desc, x)
+        if inputs is None:
+            if self.me == src:
+                self._slot(src, x.shape, x.dtype)[...] = x
+            self._data_ready(deadline, "scatter")
+            from_src = x if self.me == src else self._slot(src, x.shape, x.dtype)
+        else:
+            from_src = inputs[src]
+        return self._copy(from_src[self.me])
 
     def reduce_scatter(self, x: np.ndarray, op: str, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("reduce_scatter", desc)
-        mine = self._slot(self.me, x.shape, x.dtype)
-        for j in range(self.n):
-            if j != self.me:
-                mine[j] = x[j]
-        self._data_ready(deadline, "reduce_scatter")
-        out = aligned_empty(x.shape[1:], x.dtype)
-        parts = [
-            x[self.me] if j == self.me else self._slot(j, x.shape, x.dtype)[self.me]
-            for j in range(self.n)
-        ]
-        _reduce_into(out.reshape(-1), [p.reshape(-1) for p in parts], op, self.n)
-        return out
+        deadline, inputs = self._begin("reduce_scatter", desc, x)
+        if inputs is None:
+            mine = self._slot(self.me, x.shape, x.dtype)
+            for j in range(self.n):
+                if j != self.me:
+                    mine[j] = x[j]
+            self._data_ready(deadline, "reduce_scatter")
+            inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
+        return self._reduced([p[self.me] for p in inputs], op, x.shape[1:], x.dtype)
 
     def all_to_all(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
-        deadline, _ = self._begin("all_to_all", desc)
-        mine = self._slot(self.me, x.shape, x.dtype)
-        for j in range(self.n):
-            if j != self.me:
-                mine[j] = x[j]
-        self._data_ready(deadline, "all_to_all")
-        out = aligned_empty(x.shape, x.dtype)
-        for j in range(self.n):
-            out[j] = x[self.me] if j == self.me else self._slot(j, x.shape, x.dtype)[self.me]
-        return out
+        deadline, inputs = self._begin("all_to_all", desc, x)
+        if inputs is None:
+            mine = self._slot(self.me, x.shape, x.dtype)
+            for j in range(self.n):
+                if j != self.me:
+                    mine[j] = x[j]
+            self._data_ready(deadline, "all_to_all")
+            inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
+        return self._stack([p[self.me] for p in inputs])
 
     def all_to_all_single(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
-        deadline, descs = self._begin("all_to_all_single", desc)
+        fn = "all_to_all_single"
+        deadline, inputs = self._begin(fn, desc, x)
         n, me = self.n, self.me
-        rows = [_descriptor.decode(descs[j], n) for j in range(n)]
-        self._slot(me, x.shape, x.dtype)[...] = x
-        self._data_ready(deadline, "all_to_all_single")
-        out_splits = rows[me]["out_splits"]
-        out = aligned_empty((sum(out_splits), *x.shape[1:]), x.dtype)
+        par = (self.calls - 1) % 2
+        rows = [_descriptor.decode(self.descs[par, j], n) for j in range(n)]
+        if inputs is None:
+            self._slot(me, x.shape, x.dtype)[...] = x
+            self._data_ready(deadline, fn)
+            inputs = [x if j == me else self._slot(j, rows[j]["shape"], x.dtype) for j in range(n)]
+        out = aligned_empty((sum(rows[me]["out_splits"]), *x.shape[1:]), x.dtype)
         at = 0
         for j in range(n):
             splits = rows[j]["in_splits"]
-            start = sum(splits[:me])
-            k = splits[me]
-            src = x if j == me else self._slot(j, rows[j]["shape"], x.dtype)
-            out[at : at + k] = src[start : start + k]
+            start, k = sum(splits[:me]), splits[me]
+            out[at : at + k] = inputs[j][start : start + k]
             at += k
         return out

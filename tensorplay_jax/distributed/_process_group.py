@@ -289,21 +289,22 @@ def _start_runtime(
         raise
 
 
-def _engine_for(ranks: tuple[int, ...]) -> str:
+def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
     w = _state()
+    pref = pref or w.engine_pref
     same_host = len({w.hosts[r] for r in ranks}) == 1
-    if w.engine_pref == "shm" and (w.backend != "gloo" or not same_host):
+    if pref == "shm" and (w.backend != "gloo" or not same_host):
         raise ValueError(
             "engine='shm' needs the gloo backend and every member on one host; "
             f"group {list(ranks)} has backend {w.backend!r} and "
             f"{len({w.hosts[r] for r in ranks})} host(s). Use engine='xla' or 'auto'."
         )
-    if w.engine_pref == "xla":
+    if pref == "xla":
         return "xla"
     return "shm" if w.backend == "gloo" and same_host else "xla"
 
 
-def _make_group(ranks: tuple[int, ...]) -> ProcessGroup:
+def _make_group(ranks: tuple[int, ...], engine: str | None = None) -> ProcessGroup:
     from tensorplay_jax.distributed._engine_shm import ShmEngine
     from tensorplay_jax.distributed._engine_xla import XlaEngine
 
@@ -314,7 +315,7 @@ def _make_group(ranks: tuple[int, ...]) -> ProcessGroup:
     if w.rank in ranks:
         me = ranks.index(w.rank)
         key = f"{w.prefix}/g{gid}"
-        if _engine_for(ranks) == "shm":
+        if _engine_for(ranks, engine) == "shm":
             g.engine = ShmEngine(key, ranks, me, w.timeout_s)
         else:
             g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
@@ -352,13 +353,17 @@ def device() -> Any:
     return w.devices[w.rank]
 
 
-def new_group(ranks: list[int] | None = None, timeout: Any = None) -> ProcessGroup:
+def new_group(
+    ranks: list[int] | None = None, timeout: Any = None, *, engine: str | None = None
+) -> ProcessGroup:
     """Make a group of some ranks; every process must call it, in the same order.
 
     Args:
       ranks: global ranks of the members (any order; None means all).
       timeout: unused, accepted for tensorplay compatibility (the group keeps the
         default group's timeout).
+      engine: ``"auto"``, ``"shm"`` or ``"xla"``; default: the one given to
+        :func:`init_process_group`.
 
     Returns:
       The group; on a process that is not a member, its ``rank()`` is -1 and
@@ -371,6 +376,8 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> ProcessGro
     w = _state("new_group")
     if ranks is None:
         ranks = list(range(w.world_size))
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"new_group: engine={engine!r} is not one of {ENGINES}.")
     ranks_t = tuple(sorted(int(r) for r in ranks))
     bad = [r for r in ranks_t if not 0 <= r < w.world_size]
     if not ranks_t or bad or len(set(ranks_t)) != len(ranks_t):
@@ -379,7 +386,7 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> ProcessGro
             + (f" ({bad} out of range)" if bad else "")
             + "."
         )
-    return _make_group(ranks_t)
+    return _make_group(ranks_t, engine)
 
 
 def resolve(fn: str, group: ProcessGroup | None) -> ProcessGroup:

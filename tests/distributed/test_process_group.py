@@ -32,8 +32,15 @@ def close(got, want, **kw):
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), **kw)
 
 
-for dtype in (np.float32, np.int32, ml_dtypes.bfloat16):
-    xs = [inputs(k, dtype=dtype) for k in range(n)]
+# Small inputs take the shared-memory engine's one-meeting path, large ones its slots.
+CASES = [
+    (np.float32, (3, 5), (n, 2, 3)),
+    (np.int32, (3, 5), (n, 2, 3)),
+    (ml_dtypes.bfloat16, (3, 5), (n, 2, 3)),
+    (np.float32, (260, 300), (n, 260, 300)),
+]
+for dtype, shape, sshape in CASES:
+    xs = [inputs(k, shape=shape, dtype=dtype) for k in range(n)]
     mine = jnp.asarray(xs[r])
     stack = np.stack(xs)
     ops = {"sum": stack.sum(0), "max": stack.max(0), "min": stack.min(0), "prod": stack.prod(0)}
@@ -53,7 +60,7 @@ for dtype in (np.float32, np.int32, ml_dtypes.bfloat16):
     close(dist.all_gather(mine), stack)
 
     # (N, ...) inputs: row j is meant for rank j.
-    ss = [inputs(k, shape=(n, 2, 3), dtype=dtype) * (k + 2) for k in range(n)]
+    ss = [inputs(k, shape=sshape, dtype=dtype) * (k + 2) for k in range(n)]
     sm = jnp.asarray(ss[r])
     for root in range(n):
         close(dist.scatter(sm, src=root), ss[root][r])
@@ -72,6 +79,9 @@ a = [np.arange(sum(ins[k]) * 2, dtype=np.float32).reshape(-1, 2) + 1000 * k for 
 outs = [ins[j][r] for j in range(n)]
 want = np.concatenate([a[j][sum(ins[j][:r]) : sum(ins[j][:r]) + ins[j][r]] for j in range(n)])
 close(dist.all_to_all_single(jnp.asarray(a[r]), outs, ins[r]), want)
+w = [np.arange(sum(ins[k]) * 30000, dtype=np.float32).reshape(-1, 30000) + k for k in range(n)]
+want = np.concatenate([w[j][sum(ins[j][:r]) : sum(ins[j][:r]) + ins[j][r]] for j in range(n)])
+close(dist.all_to_all_single(w[r], outs, ins[r]), want)
 e = [np.arange(2 * n, dtype=np.float32) + 100 * k for k in range(n)]
 close(dist.all_to_all_single(e[r]), np.concatenate([e[j][2 * r : 2 * r + 2] for j in range(n)]))
 

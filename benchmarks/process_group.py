@@ -1,0 +1,190 @@
+"""Process-group collectives: tensorplay_jax.distributed beside torch.distributed (gloo).
+
+Times all_reduce, all_gather and broadcast of float32 messages (4 KiB, 1 MiB, 16 MiB,
+64 MiB per rank) on 2 and 4 local processes. Each worker process runs both
+libraries in the same run, alternating per (collective, size): ours with the
+default engine ("shm" on one host), ours forced onto the XLA engine (compiled,
+cached programs over gloo), and torch.distributed on gloo. Each cell is the best of
+several trials of the mean time per call, which filters out noise from other load
+on the machine.
+
+What is timed, per call:
+  ours: ``dist.<op>(x)`` from a jax.Array input to a jax.Array result, ready
+    (``block_until_ready``): it allocates and returns a new array.
+  torch: ``dist.all_reduce(t)`` / ``dist.broadcast(t, 0)`` in place and
+    ``dist.all_gather_into_tensor(out, t)`` into a preallocated output.
+
+"ratio" is torch time / our time: >= 1.0 means we move data at least as fast.
+
+Usage:
+  python benchmarks/process_group.py [--nprocs 2 4] [--sizes 4K 1M 16M 64M]
+                                     [--ops all_reduce all_gather broadcast] [--no-xla]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SIZES = {"4K": 4 << 10, "1M": 1 << 20, "16M": 16 << 20, "64M": 64 << 20}
+
+
+def _iters(nbytes: int) -> tuple[int, int]:
+    """(calls per trial, trials) for a message size."""
+    if nbytes <= 64 << 10:
+        return 50, 5
+    if nbytes <= 2 << 20:
+        return 10, 5
+    if nbytes <= 32 << 20:
+        return 3, 4
+    return 2, 3
+
+
+def _best(fn, sync, nbytes: int) -> float:
+    """Best over trials of the mean seconds per call (every rank runs the same loop)."""
+    calls, trials = _iters(nbytes)
+    fn()  # warm up: compile, grow buffers
+    fn()
+    best = float("inf")
+    for _ in range(trials):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def worker(argv: list[str]) -> None:
+    """One rank: time every (op, size) for each library; rank 0 prints JSON lines."""
+    args = json.loads(argv[0])
+    import jax
+    import numpy as np
+
+    import tensorplay_jax.distributed as dist
+
+    dist.init_process_group("gloo", timeout=600)
+    world = dist.new_group()  # default engine ("shm" on one host)
+    xla_world = None
+    if args["xla"]:
+        xla_world = dist.new_group(engine="xla")  # every rank, on the XLA engine
+
+    import torch
+    import torch.distributed as tdist
+
+    tdist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+
+    for op in args["ops"]:
+        for label in args["sizes"]:
+            nbytes = SIZES[label]
+            count = nbytes // 4
+            x = jax.device_put(np.full(count, rank + 1.0, np.float32))
+            t = torch.full((count,), rank + 1.0)
+            tout = torch.empty(n * count)
+
+            def ours(g, x=x, op=op):
+                if op == "all_reduce":
+                    y = dist.all_reduce(x, group=g)
+                elif op == "all_gather":
+                    y = dist.all_gather(x, group=g)
+                else:
+                    y = dist.broadcast(x, src=0, group=g)
+                y.block_until_ready()
+
+            def theirs(t=t, tout=tout, op=op):
+                if op == "all_reduce":
+                    tdist.all_reduce(t)
+                elif op == "all_gather":
+                    tdist.all_gather_into_tensor(tout, t)
+                else:
+                    tdist.broadcast(t, 0)
+
+            row = {"nprocs": n, "op": op, "size": label, "bytes": nbytes}
+            row["ours"] = _best(lambda: ours(world), dist.barrier, nbytes)
+            row["torch"] = _best(theirs, tdist.barrier, nbytes)
+            if xla_world is not None:
+                row["xla"] = _best(lambda: ours(xla_world), dist.barrier, nbytes)
+            # Correctness spot check of the timed results.
+            y = np.asarray(
+                dist.all_reduce(x, group=world)
+                if op == "all_reduce"
+                else dist.all_gather(x, group=world)
+                if op == "all_gather"
+                else dist.broadcast(x, src=0, group=world)
+            )
+            want = {"all_reduce": n * (n + 1) / 2, "broadcast": 1.0}.get(op)
+            assert want is None or (float(y[0]) == want and float(y[-1]) == want)
+            if rank == 0:
+                print("ROW " + json.dumps(row), flush=True)
+            del x, t, tout
+    tdist.destroy_process_group()
+    dist.destroy_process_group()
+
+
+def _fmt_row(r: dict) -> str:
+    def gbs(sec):
+        return r["bytes"] / sec / 1e9
+
+    s = (
+        f"{r['nprocs']:>2}  {r['op']:<10} {r['size']:>4}  "
+        f"{r['ours'] * 1e3:9.3f} {r['torch'] * 1e3:9.3f}  {r['torch'] / r['ours']:6.2f}x  "
+        f"{gbs(r['ours']):7.2f} {gbs(r['torch']):7.2f}"
+    )
+    if "xla" in r:
+        s += f"  {r['xla'] * 1e3:9.3f} {r['torch'] / r['xla']:6.2f}x"
+    return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nprocs", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument(
+        "--ops",
+        nargs="+",
+        default=["all_reduce", "all_gather", "broadcast"],
+        choices=["all_reduce", "all_gather", "broadcast"],
+    )
+    ap.add_argument("--no-xla", action="store_true", help="skip the XLA-engine column")
+    ap.add_argument("--timeout", type=float, default=1200.0)
+    a = ap.parse_args()
+
+    from tests._procs import run_workers
+
+    spec = json.dumps({"ops": a.ops, "sizes": a.sizes, "xla": not a.no_xla})
+    script = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+        f"sys.argv = ['bench', {spec!r}]; "
+        "import runpy; m = runpy.run_path("
+        f"{str(Path(__file__).resolve())!r}, run_name='bench_worker'); "
+        "m['worker'](sys.argv[1:])"
+    )
+    head = " N  op         size   ours(ms)  torch(ms)  ratio   ours    torch(GB/s)" + (
+        "  xla(ms)   xla ratio" if not a.no_xla else ""
+    )
+    rows = []
+    for n in a.nprocs:
+        res = run_workers(script, n, timeout=a.timeout)
+        for line in res[0].stdout.splitlines():
+            if line.startswith("ROW "):
+                rows.append(json.loads(line[4:]))
+                print(_fmt_row(rows[-1]), flush=True)
+    print()
+    print("ours = tensorplay_jax.distributed (default engine); torch = torch.distributed gloo;")
+    print("xla = tensorplay_jax with engine='xla' (cached XLA programs over gloo);")
+    print("ratio = torch time / our time (>= 1.0: at least torch's throughput).")
+    print(head)
+    for r in rows:
+        print(_fmt_row(r))
+
+
+if __name__ == "__main__":
+    main()
