@@ -169,8 +169,17 @@ class Agent:
         try:
             self._start()
         except BaseException:
-            self.stop(leak_check=False)
+            self.stop(leak_check=False, graceful=False)
             raise
+        # Interpreter exit joins thread-pool threads before atexit handlers run, and grpc's
+        # stream threads would block in our outboxes forever: stop first (non-graceful).
+        threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
+
+    def _at_exit(self) -> None:
+        if not self.stopped:
+            if _current is self:
+                set_current(None)
+            self.stop(leak_check=False, graceful=False)
 
     def _start(self) -> None:
         opts, (host, port) = self.options, self._store_addr
@@ -552,7 +561,7 @@ class Agent:
                 return
             prev = cur
 
-    def stop(self, *, leak_check: bool = True) -> None:
+    def stop(self, *, leak_check: bool = True, graceful: bool = True) -> None:
         """Stop serving and close every connection (local; see wait_for_all_workers)."""
         with self._lock:
             self.stopped = True
@@ -576,13 +585,13 @@ class Agent:
         if self.store is not None:
             try:
                 self.store.add("shutdown/exit", 1)
-                if self._store_server is not None:
+                if self._store_server is not None and graceful:
                     self.store.wait_count(
                         "shutdown/exit", self.world_size, RPC_SHUTDOWN_EXIT_WAIT_S
                     )
             except (ConnectionError, OSError):
                 pass
-            self.store.close()
+            self.store.close(clean=graceful)
         if self._store_server is not None:
             self._store_server.close()
 

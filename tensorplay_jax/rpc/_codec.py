@@ -8,8 +8,8 @@ shape and the index of their buffer; the buffer itself is a memoryview of the
 array's memory, so encoding copies no array data (a non-contiguous view is
 made contiguous once). Decoding rebuilds arrays on top of the received buffers.
 
-Built in: None, bool, int (any size), float, complex, str, bytes, bytearray,
-list, tuple, dict, set, frozenset, namedtuples, dataclasses, numpy scalars,
+Built in: None, bool, int (any size), float, complex, str, bytes (bytearray and
+memoryview arrive as bytes), list, tuple, dict, set, frozenset, namedtuples, dataclasses, numpy scalars,
 classes and functions. Functions and classes travel by reference (module +
 qualname) when the receiver can import them, else by value with cloudpickle.
 Anything else falls back to cloudpickle. Pickled records are only ever decoded
@@ -71,7 +71,6 @@ _EXT_DATACLASS = 8
 _EXT_OBJREF = 9  # a class or function (by reference or by value)
 _EXT_REGISTERED = 10
 _EXT_PICKLE = 11
-_EXT_BYTEARRAY = 12
 
 # Array kinds inside an _EXT_ARRAY record.
 _NUMPY, _JAX, _NUMPY_SCALAR = 0, 1, 2
@@ -336,8 +335,6 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
     if t is set or t is frozenset:
         code = _EXT_SET if t is set else _EXT_FROZENSET
         return msgpack.ExtType(code, _pack(list(o), default))
-    if t is bytearray or t is memoryview:
-        return msgpack.ExtType(_EXT_BYTEARRAY, bytes(o))
     if isinstance(o, tuple) and hasattr(t, "_fields"):
         return msgpack.ExtType(_EXT_NAMEDTUPLE, _pack([_objref(t), list(o)], default))
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
@@ -431,8 +428,6 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
         return set(_unpack(data, ext_hook))
     if code == _EXT_FROZENSET:
         return frozenset(_unpack(data, ext_hook))
-    if code == _EXT_BYTEARRAY:
-        return bytearray(data)
     if code == _EXT_NAMEDTUPLE:
         ref, values = _unpack(data, ext_hook)
         return _load_objref(ref)(*values)

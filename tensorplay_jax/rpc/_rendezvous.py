@@ -13,6 +13,7 @@ are missing).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -281,10 +282,10 @@ class StoreClient:
     def wait_count(self, key: str, n: int, timeout: float) -> bool:
         return "err" not in self._call({"op": "wait_count", "k": key, "n": n, "timeout": timeout})
 
-    def close(self) -> None:
-        try:
-            self._call({"op": "bye"})
-        except (ConnectionError, ValueError):
-            pass
+    def close(self, clean: bool = True) -> None:
+        """Leave; without ``clean`` the store counts this rank as dead (barriers stop waiting for it)."""
+        if clean:
+            with contextlib.suppress(ConnectionError, ValueError):
+                self._call({"op": "bye"})
         self._r.close()
         self._sock.close()

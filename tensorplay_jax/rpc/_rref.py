@@ -260,10 +260,18 @@ class RRef(Generic[T]):
         """
         if self._record is not None:
             return self._record.value.wait()
+        self._check_created()
         agent = self._live_agent("to_here")
         value = agent.call(self._owner, agent_mod.FETCH, timeout=timeout, extra=(self._id,)).wait()
         self._confirmed = True
         return value
+
+    def _check_created(self) -> None:
+        # A remote() whose creation already failed (error, timeout) fails every later use.
+        if self._created is not None and self._created.done():
+            exc = self._created.exception()
+            if exc is not None:
+                raise exc
 
     # -- proxies
     def rpc_sync(self, timeout: float = -1) -> Any:
@@ -306,6 +314,7 @@ class _Proxy:
         rref, timeout = self._rref, self._timeout
 
         def invoke(*args: Any, **kwargs: Any) -> Any:
+            rref._check_created()
             return call(
                 rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
             )

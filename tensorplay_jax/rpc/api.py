@@ -219,4 +219,4 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
                     )
         finally:
             _agent.set_current(None)
-            agent.stop()
+            agent.stop(graceful=graceful)
