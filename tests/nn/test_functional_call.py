@@ -1,4 +1,4 @@
-"""The JAX bridge: parameters as a pytree, functional_call under jax.grad/jit/vmap, optax training."""
+"""The JAX bridge: parameters as a pytree, functional_call under grad/jit/vmap, optax loops."""
 
 import threading
 
@@ -98,7 +98,7 @@ def test_dropout_keys_inside_jit():
     assert not np.array_equal(a, b)
     assert set(np.unique(np.asarray(a))) <= {0.0, 2.0} and 0.4 < float((a == 0).mean()) < 0.6
     np.testing.assert_array_equal(f(jax.random.key(0)), a)
-    with pytest.raises(ValueError, match="pass rng=key to nn.functional_call"):
+    with pytest.raises(ValueError, match=r"pass rng=key to nn\.functional_call"):
         jax.jit(lambda x: nn.functional_call(model, {}, x))(x)
     model.eval()
     np.testing.assert_array_equal(jax.jit(lambda x: nn.functional_call(model, {}, x))(x), x)

@@ -155,9 +155,7 @@ def test_cross_entropy_class_indices(reduction, kwargs):
 
 def test_cross_entropy_spatial_and_probabilities_and_unbatched():
     spatial_target = np.random.default_rng(1).integers(0, 4, (2, 3, 3))
-    _check_loss(
-        F.cross_entropy, torch.nn.functional.cross_entropy, _x(2, 4, 3, 3), spatial_target
-    )
+    _check_loss(F.cross_entropy, torch.nn.functional.cross_entropy, _x(2, 4, 3, 3), spatial_target)
     probs = np.random.default_rng(2).dirichlet(np.ones(4), 5).astype(np.float32)
     for kw in ({}, {"label_smoothing": 0.3, "weight": CLASS_W}):
         _check_loss(F.cross_entropy, torch.nn.functional.cross_entropy, _x(5, 4), probs, **kw)
