@@ -528,7 +528,7 @@ class Agent:
     # ------------------------------------------------------------------ shutdown
 
     def outstanding(self) -> int:
-        return len(self._pending) + self._inflight
+        return len(self._pending) + self._inflight + self.rrefs.queued_deletes
 
     def wait_for_all_workers(self, timeout: float) -> None:
         """Graceful shutdown barrier: return once no worker has work left or in flight.
@@ -536,13 +536,13 @@ class Agent:
         Each round, every worker waits until its own calls and served requests
         are done, then publishes how many messages it has handled. Two rounds in
         a row with identical counts on every worker mean nothing moved in
-        between, so everyone can stop.
+        between. The first time that happens every worker releases the RRefs it
+        still uses; the second time, everyone can stop.
         """
-        gc.collect()
-        self.rrefs.release_users()
         deadline = None if not timeout else time.monotonic() + timeout
         assert self.store is not None
         prev: dict[int, Any] | None = None
+        released = False
         for k in itertools.count():
             while self.outstanding():
                 if deadline is not None and time.monotonic() > deadline:
@@ -558,7 +558,14 @@ class Agent:
             )
             cur = {r: vals.get(f"shutdown/{k}/{r}") for r in range(self.world_size)}
             if cur == prev:
-                return
+                if released:
+                    return
+                # Everyone is in shutdown and quiet: now users let go of their RRefs
+                # (every worker decides this in the same round), then settle again.
+                released = True
+                gc.collect()
+                self.rrefs.release_users()
+                cur = None
             prev = cur
 
     def stop(self, *, leak_check: bool = True, graceful: bool = True) -> None:

@@ -60,6 +60,7 @@ class RRefTable:
         self._ids = itertools.count(1)
         self._deletes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stopped = False
+        self.queued_deletes = 0  # counted as outstanding work by the shutdown barrier
         threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
 
     def new_id(self) -> int:
@@ -106,7 +107,9 @@ class RRefTable:
         self._users.add(rref)
 
     def enqueue_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
+        # Called from __del__ (any thread, any time): only a queue put and a counter.
         if not self._stopped:
+            self.queued_deletes += 1
             self._deletes.put((owner, rref_id, fork))
 
     def _deleter(self) -> None:
@@ -114,7 +117,10 @@ class RRefTable:
             item = self._deletes.get()
             if item is None:
                 return
-            self._send_delete(*item)
+            try:
+                self._send_delete(*item)
+            finally:
+                self.queued_deletes -= 1
 
     def _send_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
         try:

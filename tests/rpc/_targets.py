@@ -170,3 +170,7 @@ def touch(path: str) -> str:
 
 def maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def leave_soon() -> None:
+    threading.Timer(0.2, rpc.shutdown, kwargs={"graceful": False}).start()
