@@ -20,7 +20,7 @@ import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
 from tensorplay_jax.collectives import ReduceOp
-from tensorplay_jax.distributed import _descriptor
+from tensorplay_jax.distributed import _descriptor, _transfer
 from tensorplay_jax.distributed import _process_group as _pg
 from tensorplay_jax.distributed._process_group import ProcessGroup
 
@@ -115,13 +115,13 @@ def _out(y: Any) -> jax.Array:
     """The result as a jax.Array on this process's device (aliases aligned host buffers)."""
     if isinstance(y, jax.Array):
         return y
-    return jax.device_put(y, _pg.device())
+    return _transfer.to_device(y, _pg.device())
 
 
 def _as_result(x: Any) -> jax.Array:
     if isinstance(x, jax.Array):
         return x
-    return jax.device_put(np.asarray(x), _pg.device())
+    return _transfer.to_device(np.asarray(x), _pg.device())
 
 
 def _shm(g: ProcessGroup) -> bool:

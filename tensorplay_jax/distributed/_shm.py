@@ -11,6 +11,7 @@ Every wait has a deadline and checks that the peers' processes still live.
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import secrets
@@ -147,7 +148,7 @@ class TickBarrier:
                             f"{what}: rank {self.ranks[i]} (pid {int(self.pids[i])}) exited "
                             "while this rank waited for it"
                         )
-            sleep = min(PG_SHM_MAX_SLEEP_S, max(20e-6, sleep * 2))
+            sleep = min(PG_SHM_MAX_SLEEP_S, max(50e-6, sleep * 2))
             time.sleep(sleep)
 
     def sync(self, deadline: float, what: str) -> None:
@@ -161,7 +162,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, *, zero: bool = False
     ``jax.device_put`` of such a host array aliases it instead of copying.
     """
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = (np.zeros if zero else np.empty)(nbytes + PG_ALIGN, np.uint8)
     off = (-raw.ctypes.data) % PG_ALIGN
     return raw[off : off + nbytes].view(dtype).reshape(shape)

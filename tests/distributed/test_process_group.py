@@ -37,7 +37,7 @@ CASES = [
     (np.float32, (3, 5), (n, 2, 3)),
     (np.int32, (3, 5), (n, 2, 3)),
     (ml_dtypes.bfloat16, (3, 5), (n, 2, 3)),
-    (np.float32, (260, 300), (n, 260, 300)),
+    (np.float32, (600, 500), (n, 600, 500)),
 ]
 for dtype, shape, sshape in CASES:
     xs = [inputs(k, shape=shape, dtype=dtype) for k in range(n)]
@@ -79,7 +79,7 @@ a = [np.arange(sum(ins[k]) * 2, dtype=np.float32).reshape(-1, 2) + 1000 * k for 
 outs = [ins[j][r] for j in range(n)]
 want = np.concatenate([a[j][sum(ins[j][:r]) : sum(ins[j][:r]) + ins[j][r]] for j in range(n)])
 close(dist.all_to_all_single(jnp.asarray(a[r]), outs, ins[r]), want)
-w = [np.arange(sum(ins[k]) * 30000, dtype=np.float32).reshape(-1, 30000) + k for k in range(n)]
+w = [np.arange(sum(ins[k]) * 100000, dtype=np.float32).reshape(-1, 100000) + k for k in range(n)]
 want = np.concatenate([w[j][sum(ins[j][:r]) : sum(ins[j][:r]) + ins[j][r]] for j in range(n)])
 close(dist.all_to_all_single(w[r], outs, ins[r]), want)
 e = [np.arange(2 * n, dtype=np.float32) + 100 * k for k in range(n)]
