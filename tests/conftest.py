@@ -21,5 +21,5 @@ def port() -> int:
 
 @pytest.fixture
 def workers():
-    """``workers(script, nprocs, ...)``: run ``script`` in N real OS processes (see ``tests._procs``)."""
+    """``workers(script, nprocs, ...)``: run ``script`` in N OS processes (``tests._procs``)."""
     return run_workers

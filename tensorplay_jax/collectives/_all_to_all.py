@@ -84,9 +84,7 @@ def _all_to_all(
     split_axis = check_axis("all_to_all", "split_axis", split_axis, x.ndim)
     concat_axis = check_axis("all_to_all", "concat_axis", concat_axis, x.ndim)
     check_dim("all_to_all", x, split_axis, n, exact=False)
-    return lax.all_to_all(
-        to_varying(x, axis_name), axis_name, split_axis, concat_axis, tiled=True
-    )
+    return lax.all_to_all(to_varying(x, axis_name), axis_name, split_axis, concat_axis, tiled=True)
 
 
 def all_to_all_single(
@@ -249,10 +247,14 @@ def split_matrix(
     sends = sends if sends is not None else recv_sends
     row_sums = sends.sum(axis=1)
     if (row_sums != rows).any():
-        which = "input_split_sizes" if input_split_sizes is not None else "output_split_sizes"
+        which, given = (
+            ("input_split_sizes", input_split_sizes)
+            if input_split_sizes is not None
+            else ("output_split_sizes", output_split_sizes)
+        )
         raise ValueError(
-            f"{fn}: the split sizes do not add up to x's {rows} rows (rank r sends "
-            f"{row_sums.tolist()} rows in all); check {which}={sizes_repr(sends)}."
+            f"{fn}: the split sizes do not add up to x's {rows} rows (ranks send "
+            f"{row_sums.tolist()}); check {which}={given!r}."
         )
     col_sums = sends.sum(axis=0)
     if (col_sums != col_sums[0]).any():
@@ -265,7 +267,3 @@ def split_matrix(
     if (sends == rows // n).all() and rows % n == 0:
         return None
     return sends
-
-
-def sizes_repr(m: np.ndarray) -> str:
-    return repr(m.tolist())

@@ -20,10 +20,10 @@ from jax import lax
 from tensorplay_jax.collectives._axis import axis_index, to_varying
 
 
-class ReduceOp(str, enum.Enum):
+class ReduceOp(enum.StrEnum):
     """Reduction applied by ``all_reduce``, ``reduce`` and ``reduce_scatter``.
 
-    A ``str`` enum: ``ReduceOp.SUM == "sum"``, so either spelling works.
+    A ``StrEnum``: ``ReduceOp.SUM == "sum"``, so either spelling works.
 
     Derivatives:
       * ``SUM``: the sum of the per-rank cotangents (the tensorplay rule).

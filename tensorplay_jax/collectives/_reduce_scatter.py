@@ -17,9 +17,7 @@ from tensorplay_jax.collectives._axis import axis_size, check_axis, check_dim, t
 from tensorplay_jax.collectives._ops import ReduceOp, check_op_dtype, normalize_op, stacked_reduce
 
 
-def reduce_scatter(
-    x: Any, axis_name: Any, *, op: ReduceOp | str = "sum", axis: int = 0
-) -> Any:
+def reduce_scatter(x: Any, axis_name: Any, *, op: ReduceOp | str = "sum", axis: int = 0) -> Any:
     """Reduce over ranks, then rank i keeps slice i (along ``axis``).
 
     Args:
@@ -48,14 +46,10 @@ def reduce_scatter(
     """
     op = normalize_op("reduce_scatter", op)
     n = axis_size("reduce_scatter", axis_name)
-    return jax.tree.map(
-        partial(_reduce_scatter, axis_name=axis_name, op=op, axis=axis, n=n), x
-    )
+    return jax.tree.map(partial(_reduce_scatter, axis_name=axis_name, op=op, axis=axis, n=n), x)
 
 
-def _reduce_scatter(
-    x: jax.Array, *, axis_name: Any, op: ReduceOp, axis: int, n: int
-) -> jax.Array:
+def _reduce_scatter(x: jax.Array, *, axis_name: Any, op: ReduceOp, axis: int, n: int) -> jax.Array:
     x = jnp.asarray(x)
     check_op_dtype("reduce_scatter", op, x)
     axis = check_axis("reduce_scatter", "axis", axis, x.ndim)

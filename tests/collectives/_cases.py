@@ -33,6 +33,11 @@ def _uneven_sends(n: int) -> list[list[int]]:
     return [[(1 + 2 * ((r + j) % 2)) if n > 1 else 2 for j in range(n)] for r in range(n)]
 
 
+def _received(n: int) -> list[list[int]]:
+    # output_split_sizes[r][j] = rows rank r receives from rank j = sends[j][r].
+    return [list(c) for c in zip(*_uneven_sends(n), strict=True)]
+
+
 def _cases() -> list[Case]:
     cases = []
     for op in OPS:
@@ -147,8 +152,8 @@ def _cases() -> list[Case]:
         ),
         Case(
             "all_to_all_single-uneven-axis1-outsizes",
-            lambda n: lambda x, a: C.all_to_all_single(
-                x, a, output_split_sizes=[list(c) for c in zip(*_uneven_sends(n))], axis=1
+            lambda n: (
+                lambda x, a: C.all_to_all_single(x, a, output_split_sizes=_received(n), axis=1)
             ),
             lambda n: partial(R.all_to_all_single, sends=_uneven_sends(n), axis=1),
             lambda n: (3, 2 * n),

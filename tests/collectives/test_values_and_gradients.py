@@ -51,9 +51,7 @@ def test_value_vjp_jvp(case, mode, n):
     rng = np.random.default_rng(1)
     ct = rng.standard_normal(y_ref.shape)
     (grad,) = vjp(jnp.asarray(ct, jnp.float32))
-    np.testing.assert_allclose(
-        np.asarray(grad).ravel(), jac.T @ ct.ravel(), rtol=2e-4, atol=2e-4
-    )
+    np.testing.assert_allclose(np.asarray(grad).ravel(), jac.T @ ct.ravel(), rtol=2e-4, atol=2e-4)
 
     t = rng.standard_normal(shape)
     _, tangent = jax.jvp(f, (x,), (jnp.asarray(t, jnp.float32),))
