@@ -25,13 +25,19 @@ Hooks for distributed autograd
     ``roots``: Tensors or ``GradientEdge`` s; ``accumulate(leaf, grad)`` is
     called once per reached leaf (default: add into ``leaf.grad``), so a
     distributed context can collect gradients in its own dict.
-``make_node(backward, inputs, *, num_outputs, name)`` / ``attach_outputs(node, values)``
+``make_node(backward, inputs, *, num_outputs, name, run_without_grads)``
+    and ``attach_outputs(node, values)``:
     A ``FunctionNode`` whose backward is any Python callable: a "recv" node
     (no inputs; its backward sends the cotangent over RPC) gives received
     arrays a grad_fn; a "send" node (inputs = the Tensors sent; backward =
     identity) is a root of ``run_backward`` when gradients come back.
+    ``run_without_grads=True`` makes the engine call it even when no gradient
+    reached it (so a recv node can answer "nothing" instead of staying silent).
 ``get_gradient_edge(tensor)``
-    Where a Tensor's gradient goes; ``Node.release()`` frees a node by hand.
+    Where a Tensor's gradient goes.
+``release_graph(roots)``
+    Free every node reachable from roots after passes with ``retain_graph=True``
+    (``Node.release()`` frees one node; ``Node.released`` tells).
 
 Engine runs are independent (no global state), so several threads may run
 backward at once; grad mode is thread-local. Gradients are ``jax.Array`` s in
@@ -45,6 +51,7 @@ from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
 from tensorplay_jax.autograd._engine import accumulate_into_grad as accumulate_into_grad
+from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
 from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
@@ -75,6 +82,7 @@ __all__ = [
     "is_grad_enabled",
     "make_node",
     "no_grad",
+    "release_graph",
     "run_backward",
     "set_grad_enabled",
     "trace_counts",

@@ -40,6 +40,7 @@ def make_node(
     *,
     num_outputs: int = 1,
     name: str = "FunctionBackward",
+    run_without_grads: bool = False,
 ) -> FunctionNode:
     """A graph node whose backward is the Python callable ``backward``.
 
@@ -51,6 +52,8 @@ def make_node(
             get no edge (their cotangent is ignored).
         num_outputs: how many outputs the node has.
         name: the node's name in reprs and errors.
+        run_without_grads: call ``backward`` (with all ``None``) even when no
+            gradient reached the node in a backward pass that visits it.
 
     Returns:
         The node; give it outputs with ``attach_outputs`` or use its
@@ -68,7 +71,7 @@ def make_node(
         tensor([10., 10.])
     """
     edges = [t._gradient_edge() if t.requires_grad else None for t in inputs]
-    return FunctionNode(name, backward, edges, num_outputs)
+    return FunctionNode(name, backward, edges, num_outputs, run_without_grads=run_without_grads)
 
 
 def attach_outputs(

@@ -172,7 +172,7 @@ def run_backward(
             if grads[0] is not None:
                 accumulate(node.variable, grads[0])
             continue
-        if all(g is None for g in grads):
+        if all(g is None for g in grads) and not getattr(node, "run_without_grads", False):
             in_grads: tuple[Any, ...] = (None,) * len(node.next_edges)
         else:
             in_grads = node.apply(tuple(grads))
@@ -191,3 +191,35 @@ def run_backward(
             deps[nxt] = left
             if left == 0:
                 heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
+
+
+def release_graph(roots: Sequence[Tensor | GradientEdge | Node]) -> int:
+    """Free every node reachable from ``roots`` (as a backward without ``retain_graph`` would).
+
+    For a distributed context that ran several backward passes with
+    ``retain_graph=True`` and is now done. Leaf sinks are left alone.
+
+    Returns:
+        How many nodes were released.
+    """
+    starts: list[Node] = []
+    for r in roots:
+        if isinstance(r, Node):
+            starts.append(r)
+        elif isinstance(r, GradientEdge):
+            starts.append(r.node)
+        elif isinstance(r, Tensor) and r.grad_fn is not None:
+            starts.append(r.grad_fn)
+    seen = set(starts)
+    stack = list(starts)
+    count = 0
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, AccumulateGrad) and not node.released:
+            node.release()
+            count += 1
+        for edge in node.next_edges:
+            if edge is not None and edge.node not in seen:
+                seen.add(edge.node)
+                stack.append(edge.node)
+    return count

@@ -74,6 +74,11 @@ class Node:
         """Free what the backward saved; a later ``apply`` raises (no ``retain_graph``)."""
         self._released = True
 
+    @property
+    def released(self) -> bool:
+        """Whether ``release`` ran (a backward through this node now raises)."""
+        return self._released
+
     def __repr__(self) -> str:
         return f"<{self.name}>"
 
@@ -115,10 +120,13 @@ class FunctionNode(Node):
     """A node whose backward is an arbitrary Python callable (RPC send/recv edges, custom rules).
 
     ``backward(grads)`` receives one cotangent (``jax.Array`` or ``None``) per
-    output and returns one per entry of ``next_edges``.
+    output and returns one per entry of ``next_edges``. With
+    ``run_without_grads`` the engine calls it even when no gradient reached any
+    output (all ``None``): an RPC recv node can then tell its peer "no
+    gradient" instead of leaving it waiting.
     """
 
-    __slots__ = ("_backward",)
+    __slots__ = ("_backward", "run_without_grads")
 
     def __init__(
         self,
@@ -126,9 +134,12 @@ class FunctionNode(Node):
         backward: Callable[[Grads], Sequence[jax.Array | None]],
         next_edges: Sequence[GradientEdge | None],
         num_outputs: int,
+        *,
+        run_without_grads: bool = False,
     ) -> None:
         super().__init__(name, next_edges, num_outputs)
         self._backward: Callable[[Grads], Sequence[jax.Array | None]] | None = backward
+        self.run_without_grads = run_without_grads
 
     def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
         assert self._backward is not None

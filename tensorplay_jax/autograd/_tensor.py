@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -361,6 +361,10 @@ class Tensor(metaclass=_TensorMeta):
 
     __hash__ = object.__hash__
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle/deepcopy as a leaf: the value (as NumPy) and the flag; the graph stays behind.
+        return (_rebuild, (type(self), np.asarray(self._value), self._requires_grad))
+
     # ----------------------------------------------------------------- operators
     def __add__(self, other: Any) -> Tensor:
         return _ops.add(self, other)
@@ -697,9 +701,10 @@ class Tensor(metaclass=_TensorMeta):
         return _shape_ops.unbind(self, dim)
 
 
-def wrap_all(values: Sequence[Any]) -> list[Tensor]:
-    """Wrap arrays as leaf Tensors (Tensors pass through)."""
-    return [v if isinstance(v, Tensor) else Tensor(v) for v in values]
+def _rebuild(cls: type[Tensor], value: np.ndarray, requires_grad: bool) -> Tensor:
+    t = cls.__new__(cls)
+    Tensor.__init__(t, jnp.asarray(value), requires_grad=requires_grad)
+    return t
 
 
 from tensorplay_jax.autograd import _ops, _reductions, _shape_ops  # noqa: E402

@@ -189,3 +189,28 @@ def test_grad_mode_is_thread_local():
         t.start()
         t.join()
     assert seen == [True]
+
+
+def test_all_none_gradients_skip_unless_run_without_grads():
+    calls = []
+    hit = make_node(lambda g: calls.append(g) or (), (), run_without_grads=True)
+    skip = make_node(lambda g: calls.append("skip") or (), ())
+    (h,) = attach_outputs(hit, [jnp.ones(1)])
+    (s,) = attach_outputs(skip, [jnp.ones(1)])
+    passthrough = make_node(lambda g: (None, None), [h, s])
+    (root,) = attach_outputs(passthrough, [jnp.ones(1)])
+    root.sum().backward()
+    assert calls == [(None,)]
+
+
+def test_release_graph():
+    from tensorplay_jax.autograd import release_graph
+
+    x = tp.ones(2, requires_grad=True)
+    y = (x.exp() * 2).sum()
+    y.backward(retain_graph=True)
+    assert release_graph([y]) == 3
+    assert y.grad_fn.released
+    with pytest.raises(RuntimeError, match="second time"):
+        y.backward()
+    assert release_graph([y]) == 0

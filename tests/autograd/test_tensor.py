@@ -128,3 +128,14 @@ def test_grad_setter_checks_shape():
         x.grad = tp.ones(2)
     x.grad = None
     assert x.grad is None
+
+
+def test_pickle_and_deepcopy_as_leaves():
+    import copy
+    import pickle
+
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    y = pickle.loads(pickle.dumps(x * 2))
+    assert y.is_leaf and y.requires_grad and y.tolist() == [2.0, 4.0]
+    z = copy.deepcopy(x)
+    assert z is not x and z.requires_grad and z.tolist() == [1.0, 2.0]

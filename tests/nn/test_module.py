@@ -151,3 +151,14 @@ def test_containers_and_repr():
 def test_forward_not_implemented():
     with pytest.raises(NotImplementedError, match='missing the required "forward"'):
         nn.Module()(1)
+
+
+def test_deepcopy_module_gives_independent_parameters():
+    import copy
+
+    net = nn.Sequential(nn.Linear(2, 2))
+    twin = copy.deepcopy(net)
+    assert isinstance(twin[0].weight, nn.Parameter) and twin[0].weight is not net[0].weight
+    np.testing.assert_array_equal(twin[0].weight.numpy(), net[0].weight.numpy())
+    twin(tp.ones(1, 2)).sum().backward()
+    assert twin[0].weight.grad is not None and net[0].weight.grad is None
