@@ -22,6 +22,7 @@ backward concurrently on disjoint (or retained) graphs.
 from __future__ import annotations
 
 import heapq
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,12 +35,16 @@ from tensorplay_jax.autograd._tensor import Tensor
 Accumulate = Callable[[Tensor, jax.Array], None]
 
 
+_grad_lock = threading.Lock()
+
+
 def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
-    """The local ``accumulate``: add ``grad`` into ``leaf.grad``."""
-    if leaf._grad is None:
-        leaf._grad = Tensor._wrap(grad)
-    else:
-        leaf._grad = Tensor._wrap(leaf._grad._value + grad)
+    """The local ``accumulate``: add ``grad`` into ``leaf.grad`` (safe across threads)."""
+    with _grad_lock:
+        if leaf._grad is None:
+            leaf._grad = Tensor._wrap(grad)
+        else:
+            leaf._grad = Tensor._wrap(leaf._grad._value + grad)
 
 
 def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:

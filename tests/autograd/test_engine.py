@@ -214,3 +214,14 @@ def test_release_graph():
     with pytest.raises(RuntimeError, match="second time"):
         y.backward()
     assert release_graph([y]) == 0
+
+
+def test_concurrent_backward_into_one_shared_leaf():
+    w = tp.ones(3, requires_grad=True)
+    graphs = [(w * float(i)).sum() for i in range(1, 9)]
+    threads = [threading.Thread(target=g.backward) for g in graphs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_allclose(w.grad.numpy(), [36.0] * 3)
