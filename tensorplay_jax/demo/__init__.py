@@ -1,0 +1,1 @@
+"""The project's demos, run with ``python -m tensorplay_jax.demo``."""
