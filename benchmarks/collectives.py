@@ -16,22 +16,22 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import argparse  # noqa: E402
-import collections  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+import argparse
+import collections
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.sharding import AxisType  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
-from tensorplay_jax import collectives as C  # noqa: E402
+from tensorplay_jax import collectives as C
 
 A = "i"
 N = 8
@@ -174,7 +174,7 @@ def main() -> None:
     names = opts.only.split(",")
 
     print(
-        f"# jax {jax.__version__}, {N} virtual CPU devices, {platform.processor() or platform.machine()}, "
+        f"# jax {jax.__version__}, {N} virtual CPU devices, {platform.machine()}, "
         f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}"
     )
     print(
