@@ -53,6 +53,7 @@ from tensorplay_jax.autograd._custom import make_node as make_node
 from tensorplay_jax.autograd._engine import accumulate_into_grad as accumulate_into_grad
 from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
+from tensorplay_jax.autograd._grad import grad as grad
 from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
@@ -79,6 +80,7 @@ __all__ = [
     "enable_grad",
     "function",
     "get_gradient_edge",
+    "grad",
     "is_grad_enabled",
     "make_node",
     "no_grad",

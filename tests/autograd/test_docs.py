@@ -9,6 +9,7 @@ MODULES = [
     "tensorplay_jax.autograd._custom",
     "tensorplay_jax.autograd._engine",
     "tensorplay_jax.autograd._factories",
+    "tensorplay_jax.autograd._grad",
     "tensorplay_jax.autograd._grad_mode",
     "tensorplay_jax.autograd._lift",
     "tensorplay_jax.autograd._ops",

@@ -225,3 +225,18 @@ def test_concurrent_backward_into_one_shared_leaf():
     for t in threads:
         t.join()
     np.testing.assert_allclose(w.grad.numpy(), [36.0] * 3)
+
+
+def test_autograd_grad_returns_without_accumulating():
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    w = tp.tensor([3.0, 4.0], requires_grad=True)
+    unused = tp.ones(1, requires_grad=True)
+    y = x * w
+    gx, gw, gu = tp.autograd.grad(y, [x, w, unused], jnp.ones(2), allow_unused=True)
+    np.testing.assert_allclose(gx.numpy(), [3.0, 4.0])
+    np.testing.assert_allclose(gw.numpy(), [1.0, 2.0])
+    assert gu is None and x.grad is None and w.grad is None
+    with pytest.raises(RuntimeError, match="was not used in the graph"):
+        tp.autograd.grad((x * 2).sum(), [unused])
+    with pytest.raises(RuntimeError, match="is not a leaf Tensor"):
+        tp.autograd.grad((x * 2).sum(), [x * 2])
