@@ -26,7 +26,7 @@ def _shape_arg(fn: str, shape: Sequence[Any]) -> tuple[int, ...]:
         shape = shape[0]
     try:
         return tuple(int(s) for s in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"tp.{fn}: shape must be ints, got {shape!r}") from None
 
 

@@ -1,0 +1,35 @@
+"""User-facing errors of the tape name the function, the bad value and the fix (by substring)."""
+
+import jax.numpy as jnp
+import pytest
+
+import tensorplay_jax as tp
+
+
+@pytest.mark.parametrize(
+    "call, exc, text",
+    [
+        (lambda: tp.split(tp.ones(5), [2, 2]), ValueError, "split sizes [2, 2] sum to 4"),
+        (lambda: tp.split(tp.ones(5), 0), ValueError, "split_size must be positive"),
+        (lambda: tp.chunk(tp.ones(5), 0), ValueError, "chunks must be positive"),
+        (lambda: tp.narrow(tp.ones(5), 0, 3, 4), IndexError, "does not fit dim 0 of size 5"),
+        (lambda: tp.ones(2, 3).transpose(0, 2), IndexError, "dim=2 is out of range"),
+        (lambda: tp.ones(2, 3).permute(0, 0), ValueError, "is not a permutation of 2"),
+        (lambda: tp.cat([]), ValueError, "tp.cat: expected a non-empty sequence"),
+        (lambda: tp.stack([]), ValueError, "tp.stack: expected a non-empty sequence"),
+        (lambda: tp.ones(2, 3).expand(3), ValueError, "have fewer dimensions than (2, 3)"),
+        (lambda: tp.clamp(tp.ones(1)), ValueError, "at least one of min and max"),
+        (lambda: tp.ones(1) + object(), TypeError, "tp.AddBackward: unsupported operand"),
+        (lambda: tp.ones("a"), TypeError, "tp.ones: size must be ints"),
+        (lambda: tp.randn(2, dtype=jnp.int32), TypeError, "dtype must be a floating type"),
+        (lambda: tp.ones(2).sum(dim=0, axis=0), TypeError, "pass dim or axis, not both"),
+        (lambda: tp.ones(2).reshape("x"), TypeError, "tp.reshape: shape must be ints"),
+        (lambda: len(tp.tensor(1.0)), TypeError, "len() of a 0-d Tensor"),
+        (lambda: iter(tp.tensor(1.0)), TypeError, "iteration over a 0-d Tensor"),
+        (lambda: [1][tp.tensor(0.0)], TypeError, "only integer one-element Tensors"),
+    ],
+)
+def test_error_messages(call, exc, text):
+    with pytest.raises(exc) as err:
+        call()
+    assert text in str(err.value)
