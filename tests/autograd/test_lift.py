@@ -100,3 +100,18 @@ def test_apply_inside_jax_transform_records_nothing():
         return out.value
 
     np.testing.assert_allclose(jax.grad(loss)(jnp.arange(3.0)), [1.0, 1.0, 1.0])
+
+
+def test_dict_outputs_do_not_retrace():
+    w = tp.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    x = tp.tensor(np.ones((5, 4), np.float32))
+
+    def once():
+        res = tp.apply(_block, {"w": w, "b": tp.zeros(3)}, x, scale=1.5)
+        (res["out"].sum() + res["norm"]).backward()
+
+    once()
+    before = trace_counts()
+    once()
+    once()
+    assert trace_counts() == before

@@ -161,3 +161,20 @@ def test_each_layer_forward_is_one_node():
         # every edge goes straight to a leaf sink (the input or a parameter): one node
         assert all(type(e.node).__name__ == "AccumulateGrad" for e in edges), layer
         assert len(targets) == len(edges)
+
+
+def test_module_training_step_does_not_retrace():
+    from tensorplay_jax.autograd import trace_counts
+
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.LayerNorm(8), nn.Linear(8, 3))
+    x, y = _data(16)
+
+    def step():
+        net.zero_grad()
+        F.cross_entropy(net(tp.tensor(x)), tp.tensor(y)).backward()
+
+    step()
+    before = trace_counts()
+    for _ in range(3):
+        step()
+    assert trace_counts() == before
