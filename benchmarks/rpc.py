@@ -1,4 +1,4 @@
-"""RPC benchmark: tensorplay_jax.rpc (gRPC) beside torch.distributed.rpc (TensorPipe), 2 local workers.
+"""RPC benchmark: tensorplay_jax.rpc (gRPC) beside torch.distributed.rpc (TensorPipe), 2 workers.
 
 Measures, in the same run for both:
 

@@ -1,4 +1,4 @@
-"""``python -m tensorplay_jax.run --nproc N script.py [args]``: start N local workers (also ``tensorplay-jax-run``).
+"""``python -m tensorplay_jax.run --nproc N script.py``: start N local workers (tensorplay-jax-run).
 
 Sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT for each worker, prefixes every output line with ``[rank N]``,
@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     nproc = a.nproc or int(slurm.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0])
     if nproc < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
         print(
-            f"tensorplay-jax-run: bad sizes --nproc {nproc} --nnodes {nnodes} --node-rank {node_rank}",
+            f"tensorplay-jax-run: bad sizes --nproc {nproc} --nnodes {nnodes} "
+            f"--node-rank {node_rank}",
             file=sys.stderr,
         )
         return 2
@@ -130,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def report(rank: int, code: int) -> None:
         print(
-            f"tensorplay-jax-run: worker rank {rank} exited with code {code}; stopping the other workers",
+            f"tensorplay-jax-run: worker rank {rank} exited with code {code}; "
+            "stopping the other workers",
             file=sys.stderr,
             flush=True,
         )

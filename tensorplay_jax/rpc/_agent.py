@@ -1,4 +1,4 @@
-"""The RPC agent: one per process; sends requests, serves them, keeps timeouts and shuts down with the others.
+"""The RPC agent: one per process; sends and serves requests, keeps timeouts, stops with the rest.
 
 Message envelopes (small msgpack lists, decoded in the stream reader thread):
 
@@ -378,7 +378,7 @@ class Agent:
         except Exception as e:
             self._on_malformed(link, e)
             return
-        if kind == OK or kind == ERR:
+        if kind in (OK, ERR):
             self._on_reply(kind, mid, meta, msg)
         else:
             self._on_request(link, kind, mid, meta, env[3:], msg)
@@ -413,7 +413,7 @@ class Agent:
             self._inflight += 1
             self.activity += 1
         try:
-            if kind == FORK_ADD or kind == FORK_DEL:
+            if kind in (FORK_ADD, FORK_DEL):
                 if kind == FORK_ADD:
                     self.rrefs.add_fork(extra[0], extra[1])
                 else:

@@ -9,7 +9,8 @@ array's memory, so encoding copies no array data (a non-contiguous view is
 made contiguous once). Decoding rebuilds arrays on top of the received buffers.
 
 Built in: None, bool, int (any size), float, complex, str, bytes (bytearray and
-memoryview arrive as bytes), list, tuple, dict, set, frozenset, namedtuples, dataclasses, numpy scalars,
+memoryview arrive as bytes), list, tuple, dict, set, frozenset, namedtuples,
+dataclasses, numpy scalars,
 classes and functions. Functions and classes travel by reference (module +
 qualname) when the receiver can import them, else by value with cloudpickle.
 Anything else falls back to cloudpickle. Pickled records are only ever decoded
@@ -313,7 +314,8 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
         if isinstance(o, jax.core.Tracer):
             raise TypeError(
                 f"cannot send a traced JAX value ({o.aval}) over RPC: call rpc functions outside "
-                "jax.jit/jax.grad or use the differentiable RPC of tensorplay_jax.distributed.autograd"
+                "jax.jit/jax.grad, or use the differentiable RPC of "
+                "tensorplay_jax.distributed.autograd"
             )
         return _array_record(np.asarray(o), _JAX, buffers)
     if t is np.ndarray:
@@ -463,7 +465,7 @@ def loads_small(data: bytes | memoryview, *, peer: Any = None) -> Any:
 
 
 def exception_record(exc: BaseException, message: str | None = None) -> list[Any]:
-    """Describe ``exc`` by class reference and message (no pickle), for :func:`rebuild_exception`."""
+    """Describe ``exc`` by class and message (no pickle), for :func:`rebuild_exception`."""
     t = type(exc)
     return [t.__module__, t.__qualname__, str(exc) if message is None else message]
 

@@ -20,7 +20,7 @@ class RpcTimeoutError(RpcError, TimeoutError):
 
 
 class RpcPeerError(RpcError, ConnectionError):
-    """The connection to a worker was lost or could not be made (the peer exited or is unreachable)."""
+    """The connection to a worker was lost or could not be made (it exited or is unreachable)."""
 
 
 class RpcNotInitializedError(RpcError):

@@ -92,7 +92,7 @@ _CLOSE = object()
 
 
 class Outbox:
-    """Messages waiting to go out on one stream; ``packets()`` is the stream's request/response iterator."""
+    """Messages waiting to go out on one stream; ``packets()`` feeds the stream."""
 
     def __init__(
         self,

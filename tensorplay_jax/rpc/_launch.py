@@ -8,6 +8,7 @@ then SIGKILL after ``LAUNCH_KILL_GRACE_S``) and the failure is reported.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -81,7 +82,7 @@ class WorkerProcesses:
     def wait(
         self, timeout: float | None = None, *, on_failure: Callable[[int, int], None] | None = None
     ) -> int:
-        """Wait for all; stop the rest as soon as one fails. Returns 0 or the first failing exit code.
+        """Wait for all; stop the rest once one fails. Returns 0 or the first failing exit code.
 
         Raises:
           TimeoutError: ``timeout`` passed (the workers are stopped first).
@@ -124,10 +125,8 @@ class WorkerProcesses:
 
 
 def _signal_group(p: subprocess.Popen[str], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def worker_env(

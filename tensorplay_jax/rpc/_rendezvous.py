@@ -1,4 +1,4 @@
-"""Rendezvous: where the workers find each other (env:// or tcp://), and the key-value store rank 0 hosts.
+"""Rendezvous: how workers find each other (env:// or tcp://), and the store that rank 0 hosts.
 
 The store is a small line-oriented JSON protocol over TCP, served by rank 0 on
 MASTER_ADDR:MASTER_PORT for the life of the RPC session. It holds worker
@@ -89,7 +89,8 @@ def resolve_init(init_method: str, rank: int, world_size: int | None) -> tuple[s
         host, port = _env("MASTER_ADDR"), _env("MASTER_PORT")
         if not host or not port:
             raise ValueError(
-                "init_rpc: init_method='env://' needs MASTER_ADDR and MASTER_PORT in the environment "
+                "init_rpc: init_method='env://' needs MASTER_ADDR and MASTER_PORT in the "
+                "environment "
                 "(or use init_method='tcp://host:port')"
             )
         return host, int(port), rank, world_size
@@ -269,7 +270,7 @@ class StoreClient:
         return self._call({"op": "add", "k": key, "v": n})["v"]
 
     def wait(self, keys: dict[str, int], timeout: float | None) -> tuple[dict[str, Any], list[int]]:
-        """Wait until each key is set (or its rank, the dict value, died); return (values, dead ranks).
+        """Wait until each key is set (or its rank, the value, died); return (values, dead ranks).
 
         Raises:
           TimeoutError: naming the ranks that never set their key.
@@ -283,7 +284,7 @@ class StoreClient:
         return "err" not in self._call({"op": "wait_count", "k": key, "n": n, "timeout": timeout})
 
     def close(self, clean: bool = True) -> None:
-        """Leave; without ``clean`` the store counts this rank as dead (barriers stop waiting for it)."""
+        """Leave; without ``clean`` the store counts this rank as dead (barriers stop waiting)."""
         if clean:
             with contextlib.suppress(ConnectionError, ValueError):
                 self._call({"op": "bye"})

@@ -1,4 +1,4 @@
-"""RRef: a reference to a value that lives on one worker (its owner), with distributed reference counting.
+"""RRef: a reference to a value living on one worker (its owner), with distributed refcounting.
 
 Counting protocol. The owner keeps a record per value that other workers may
 reference, holding a set of *fork ids*. Every time an RRef is serialised (as
@@ -49,7 +49,7 @@ class _OwnerRecord:
 
 
 class RRefTable:
-    """One worker's RRef bookkeeping: owned records, parked deletes, live users, the deleter thread."""
+    """A worker's RRef bookkeeping: owned records, parked deletes, live users, the deleter."""
 
     def __init__(self, agent: Any) -> None:
         self._agent = agent
@@ -281,7 +281,7 @@ class RRef(Generic[T]):
 
     # -- proxies
     def rpc_sync(self, timeout: float = -1) -> Any:
-        """``rref.rpc_sync().method(*args)`` runs ``value.method(*args)`` on the owner and returns the result."""
+        """``rref.rpc_sync().method(*args)`` runs ``value.method(*args)`` on the owner."""
         return _Proxy(self, "sync", timeout)
 
     def rpc_async(self, timeout: float = -1) -> Any:

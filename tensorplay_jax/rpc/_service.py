@@ -101,6 +101,7 @@ def _pump(
     on_message: OnMessage,
     on_malformed: OnMalformed,
     on_closed: OnClosed,
+    close_on_end: bool = True,
 ) -> None:
     inbox = Inbox()
     reason = "stream closed"
@@ -120,11 +121,17 @@ def _pump(
     except Exception as e:
         log.exception("rpc: reader for %s failed", link.peer)
         reason = f"{type(e).__name__}: {e}"
+    else:
+        if not close_on_end:
+            # The peer half-closed: replies to what it sent may still be on their way;
+            # the outbox closes when the call ends (grpc's termination callback).
+            on_closed(link, reason)
+            return
     finally:
-        link.alive = False
         link.reason = reason
-        link.outbox.close()
-        on_closed(link, reason)
+    link.alive = False
+    link.outbox.close()
+    on_closed(link, reason)
 
 
 class Server:
@@ -203,7 +210,7 @@ class Server:
         context.add_callback(link.outbox.close)
         threading.Thread(
             target=_pump,
-            args=(link, request_iterator, self._on_message, self._on_malformed, on_closed),
+            args=(link, request_iterator, self._on_message, self._on_malformed, on_closed, False),
             name=f"tpj-rpc-serve-{link.peer}",
             daemon=True,
         ).start()

@@ -92,7 +92,8 @@ class GrpcRpcBackendOptions:
         tls = (self.tls_cert_chain, self.tls_private_key, self.tls_root_certs)
         if any(x is not None for x in tls) and not all(x is not None for x in tls):
             raise ValueError(
-                "GrpcRpcBackendOptions: set tls_cert_chain, tls_private_key and tls_root_certs together"
+                "GrpcRpcBackendOptions: set tls_cert_chain, tls_private_key and tls_root_certs "
+                "together"
             )
 
 

@@ -62,7 +62,8 @@ def init_rpc(
     opts = rpc_backend_options or GrpcRpcBackendOptions()
     if not isinstance(opts, GrpcRpcBackendOptions):
         raise TypeError(
-            f"init_rpc: rpc_backend_options must be GrpcRpcBackendOptions, got {type(opts).__name__}"
+            "init_rpc: rpc_backend_options must be GrpcRpcBackendOptions, got "
+            f"{type(opts).__name__}"
         )
     with _init_lock:
         cur = _agent.current_agent()

@@ -35,7 +35,8 @@ API = script(
         f.wait()
         wait_until(lambda: seen == [4])
         # remote exceptions: same type, remote traceback; the callee keeps serving
-        e = expect(ValueError, ["boom", "Remote traceback", "'w1'", "in fail", "tests.rpc._targets.fail"],
+        e = expect(ValueError,
+                   ["boom", "Remote traceback", "'w1'", "in fail", "tests.rpc._targets.fail"],
                    rpc.rpc_sync, "w1", T.fail, args=("boom",))
         expect(RuntimeError, ["CustomError", "not rebuildable"], rpc.rpc_sync, "w1", T.fail_custom)
         assert rpc.rpc_sync("w1", T.add, args=(1, 1)) == 2
@@ -48,7 +49,8 @@ API = script(
         assert rref.remote().value().to_here() == 16
         assert rref.to_here() == T.Counter(16) and rref.confirmed_by_owner()
         assert rpc.rpc_sync("w2", T.read_counter, args=([rref],)) == 16  # to a third worker
-        expect(RuntimeError, ["local_value() can only be called on the owner", "'w1'"], rref.local_value)
+        expect(RuntimeError, ["local_value() can only be called on the owner", "'w1'"],
+               rref.local_value)
         mine = rpc.RRef(np.arange(3))
         assert mine.is_owner() and mine.confirmed_by_owner() and mine.local_value().sum() == 3
         assert rpc.rpc_sync("w1", T.rref_sum, args=(mine,)) == 3
@@ -80,7 +82,8 @@ API = script(
         for to in ("nope", 7, rpc.WorkerInfo("w1", 2)):
             expect(ValueError, ["unknown destination worker"], rpc.rpc_sync, to, T.add, args=(1,))
         expect(TypeError, ["not callable"], rpc.rpc_sync, "w1", 3)
-        expect(RuntimeError, ["already initialized", "w0"], rpc.init_rpc, "again", rank=0, world_size=3)
+        expect(RuntimeError, ["already initialized", "w0"], rpc.init_rpc, "again", rank=0,
+               world_size=3)
         print("API-OK")
     rpc.shutdown()
     expect(RuntimeError, ["RPC has not been initialized"], rpc.rpc_sync, "w1", T.add, args=(1,))

@@ -96,7 +96,7 @@ def test_functions_by_reference_and_by_value():
     hdr = _codec.encode(np.add).header
     assert b"numpy" in hdr and len(hdr) < 60  # by reference
     k = 3
-    closure = lambda x: x + k  # noqa: E731
+    closure = lambda x: x + k
     f = _roundtrip(closure)
     assert f(1) == 4  # by value (cloudpickle)
     assert _roundtrip(functools.partial(max, 0))(-5) == 0

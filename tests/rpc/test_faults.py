@@ -15,7 +15,8 @@ TIMEOUTS_AND_KILL = script(
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)
     if rank == 0:
         t = time.monotonic()
-        e = expect(TimeoutError, ["RPC ran for more than 0.5 seconds", "'w1'", "tests.rpc._targets.sleep"],
+        e = expect(TimeoutError,
+                   ["RPC ran for more than 0.5 seconds", "'w1'", "tests.rpc._targets.sleep"],
                    rpc.rpc_sync, "w1", T.sleep, args=(5,), timeout=0.5)
         assert isinstance(e, rpc.RpcTimeoutError) and time.monotonic() - t < 3
         expect(TimeoutError, ["RPC ran for more than 1.5 seconds"],
@@ -83,7 +84,8 @@ RAW = script(
             out = []
             for p in stream(iter(packets), metadata=metadata, timeout=20):
                 for m in inbox.feed(p):
-                    out.append((_codec.loads_small(m.envelope), _codec.decode(bytes(m.header), m.buffers)))
+                    env = _codec.loads_small(m.envelope)
+                    out.append((env, _codec.decode(bytes(m.header), m.buffers)))
                 if len(out) == n:
                     break
             return out
@@ -121,7 +123,8 @@ TLS = script(
     """
     d = os.environ["TPJ_CERTS"]
     opts = rpc.GrpcRpcBackendOptions(
-        tls_cert_chain=f"{d}/cert.pem", tls_private_key=f"{d}/key.pem", tls_root_certs=f"{d}/cert.pem",
+        tls_cert_chain=f"{d}/cert.pem", tls_private_key=f"{d}/key.pem",
+        tls_root_certs=f"{d}/cert.pem",
         tls_require_client_auth=True,
     )
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)

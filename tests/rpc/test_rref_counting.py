@@ -1,4 +1,4 @@
-"""Distributed reference counting: owners free values once no worker holds an RRef; the leak check."""
+"""Distributed reference counting: owners free values no worker holds an RRef to; leak check."""
 
 from __future__ import annotations
 

@@ -1,0 +1,99 @@
+"""The launcher (python -m tensorplay_jax.run), SLURM variables and the spawn helper."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from tensorplay_jax.rpc import spawn
+from tensorplay_jax.rpc._rendezvous import resolve_init, slurm_env
+from tests._procs import REPO_ROOT, free_port
+
+WORKER = """
+import os, sys
+from tensorplay_jax.distributed import rpc
+rank = int(os.environ["RANK"])
+print("env", os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], sys.argv[1:])
+rpc.init_rpc(f"w{rank}")
+print("sum", rpc.rpc_sync(f"w{1 - rank}", max, args=(rank, 5)))
+rpc.shutdown()
+"""
+
+FAILING = """
+import os, sys, time
+if os.environ["RANK"] == "1":
+    print("rank one fails")
+    sys.exit(3)
+time.sleep(120)
+"""
+
+
+def _launch(tmp_path, body, *flags, timeout=120):
+    path = tmp_path / "script.py"
+    path.write_text(body)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "tensorplay_jax.run", *flags, str(path), "--lr", "0.1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_launcher_prefixes_output_and_sets_env(tmp_path):
+    p = _launch(tmp_path, WORKER, "--nproc", "2")
+    assert p.returncode == 0, p.stderr
+    for r in (0, 1):
+        assert f"[rank {r}] env {r} {r} 2 ['--lr', '0.1']" in p.stdout, p.stdout
+        assert f"[rank {r}] sum 5" in p.stdout, p.stdout
+
+
+def test_launcher_accepts_torchrun_flags(tmp_path):
+    flags = ["--nproc-per-node", "2", "--nnodes", "1", "--node-rank", "0",
+             "--master-addr", "127.0.0.1", "--master-port", str(free_port())]  # fmt: skip
+    p = _launch(tmp_path, WORKER, *flags)
+    assert p.returncode == 0, p.stderr
+    assert "[rank 1] sum 5" in p.stdout
+
+
+def test_launcher_stops_the_others_when_one_fails(tmp_path):
+    t = time.monotonic()
+    p = _launch(tmp_path, FAILING, "--nproc", "2", timeout=60)
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    assert time.monotonic() - t < 30
+    assert "[rank 1] rank one fails" in p.stdout
+    assert "worker rank 1 exited with code 3; stopping the other workers" in p.stderr
+
+
+def test_slurm_variables():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+           "SLURM_JOB_NODELIST": "gpu-[07-08,11],cpu1", "SLURM_JOB_ID": "4242"}  # fmt: skip
+    got = slurm_env(env)
+    assert got == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu-07",
+                   "MASTER_PORT": str(20000 + 4242)}  # fmt: skip
+    assert slurm_env({"SLURM_JOB_NODELIST": "node3"})["MASTER_ADDR"] == "node3"
+
+
+def test_resolve_init_reads_slurm_when_rank_is_missing(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-4]")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert resolve_init("env://", -1, None) == ("n1", 20007, 2, 4)
+    assert resolve_init("tcp://10.0.0.1:1234", 0, 2) == ("10.0.0.1", 1234, 0, 2)
+
+
+def test_spawn_runs_a_closure_in_local_workers():
+    offset = 100  # captured: the function travels by value, as from a notebook
+
+    def body(rank):
+        from tensorplay_jax.distributed import rpc
+
+        rpc.init_rpc(f"n{rank}")
+        other = rpc.rpc_sync(f"n{1 - rank}", lambda: offset + rank)
+        rpc.shutdown()
+        return other
+
+    assert spawn(body, 2, timeout=120) == [100, 101]  # the lambda carries its caller's rank
