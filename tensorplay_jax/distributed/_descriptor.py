@@ -121,6 +121,16 @@ def decode(d: np.ndarray, n: int) -> dict:
     }
 
 
+_POISON = 99  # op code of a rank that refuses the call (an earlier one-sided call failed)
+
+
+def poisoned(d: np.ndarray) -> np.ndarray:
+    """``d`` marked so that every rank that reads it raises instead of running the call."""
+    d = d.copy()
+    d[0] = _POISON
+    return d
+
+
 def check(fn: str, descs: np.ndarray, ranks: tuple[int, ...]) -> str | None:
     """Compare every rank's descriptor; return the error message, or None when they agree.
 
@@ -130,6 +140,12 @@ def check(fn: str, descs: np.ndarray, ranks: tuple[int, ...]) -> str | None:
       ranks: global ranks of the group members.
     """
     n = len(ranks)
+    bad = [ranks[i] for i in range(n) if descs[i][0] == _POISON]
+    if bad:
+        return (
+            f"{fn}: not run, because an earlier call that rank(s) {bad} made as src did not "
+            "match the other ranks (see the error on those ranks)."
+        )
     rows = [decode(descs[i], n) for i in range(n)]
 
     def by_rank(field):

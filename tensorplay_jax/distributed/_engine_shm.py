@@ -89,7 +89,7 @@ class ShmEngine:
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
         n = self.n
         self.dlen = _descriptor.length(n)
-        words = 2 * n + 2 + 2 * n * self.dlen
+        words = 3 * n + 2 + 2 * n * self.dlen
         small_at = -(-(words * 8 + _PATH_BYTES) // 64) * 64
         size = small_at + 2 * n * PG_SHM_SMALL_BYTES
         if me == 0:
@@ -102,19 +102,22 @@ class ShmEngine:
         words_view = buf[: words * 8].view(np.int64)
         self.ticks = words_view[:n]
         self.pids = words_view[n : 2 * n]
-        self.meta = words_view[2 * n : 2 * n + 2]  # [data generation, slot capacity]
-        self.descs = words_view[2 * n + 2 :].reshape(2, n, self.dlen)  # [parity, rank]
+        self.bells = words_view[2 * n : 3 * n].view(np.int32)[::2]  # futex doorbells
+        self.meta = words_view[3 * n : 3 * n + 2]  # [data generation, slot capacity]
+        self.descs = words_view[3 * n + 2 :].reshape(2, n, self.dlen)  # [parity, rank]
         self.path_area = buf[words * 8 : words * 8 + _PATH_BYTES]
         self.small = buf[small_at:].reshape(2, n, PG_SHM_SMALL_BYTES)  # [parity, rank]
         self.pids[me] = os.getpid()
         _kv.barrier(f"{key}/mapped", timeout_s, ranks)
         if me == 0:
             self.ctrl_seg.unlink()
-        self.bar = TickBarrier(self.ticks, self.pids, me, ranks)
+        self.bar = TickBarrier(self.ticks, self.pids, self.bells, me, ranks)
         self.data: Segment | None = None
         self.gen = 0
         self.cap = 0
         self.calls = 0
+        self.prev_tick = 0  # the tick of this rank's last step-A arrival
+        self.pending: tuple[int, str] | None = None  # a one-sided call still to validate
         self.slots: np.ndarray | None = None  # (n, cap) uint8
         self._unlink_after_sync: Segment | None = None
         self.broken: str | None = None
@@ -123,7 +126,7 @@ class ShmEngine:
     def close(self) -> None:
         """Unmap this rank's segments."""
         self.slots = self.small = None
-        self.descs = self.ticks = self.pids = self.meta = None
+        self.descs = self.ticks = self.pids = self.meta = self.bells = None
         self.bar = None
         if self.data is not None:
             self.data.close()
@@ -131,20 +134,32 @@ class ShmEngine:
         self.ctrl_seg.close()
 
     def _sync(self, deadline: float, fn: str) -> None:
+        self._wait(self.bar.arrive(), deadline, fn)
+
+    def _wait(self, tick: int, deadline: float, fn: str) -> None:
         try:
-            self.bar.sync(deadline, fn)
+            self.bar.wait(tick, deadline, fn)
         except Exception as e:
             self.broken = f"{type(e).__name__}: {e}"
             raise
 
     def _begin(
-        self, fn: str, desc: np.ndarray, x: np.ndarray, publish: bool = True
+        self,
+        fn: str,
+        desc: np.ndarray,
+        x: np.ndarray,
+        publish: bool = True,
+        one_sided: bool = False,
     ) -> tuple[float, list | None]:
         """Step A: publish ``desc`` (and a small ``x`` if others read it), meet, validate, grow.
 
+        With ``one_sided`` (a small broadcast's src) the rank publishes and leaves
+        without meeting the others; it checks that call's descriptors at its next
+        call, and if they disagreed, poisons that next call on every rank.
+
         Returns:
           The deadline, and for a small call every rank's input (``x`` itself for this
-          rank), else None.
+          rank; ``[]`` for a one-sided call), else None.
         """
         if self.broken:
             raise RuntimeError(
@@ -152,14 +167,32 @@ class ShmEngine:
                 f"({self.broken}); call destroy_process_group() and init_process_group() again."
             )
         deadline = time.monotonic() + self.timeout_s
+        # This call's buffers (by parity) were last used two calls ago: make sure every
+        # rank is past that call (it is, unless the previous call was one-sided).
+        if self.ticks.min() < self.prev_tick:
+            self._wait(self.prev_tick, deadline, fn)
+        poison = None
+        if self.pending is not None:
+            ppar, pfn = self.pending
+            self.pending = None
+            poison = _descriptor.check(pfn, self.descs[ppar].copy(), self.ranks)
         par = self.calls % 2
         self.calls += 1
         me, n = self.me, self.n
-        self.descs[par, me] = desc
+        self.descs[par, me] = desc if poison is None else _descriptor.poisoned(desc)
         small = _small_limit(fn)
         if publish and x.nbytes <= small:
             self.small[par, me, : x.nbytes] = x.reshape(-1).view(np.uint8)
-        self._sync(deadline, fn)
+        tick = self.prev_tick = self.bar.arrive()
+        if poison is not None:
+            raise ValueError(
+                f"{fn}: not run, because an earlier call this rank made as src did not "
+                f"match the other ranks: {poison}"
+            )
+        if one_sided and x.nbytes <= small:
+            self.pending = (par, fn)
+            return deadline, []
+        self._wait(tick, deadline, fn)
         descs = self.descs[par].copy()
         uniform = fn != "all_to_all_single" and bool((descs == desc).all())
         if uniform:
@@ -264,8 +297,9 @@ class ShmEngine:
         return out
 
     def broadcast(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray | None:
-        deadline, inputs = self._begin("broadcast", desc, x, self.me == src)
-        if self.me == src:
+        me_src = self.me == src
+        deadline, inputs = self._begin("broadcast", desc, x, me_src, one_sided=me_src)
+        if me_src:
             if inputs is None:
                 self._slot(src, x.shape, x.dtype)[...] = x
                 self._data_ready(deadline, "broadcast")

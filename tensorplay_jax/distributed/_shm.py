@@ -11,10 +11,13 @@ Every wait has a deadline and checks that the peers' processes still live.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import mmap
 import os
+import platform
 import secrets
+import sys
 import tempfile
 import time
 
@@ -96,27 +99,83 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _futex_api():
+    """``(wait, wake)`` over Linux futexes on shared memory, or None elsewhere."""
+    nr = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+    if sys.platform != "linux" or nr is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+
+    class _Timespec(ctypes.Structure):
+        _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
+
+    def wait(addr: int, expected: int, timeout_s: float) -> None:
+        # FUTEX_WAIT (0, shared): sleep while *addr == expected, at most timeout_s.
+        ts = _Timespec(int(timeout_s), int((timeout_s % 1) * 1e9))
+        syscall(nr, ctypes.c_void_p(addr), 0, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
+
+    def wake(addr: int) -> None:
+        # FUTEX_WAKE (1, shared): wake every waiter on addr.
+        syscall(nr, ctypes.c_void_p(addr), 1, ctypes.c_int(2**31 - 1), None, None, 0)
+
+    return wait, wake
+
+
+_FUTEX = None if os.environ.get("TENSORPLAY_JAX_SHM_NO_FUTEX") else _futex_api()
+_SPIN_S = float(os.environ.get("TENSORPLAY_JAX_SHM_SPIN_S", PG_SHM_SPIN_S))
+
+
 class TickBarrier:
     """Barrier over a row of monotonically increasing counters, one per rank.
+
+    A waiting rank sleeps on its own *doorbell* word (a Linux futex in the shared
+    segment, where available; short sleeps elsewhere). An arriving rank writes its
+    counter, then a token unique to this arrival into every other rank's doorbell,
+    then wakes them: a waiter reads its doorbell before checking the counters, so
+    an arrival it missed has changed the doorbell and its futex wait returns at once.
 
     Args:
       ticks: int64 view with one counter per rank (shared).
       pids: int64 view with each rank's process id (shared).
+      bells: int32 view with one doorbell per rank (shared, 4-byte aligned).
       me: this rank's index.
       ranks: global ranks, for messages.
     """
 
-    def __init__(self, ticks: np.ndarray, pids: np.ndarray, me: int, ranks: tuple[int, ...]):
+    def __init__(
+        self,
+        ticks: np.ndarray,
+        pids: np.ndarray,
+        bells: np.ndarray,
+        me: int,
+        ranks: tuple[int, ...],
+    ):
         self.ticks = ticks
         self.pids = pids
+        self.bells = bells
         self.me = me
         self.ranks = ranks
         self.tick = int(ticks[me])
+        n = len(ranks)
+        self._bell_addr = [bells[i : i + 1].ctypes.data for i in range(n)]
+        self._others = [i for i in range(n) if i != me]
 
     def arrive(self) -> int:
-        """Announce arrival at the next barrier; return its tick."""
+        """Announce arrival at the next barrier (and ring the others); return its tick."""
         self.tick += 1
         self.ticks[self.me] = self.tick
+        if _FUTEX is not None and self._others:
+            token = (self.tick * len(self.ranks) + self.me) & 0x7FFFFFFF
+            wake, bells = _FUTEX[1], self.bells
+            for i in self._others:
+                bells[i] = token
+            for i in self._others:
+                wake(self._bell_addr[i])
         return self.tick
 
     def wait(self, tick: int, deadline: float, what: str) -> None:
@@ -132,9 +191,12 @@ class TickBarrier:
         start = time.monotonic()
         next_check = start + PG_LIVENESS_CHECK_S
         sleep = 0.0
-        while ticks.min() < tick:
+        while True:
+            bell = int(self.bells[self.me])
+            if ticks.min() >= tick:
+                return
             now = time.monotonic()
-            if now - start < PG_SHM_SPIN_S:
+            if now - start < _SPIN_S:
                 os.sched_yield()
                 continue
             if now > deadline:
@@ -148,8 +210,11 @@ class TickBarrier:
                             f"{what}: rank {self.ranks[i]} (pid {int(self.pids[i])}) exited "
                             "while this rank waited for it"
                         )
-            sleep = min(PG_SHM_MAX_SLEEP_S, max(50e-6, sleep * 2))
-            time.sleep(sleep)
+            if _FUTEX is not None:
+                _FUTEX[0](self._bell_addr[self.me], bell, PG_LIVENESS_CHECK_S)
+            else:
+                sleep = min(PG_SHM_MAX_SLEEP_S, max(50e-6, sleep * 2))
+                time.sleep(sleep)
 
     def sync(self, deadline: float, what: str) -> None:
         """``arrive`` then ``wait``."""

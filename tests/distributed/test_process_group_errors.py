@@ -88,8 +88,27 @@ for i, engine in enumerate(("shm", "xla")):
            dist.all_gather, np.ones(2, [np.float32, np.int32][r]))
     expect(ValueError, "different collectives (rank 0: all_reduce, rank 1: all_gather)",
            dist.all_reduce if r == 0 else dist.all_gather, x)
-    expect(ValueError, "broadcast: ranks disagree on src/dst (rank 0: 0, rank 1: 1)",
-           dist.broadcast, x, src=r)
+    expect(ValueError, "reduce: ranks disagree on src/dst (rank 0: 0, rank 1: 1)",
+           dist.reduce, x, dst=r)
+    if engine == "xla":
+        expect(ValueError, "broadcast: ranks disagree on src/dst (rank 0: 0, rank 1: 1)",
+               dist.broadcast, x, src=r)
+        expect(ValueError, "broadcast: shape mismatch across ranks",
+               dist.broadcast, np.ones(2 + r, np.float32), src=0)
+    else:
+        # A small broadcast's src does not wait for the receivers: its disagreement
+        # surfaces on the receivers at once and on the src at its next call, which
+        # then runs on no rank.
+        dist.broadcast(x, src=r)  # both think they are src: neither waits
+        expect(ValueError, "all_reduce: not run, because an earlier call this rank made as src",
+               dist.all_reduce, x)
+        if r == 0:
+            dist.broadcast(np.ones(2, np.float32), src=0)
+        else:
+            expect(ValueError, "shape mismatch across ranks (rank 0: (2,), rank 1: (3,))",
+                   dist.broadcast, np.ones(3, np.float32), src=0)
+        expect(ValueError, "all_gather: not run, because an earlier call",
+               dist.all_gather, x)
     expect(ValueError, "broadcast: src=5 is out of range; valid ranks are 0..1",
            dist.broadcast, x, src=5)
     expect(ValueError, "reduce: dst=-1 is out of range", dist.reduce, x, dst=-1)
