@@ -84,7 +84,8 @@ class _Pending:
 class _Deadlines:
     """One thread that fails calls whose timeout passed."""
 
-    def __init__(self, expire: Any) -> None:
+    def __init__(self, expire: Any, pending: dict[int, Any]) -> None:
+        self._pending = pending  # finished calls stay in the heap until pruned or due
         self._heap: list[tuple[float, int]] = []
         self._cv = threading.Condition()
         self._expire = expire
@@ -93,6 +94,9 @@ class _Deadlines:
 
     def add(self, deadline: float, mid: int) -> None:
         with self._cv:
+            if len(self._heap) > 4096 and len(self._heap) > 4 * len(self._pending):
+                self._heap = [e for e in self._heap if e[1] in self._pending]
+                heapq.heapify(self._heap)
             heapq.heappush(self._heap, (deadline, mid))
             if self._heap[0][1] == mid:
                 self._cv.notify()
@@ -159,7 +163,7 @@ class Agent:
         self._executor = ThreadPoolExecutor(
             max_workers=options.num_worker_threads, thread_name_prefix="tpj-rpc-worker"
         )
-        self._deadlines = _Deadlines(self._expire)
+        self._deadlines = _Deadlines(self._expire, self._pending)
         self.rrefs = _rref.RRefTable(self)
 
     # ------------------------------------------------------------------ startup
