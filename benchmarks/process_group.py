@@ -5,8 +5,9 @@ Times all_reduce, all_gather and broadcast of float32 messages (4 KiB, 1 MiB, 16
 libraries in the same run, alternating per (collective, size): ours with the
 default engine ("shm" on one host), ours forced onto the XLA engine (compiled,
 cached programs over gloo), and torch.distributed on gloo. Each cell is the best of
-several trials of the mean time per call, which filters out noise from other load
-on the machine.
+several trials of the mean time per call, a trial lasting as long as its slowest
+rank (so a sender running ahead of its receivers is not timed alone); the best
+trial filters out noise from other load on the machine.
 
 What is timed, per call:
   ours: ``dist.<op>(x)`` from a jax.Array input to a jax.Array result, ready
@@ -47,19 +48,28 @@ def _iters(nbytes: int) -> tuple[int, int]:
     return 2, 3
 
 
-def _best(fn, sync, nbytes: int) -> float:
-    """Best over trials of the mean seconds per call (every rank runs the same loop)."""
+def _trials(fn, sync, nbytes: int) -> list[float]:
+    """This rank's mean seconds per call in each trial (every rank runs the same loop)."""
     calls, trials = _iters(nbytes)
     fn()  # warm up: compile, grow buffers
     fn()
-    best = float("inf")
+    out = []
     for _ in range(trials):
         sync()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+        out.append((time.perf_counter() - t0) / calls)
+    return out
+
+
+def _best(per_rank) -> float:
+    """Best trial, where a trial takes as long as its slowest rank.
+
+    A sender that may run ahead of its receivers (torch's broadcast root hands small
+    messages to socket buffers) would otherwise time only how fast it can send.
+    """
+    return float(per_rank.max(axis=0).min())
 
 
 def worker(argv: list[str]) -> None:
@@ -108,10 +118,14 @@ def worker(argv: list[str]) -> None:
                     tdist.broadcast(t, 0)
 
             row = {"nprocs": n, "op": op, "size": label, "bytes": nbytes}
-            row["ours"] = _best(lambda: ours(world), dist.barrier, nbytes)
-            row["torch"] = _best(theirs, tdist.barrier, nbytes)
+            times = {
+                "ours": _trials(lambda: ours(world), dist.barrier, nbytes),
+                "torch": _trials(theirs, tdist.barrier, nbytes),
+            }
             if xla_world is not None:
-                row["xla"] = _best(lambda: ours(xla_world), dist.barrier, nbytes)
+                times["xla"] = _trials(lambda: ours(xla_world), dist.barrier, nbytes)
+            for k, v in times.items():  # every rank's trials, to rank 0's table
+                row[k] = _best(np.asarray(dist.all_gather(np.asarray(v), group=world)))
             # Correctness spot check of the timed results.
             y = np.asarray(
                 dist.all_reduce(x, group=world)
