@@ -59,6 +59,7 @@ def run_workers(
     check: bool = True,
     devices_per_process: int = 1,
     master_port: int | None = None,
+    allow_exit: Mapping[int, int] | None = None,
 ) -> list[WorkerResult]:
     """Run ``script`` (Python source, dedented) in ``nprocs`` OS processes.
 
@@ -72,6 +73,9 @@ def run_workers(
       check: raise :class:`WorkersFailed` with every worker's output unless all exit 0.
       devices_per_process: virtual CPU devices each worker's JAX sees.
       master_port: rendezvous port (a free one by default).
+      allow_exit: ``{rank: returncode}`` for workers expected to die (e.g. ``{1: -9}``
+        for a peer a test kills with SIGKILL): that exit neither stops the others
+        nor fails ``check``.
 
     Returns:
       One :class:`WorkerResult` per rank, in rank order.
@@ -110,11 +114,16 @@ def run_workers(
                 start_new_session=True,
             )
         )
+    allowed = dict(allow_exit or {})
+
+    def bad(rank: int, code: int | None) -> bool:
+        return code not in (None, 0) and allowed.get(rank) != code
+
     deadline = time.monotonic() + timeout
     timed_out = False
     failed = False
     while any(p.poll() is None for p in procs):
-        if any(p.returncode not in (None, 0) for p in procs):
+        if any(bad(r, p.returncode) for r, p in enumerate(procs)):
             failed = True
             break
         if time.monotonic() > deadline:
@@ -133,7 +142,7 @@ def run_workers(
     for rank, p in enumerate(procs):
         out, err = p.communicate()
         results.append(WorkerResult(rank, p.returncode, out, err))
-    if check and (timed_out or any(r.returncode != 0 for r in results)):
+    if check and (timed_out or any(bad(r.rank, r.returncode) for r in results)):
         head = f"workers timed out after {timeout}s" if timed_out else "a worker failed"
         raise WorkersFailed(head + "\n" + "\n".join(str(r) for r in results))
     return results
