@@ -23,3 +23,15 @@ def port() -> int:
 def workers():
     """``workers(script, nprocs, ...)``: run ``script`` in N OS processes (``tests._procs``)."""
     return run_workers
+
+
+# Tests that start worker processes share one xdist worker (``--dist loadgroup``), so at
+# most one multi-process job runs at a time; the other worker compiles SPMD programs.
+_PROCESS_TESTS = ("/rpc/", "/distributed/", "/examples/", "test_multihost", "test_demo")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = str(item.path)
+        if any(p in path for p in _PROCESS_TESTS):
+            item.add_marker(pytest.mark.xdist_group("processes"))
