@@ -1,0 +1,93 @@
+"""What RemoteModule runs on the module's owner: build, call, switch mode, list parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from tensorplay_jax.autograd._grad_mode import no_grad
+from tensorplay_jax.distributed.nn.api._interface import check_implements
+from tensorplay_jax.nn import Module
+from tensorplay_jax.rpc import RRef, get_worker_info
+
+__all__ = ["call_method", "check_module", "create_module", "parameter_rrefs", "set_training"]
+
+
+def _jax_device(device: str) -> Any:
+    kind, _, index = device.partition(":")
+    platform = {"cuda": "gpu"}.get(kind, kind)
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        devices = []
+    i = int(index or 0)
+    if i >= len(devices):
+        have = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
+        raise RuntimeError(
+            f"RemoteModule: worker {get_worker_info().name!r} has no device {device!r} "
+            f"(its JAX devices: {have})"
+        )
+    return devices[i]
+
+
+def _place(module: Module, device: str) -> None:
+    if device == "cpu":
+        return
+    target = _jax_device(device)
+    with no_grad():
+        for t in [*module.parameters(), *module.buffers()]:
+            t.data = jax.device_put(t.value, target)
+
+
+def create_module(
+    module_cls: Any, args: tuple, kwargs: dict[str, Any], device: str, iface: type | None
+) -> RRef[Module]:
+    """Build ``module_cls(*args, **kwargs)`` here, place it on ``device``, return an RRef to it.
+
+    Raises:
+      TypeError: the result is not a ``tensorplay_jax.nn.Module`` or lacks an interface method.
+      RuntimeError: this worker has no such device.
+    """
+    module = module_cls(*args, **kwargs)
+    if not isinstance(module, Module):
+        raise TypeError(
+            f"RemoteModule: module_cls={getattr(module_cls, '__qualname__', module_cls)!r} built "
+            f"a {type(module).__qualname__}, not a tensorplay_jax.nn.Module; pass a Module "
+            "subclass (or a function returning a Module)"
+        )
+    if iface is not None:
+        check_implements(module, iface)
+    _place(module, device)
+    return RRef(module)
+
+
+def check_module(module_rref: RRef[Any], iface: type | None) -> bool:
+    """Validate the module behind ``module_rref`` (a Module, implementing ``iface``); its mode."""
+    module = module_rref.local_value()
+    if not isinstance(module, Module):
+        raise TypeError(
+            f"RemoteModule.init_from_module_rref: module_rref holds a {type(module).__qualname__}, "
+            "not a tensorplay_jax.nn.Module"
+        )
+    if iface is not None:
+        check_implements(module, iface)
+    return module.training
+
+
+def call_method(module_rref: RRef[Module], name: str, /, *args: Any, **kwargs: Any) -> Any:
+    """``module.name(*args, **kwargs)`` on the owner (``forward`` goes through ``__call__``)."""
+    module = module_rref.local_value()
+    if name == "forward":
+        return module(*args, **kwargs)
+    return getattr(module, name)(*args, **kwargs)
+
+
+def set_training(module_rref: RRef[Module], mode: bool) -> None:
+    """``module.train(mode)`` on the owner."""
+    module_rref.local_value().train(mode)
+
+
+def parameter_rrefs(module_rref: RRef[Module], recurse: bool) -> list[RRef[Any]]:
+    """An owner RRef per parameter of the module (each parameter once)."""
+    return [RRef(p) for p in module_rref.local_value().parameters(recurse=recurse)]

@@ -1,0 +1,85 @@
+"""The owner's side of DistributedOptimizer: per-parameter optax state and a locked step."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import optax
+
+from tensorplay_jax.autograd._grad_mode import no_grad
+from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.rpc import RRef
+
+__all__ = ["LocalOptimizer", "new_local_optimizer", "local_step"]
+
+
+def _update_all(tx: optax.GradientTransformation, grads: list, states: list, params: list) -> Any:
+    new_params, new_states = [], []
+    for g, s, p in zip(grads, states, params, strict=True):
+        updates, s = tx.update(g, s, p)
+        new_params.append(optax.apply_updates(p, updates))
+        new_states.append(s)
+    return new_params, new_states
+
+
+class LocalOptimizer:
+    """The parameters one owner holds, an optax state per parameter, and a lock.
+
+    Each parameter has its own state (``tx.init`` of that parameter), as
+    tensorplay's optimizers keep per-parameter state: a parameter without a
+    gradient in a step is skipped (value and state unchanged). A transform
+    that couples parameters (``clip_by_global_norm``) therefore sees one
+    parameter at a time. Steps are serialised by a lock; the update of all
+    parameters that have gradients is one jitted call.
+    """
+
+    def __init__(self, tx: optax.GradientTransformation, params: Sequence[Tensor]) -> None:
+        self.tx = tx
+        self.params = list(params)
+        self.states = [tx.init(p.value) for p in self.params]
+        self.lock = threading.Lock()
+        self._update = jax.jit(lambda g, s, p: _update_all(tx, g, s, p))
+
+    def step(self, grads: dict[Any, Any]) -> int:
+        """Apply the update to every parameter that has a gradient in ``grads``; how many did."""
+        with self.lock:
+            idx = [i for i, p in enumerate(self.params) if p in grads]
+            if not idx:
+                return 0
+            gs = [_array(grads[self.params[i]]) for i in idx]
+            ps = [self.params[i].value for i in idx]
+            new_ps, new_ss = self._update(gs, [self.states[i] for i in idx], ps)
+            with no_grad():
+                for i, p, s in zip(idx, new_ps, new_ss, strict=True):
+                    self.params[i].data = p
+                    self.states[i] = s
+            return len(idx)
+
+
+def _array(g: Any) -> Any:
+    return g.value if isinstance(g, Tensor) else g
+
+
+def new_local_optimizer(
+    tx: optax.GradientTransformation, param_rrefs: Sequence[RRef[Any]]
+) -> RRef[LocalOptimizer]:
+    """Build the LocalOptimizer on this worker (the owner of every RRef); return an RRef to it."""
+    params = [r.local_value() for r in param_rrefs]
+    for r, p in zip(param_rrefs, params, strict=True):
+        if not isinstance(p, Tensor):
+            raise TypeError(
+                f"DistributedOptimizer: {r!r} holds a {type(p).__qualname__}, not a Tensor "
+                "parameter (use RemoteModule.remote_parameters() or RRef(param))"
+            )
+    return RRef(LocalOptimizer(tx, params))
+
+
+def local_step(opt_rref: RRef[LocalOptimizer], context_id: int) -> int:
+    """One step of this owner's LocalOptimizer from its gradients in ``context_id``."""
+    from tensorplay_jax.distributed import autograd as dist_autograd
+
+    grads = dist_autograd.get_gradients(context_id)
+    return opt_rref.local_value().step(grads)

@@ -1,0 +1,111 @@
+"""``DistributedOptimizer``: an optax transform applied on every parameter owner at once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import optax
+
+from tensorplay_jax.distributed.optim import _local
+from tensorplay_jax.rpc import RRef, WorkerInfo, rpc_async
+
+__all__ = ["DistributedOptimizer"]
+
+
+def _gather(futures: list[tuple[WorkerInfo, Any]], what: str) -> list[Any]:
+    results, errors = [], []
+    for owner, fut in futures:
+        try:
+            results.append(fut.wait())
+        except Exception as e:
+            errors.append((owner, e))
+    if errors:
+        owner, first = errors[0]
+        others = "".join(f"\nError {what} on worker {o.name}: {e}" for o, e in errors[1:])
+        raise RuntimeError(f"Error {what} on worker {owner.name}: {first}{others}") from first
+    return results
+
+
+class DistributedOptimizer:
+    """Apply an optax transform to parameters spread over workers, each on its owner.
+
+    Parameters are grouped by owner; each owner keeps a local optimizer (the
+    optax state of its parameters). ``step(context_id)`` asks every owner at
+    once to read its gradients from the distributed-autograd context and
+    update its parameters in place; it returns when all are done. Parameters
+    without a gradient in the context stay unchanged (state included). Steps
+    that reach one owner concurrently (several trainers) run one at a time.
+    State is per parameter, as in tensorplay's optimizers.
+
+    Args:
+      optimizer: an ``optax.GradientTransformation`` (``optax.sgd(0.1)``,
+        ``optax.adam(1e-3)``, a chain, ...); it travels to every owner (by
+        reference or by value).
+      params_rref: RRefs of the parameters (``RemoteModule.remote_parameters()``,
+        ``RRef(param)`` for local ones).
+
+    Raises:
+      TypeError: ``optimizer`` is not a GradientTransformation, or ``params_rref``
+        is not a non-empty sequence of RRefs of Tensors.
+      RuntimeError: "Error creating optimizer on worker NAME: ..." when an owner fails.
+
+    Example (inside an RPC job; ``model`` a RemoteModule)::
+
+        opt = DistributedOptimizer(optax.sgd(0.05), model.remote_parameters())
+        with dist_autograd.context() as ctx:
+            loss = loss_fn(model(x), y)
+            dist_autograd.backward(ctx, [loss])
+            opt.step(ctx)
+    """
+
+    def __init__(self, optimizer: optax.GradientTransformation, params_rref: Sequence[RRef[Any]]):
+        if not (
+            callable(getattr(optimizer, "init", None))
+            and callable(getattr(optimizer, "update", None))
+        ):
+            raise TypeError(
+                f"DistributedOptimizer: optimizer must be an optax.GradientTransformation "
+                f"(e.g. optax.sgd(0.1)), got {type(optimizer).__qualname__}"
+            )
+        params_rref = list(params_rref) if not isinstance(params_rref, RRef) else [params_rref]
+        if not params_rref:
+            raise TypeError("DistributedOptimizer: params_rref is empty; pass at least one RRef")
+        for r in params_rref:
+            if not isinstance(r, RRef):
+                raise TypeError(
+                    f"DistributedOptimizer: params_rref must hold RRefs, got "
+                    f"{type(r).__qualname__}; use RemoteModule.remote_parameters() or RRef(param)"
+                )
+        by_owner: dict[str, tuple[WorkerInfo, list[RRef[Any]]]] = {}
+        for r in params_rref:
+            by_owner.setdefault(r.owner_name(), (r.owner(), []))[1].append(r)
+        futs = [
+            (owner, rpc_async(owner, _local.new_local_optimizer, args=(optimizer, rrefs)))
+            for owner, rrefs in by_owner.values()
+        ]
+        refs = _gather(futs, "creating optimizer")
+        self.remote_optimizers: list[tuple[WorkerInfo, RRef[Any]]] = [
+            (owner, ref) for (owner, _), ref in zip(futs, refs, strict=True)
+        ]
+
+    def step(self, context_id: int) -> None:
+        """Update every owner's parameters from their gradients in ``context_id``, concurrently.
+
+        Args:
+          context_id: the id from ``with dist_autograd.context() as context_id``.
+
+        Raises:
+          RuntimeError: "Error running optimizer on worker NAME: ..." (the owner's
+            error, chained) when any owner fails; the others still applied their step.
+        """
+        if isinstance(context_id, bool) or not isinstance(context_id, int):
+            raise TypeError(
+                f"DistributedOptimizer.step: context_id must be the int from "
+                f"dist_autograd.context(), got {context_id!r}"
+            )
+        futs = [
+            (owner, rpc_async(owner, _local.local_step, args=(ref, context_id)))
+            for owner, ref in self.remote_optimizers
+        ]
+        _gather(futs, "running optimizer")

@@ -1,0 +1,64 @@
+"""Modules and interfaces the RemoteModule tests build on their owners (importable there)."""
+
+from __future__ import annotations
+
+import tensorplay_jax as tp
+from tensorplay_jax.distributed.nn.api import interface
+
+
+class Scaled(tp.nn.Module):
+    """``scale * fc(x) + shift``, with kwargs, a second method and a mode-dependent output."""
+
+    def __init__(self, d_in: int, d_out: int, *, scale: float = 1.0) -> None:
+        super().__init__()
+        self.fc = tp.nn.Linear(d_in, d_out)
+        self.scale = scale
+        self.calls = 0
+
+    def forward(self, x, shift=0.0):
+        self.calls += 1
+        return self.fc(x) * self.scale + shift
+
+    def count(self) -> int:
+        return self.calls
+
+    def mode(self) -> bool:
+        return self.training
+
+    def add_scale(self, delta: float) -> float:
+        self.scale += delta
+        return self.scale
+
+
+@interface
+class ScaledInterface:
+    def forward(self, x, shift=0.0): ...
+
+    def count(self) -> int: ...
+
+    def add_scale(self, delta: float) -> float: ...
+
+
+@interface
+class NeedsReset:
+    def forward(self, x): ...
+
+    def reset(self) -> None: ...
+
+
+@interface
+class WrongArgs:
+    def forward(self, x, shift, gamma): ...
+
+
+def not_a_module(*args):
+    return [1, 2, 3]
+
+
+def call_remote_module(rm, x):
+    """Run on a third worker: use a RemoteModule that arrived over RPC."""
+    return rm(x, shift=1.0), rm.on.name, rm.remote_parameters()[0].owner_name()
+
+
+def identity(x):
+    return x
