@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
@@ -83,6 +85,26 @@ class RpcHooks:
 _hooks: tuple[RpcHooks, ...] = ()
 _hooks_lock = threading.Lock()
 
+# Packages that plug into every worker's RPC traffic (hooks, wire types). They are
+# imported on the first RPC this process sends or serves, so a worker that imports
+# only tensorplay_jax.rpc still takes part (e.g. decodes Tensors, records autograd).
+_PLUGINS = ("tensorplay_jax.distributed.autograd",)
+_plugins_loaded = False
+_plugins_lock = threading.RLock()
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    with _plugins_lock:
+        if _plugins_loaded:
+            return
+        for name in _PLUGINS:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # never break RPC because a plugin failed to import
+                logging.getLogger(__name__).warning("rpc: plugin %s failed to load: %s", name, e)
+        _plugins_loaded = True
+
 
 def register_hooks(hooks: RpcHooks) -> Callable[[], None]:
     """Install ``hooks`` on this process; returns a function that removes them.
@@ -109,6 +131,8 @@ def register_hooks(hooks: RpcHooks) -> Callable[[], None]:
 
 
 def active_hooks() -> tuple[RpcHooks, ...]:
+    if not _plugins_loaded:
+        _load_plugins()
     return _hooks
 
 
@@ -143,6 +167,8 @@ def current_caller() -> Any:
 
 @contextlib.contextmanager
 def serving(metadata: Mapping[str, Any], caller: Any) -> Iterator[None]:
+    if not _plugins_loaded:
+        _load_plugins()
     t1 = _incoming.set(MappingProxyType(dict(metadata)))
     t2 = _caller.set(caller)
     try:

@@ -1,0 +1,70 @@
+"""Distributed autograd over RPC: context, backward, get_gradients (DESIGN.md section 4).
+
+Inside ``with context() as context_id``, every RPC, ``remote()`` and
+``to_here()`` carries the id; Tensors that require grad and cross the wire
+get a send edge on the sender and a recv node on the receiver, keyed by
+(context id, message). ``backward(context_id, [loss])`` runs each worker's
+local tape and hands cotangents back across those edges until every worker
+is done; leaf gradients accumulate in the context on the leaf's owner
+(``get_gradients(context_id)`` there). Leaving the block releases the
+context on every worker it reached.
+
+Importing this package registers the Tensor wire type (``_wire``) and the
+RPC hooks (``_sendrecv``) in this process; the RPC layer imports it on a
+worker's first RPC traffic, so every worker takes part.
+
+Example (one process, the seed example):
+    >>> import tensorplay_jax as tp
+    >>> import tensorplay_jax.distributed.autograd as dist_autograd
+    >>> from tensorplay_jax.distributed import rpc
+    >>> rpc.init_rpc("worker", rank=0, world_size=1,
+    ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+    ...                  init_method="tcp://127.0.0.1:29574"))
+    >>> def remote_double(t):
+    ...     return t * 2
+    >>> with dist_autograd.context() as ctx_id:
+    ...     t = tp.randn(4, requires_grad=True)
+    ...     out = rpc.rpc_sync("worker", remote_double, args=(t,))
+    ...     dist_autograd.backward(ctx_id, [out.sum()])
+    ...     print(dist_autograd.get_gradients(ctx_id)[t])
+    [2. 2. 2. 2.]
+    >>> rpc.shutdown()
+"""
+
+import threading as _threading
+
+from tensorplay_jax.distributed.autograd import _sendrecv, _wire
+from tensorplay_jax.distributed.autograd._context import DistAutogradContext as DistAutogradContext
+from tensorplay_jax.distributed.autograd._context import context as context
+from tensorplay_jax.distributed.autograd._engine import backward as backward
+from tensorplay_jax.distributed.autograd.api import _current_context as _current_context
+from tensorplay_jax.distributed.autograd.api import _retrieve_context as _retrieve_context
+from tensorplay_jax.distributed.autograd.api import get_gradients as get_gradients
+from tensorplay_jax.distributed.autograd.api import is_available as is_available
+from tensorplay_jax.distributed.autograd.api import is_initialized as is_initialized
+from tensorplay_jax.rpc import register_hooks as _register_hooks
+
+__all__ = [
+    "DistAutogradContext",
+    "backward",
+    "context",
+    "get_gradients",
+    "is_available",
+    "is_initialized",
+]
+
+_install_lock = _threading.Lock()
+_installed = False
+
+
+def _install() -> None:
+    """Register the Tensor wire type and the RPC hooks in this process (once)."""
+    global _installed
+    with _install_lock:
+        if not _installed:
+            _wire.register()
+            _register_hooks(_sendrecv.AutogradHooks())
+            _installed = True
+
+
+_install()

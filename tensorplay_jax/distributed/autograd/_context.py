@@ -1,0 +1,293 @@
+"""Distributed autograd contexts: ids, the per-worker registry, ``context()`` and release.
+
+A context id is a 64-bit int: the creating worker's rank in the high 16 bits,
+a per-worker counter in the low 48. Every worker a context reaches (through
+RPCs, ``remote()``, ``to_here()`` or backward) keeps a
+:class:`DistAutogradContext` under the same id, holding the gradients of its
+own leaves, the send edges and recv nodes recorded in that context, and the
+workers it exchanged messages with. Leaving ``with context()`` drops it here
+and asks every known worker to drop it too; each forwards the request to the
+workers *it* knows, so nested hops are released as well.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import jax
+
+from tensorplay_jax.autograd import GradientEdge, Node, Tensor, release_graph
+from tensorplay_jax.rpc import current_call_metadata, current_caller
+from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
+from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
+from tensorplay_jax.rpc import rpc_async as _rpc_async
+from tensorplay_jax.rpc._errors import not_initialized
+
+__all__ = [
+    "CONTEXT_ID_SHIFT",
+    "META_KEY",
+    "DistAutogradContext",
+    "context",
+    "current_context_id",
+    "get_or_create",
+    "retrieve",
+]
+
+log = logging.getLogger(__name__)
+
+CONTEXT_ID_SHIFT = 48  # the creating worker's rank sits above this bit
+META_KEY = "tpj_autograd_ctx"  # RPC metadata key carrying the context id
+
+_contexts: dict[int, DistAutogradContext] = {}
+_contexts_lock = threading.Lock()
+_counter = itertools.count(1)
+_tls = threading.local()
+
+
+class DistAutogradContext:
+    """One worker's record of one distributed autograd context.
+
+    Holds the gradients of this worker's leaves (never written to
+    ``Tensor.grad``), the send edges (where gradients arriving for a message
+    go), the recv nodes (tensors that arrived, whose gradients go back), and
+    the ids of the workers this context exchanged messages with.
+
+    Example:
+        >>> from tensorplay_jax.distributed.autograd import _context
+        >>> ctx = _context.DistAutogradContext(7)
+        >>> ctx.context_id, ctx.gradients(), ctx.known_worker_ids()
+        (7, {}, set())
+    """
+
+    def __init__(self, context_id: int) -> None:
+        self._id = context_id
+        self._lock = threading.Lock()
+        self._grads: dict[Tensor, jax.Array] = {}
+        self._sends: dict[int, list[GradientEdge | None]] = {}
+        self._recvs: dict[int, Node] = {}
+        self._known: set[int] = set()
+        self._pass_id: int | None = None
+        self._to_release: list[GradientEdge | Tensor] = []
+
+    @property
+    def context_id(self) -> int:
+        """The context id (same on every worker)."""
+        return self._id
+
+    def _context_id(self) -> int:  # tensorplay spelling
+        return self._id
+
+    def gradients(self) -> dict[Tensor, jax.Array]:
+        """A copy of the leaf -> gradient map of this worker."""
+        with self._lock:
+            return dict(self._grads)
+
+    def known_worker_ids(self) -> set[int]:
+        """Ranks of the workers this context sent to or received from."""
+        with self._lock:
+            return set(self._known)
+
+    def send_functions(self) -> dict[int, list[GradientEdge | None]]:
+        """Message key -> the gradient edges of the Tensors sent in that message."""
+        with self._lock:
+            return dict(self._sends)
+
+    def recv_functions(self) -> dict[int, Node]:
+        """Message key -> the recv node of the Tensors received in that message."""
+        with self._lock:
+            return dict(self._recvs)
+
+    # ----------------------------------------------------------------- recording
+    def add_known(self, worker_id: int) -> None:
+        if worker_id not in self._known:
+            with self._lock:
+                self._known.add(worker_id)
+
+    def add_send(self, key: int, edges: list[GradientEdge | None]) -> None:
+        with self._lock:
+            self._sends[key] = edges
+
+    def add_recv(self, key: int, node: Node) -> None:
+        with self._lock:
+            self._recvs[key] = node
+
+    def send_edges(self, key: int) -> list[GradientEdge | None]:
+        edges = self._sends.get(key)
+        if edges is None:
+            raise RuntimeError(
+                f"distributed backward: autograd context {self._id} has no record of the RPC "
+                f"message {key:#x} on this worker; was that tensor sent inside another context?"
+            )
+        return edges
+
+    # ----------------------------------------------------------------- backward
+    def accumulate(self, leaf: Tensor, grad: jax.Array) -> None:
+        """Add ``grad`` into this context's gradient for ``leaf`` (thread-safe)."""
+        with self._lock:
+            old = self._grads.get(leaf)
+            self._grads[leaf] = grad if old is None else old + grad
+
+    def begin_pass(self, pass_id: int, roots: Sequence[Any], retain_graph: bool) -> None:
+        """Note that a backward pass runs from ``roots`` here.
+
+        A pass without ``retain_graph`` frees its graph when it is over. Only the
+        worker that called ``backward`` knows when that is; the others free a
+        pass's graph when the next pass of this context reaches them, or when
+        the context is released.
+        """
+        old: list[Any] = []
+        with self._lock:
+            if pass_id != self._pass_id:
+                old, self._to_release = self._to_release, []
+                self._pass_id = pass_id
+            if not retain_graph:
+                self._to_release.extend(roots)
+        if old:
+            release_graph(old)
+
+    def end_pass(self) -> None:
+        """Free the graphs of finished passes that did not retain them."""
+        with self._lock:
+            old, self._to_release = self._to_release, []
+        if old:
+            release_graph(old)
+
+    def _clear(self) -> None:
+        with self._lock:
+            self._grads.clear()
+            self._sends.clear()
+            self._recvs.clear()
+            self._to_release.clear()
+
+    def __repr__(self) -> str:
+        return f"DistAutogradContext(context_id={self._id})"
+
+
+def _not_found(context_id: Any) -> RuntimeError:
+    return RuntimeError(f"Could not find autograd context with id: {context_id}")
+
+
+def retrieve(context_id: int) -> DistAutogradContext:
+    """The context with this id on this worker.
+
+    Raises:
+        RuntimeError: "Could not find autograd context with id: N".
+    """
+    ctx = _contexts.get(context_id) if isinstance(context_id, int) else None
+    if ctx is None:
+        raise _not_found(context_id)
+    return ctx
+
+
+def get_or_create(context_id: int) -> DistAutogradContext:
+    """The context with this id, created here if an RPC brought it for the first time."""
+    ctx = _contexts.get(context_id)
+    if ctx is None:
+        with _contexts_lock:
+            ctx = _contexts.get(context_id)
+            if ctx is None:
+                ctx = _contexts[context_id] = DistAutogradContext(context_id)
+    return ctx
+
+
+def current_context_id() -> int | None:
+    """This thread's context: its own ``with context()``, else that of the RPC it serves."""
+    cid = getattr(_tls, "context_id", None)
+    if cid is not None:
+        return cid
+    return current_call_metadata().get(META_KEY)
+
+
+class context:  # the tensorplay spelling (a lowercase class)
+    """Open a distributed autograd context; ``with context() as context_id: ...``.
+
+    Every RPC, ``remote()`` and ``to_here()`` made inside the block carries the
+    id, so the workers it reaches record under the same id. On exit the
+    context is released here and on every worker it reached.
+
+    Raises:
+        RpcNotInitializedError: RPC is not initialized.
+        RuntimeError: this thread already has a context ("Already have an
+            autograd context id for this thread").
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.distributed.autograd as dist_autograd
+        >>> from tensorplay_jax.distributed import rpc
+        >>> rpc.init_rpc("ctxdoc", rank=0, world_size=1,
+        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+        ...                  init_method="tcp://127.0.0.1:29571"))
+        >>> with dist_autograd.context() as ctx_id:
+        ...     ctx_id >> 48
+        0
+        >>> rpc.shutdown()
+    """
+
+    def __enter__(self) -> int:
+        if not _rpc_is_initialized():
+            raise not_initialized("dist_autograd.context")
+        if getattr(_tls, "context_id", None) is not None:
+            raise RuntimeError(
+                "Already have an autograd context id for this thread: leave the current "
+                "`with dist_autograd.context()` block before opening another"
+            )
+        rank = _rpc_worker_info().id
+        cid = (rank << CONTEXT_ID_SHIFT) | (next(_counter) & ((1 << CONTEXT_ID_SHIFT) - 1))
+        get_or_create(cid)
+        _tls.context_id = cid
+        self._id = cid
+        return cid
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _tls.context_id = None
+        release(self._id, skip=None)
+
+
+def release(context_id: int, skip: int | None) -> None:
+    """Drop the context here and ask every worker it knows (except ``skip``) to drop it."""
+    with _contexts_lock:
+        ctx = _contexts.pop(context_id, None)
+    if ctx is None:
+        return
+    known = ctx.known_worker_ids()
+    ctx._clear()
+    if not known or not _rpc_is_initialized():
+        return
+    me = _rpc_worker_info().id
+    for wid in known:
+        if wid in (me, skip):
+            continue
+        try:
+            fut = _rpc_async(wid, _release_remote, args=(context_id,))
+        except Exception as e:  # RPC shut down meanwhile
+            log.debug("dist_autograd: could not release context %d on %d: %s", context_id, wid, e)
+            continue
+        fut.add_done_callback(_ignore_failure)
+
+
+def _ignore_failure(fut: Any) -> None:
+    e = fut.exception()
+    if e is not None:
+        log.debug("dist_autograd: releasing a context on a peer failed: %s", e)
+
+
+def _release_remote(context_id: int) -> None:
+    """RPC target: release ``context_id`` here and forward to the workers this one knows."""
+    caller = current_caller()
+    release(context_id, skip=None if caller is None else caller.id)
+
+
+def active_context_ids() -> list[int]:
+    """Ids of the contexts alive on this worker (for tests and debugging)."""
+    with _contexts_lock:
+        return list(_contexts)

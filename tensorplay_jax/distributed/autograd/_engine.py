@@ -1,0 +1,280 @@
+"""The distributed backward engine: local tape passes joined by gradient RPCs.
+
+One backward pass over a context is a tree of *tasks*, one per worker visit:
+
+* ``backward(ctx_id, roots)`` starts a task on the calling worker and runs the
+  local tape from ``roots`` (``autograd.run_backward``; leaf gradients go into
+  the context, never into ``Tensor.grad``).
+* When the local pass reaches a recv node (a Tensor that arrived over RPC),
+  the node hands the cotangents to the running task, addressed to the worker
+  that sent the Tensor and keyed by that message. After the local pass the
+  task sends one ``_apply_gradients`` RPC per destination; gradients for
+  this worker itself are applied in the same task, and gradients for the
+  worker that called this task ride back in the reply (one round trip saved
+  per return hop).
+* ``_apply_gradients`` (an ``async_execution`` target: no thread waits) starts
+  a task there that runs the local tape from the send edges of those
+  messages; its reply is due when its own outgoing RPCs have answered.
+
+So ``backward`` returns when every worker the gradients reached is done. A
+recv node that no gradient reaches sends nothing and nobody waits for it, so
+an RPC result the loss never used cannot hang backward. Each visit runs with
+``retain_graph=True`` (a node shared by two incoming gradients must survive
+the first); graphs of passes without ``retain_graph`` are freed afterwards
+(``DistAutogradContext.begin_pass``/``end_pass``). The first error anywhere
+fails the pass as "Error on worker NAME: ...".
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from tensorplay_jax.autograd import GradientEdge, Tensor, run_backward
+from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
+from tensorplay_jax.rpc import Future, current_caller, get_worker_info, rpc_async
+from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
+from tensorplay_jax.rpc._errors import not_initialized
+from tensorplay_jax.rpc.functions import async_execution
+
+__all__ = ["backward", "send_from_recv"]
+
+Item = tuple[int, list[jax.Array | None]]  # (message key, one cotangent per sent Tensor)
+
+_pass_ids = itertools.count(1)
+_tls = threading.local()
+
+
+class _Task:
+    """One worker's share of one backward pass: local runs, and the RPCs they started."""
+
+    def __init__(
+        self, ctx: DistAutogradContext, pass_id: int, retain: bool, reply_to: int | None
+    ) -> None:
+        self.ctx = ctx
+        self.pass_id = pass_id
+        self.retain = retain
+        self.reply_to = reply_to
+        me = get_worker_info()
+        self.me, self.me_name = me.id, me.name
+        self.done: Future[list[Item]] = Future()
+        self._lock = threading.Lock()
+        self._pending = 1  # the first local run
+        self._reply: list[Item] = []
+        self._failed = False
+
+    # ----------------------------------------------------------------- running
+    def start(self, roots: Sequence[Any], grads: Sequence[Any]) -> None:
+        try:
+            self._run(roots, grads)
+        except BaseException as e:
+            self._fail(e)
+        finally:
+            self._settle()
+
+    def start_items(self, items: list[Item]) -> None:
+        try:
+            self._run_items(items)
+        except BaseException as e:
+            self._fail(e)
+        finally:
+            self._settle()
+
+    def _run_items(self, items: list[Item]) -> None:
+        roots: list[GradientEdge] = []
+        grads: list[Any] = []
+        for key, gs in items:
+            edges = self.ctx.send_edges(key)
+            for edge, g in zip(edges, gs, strict=True):
+                if edge is not None and g is not None:
+                    roots.append(edge)
+                    grads.append(g)
+        if roots:
+            self._run(roots, grads)
+
+    def _run(self, roots: Sequence[Any], grads: Sequence[Any]) -> None:
+        while True:
+            if self._failed:
+                return
+            self.ctx.begin_pass(self.pass_id, roots, self.retain)
+            outgoing: dict[int, list[Item]] = {}
+            prev = getattr(_tls, "outgoing", None)
+            _tls.outgoing = outgoing
+            try:
+                run_backward(roots, grads, retain_graph=True, accumulate=self.ctx.accumulate)
+            finally:
+                _tls.outgoing = prev
+            local = outgoing.pop(self.me, None)
+            for dest, items in outgoing.items():
+                if dest == self.reply_to:
+                    with self._lock:
+                        self._reply.extend(items)
+                else:
+                    self._send(dest, items)
+            if not local:
+                return
+            roots, grads = [], []
+            for key, gs in local:
+                for edge, g in zip(self.ctx.send_edges(key), gs, strict=True):
+                    if edge is not None and g is not None:
+                        roots.append(edge)
+                        grads.append(g)
+            if not roots:
+                return
+
+    def _send(self, dest: int, items: list[Item]) -> None:
+        with self._lock:
+            self._pending += 1
+        try:
+            fut = rpc_async(
+                dest, _apply_gradients, args=(self.ctx.context_id, self.pass_id, self.retain, items)
+            )
+        except BaseException:
+            self._settle()
+            raise
+        fut.add_done_callback(self._on_reply)
+
+    def _on_reply(self, fut: Future[list[Item]]) -> None:
+        try:
+            items = fut.wait()
+            if items:
+                self._run_items(items)
+        except BaseException as e:
+            self._fail(e)
+        finally:
+            self._settle()
+
+    # ----------------------------------------------------------------- finishing
+    def _fail(self, e: BaseException) -> None:
+        with self._lock:
+            if self._failed:
+                return
+            self._failed = True
+        if self.reply_to is not None and not str(e).startswith("Error on worker "):
+            wrapped = RuntimeError(f"Error on worker {self.me_name}: {type(e).__name__}: {e}")
+            wrapped.__cause__ = e
+            e = wrapped
+        self.done._try_set_exception(e)
+
+    def _settle(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            finished = self._pending == 0 and not self._failed
+            reply = self._reply
+        if finished:
+            self.done._try_set_result(reply)
+
+
+def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
+    """Called by a recv node's backward: queue ``grads`` for the Tensors of message ``key``."""
+    outgoing = getattr(_tls, "outgoing", None)
+    if outgoing is None:
+        raise RuntimeError(
+            "backward reached a Tensor that arrived over RPC, outside distributed autograd: "
+            "call tensorplay_jax.distributed.autograd.backward(context_id, [loss]) instead of "
+            "loss.backward() when the graph crosses RPC calls"
+        )
+    outgoing.setdefault(dest, []).append((key, grads))
+
+
+@async_execution
+def _apply_gradients(
+    context_id: int, pass_id: int, retain: bool, items: list[Item]
+) -> Future[list[Item]]:
+    """RPC target: continue a backward pass here from the send edges of ``items``."""
+    caller = current_caller()
+    try:
+        ctx = retrieve(context_id)
+        task = _Task(ctx, pass_id, retain, reply_to=None if caller is None else caller.id)
+    except BaseException as e:
+        me = get_worker_info().name
+        err = RuntimeError(f"Error on worker {me}: {e}")
+        err.__cause__ = e
+        fut: Future[list[Item]] = Future()
+        fut.set_exception(err)
+        return fut
+    task.start_items(items)
+    return task.done
+
+
+def backward(context_id: int, roots: Sequence[Tensor], retain_graph: bool = False) -> None:
+    """Run the distributed backward pass of ``context_id`` from scalar ``roots``.
+
+    Every worker whose tape the gradients reach runs its part; this returns
+    when all of them are done. Each leaf's gradient accumulates in the context
+    on the worker that owns the leaf (read it there with
+    :func:`get_gradients`), never in ``Tensor.grad``.
+
+    Args:
+        context_id: the id from ``with dist_autograd.context() as context_id``.
+        roots: scalar (one-element) Tensors that require grad, e.g. ``[loss]``.
+        retain_graph: keep the graph (on every worker) for another backward
+            over it; gradients then accumulate across calls.
+
+    Raises:
+        RpcNotInitializedError: RPC is not initialized.
+        RuntimeError: unknown context ("Could not find autograd context with
+            id: N"), empty ``roots``, a root that is not a scalar or needs no
+            grad, a second pass over a freed graph, or an error on another
+            worker ("Error on worker NAME: ...").
+        TypeError: a root is not a Tensor.
+        RpcPeerError, RpcTimeoutError: a worker died or did not answer in time.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.distributed.autograd as dist_autograd
+        >>> from tensorplay_jax.distributed import rpc
+        >>> rpc.init_rpc("bwdoc", rank=0, world_size=1,
+        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+        ...                  init_method="tcp://127.0.0.1:29572"))
+        >>> with dist_autograd.context() as ctx_id:
+        ...     t = tp.ones(3, requires_grad=True)
+        ...     out = rpc.rpc_sync("bwdoc", tp.mul, args=(t, 3.0))
+        ...     dist_autograd.backward(ctx_id, [out.sum()])
+        ...     print(dist_autograd.get_gradients(ctx_id)[t])
+        [3. 3. 3.]
+        >>> rpc.shutdown()
+    """
+    if not _rpc_is_initialized():
+        raise not_initialized("dist_autograd.backward")
+    ctx = retrieve(context_id)
+    roots = _check_roots(roots)
+    task = _Task(ctx, (get_worker_info().id << 48) | next(_pass_ids), retain_graph, None)
+    task.start(roots, [None] * len(roots))
+    task.done.wait()
+    if not retain_graph:
+        ctx.end_pass()
+
+
+def _check_roots(roots: Any) -> list[Tensor]:
+    if isinstance(roots, Tensor):
+        raise TypeError(
+            "dist_autograd.backward: roots must be a list of Tensors, got one Tensor; "
+            "write backward(context_id, [loss])"
+        )
+    roots = list(roots)
+    if not roots:
+        raise RuntimeError(
+            "dist_autograd.backward: roots is empty; pass the scalar loss(es), e.g. "
+            "backward(context_id, [loss])"
+        )
+    for i, r in enumerate(roots):
+        if not isinstance(r, Tensor):
+            raise TypeError(
+                f"dist_autograd.backward: roots[{i}] is a {type(r).__name__}; expected a Tensor"
+            )
+        if r.value.size != 1:
+            raise RuntimeError(
+                f"dist_autograd.backward: roots[{i}] has shape {tuple(r.shape)}, but backward "
+                "starts from scalar (one-element) Tensors; reduce it first, e.g. loss.sum()"
+            )
+        if not r.requires_grad:
+            raise RuntimeError(
+                f"dist_autograd.backward: roots[{i}] does not require grad (no input of its "
+                "computation has requires_grad=True); nothing to differentiate"
+            )
+    return roots

@@ -1,0 +1,47 @@
+"""The RPC wire type of ``Tensor``: its array (zero-copy) and its ``requires_grad`` flag.
+
+Registered when :mod:`tensorplay_jax.distributed.autograd` is imported. The
+RPC layer imports that package on a worker's first RPC traffic (see
+``tensorplay_jax/rpc/_context.py``, ``_PLUGINS``), so a worker that imports
+only ``tensorplay_jax.distributed.rpc`` decodes Tensors too.
+
+A Tensor always arrives as a leaf: its graph stays on the sender. Inside a
+distributed autograd context the receiving worker then gives it a
+"recv" node (``_sendrecv``), so gradients flow back to the sender.
+
+Example:
+    >>> import tensorplay_jax as tp
+    >>> from tensorplay_jax.rpc import _codec
+    >>> from tensorplay_jax.distributed.autograd import _wire
+    >>> _wire.register()
+    >>> t = _codec.decode(_codec.encode(tp.ones(2, requires_grad=True)))
+    >>> t.requires_grad, t.is_leaf
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorplay_jax.autograd import Tensor
+from tensorplay_jax.rpc import register_type
+
+__all__ = ["WIRE_NAME", "register"]
+
+WIRE_NAME = "tensorplay_jax.Tensor"
+
+
+def _encode(t: Tensor) -> list[Any]:
+    return [t._value, t._requires_grad]
+
+
+def _decode(rec: list[Any]) -> Tensor:
+    value, requires_grad = rec
+    t = Tensor._wrap(value)
+    t._requires_grad = bool(requires_grad)
+    return t
+
+
+def register() -> None:
+    """Teach the RPC codec to carry Tensors (idempotent)."""
+    register_type(Tensor, _encode, _decode, name=WIRE_NAME, subclasses=True)

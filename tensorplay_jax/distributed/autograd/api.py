@@ -1,0 +1,72 @@
+"""The public functions of distributed autograd besides ``context`` and ``backward``."""
+
+from __future__ import annotations
+
+import jax
+
+from tensorplay_jax.autograd import Tensor
+from tensorplay_jax.distributed.autograd._context import (
+    DistAutogradContext,
+    current_context_id,
+    retrieve,
+)
+from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
+
+__all__ = ["get_gradients", "is_available", "is_initialized"]
+
+
+def get_gradients(context_id: int) -> dict[Tensor, jax.Array]:
+    """The gradients accumulated in ``context_id`` for this worker's leaves.
+
+    Args:
+        context_id: a context id that is alive on this worker (the one from
+            ``with context()``, or one an RPC brought here).
+
+    Returns:
+        A new dict ``{leaf Tensor: jax.Array}`` holding exactly the leaves of
+        this worker that a backward pass of this context reached.
+
+    Raises:
+        RuntimeError: "Could not find autograd context with id: N".
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.distributed.autograd as dist_autograd
+        >>> from tensorplay_jax.distributed import rpc
+        >>> rpc.init_rpc("gdoc", rank=0, world_size=1,
+        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+        ...                  init_method="tcp://127.0.0.1:29573"))
+        >>> with dist_autograd.context() as ctx_id:
+        ...     t = tp.ones(2, requires_grad=True)
+        ...     dist_autograd.backward(ctx_id, [(t * t).sum()])
+        ...     print(dist_autograd.get_gradients(ctx_id)[t])
+        [2. 2.]
+        >>> rpc.shutdown()
+    """
+    return retrieve(context_id).gradients()
+
+
+def is_available() -> bool:
+    """True: distributed autograd is built in (it needs RPC to be initialized to be used)."""
+    return True
+
+
+def is_initialized() -> bool:
+    """True while RPC is initialized on this worker (distributed autograd rides on it)."""
+    return _rpc_is_initialized()
+
+
+def _current_context() -> DistAutogradContext:
+    """The context this thread works in (its own, or the one of the RPC it serves)."""
+    cid = current_context_id()
+    if cid is None:
+        raise RuntimeError(
+            "Current thread doesn't have a valid autograd context. Please wrap your code "
+            "using: `with dist_autograd.context() as context_id` to generate a valid context"
+        )
+    return retrieve(cid)
+
+
+def _retrieve_context(context_id: int) -> DistAutogradContext:
+    """The context ``context_id`` of this worker (tensorplay spelling)."""
+    return retrieve(context_id)
