@@ -1,22 +1,43 @@
-"""The README's demo command runs and every gradient it prints follows its rule."""
+"""The README's demo command: the parameter-server demo by default, the collectives demo by name."""
 
 import os
+import re
 import subprocess
 import sys
 
 from tests._procs import REPO_ROOT
 
 
-def test_demo_runs_and_checks_pass():
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    out = subprocess.run(
-        [sys.executable, "-m", "tensorplay_jax.demo"],
+    return subprocess.run(
+        [sys.executable, "-m", "tensorplay_jax.demo", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def test_default_demo_trains_a_parameter_server_and_matches_single_process():
+    out = _run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Parameter server 'ps' and 2 trainers" in out.stdout, out.stdout
+    assert "training:" in out.stderr and "loss=" in out.stderr  # the tqdm bar
+    acc = re.search(r"test accuracy: ([\d.]+)%", out.stdout)
+    assert acc and float(acc.group(1)) > 90.0, out.stdout
+    parity = re.search(r"max \|difference\| = ([\d.e+-]+) .*\[same parameters\]", out.stdout)
+    assert parity and float(parity.group(1)) <= 1e-5, out.stdout
+
+
+def test_collectives_demo_runs_and_checks_pass():
+    out = _run("collectives")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("[matches the rule]") == 10
     assert "all gradients follow their rules" in out.stdout
+
+
+def test_bad_demo_name_is_rejected():
+    out = _run("nope", timeout=60)
+    assert out.returncode == 2 and "invalid choice: 'nope'" in out.stderr

@@ -1,12 +1,37 @@
-"""``python -m tensorplay_jax.demo``: run the demo (exit status 1 if a check fails)."""
+"""``python -m tensorplay_jax.demo [ps|collectives]``: run a demo (exit status 1 if a check fails).
 
+``ps`` (the default): a parameter server and two trainers on scikit-learn's digits,
+with RemoteModule, distributed autograd and DistributedOptimizer.
+``collectives``: the ten differentiable collectives on 8 virtual CPU devices.
+"""
+
+from __future__ import annotations
+
+import argparse
 import sys
+from collections.abc import Sequence
 
-from tensorplay_jax.demo import _collectives
 
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tensorplay_jax.demo", description=__doc__)
+    p.add_argument("demo", nargs="?", default="ps", choices=("ps", "collectives"))
+    p.add_argument("--epochs", type=int, default=12, help="ps: passes over the training set")
+    p.add_argument("--batch-size", type=int, default=32, help="ps: examples per step")
+    p.add_argument("--lr", type=float, default=0.05, help="ps: SGD learning rate")
+    p.add_argument("--hidden", type=int, default=64, help="ps: hidden units")
+    p.add_argument("--seed", type=int, default=0, help="ps: data split, order and init")
+    a = p.parse_args(argv)
+    if a.demo == "collectives":
+        from tensorplay_jax.demo import _collectives
 
-def main() -> int:
-    return 0 if _collectives.run() else 1
+        return 0 if _collectives.run() else 1
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+    from tensorplay_jax.demo import _ps
+
+    ok = _ps.run(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, hidden=a.hidden, seed=a.seed)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

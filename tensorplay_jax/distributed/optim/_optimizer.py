@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,9 @@ def _gather(futures: list[tuple[WorkerInfo, Any]], what: str) -> list[Any]:
     return results
 
 
+# A dataclass so that the RPC codec carries it by its fields: an optimizer passed to
+# another worker (e.g. to each trainer) drives the same owner-side state.
+@dataclasses.dataclass(init=False, repr=False, eq=False)
 class DistributedOptimizer:
     """Apply an optax transform to parameters spread over workers, each on its owner.
 
@@ -36,7 +40,9 @@ class DistributedOptimizer:
     update its parameters in place; it returns when all are done. Parameters
     without a gradient in the context stay unchanged (state included). Steps
     that reach one owner concurrently (several trainers) run one at a time.
-    State is per parameter, as in tensorplay's optimizers.
+    State is per parameter, as in tensorplay's optimizers. The optimizer can be
+    passed over RPC (to several trainers): every copy drives the same owner-side
+    state.
 
     Args:
       optimizer: an ``optax.GradientTransformation`` (``optax.sgd(0.1)``,
@@ -58,6 +64,8 @@ class DistributedOptimizer:
             dist_autograd.backward(ctx, [loss])
             opt.step(ctx)
     """
+
+    remote_optimizers: list[tuple[WorkerInfo, RRef[Any]]]
 
     def __init__(self, optimizer: optax.GradientTransformation, params_rref: Sequence[RRef[Any]]):
         if not (
@@ -85,9 +93,7 @@ class DistributedOptimizer:
             for owner, rrefs in by_owner.values()
         ]
         refs = _gather(futs, "creating optimizer")
-        self.remote_optimizers: list[tuple[WorkerInfo, RRef[Any]]] = [
-            (owner, ref) for (owner, _), ref in zip(futs, refs, strict=True)
-        ]
+        self.remote_optimizers = [(owner, ref) for (owner, _), ref in zip(futs, refs, strict=True)]
 
     def step(self, context_id: int) -> None:
         """Update every owner's parameters from their gradients in ``context_id``, concurrently.
@@ -109,3 +115,7 @@ class DistributedOptimizer:
             for owner, ref in self.remote_optimizers
         ]
         _gather(futs, "running optimizer")
+
+    def __repr__(self) -> str:
+        owners = ", ".join(o.name for o, _ in self.remote_optimizers)
+        return f"DistributedOptimizer(owners=[{owners}])"
