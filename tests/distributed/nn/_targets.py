@@ -62,3 +62,33 @@ def call_remote_module(rm, x):
 
 def identity(x):
     return x
+
+
+def grads_of(context_id, param_rrefs):
+    """Run on the owner: the gradients of these parameters in the context (None if absent)."""
+    import numpy as np
+
+    from tensorplay_jax.distributed import autograd as dist_autograd
+
+    grads = dist_autograd.get_gradients(context_id)
+    out = []
+    for r in param_rrefs:
+        g = grads.get(r.local_value())
+        out.append(None if g is None else np.asarray(g))
+    return out
+
+
+def local_grads(param_rrefs):
+    """Run on the owner: the parameters' local ``.grad`` (distributed backward leaves it alone)."""
+    return [r.local_value().grad for r in param_rrefs]
+
+
+def backward_on_third(rm, x):
+    """Run on a third worker: a differentiable forward and backward through a RemoteModule."""
+    from tensorplay_jax.distributed import autograd as dist_autograd
+    from tensorplay_jax.distributed import rpc
+
+    prefs = rm.remote_parameters()
+    with dist_autograd.context() as ctx:
+        dist_autograd.backward(ctx, [rm(x).sum()])
+        return rpc.rpc_sync(rm.on, grads_of, args=(ctx, prefs))

@@ -114,6 +114,47 @@ REMOTE_MODULE = script(
                RemoteModule, "worker1", T.Scaled, (3, 2), module_interface_cls=T.Scaled)
         expect(TypeError, ["does not implement method `reset`"],
                RemoteModule.init_from_module_rref, "worker1", rm.get_module_rref(), T.NeedsReset)
+
+        # differentiable under distributed autograd; parameter gradients land on the owner
+        import tensorplay_jax.distributed.autograd as dist_autograd
+
+        tp.manual_seed(1)
+        g = RemoteModule("worker1/cpu", T.Scaled, (3, 2), kwargs={"scale": 2.0},
+                         module_interface_cls=T.ScaledInterface)
+        prefs = g.remote_parameters()
+        w, b = (r.to_here() for r in prefs)
+        xg = tp.randn(5, 3, requires_grad=True)
+        with dist_autograd.context() as ctx:
+            y = g(xg, shift=1.0)
+            y2 = g.forward_async(xg).wait()
+            loss = (y * y).sum() + y2.sum()
+            dist_autograd.backward(ctx, [loss])
+            gw, gb = rpc.rpc_sync("worker1", T.grads_of, args=(ctx, prefs))
+            gx = dist_autograd.get_gradients(ctx)[xg]
+        local = T.Scaled(3, 2, scale=2.0)
+        local.load_state_dict({"fc.weight": w, "fc.bias": b})
+        xl = tp.tensor(npa(xg), requires_grad=True)
+        yl = local(xl, shift=1.0)
+        ((yl * yl).sum() + local(xl).sum()).backward()
+        np.testing.assert_allclose(gw, npa(local.fc.weight.grad), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gb, npa(local.fc.bias.grad), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(npa(gx), npa(xl.grad), rtol=1e-5, atol=1e-6)
+        assert rpc.rpc_sync("worker1", T.local_grads, args=(prefs,)) == [None, None]
+        # a second context does not see the first one's gradients; gradients accumulate within one
+        with dist_autograd.context() as ctx2:
+            dist_autograd.backward(ctx2, [g(xg).sum()])
+            dist_autograd.backward(ctx2, [g(xg).sum()])
+            gw2, gb2 = rpc.rpc_sync("worker1", T.grads_of, args=(ctx2, prefs))
+        np.testing.assert_allclose(gb2, np.full(2, 2 * 2.0 * 5), rtol=1e-6)
+        # a twin handle and a third worker's handle train the same parameters
+        twin = RemoteModule.init_from_module_rref("worker1", g.get_module_rref())
+        with dist_autograd.context() as ctx3:
+            dist_autograd.backward(ctx3, [twin(xg).sum()])
+            _, gb3 = rpc.rpc_sync("worker1", T.grads_of, args=(ctx3, prefs))
+        np.testing.assert_allclose(gb3, np.full(2, 2.0 * 5), rtol=1e-6)
+        gw4, gb4 = rpc.rpc_sync("worker2", T.backward_on_third, args=(g, tp.ones(5, 3)))
+        np.testing.assert_allclose(gb4, np.full(2, 2.0 * 5), rtol=1e-6)
+        np.testing.assert_allclose(gw4, np.full((2, 3), 2.0 * 5), rtol=1e-6)
         print("REMOTE_MODULE_OK", flush=True)
     rpc.shutdown()
     """
