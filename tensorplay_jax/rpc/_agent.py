@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tensorplay_jax._constants import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
-from tensorplay_jax.rpc import _codec, _context, _rref
+from tensorplay_jax.rpc import _codec, _context, _local, _rref
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
@@ -48,6 +48,8 @@ OK, ERR = 16, 17
 _KIND_NAMES = {CALL: "call", REMOTE: "remote", FETCH: "fetch", FORK_ADD: "fork", FORK_DEL: "unfork"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
 _SECRET_ENV = "TENSORPLAY_JAX_RPC_SECRET"
+
+AnyLink = Link | _local.LocalLink  # gRPC stream, or the same-host transport
 
 _current: Agent | None = None
 
@@ -78,7 +80,7 @@ class _Pending:
         self, fut: Future, to: WorkerInfo, info: _context.CallInfo, timeout: float
     ) -> None:
         self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
-        self.link: Link | None = None
+        self.link: AnyLink | None = None
 
 
 class _Deadlines:
@@ -141,7 +143,8 @@ class Agent:
         self.workers: dict[str, WorkerInfo] = {}
         self.by_id: dict[int, WorkerInfo] = {}
         self._addresses: dict[int, str] = {}
-        self._links: dict[int, Link] = {}
+        self._local_addresses: dict[int, str] = {}
+        self._links: dict[int, AnyLink] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -151,6 +154,7 @@ class Agent:
         self._store_server: StoreServer | None = None
         self.store: StoreClient | None = None
         self._server: Server | None = None
+        self._local_server: _local.LocalServer | None = None
         self._tls: TlsConfig | None = None
         if options.tls_cert_chain is not None:
             self._tls = TlsConfig(
@@ -215,6 +219,15 @@ class Agent:
         self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
         nonce = secrets.token_hex(8)
         mine = {"name": self.name, "addr": self.address, "nonce": nonce}
+        if self._tls is None and _local.available():
+            # Same-host peers skip gRPC (see _local); TLS keeps every byte on gRPC.
+            self._local_server = _local.LocalServer(
+                secret=secret,
+                on_message=self._on_message,
+                on_malformed=self._on_malformed,
+                on_closed=self._on_closed,
+            )
+            mine["local"] = [_local.host_id(), self._local_server.address]
         got = self.store.setnx(f"rank/{self.rank}", mine)
         if got["nonce"] != nonce:
             raise ValueError(
@@ -245,6 +258,9 @@ class Agent:
             self.workers[info.name] = info
             self.by_id[r] = info
             self._addresses[r] = ent["addr"]
+            local = ent.get("local")
+            if self._local_server is not None and local and local[0] == _local.host_id():
+                self._local_addresses[r] = local[1]
 
     # ------------------------------------------------------------------ lookups
 
@@ -274,10 +290,25 @@ class Agent:
 
     # ------------------------------------------------------------------ calling
 
-    def _link_for(self, to: WorkerInfo) -> Link:
+    def _link_for(self, to: WorkerInfo) -> AnyLink:
         link = self._links.get(to.id)
         if link is None or not link.alive:
-            link = connect(
+            link = None
+            local = self._local_addresses.get(to.id)
+            if local is not None:
+                try:
+                    link = _local.connect_local(
+                        local,
+                        peer=to.name,
+                        secret=self._secret,
+                        me=self.name,
+                        on_message=self._on_message,
+                        on_malformed=self._on_malformed,
+                        on_closed=self._on_closed,
+                    )
+                except OSError as e:
+                    log.debug("rpc: no same-host link to %s (%s); using gRPC", to.name, e)
+            link = link or connect(
                 self._addresses[to.id],
                 peer=to.name,
                 secret=self._secret,
@@ -352,7 +383,7 @@ class Agent:
                 ),
             )
 
-    def _on_closed(self, link: Link, reason: str) -> None:
+    def _on_closed(self, link: AnyLink, reason: str) -> None:
         with self._lock:
             for wid, ln in list(self._links.items()):
                 if ln is link:
@@ -373,7 +404,7 @@ class Agent:
 
     # ------------------------------------------------------------------ receiving
 
-    def _on_message(self, link: Link, msg: Message) -> None:
+    def _on_message(self, link: AnyLink, msg: Message) -> None:
         try:
             env = _codec.loads_small(msg.envelope)
             kind, mid, meta = env[0], env[1], env[2]
@@ -387,7 +418,7 @@ class Agent:
         else:
             self._on_request(link, kind, mid, meta, env[3:], msg)
 
-    def _on_malformed(self, link: Link, err: Exception) -> None:
+    def _on_malformed(self, link: AnyLink, err: Exception) -> None:
         log.warning("rpc: malformed message from %s: %s", link.peer, err)
         exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
         self._send_error(link, 0, exc, "")
@@ -410,7 +441,7 @@ class Agent:
             pend.fut._try_set_exception(e)
 
     def _on_request(
-        self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
+        self, link: AnyLink, kind: int, mid: int, meta: dict, extra: list, msg: Message
     ) -> None:
         caller = self._peer_info(link.peer)
         with self._lock:
@@ -443,7 +474,7 @@ class Agent:
 
     def _serve(
         self,
-        link: Link,
+        link: AnyLink,
         kind: int,
         mid: int,
         meta: dict,
@@ -488,7 +519,7 @@ class Agent:
             self._done_serving()
 
     def _reply_when_done(
-        self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
+        self, link: AnyLink, mid: int, info: Any, value: Future, remote: bool = False
     ) -> None:
         with self._lock:
             self._inflight += 1
@@ -507,7 +538,7 @@ class Agent:
 
         value.add_done_callback(done)
 
-    def _reply(self, link: Link, mid: int, info: Any, result: Any) -> None:
+    def _reply(self, link: AnyLink, mid: int, info: Any, result: Any) -> None:
         resp_meta: dict[str, Any] = {}
         try:
             for h in _context.active_hooks():
@@ -516,11 +547,11 @@ class Agent:
         except BaseException as e:
             self._send_error(link, mid, e, info.func_name)
 
-    def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
+    def _send_ok(self, link: AnyLink, mid: int, result: Any, meta: dict) -> None:
         enc = _codec.encode(result)
         link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
 
-    def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
+    def _send_error(self, link: AnyLink, mid: int, exc: BaseException, fname: str) -> None:
         tb = "".join(traceback.format_exception(exc)).rstrip()
         where = f" while running {fname}" if fname else ""
         message = (
@@ -588,6 +619,8 @@ class Agent:
                 )
         for link in links:
             link.close()
+        if self._local_server is not None:
+            self._local_server.stop()
         if self._server is not None:
             self._server.stop(RPC_SERVER_STOP_GRACE_S)
         self._deadlines.stop()

@@ -153,15 +153,24 @@ def register_type(
         )
     entry = _Entry(key, cls, encode, decode, subclasses)
     _by_name[key] = entry
-    _by_type.clear()
-    _by_type[cls] = entry
     if subclasses:
         _subclass_entries[:] = [e for e in _subclass_entries if e.cls is not cls] + [entry]
+    # A fresh table (swapped in whole, so a concurrent lookup never sees it half built)
+    # keeps every exact registration and forgets cached subclass answers.
+    fresh: dict[type, _Entry | None] = {e.cls: e for e in _by_name.values()}
+    fresh[cls] = entry
+    _swap_table(fresh)
+
+
+def _swap_table(table: dict[type, _Entry | None]) -> None:
+    global _by_type
+    _by_type = table
 
 
 def _lookup(t: type) -> _Entry | None:
+    table = _by_type
     try:
-        return _by_type[t]
+        return table[t]
     except KeyError:
         pass
     entry = None
@@ -169,7 +178,7 @@ def _lookup(t: type) -> _Entry | None:
         if issubclass(t, e.cls):
             entry = e
             break
-    _by_type[t] = entry
+    table[t] = entry
     return entry
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from tensorplay_jax._constants import RPC_BATCH_BYTES, RPC_CHUNK_BYTES, RPC_SMALL_MESSAGE_BYTES
 
-__all__ = ["FramingError", "Inbox", "Message", "Outbox"]
+__all__ = ["FramingError", "Inbox", "Message", "Outbox", "pack_message", "unpack_message"]
 
 _SMALL, _BEGIN, _CHUNK = 1, 2, 3
 _U32 = struct.Struct("<I")
@@ -57,6 +57,35 @@ class Message(NamedTuple):
 
 def _prelude(env: bytes, header: bytes, sizes: Sequence[int]) -> bytes:
     return _PRELUDE.pack(len(env), len(header), len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
+
+
+def pack_message(
+    env: bytes, header: bytes, buffers: Sequence[memoryview], *, with_buffers: bool = True
+) -> list[Any]:
+    """The parts of one serialised message (prelude, envelope, header, then the buffers
+    unless ``with_buffers`` is false: their sizes are in the prelude either way)."""
+    parts: list[Any] = [_prelude(env, header, [b.nbytes for b in buffers]), env, header]
+    if with_buffers:
+        parts.extend(buffers)
+    return parts
+
+
+def unpack_message(mv: memoryview, *, with_buffers: bool = True) -> Message:
+    """Parse what :func:`pack_message` made (all of ``mv``); without buffers, ``buffers``
+    holds their sizes.
+
+    Raises:
+      FramingError: truncated or inconsistent.
+    """
+    try:
+        env, header, buffers, stop = _parse(mv, 0, with_buffers)
+    except FramingError:
+        raise
+    except (struct.error, IndexError, ValueError, TypeError) as e:
+        raise FramingError(f"malformed message ({type(e).__name__}: {e})") from None
+    if stop != mv.nbytes:
+        raise FramingError("message length does not match its contents")
+    return Message(env, header, buffers)
 
 
 def _serialise_small(env: bytes, header: bytes, buffers: Sequence[memoryview]) -> bytes:

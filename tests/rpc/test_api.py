@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.rpc._scripts import script
 
 API = script(
@@ -123,8 +125,10 @@ DUPLICATE = script(
 )
 
 
-def test_api_three_workers(workers):
-    res = workers(API, 3, timeout=150)
+@pytest.mark.parametrize("transport", ["local", "grpc"])
+def test_api_three_workers(workers, transport):
+    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    res = workers(API, 3, timeout=150, env=env)
     assert "API-OK" in res[0].stdout
     assert all(f"DONE {r.rank}" in r.stdout for r in res)
 

@@ -43,8 +43,10 @@ TIMEOUTS_AND_KILL = script(
 )
 
 
-def test_timeouts_and_killed_peer(workers):
-    res = workers(TIMEOUTS_AND_KILL, 3, timeout=120, check=False)
+@pytest.mark.parametrize("transport", ["local", "grpc"])
+def test_timeouts_and_killed_peer(workers, transport):
+    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    res = workers(TIMEOUTS_AND_KILL, 3, timeout=120, check=False, env=env)
     assert res[2].returncode == -9, res[2]
     assert "FAULTS-OK" in res[0].stdout, res[0]
     for r in res[:2]:

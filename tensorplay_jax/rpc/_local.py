@@ -1,0 +1,471 @@
+"""The same-host transport: a Unix socket per pair of workers, large buffers in shared memory.
+
+When caller and callee run on one host (and TLS is off), the agent talks over
+this instead of its gRPC stream: a call costs two socket syscalls and no
+gRPC thread hand-offs, and array bytes do not go through gRPC's copies.
+gRPC stays the transport between hosts, with TLS, and whenever this one is
+unavailable (no ``memfd_create``, ``TENSORPLAY_JAX_RPC_LOCAL=0``, or the
+connection fails).
+
+- The server listens in Linux's abstract socket namespace: there is no file
+  to clean up if a worker dies.
+- Authentication comes first. The server sends a random nonce; the client
+  answers ``HMAC-SHA256(secret, "client" + nonce)`` and its own nonce; the
+  server checks the MAC before it reads anything else (a wrong MAC closes the
+  connection; nothing was decoded), then proves the secret back the same way.
+- After that, frames: ``u64 body length``, ``u8 kind``, body. ``INLINE``: a
+  ``_framing.pack_message`` message with its buffers. ``SHM``: the message
+  without buffer bytes; the buffers travel in one ``memfd`` (at 64-byte
+  aligned offsets) passed with the frame by ``SCM_RIGHTS``. The sender closes
+  its descriptor once it is sent and the receiver maps it and closes its own,
+  so the kernel frees the memory when the last array on it is gone, even if
+  either process is killed. Received arrays are views on that mapping (no
+  copy on the receiving side).
+- Sends go straight to the socket from the sending thread (no hand-off); if
+  the socket is full, the rest waits in a backlog that the link's writer
+  thread drains in order, so a send never blocks.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import contextlib
+import hashlib
+import hmac
+import logging
+import mmap
+import os
+import secrets
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorplay_jax._constants import RPC_SMALL_MESSAGE_BYTES
+from tensorplay_jax.rpc._framing import FramingError, Message, pack_message, unpack_message
+
+__all__ = ["LocalLink", "LocalServer", "available", "connect_local", "host_id"]
+
+log = logging.getLogger(__name__)
+
+_ENV_SWITCH = "TENSORPLAY_JAX_RPC_LOCAL"  # "0" turns this transport off
+_HANDSHAKE_TIMEOUT_S = 10.0
+_MAGIC = b"TPJLOC01"
+_NONCE = 32
+_MAX_NAME = 512
+_INLINE, _SHM = 1, 2
+_FRAME = struct.Struct("<QB")
+_U16 = struct.Struct("<H")
+_ALIGN = 64
+_READ_BYTES = 256 << 10
+_WRITE_MAX = 1 << 30
+_MAX_FDS = 8
+_ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+
+OnMessage = Callable[[Any, Message], None]
+OnMalformed = Callable[[Any, Exception], None]
+OnClosed = Callable[[Any, str], None]
+
+
+def available() -> bool:
+    """True where this transport works (Linux: abstract sockets, memfd, fd passing)."""
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(os, "memfd_create")
+        and hasattr(socket, "AF_UNIX")
+        and _ANC > 0
+        and os.environ.get(_ENV_SWITCH, "1") != "0"
+    )
+
+
+def host_id() -> str:
+    """Names this host (kernel boot id + hostname); equal ids mean the socket is reachable."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}/{socket.gethostname()}"
+
+
+def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:
+    return hmac.new(secret, role + nonce, hashlib.sha256).digest()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        got = sock.recv(n - len(out))
+        if not got:
+            raise ConnectionError("connection closed during the handshake")
+        out += got
+    return bytes(out)
+
+
+def _offsets(sizes: Sequence[int]) -> list[int]:
+    """Start of each buffer in a segment, and its total size last."""
+    offs, pos = [], 0
+    for n in sizes:
+        offs.append(pos)
+        pos += -(-n // _ALIGN) * _ALIGN
+    offs.append(pos)
+    return offs
+
+
+def _segment(buffers: Sequence[Any]) -> int:
+    """A memfd holding ``buffers`` at ``_offsets``; the caller owns (and closes) the descriptor."""
+    offs = _offsets([b.nbytes for b in buffers])
+    fd = os.memfd_create("tpj-rpc", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, offs[-1])
+        for b, off in zip(buffers, offs, strict=False):
+            mv = memoryview(b)
+            if mv.format != "B" or mv.ndim != 1:
+                mv = mv.cast("B")
+            pos = 0
+            while pos < mv.nbytes:
+                pos += os.pwrite(fd, mv[pos : pos + _WRITE_MAX], off + pos)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _map(fd: int, sizes: Sequence[int]) -> list[Any]:
+    """Map a received segment (and close ``fd``); one writable uint8 array per buffer."""
+    offs = _offsets(sizes)
+    try:
+        if os.fstat(fd).st_size < offs[-1]:
+            raise FramingError("shared-memory segment smaller than its buffers")
+        m = mmap.mmap(fd, offs[-1], flags=mmap.MAP_SHARED | _POPULATE)
+    finally:
+        os.close(fd)
+    return [
+        np.frombuffer(m, np.uint8, count=n, offset=o) if n else np.empty(0, np.uint8)
+        for n, o in zip(sizes, offs, strict=False)
+    ]
+
+
+class _Reader:
+    """Frames (and passed descriptors) from one socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray(_READ_BYTES)
+        self._lo = self._hi = 0
+        self.fds: collections.deque[int] = collections.deque()
+
+    def frame(self) -> tuple[int, bytes]:
+        self._need(_FRAME.size)
+        length, kind = _FRAME.unpack_from(self._buf, self._lo)
+        self._lo += _FRAME.size
+        self._need(length)
+        body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
+        self._lo += length
+        if self._lo == self._hi and len(self._buf) > 4 * _READ_BYTES:
+            self._buf, self._lo, self._hi = bytearray(_READ_BYTES), 0, 0
+        return kind, body
+
+    def _need(self, n: int) -> None:
+        if self._hi - self._lo >= n:
+            return
+        if self._lo + n > len(self._buf):
+            live = self._buf[self._lo : self._hi]
+            if n > len(self._buf):
+                self._buf = bytearray(n + _READ_BYTES)
+            self._buf[: len(live)] = live
+            self._lo, self._hi = 0, len(live)
+        view = memoryview(self._buf)
+        while self._hi - self._lo < n:
+            got, anc, flags, _ = self._sock.recvmsg_into([view[self._hi :]], _ANC)
+            for level, typ, data in anc:
+                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                    self.fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
+            if flags & socket.MSG_CTRUNC:
+                raise ConnectionError("passed descriptors were truncated")
+            if not got:
+                raise EOFError("stream closed")
+            self._hi += got
+
+    def close_fds(self) -> None:
+        while self.fds:
+            os.close(self.fds.popleft())
+
+
+class LocalLink:
+    """One connection end: ``send`` writes a message; callbacks report what arrives."""
+
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.peer = peer
+        self.alive = True
+        self.reason = ""
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._backlog: collections.deque[list[Any]] = collections.deque()  # [data, fd or -1]
+        self._writer: threading.Thread | None = None
+
+    def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
+        """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
+        if not self.alive:
+            return
+        fd = -1
+        try:
+            if sum(b.nbytes for b in buffers) <= RPC_SMALL_MESSAGE_BYTES:
+                parts = pack_message(env, header, buffers)
+                kind = _INLINE
+            else:
+                fd = _segment(buffers)
+                parts = pack_message(env, header, buffers, with_buffers=False)
+                kind = _SHM
+        except OSError as e:
+            self._fail(f"could not stage a message: {e}")
+            return
+        body = b"".join(parts)
+        self._write(_FRAME.pack(len(body), kind) + body, fd)
+
+    def _write(self, data: bytes, fd: int) -> None:
+        with self._lock:
+            if not self.alive:
+                if fd >= 0:
+                    os.close(fd)
+                return
+            if not self._backlog:
+                try:
+                    sent = self._send_some(data, fd, _DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                except OSError as e:
+                    self._fail_locked(f"send failed: {e}")
+                    if fd >= 0:
+                        os.close(fd)
+                    return
+                if sent:
+                    if fd >= 0:
+                        os.close(fd)
+                        fd = -1
+                    if sent == len(data):
+                        return
+                    data = memoryview(data)[sent:]
+            self._backlog.append([data, fd])
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._drain, name=f"tpj-rpc-local-writer-{self.peer}", daemon=True
+                )
+                self._writer.start()
+            self._wake.notify()
+
+    def _send_some(self, data: Any, fd: int, flags: int) -> int:
+        if fd >= 0:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+            return self._sock.sendmsg([data], anc, flags | _NOSIGNAL)
+        return self._sock.send(data, flags | _NOSIGNAL)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                while self.alive and not self._backlog:
+                    self._wake.wait()
+                if not self.alive:
+                    return
+                item = self._backlog[0]  # stays queued while we send, so others queue behind it
+            try:
+                data, fd = item
+                sent = self._send_some(data, fd, 0)
+                if fd >= 0:
+                    os.close(fd)
+                    item[1] = -1
+                if sent < len(data):
+                    self._sock.sendall(memoryview(data)[sent:], _NOSIGNAL)
+            except OSError as e:
+                self._fail(f"send failed: {e}")
+                return
+            with self._lock:
+                self._backlog.popleft()
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            self._fail_locked(reason)
+
+    def _fail_locked(self, reason: str) -> None:
+        # The reader sees the shutdown, reports the link closed and fails its calls.
+        if self.alive:
+            self.alive = False
+            self.reason = self.reason or reason
+            for _, fd in self._backlog:
+                if fd >= 0:
+                    os.close(fd)
+            self._backlog.clear()
+            self._wake.notify_all()
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._fail("closed")
+
+    def read_forever(
+        self, on_message: OnMessage, on_malformed: OnMalformed, on_closed: OnClosed
+    ) -> None:
+        reader = _Reader(self._sock)
+        reason = "stream closed"
+        try:
+            while True:
+                kind, body = reader.frame()
+                try:
+                    if kind == _INLINE:
+                        msg = unpack_message(memoryview(body))
+                    elif kind == _SHM:
+                        if not reader.fds:
+                            raise ConnectionError("a shared-memory frame came without its segment")
+                        fd = reader.fds.popleft()
+                        msg = unpack_message(memoryview(body), with_buffers=False)
+                        msg = Message(msg.envelope, msg.header, _map(fd, msg.buffers))
+                    else:
+                        raise FramingError(f"unknown frame kind {kind}")
+                except FramingError as e:
+                    on_malformed(self, e)
+                    continue
+                on_message(self, msg)
+        except (EOFError, ConnectionError, OSError) as e:
+            reason = f"{type(e).__name__}: {e}" if not isinstance(e, EOFError) else str(e)
+        except Exception as e:
+            log.exception("rpc: local reader for %s failed", self.peer)
+            reason = f"{type(e).__name__}: {e}"
+        finally:
+            reader.close_fds()
+        self._fail(reason)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        on_closed(self, self.reason)
+
+
+class LocalServer:
+    """Accepts same-host connections; calls back for each message on an authenticated one."""
+
+    def __init__(
+        self,
+        *,
+        secret: str,
+        on_message: OnMessage,
+        on_malformed: OnMalformed,
+        on_closed: OnClosed,
+    ) -> None:
+        self._secret = secret.encode()
+        self._on_message, self._on_malformed = on_message, on_malformed
+        self._on_closed = on_closed
+        self._links: set[LocalLink] = set()
+        self._lock = threading.Lock()
+        self._stopped = False
+        self.address = f"tensorplay-jax-rpc/{os.getpid()}/{secrets.token_hex(8)}"
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind("\0" + self.address)
+        self._sock.listen(128)
+        threading.Thread(target=self._accept, name="tpj-rpc-local-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(
+                target=self._serve, args=(conn,), name="tpj-rpc-local-serve", daemon=True
+            ).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(_HANDSHAKE_TIMEOUT_S)
+            nonce = secrets.token_bytes(_NONCE)
+            conn.sendall(_MAGIC + nonce)
+            got = _recv_exact(conn, 32 + _NONCE + _U16.size)
+            if not hmac.compare_digest(got[:32], _mac(self._secret, b"client", nonce)):
+                # Reject before reading (let alone decoding) anything else the peer sent.
+                log.warning("rpc: rejected a same-host connection without the job secret")
+                conn.close()
+                return
+            (n,) = _U16.unpack_from(got, 32 + _NONCE)
+            if n > _MAX_NAME:
+                raise ConnectionError("peer name too long")
+            peer = _recv_exact(conn, n).decode("utf-8", "replace")
+            conn.sendall(_mac(self._secret, b"server", got[32 : 32 + _NONCE]))
+            conn.settimeout(None)
+        except (OSError, ConnectionError) as e:
+            log.debug("rpc: same-host handshake failed: %s", e)
+            conn.close()
+            return
+        link = LocalLink(conn, peer)
+        with self._lock:
+            if self._stopped:
+                conn.close()
+                return
+            self._links.add(link)
+
+        def on_closed(link: Any, reason: str) -> None:
+            with self._lock:
+                self._links.discard(link)
+            self._on_closed(link, reason)
+
+        link.read_forever(self._on_message, self._on_malformed, on_closed)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            links = list(self._links)
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        for link in links:
+            link.close()
+
+
+def connect_local(
+    address: str,
+    *,
+    peer: str,
+    secret: str,
+    me: str,
+    on_message: OnMessage,
+    on_malformed: OnMalformed,
+    on_closed: OnClosed,
+) -> LocalLink:
+    """Connect to the same-host server at ``address``, authenticate, start reading replies.
+
+    Raises:
+      OSError: no such server here, or the handshake failed (use gRPC instead).
+    """
+    key = secret.encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(_HANDSHAKE_TIMEOUT_S)
+        sock.connect("\0" + address)
+        hello = _recv_exact(sock, len(_MAGIC) + _NONCE)
+        if hello[: len(_MAGIC)] != _MAGIC:
+            raise ConnectionError("not a tensorplay_jax same-host RPC server")
+        mine = secrets.token_bytes(_NONCE)
+        name = me.encode()
+        sock.sendall(
+            _mac(key, b"client", hello[len(_MAGIC) :]) + mine + _U16.pack(len(name)) + name
+        )
+        proof = _recv_exact(sock, 32)
+        if not hmac.compare_digest(proof, _mac(key, b"server", mine)):
+            raise ConnectionError("the same-host server does not hold the job secret")
+        sock.settimeout(None)
+    except BaseException:
+        sock.close()
+        raise
+    link = LocalLink(sock, peer)
+    threading.Thread(
+        target=link.read_forever,
+        args=(on_message, on_malformed, on_closed),
+        name=f"tpj-rpc-local-link-{peer}",
+        daemon=True,
+    ).start()
+    return link
