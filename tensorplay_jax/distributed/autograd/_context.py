@@ -8,6 +8,10 @@ own leaves, the send edges and recv nodes recorded in that context, and the
 workers it exchanged messages with. Leaving ``with context()`` drops it here
 and asks every known worker to drop it too; each forwards the request to the
 workers *it* knows, so nested hops are released as well.
+
+Release requests ride in the metadata of the next call to that worker (no
+message of their own in a training loop); what is still queued after
+``RELEASE_FLUSH_S`` goes out as one ``_release_remote`` RPC per worker.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -31,6 +36,8 @@ from tensorplay_jax.rpc._errors import not_initialized
 __all__ = [
     "CONTEXT_ID_SHIFT",
     "META_KEY",
+    "RELEASE_FLUSH_S",
+    "RELEASE_KEY",
     "DistAutogradContext",
     "context",
     "current_context_id",
@@ -42,6 +49,8 @@ log = logging.getLogger(__name__)
 
 CONTEXT_ID_SHIFT = 48  # the creating worker's rank sits above this bit
 META_KEY = "tpj_autograd_ctx"  # RPC metadata key carrying the context id
+RELEASE_KEY = "tpj_autograd_release"  # RPC metadata key carrying context ids to release
+RELEASE_FLUSH_S = 0.1  # queued releases not carried by a call by then get an RPC of their own
 
 _contexts: dict[int, DistAutogradContext] = {}
 _contexts_lock = threading.Lock()
@@ -254,7 +263,7 @@ class context:  # the tensorplay spelling (a lowercase class)
 
 
 def release(context_id: int, skip: int | None) -> None:
-    """Drop the context here and ask every worker it knows (except ``skip``) to drop it."""
+    """Drop the context here and queue its release for every worker it knows (except ``skip``)."""
     with _contexts_lock:
         ctx = _contexts.pop(context_id, None)
     if ctx is None:
@@ -264,27 +273,77 @@ def release(context_id: int, skip: int | None) -> None:
     if not known or not _rpc_is_initialized():
         return
     me = _rpc_worker_info().id
-    for wid in known:
-        if wid in (me, skip):
-            continue
-        try:
-            fut = _rpc_async(wid, _release_remote, args=(context_id,))
-        except Exception as e:  # RPC shut down meanwhile
-            log.debug("dist_autograd: could not release context %d on %d: %s", context_id, wid, e)
-            continue
-        fut.add_done_callback(_ignore_failure)
+    with _release_cv:
+        for wid in known:
+            if wid not in (me, skip):
+                _release_queue.setdefault(wid, []).append(context_id)
+                _release_due.setdefault(wid, time.monotonic() + RELEASE_FLUSH_S)
+        _ensure_flusher()
+        _release_cv.notify()
+
+
+_release_queue: dict[int, list[int]] = {}  # worker -> context ids to release there
+_release_due: dict[int, float] = {}  # worker -> when its queue goes out on its own
+_release_cv = threading.Condition()
+_flusher: threading.Thread | None = None
+
+
+def take_releases(worker_id: int) -> list[int] | None:
+    """Pop the context ids queued for ``worker_id`` (to ride in a call's metadata)."""
+    if worker_id not in _release_queue:
+        return None
+    with _release_cv:
+        _release_due.pop(worker_id, None)
+        return _release_queue.pop(worker_id, None)
+
+
+def release_many(context_ids: list[int], skip: int | None) -> None:
+    """Release every id in ``context_ids`` (arrived in a call's metadata or a release RPC)."""
+    for cid in context_ids:
+        release(cid, skip)
+
+
+def _ensure_flusher() -> None:
+    global _flusher
+    if _flusher is None or not _flusher.is_alive():
+        _flusher = threading.Thread(target=_flush_loop, name="tpj-autograd-release", daemon=True)
+        _flusher.start()
+
+
+def _flush_loop() -> None:
+    while True:
+        with _release_cv:
+            while not _release_due:
+                _release_cv.wait()
+            now = time.monotonic()
+            due = [w for w, t in _release_due.items() if t <= now]
+            if not due:
+                _release_cv.wait(min(_release_due.values()) - now)
+                continue
+            batches = [(w, _release_queue.pop(w, [])) for w in due]
+            for w in due:
+                del _release_due[w]
+        for wid, ids in batches:
+            if not ids or not _rpc_is_initialized():
+                continue
+            try:
+                fut = _rpc_async(wid, _release_remote, args=(ids,))
+            except Exception as e:  # RPC shut down meanwhile
+                log.debug("dist_autograd: could not release contexts on %d: %s", wid, e)
+                continue
+            fut.add_done_callback(_ignore_failure)
 
 
 def _ignore_failure(fut: Any) -> None:
     e = fut.exception()
     if e is not None:
-        log.debug("dist_autograd: releasing a context on a peer failed: %s", e)
+        log.debug("dist_autograd: releasing contexts on a peer failed: %s", e)
 
 
-def _release_remote(context_id: int) -> None:
-    """RPC target: release ``context_id`` here and forward to the workers this one knows."""
+def _release_remote(context_ids: list[int]) -> None:
+    """RPC target: release ``context_ids`` here and forward to the workers this one knows."""
     caller = current_caller()
-    release(context_id, skip=None if caller is None else caller.id)
+    release_many(context_ids, skip=None if caller is None else caller.id)
 
 
 def active_context_ids() -> list[int]:

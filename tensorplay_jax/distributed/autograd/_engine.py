@@ -46,6 +46,7 @@ __all__ = ["backward", "send_from_recv"]
 Item = tuple[int, list[jax.Array | None]]  # (message key, one cotangent per sent Tensor)
 
 _pass_ids = itertools.count(1)
+_POLL_S = 0.05  # the backward caller checks its other replies this often while it waits
 _tls = threading.local()
 
 
@@ -66,6 +67,9 @@ class _Task:
         self._pending = 1  # the first local run
         self._reply: list[Item] = []
         self._failed = False
+        # The worker that called backward handles replies on its own (waiting) thread:
+        # one thread hand-off per reply instead of two.
+        self._inline: list[Future[list[Item]]] | None = [] if reply_to is None else None
 
     # ----------------------------------------------------------------- running
     def start(self, roots: Sequence[Any], grads: Sequence[Any]) -> None:
@@ -136,7 +140,29 @@ class _Task:
         except BaseException:
             self._settle()
             raise
-        fut.add_done_callback(self._on_reply)
+        if self._inline is not None:
+            self._inline.append(fut)
+        else:
+            fut.add_done_callback(self._on_reply)
+
+    def run_inline(self) -> None:
+        """On the worker that called backward: process replies here until the pass is done."""
+        assert self._inline is not None
+        futs = self._inline
+        while futs and not self._failed:
+            ready = next((f for f in futs if f.done()), None)
+            if ready is None:
+                try:
+                    futs[0].wait(_POLL_S)
+                except TimeoutError:
+                    continue
+                except BaseException:
+                    pass  # handled below, through _on_reply
+                ready = futs[0]
+                if not ready.done():
+                    continue
+            futs.remove(ready)
+            self._on_reply(ready)
 
     def _on_reply(self, fut: Future[list[Item]]) -> None:
         try:
@@ -245,6 +271,7 @@ def backward(context_id: int, roots: Sequence[Tensor], retain_graph: bool = Fals
     roots = _check_roots(roots)
     task = _Task(ctx, (get_worker_info().id << 48) | next(_pass_ids), retain_graph, None)
     task.start(roots, [None] * len(roots))
+    task.run_inline()
     task.done.wait()
     if not retain_graph:
         ctx.end_pass()

@@ -127,6 +127,10 @@ class AutogradHooks(RpcHooks):
     """The RPC hooks of distributed autograd (installed once per process on import)."""
 
     def on_send_request(self, info: CallInfo, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if info.kind != "fetch" and info.peer.id in _context._release_queue:
+            ids = _context.take_releases(info.peer.id)
+            if ids:
+                info.metadata[_context.RELEASE_KEY] = ids
         cid = _context.current_context_id()
         if cid is None or info.func_name in _INTERNAL:
             return args, kwargs
@@ -141,6 +145,9 @@ class AutogradHooks(RpcHooks):
         return args, kwargs
 
     def on_receive_request(self, info: CallInfo, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        released = info.metadata.get(_context.RELEASE_KEY)
+        if released:
+            _context.release_many(released, skip=info.peer.id)
         cid = info.metadata.get(_context.META_KEY)
         if cid is None:
             return args, kwargs
