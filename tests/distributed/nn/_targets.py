@@ -57,6 +57,7 @@ def not_a_module(*args):
 
 def call_remote_module(rm, x):
     """Run on a third worker: use a RemoteModule that arrived over RPC."""
+    assert rm._parameters == {} and rm._modules == {}  # Module state exists on a decoded handle
     return rm(x, shift=1.0), rm.on.name, rm.remote_parameters()[0].owner_name()
 
 

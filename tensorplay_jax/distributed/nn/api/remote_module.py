@@ -114,6 +114,13 @@ class RemoteModule(Module):
     generated_methods: tuple[str, ...]
     training: bool
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> RemoteModule:
+        # The codec rebuilds a handle with cls.__new__ and its fields, bypassing __init__;
+        # give every instance the (empty) Module state so Module methods behave on it too.
+        self = super().__new__(cls)
+        Module.__init__(self)
+        return self
+
     def __init__(
         self,
         remote_device: str,
@@ -194,7 +201,6 @@ class RemoteModule(Module):
             )
         training = rpc_sync(on, _owner.check_module, args=(module_rref, iface))
         self = cls.__new__(cls)
-        Module.__init__(self)
         self._set_handle(on, spec.device, module_rref, methods, training)
         return self
 
