@@ -56,13 +56,28 @@ class DistributedOptimizer:
         is not a non-empty sequence of RRefs of Tensors.
       RuntimeError: "Error creating optimizer on worker NAME: ..." when an owner fails.
 
-    Example (inside an RPC job; ``model`` a RemoteModule)::
+    Example (one worker owning everything; in a real job the model's owner is
+    another worker)::
 
-        opt = DistributedOptimizer(optax.sgd(0.05), model.remote_parameters())
-        with dist_autograd.context() as ctx:
-            loss = loss_fn(model(x), y)
-            dist_autograd.backward(ctx, [loss])
-            opt.step(ctx)
+      >>> import optax
+      >>> import tensorplay_jax as tp
+      >>> import tensorplay_jax.distributed.autograd as dist_autograd
+      >>> from tensorplay_jax.distributed import rpc
+      >>> from tensorplay_jax.distributed.nn import RemoteModule
+      >>> rpc.init_rpc("ps", rank=0, world_size=1,
+      ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+      ...                  init_method="tcp://127.0.0.1:29588"))
+      >>> model = RemoteModule("ps/cpu", tp.nn.Linear, args=(3, 1))
+      >>> opt = DistributedOptimizer(optax.sgd(0.1), model.remote_parameters())
+      >>> bias = model.remote_parameters()[1]
+      >>> before = bias.to_here().item()
+      >>> with dist_autograd.context() as ctx:
+      ...     loss = model(tp.ones(2, 3)).sum()   # d loss / d bias = 2
+      ...     dist_autograd.backward(ctx, [loss])
+      ...     opt.step(ctx)
+      >>> round(before - bias.to_here().item(), 4)  # moved by lr * 2
+      0.2
+      >>> rpc.shutdown()
     """
 
     remote_optimizers: list[tuple[WorkerInfo, RRef[Any]]]

@@ -1,4 +1,4 @@
-"""remote_device parsing, @interface and the docstring examples, in this process (no RPC)."""
+"""remote_device parsing, @interface and the docstring examples (no RPC, or RPC in one process)."""
 
 from __future__ import annotations
 
@@ -140,3 +140,18 @@ def test_docstring_examples():
     for mod in (_device, _interface):
         result = doctest.testmod(mod)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+DOCTESTS = """
+import doctest, importlib
+for name in ("tensorplay_jax.distributed.nn.api.remote_module",
+             "tensorplay_jax.distributed.optim._optimizer"):
+    r = doctest.testmod(importlib.import_module(name))
+    assert r.attempted > 5 and r.failed == 0, (name, r)
+print("DOCTESTS_OK")
+"""
+
+
+def test_rpc_docstring_examples(workers):
+    # In a fresh process: the examples start and stop RPC themselves.
+    assert "DOCTESTS_OK" in workers(DOCTESTS, 1, timeout=120)[0].stdout

@@ -100,12 +100,24 @@ class RemoteModule(Module):
       ValueError: a malformed ``remote_device`` or an unknown worker.
       RpcNotInitializedError: RPC is not initialized.
 
-    Example (in a job with a worker named ``worker1``)::
+    Example (one worker that owns the module itself; in a real job the owner
+    is another worker)::
 
-        remote_linear = RemoteModule("worker1/cpu", tp.nn.Linear, args=(16, 8))
-        out = remote_linear(tp.randn(4, 16))             # runs on worker1
-        param_rrefs = remote_linear.remote_parameters()  # RRefs, not arrays
-        module_rref = remote_linear.get_module_rref()
+      >>> import tensorplay_jax as tp
+      >>> from tensorplay_jax.distributed import rpc
+      >>> rpc.init_rpc("worker1", rank=0, world_size=1,
+      ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+      ...                  init_method="tcp://127.0.0.1:29587"))
+      >>> remote_linear = RemoteModule("worker1/cpu", tp.nn.Linear, args=(16, 8))
+      >>> out = remote_linear(tp.randn(4, 16))             # runs on worker1
+      >>> out.shape
+      (4, 8)
+      >>> param_rrefs = remote_linear.remote_parameters()  # RRefs, not arrays
+      >>> [r.to_here().shape for r in param_rrefs]
+      [(8, 16), (8,)]
+      >>> remote_linear.get_module_rref().owner_name()
+      'worker1'
+      >>> rpc.shutdown()
     """
 
     on: WorkerInfo
