@@ -226,6 +226,7 @@ class Agent:
                 on_message=self._on_message,
                 on_malformed=self._on_malformed,
                 on_closed=self._on_closed,
+                max_threads=self.options.num_worker_threads + 1,
             )
             mine["local"] = [_local.host_id(), self._local_server.address]
         got = self.store.setnx(f"rank/{self.rank}", mine)
@@ -305,6 +306,7 @@ class Agent:
                         on_message=self._on_message,
                         on_malformed=self._on_malformed,
                         on_closed=self._on_closed,
+                        max_threads=self.options.num_worker_threads + 1,
                     )
                 except OSError as e:
                     log.debug("rpc: no same-host link to %s (%s); using gRPC", to.name, e)
@@ -463,10 +465,20 @@ class Agent:
                 record = self.rrefs.lookup(extra[0])
             elif kind != CALL:
                 raise _codec.DecodeError(f"unknown request kind {kind}")
-            self._executor.submit(self._serve, link, kind, mid, meta, msg, caller, record, extra)
+            # The same-host transport can hand its reading to another thread and let this
+            # one serve the call, saving a thread hand-off; else the worker pool serves it.
+            detach = getattr(link, "detach_reader", None)
+            inline = detach is not None and detach()
+            if not inline:
+                self._executor.submit(
+                    self._serve, link, kind, mid, meta, msg, caller, record, extra
+                )
         except BaseException as e:
             self._send_error(link, mid, e, "")
             self._done_serving()
+            return
+        if inline:
+            self._serve(link, kind, mid, meta, msg, caller, record, extra)
 
     def _done_serving(self) -> None:
         with self._lock:

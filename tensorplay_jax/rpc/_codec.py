@@ -270,20 +270,41 @@ def _load_objref(rec: list[Any]) -> Any:
 # Encoding
 
 
-def _dtype_name(dt: np.dtype) -> str:
-    return dt.name
+# Per-call encoding costs add up on the small-call latency path: the records below
+# that depend only on a type, a dtype or a shape are made once and reused.
+_CACHE_LIMIT = 4096
+_array_bodies: dict[tuple[int, np.dtype, tuple[int, ...], int], bytes] = {}
+_objref_exts: dict[Any, msgpack.ExtType] = {}
+
+
+def _ext_type(code: int, data: bytes) -> msgpack.ExtType:
+    """``msgpack.ExtType(code, data)`` without its argument checks (ours are always valid)."""
+    return tuple.__new__(msgpack.ExtType, (code, data))
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _array_record(arr: np.ndarray, kind: int, buffers: list[memoryview]) -> msgpack.ExtType:
-    if arr.dtype.hasobject or arr.dtype.fields is not None:
+    dt = arr.dtype
+    if dt.hasobject or dt.fields is not None:
         raise TypeError  # caller falls back to pickle
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if not dt.isnative:
+        arr = arr.astype(dt.newbyteorder("="))
+        dt = arr.dtype
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     buffers.append(memoryview(arr.reshape(-1).view(np.uint8)))
-    body = msgpack.packb([kind, _dtype_name(arr.dtype), list(arr.shape), len(buffers) - 1])
-    return msgpack.ExtType(_EXT_ARRAY, body)
+    key = (kind, dt, arr.shape, len(buffers) - 1)
+    body = _array_bodies.get(key)
+    if body is None:
+        body = msgpack.packb([kind, dt.name, list(arr.shape), len(buffers) - 1])
+        _remember(_array_bodies, key, body)
+    return _ext_type(_EXT_ARRAY, body)
 
 
 def encode(obj: Any) -> Encoded:
@@ -319,6 +340,21 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
     entry = _lookup(t)
     if entry is not None:
         return msgpack.ExtType(_EXT_REGISTERED, _pack([entry.name, entry.encode(o)], default))
+    # The commonest cases first: arrays, tuples, functions by reference.
+    if t is np.ndarray:
+        try:
+            return _array_record(o, _NUMPY, buffers)
+        except TypeError:
+            return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+    if t is tuple:
+        return _ext_type(_EXT_TUPLE, _pack(list(o), default))
+    if t is types.FunctionType:
+        ext = _objref_exts.get(o)
+        if ext is not None:
+            return ext
+        ref = _importable(o)
+        if ref is not None:
+            return _remember(_objref_exts, o, _ext_type(_EXT_OBJREF, _pack(list(ref), default)))
     if isinstance(o, jax.Array):
         if isinstance(o, jax.core.Tracer):
             raise TypeError(
@@ -327,18 +363,11 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
                 "tensorplay_jax.distributed.autograd"
             )
         return _array_record(np.asarray(o), _JAX, buffers)
-    if t is np.ndarray:
-        try:
-            return _array_record(o, _NUMPY, buffers)
-        except TypeError:
-            return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
     if isinstance(o, np.generic):
         try:
             return _array_record(np.asarray(o), _NUMPY_SCALAR, buffers)
         except TypeError:
             return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
-    if t is tuple:
-        return msgpack.ExtType(_EXT_TUPLE, _pack(list(o), default))
     if t is complex:
         return msgpack.ExtType(_EXT_COMPLEX, _pack([o.real, o.imag], default))
     if t is int:
@@ -362,9 +391,14 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
 # Decoding
 
 
+_dtypes: dict[str, np.dtype] = {}
+
+
 def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
     kind, dtype_name, shape, index = rec
-    dtype = jnp.dtype(dtype_name)
+    dtype = _dtypes.get(dtype_name)
+    if dtype is None:
+        dtype = _remember(_dtypes, dtype_name, jnp.dtype(dtype_name))
     buf = buffers[index]
     arr = np.frombuffer(buf, dtype=np.uint8).view(dtype).reshape(shape)
     if kind == _JAX:

@@ -203,7 +203,7 @@ class _Reader:
 class LocalLink:
     """One connection end: ``send`` writes a message; callbacks report what arrives."""
 
-    def __init__(self, sock: socket.socket, peer: str) -> None:
+    def __init__(self, sock: socket.socket, peer: str, max_threads: int = 17) -> None:
         self.peer = peer
         self.alive = True
         self.reason = ""
@@ -212,6 +212,14 @@ class LocalLink:
         self._wake = threading.Condition(self._lock)
         self._backlog: collections.deque[list[Any]] = collections.deque()  # [data, fd or -1]
         self._writer: threading.Thread | None = None
+        # Reading: one thread at a time holds the "baton" (see detach_reader).
+        self._rcv = threading.Condition()
+        self._max_threads = max_threads
+        self._threads = self._spare = 0
+        self._baton_free = self._done = False
+        self._baton: int | None = None
+        self._reader: _Reader | None = None
+        self._callbacks: tuple[OnMessage, OnMalformed, OnClosed] | None = None
 
     def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
         """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
@@ -314,8 +322,57 @@ class LocalLink:
     def read_forever(
         self, on_message: OnMessage, on_malformed: OnMalformed, on_closed: OnClosed
     ) -> None:
-        reader = _Reader(self._sock)
-        reason = "stream closed"
+        """Read and dispatch frames until the connection ends; the caller is the first reader."""
+        self._reader = _Reader(self._sock)
+        self._callbacks = (on_message, on_malformed, on_closed)
+        self._threads = 1
+        self._baton_free = True
+        self._run_reader()
+
+    def detach_reader(self) -> bool:
+        """From ``on_message`` in the reading thread: hand reading over to another thread.
+
+        The calling thread may then run something long (a served call) without
+        holding up the frames behind it, and saves the hand-off of that work
+        to another thread. Afterwards it waits as a spare reader. Returns False
+        (nothing changed) when the link already has its most threads.
+        """
+        with self._rcv:
+            if self._done:
+                return False
+            if self._spare:
+                self._rcv.notify()
+            elif self._threads < self._max_threads:
+                self._threads += 1
+                threading.Thread(
+                    target=self._run_reader, name=f"tpj-rpc-local-{self.peer}", daemon=True
+                ).start()
+            else:
+                return False
+            self._baton_free = True
+            self._baton = None
+        return True
+
+    def _run_reader(self) -> None:
+        me = threading.get_ident()
+        while True:
+            with self._rcv:
+                self._spare += 1
+                while not self._baton_free and not self._done:
+                    self._rcv.wait()
+                self._spare -= 1
+                if self._done:
+                    self._threads -= 1
+                    return
+                self._baton_free = False
+                self._baton = me
+            if not self._read_while_holding(me):
+                return
+
+    def _read_while_holding(self, me: int) -> bool:
+        """Dispatch frames while this thread is the reader; False once the stream ended."""
+        on_message, on_malformed, on_closed = self._callbacks
+        reader = self._reader
         try:
             while True:
                 kind, body = reader.frame()
@@ -334,17 +391,23 @@ class LocalLink:
                     on_malformed(self, e)
                     continue
                 on_message(self, msg)
+                if self._baton != me:
+                    return True  # detached: someone else reads now
         except (EOFError, ConnectionError, OSError) as e:
             reason = f"{type(e).__name__}: {e}" if not isinstance(e, EOFError) else str(e)
         except Exception as e:
             log.exception("rpc: local reader for %s failed", self.peer)
             reason = f"{type(e).__name__}: {e}"
-        finally:
-            reader.close_fds()
+        reader.close_fds()
+        with self._rcv:
+            self._done = True
+            self._threads -= 1
+            self._rcv.notify_all()
         self._fail(reason)
         with contextlib.suppress(OSError):
             self._sock.close()
         on_closed(self, self.reason)
+        return False
 
 
 class LocalServer:
@@ -357,8 +420,10 @@ class LocalServer:
         on_message: OnMessage,
         on_malformed: OnMalformed,
         on_closed: OnClosed,
+        max_threads: int = 17,
     ) -> None:
         self._secret = secret.encode()
+        self._max_threads = max_threads
         self._on_message, self._on_malformed = on_message, on_malformed
         self._on_closed = on_closed
         self._links: set[LocalLink] = set()
@@ -401,7 +466,7 @@ class LocalServer:
             log.debug("rpc: same-host handshake failed: %s", e)
             conn.close()
             return
-        link = LocalLink(conn, peer)
+        link = LocalLink(conn, peer, self._max_threads)
         with self._lock:
             if self._stopped:
                 conn.close()
@@ -435,6 +500,7 @@ def connect_local(
     on_message: OnMessage,
     on_malformed: OnMalformed,
     on_closed: OnClosed,
+    max_threads: int = 17,
 ) -> LocalLink:
     """Connect to the same-host server at ``address``, authenticate, start reading replies.
 
@@ -461,7 +527,7 @@ def connect_local(
     except BaseException:
         sock.close()
         raise
-    link = LocalLink(sock, peer)
+    link = LocalLink(sock, peer, max_threads)
     threading.Thread(
         target=link.read_forever,
         args=(on_message, on_malformed, on_closed),

@@ -174,3 +174,15 @@ def maxrss_mib() -> float:
 
 def leave_soon() -> None:
     threading.Timer(0.2, rpc.shutdown, kwargs={"graceful": False}).start()
+
+
+_gate = threading.Event()
+
+
+def wait_gate(timeout: float) -> bool:
+    """Blocks until ``open_gate`` runs (another request from the same caller)."""
+    return _gate.wait(timeout)
+
+
+def open_gate() -> None:
+    _gate.set()

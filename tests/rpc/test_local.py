@@ -113,6 +113,11 @@ TRANSPORT = script(
         x = np.arange(4 << 20, dtype=np.float32)
         assert np.array_equal(rpc.rpc_sync("w1", T.identity, args=(x,)), x)
         assert rpc.rpc_sync("w1", T.add, args=(1, 2)) == 3
+        # a served call that blocks must not hold up the requests behind it on the link
+        gates = [rpc.rpc_async("w1", T.wait_gate, args=(30,)) for _ in range(3)]
+        time.sleep(0.2)
+        rpc.rpc_sync("w1", T.open_gate, timeout=10)
+        assert rpc.wait_all(gates) == [True] * 3
         print("LINK", type(_agent.current_agent()._links[1]).__name__)
     rpc.shutdown()
     """
