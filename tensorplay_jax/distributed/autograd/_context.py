@@ -279,12 +279,11 @@ def release(context_id: int, skip: int | None) -> None:
                 _release_queue.setdefault(wid, []).append(context_id)
                 _release_due.setdefault(wid, time.monotonic() + RELEASE_FLUSH_S)
         _ensure_flusher()
-        _release_cv.notify()
 
 
 _release_queue: dict[int, list[int]] = {}  # worker -> context ids to release there
 _release_due: dict[int, float] = {}  # worker -> when its queue goes out on its own
-_release_cv = threading.Condition()
+_release_cv = threading.Lock()
 _flusher: threading.Thread | None = None
 
 
@@ -311,15 +310,12 @@ def _ensure_flusher() -> None:
 
 
 def _flush_loop() -> None:
+    # Polls instead of being notified: a release costs no thread wake-up.
     while True:
+        time.sleep(RELEASE_FLUSH_S)
+        now = time.monotonic()
         with _release_cv:
-            while not _release_due:
-                _release_cv.wait()
-            now = time.monotonic()
             due = [w for w, t in _release_due.items() if t <= now]
-            if not due:
-                _release_cv.wait(min(_release_due.values()) - now)
-                continue
             batches = [(w, _release_queue.pop(w, [])) for w in due]
             for w in due:
                 del _release_due[w]

@@ -27,12 +27,14 @@ fails the pass as "Error on worker NAME: ...".
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from tensorplay_jax.autograd import GradientEdge, Tensor, run_backward
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
@@ -41,13 +43,19 @@ from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc.functions import async_execution
 
-__all__ = ["backward", "send_from_recv"]
+__all__ = ["backward", "filled_array", "send_from_recv"]
 
 Item = tuple[int, list[jax.Array | None]]  # (message key, one cotangent per sent Tensor)
 
 _pass_ids = itertools.count(1)
 _POLL_S = 0.05  # the backward caller checks its other replies this often while it waits
 _tls = threading.local()
+
+
+@functools.lru_cache(maxsize=256)
+def filled_array(value: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """A cached constant array (ones for roots, zeros for unused outputs); arrays are immutable."""
+    return jnp.full(shape, value, dtype)
 
 
 class _Task:
@@ -270,7 +278,8 @@ def backward(context_id: int, roots: Sequence[Tensor], retain_graph: bool = Fals
     ctx = retrieve(context_id)
     roots = _check_roots(roots)
     task = _Task(ctx, (get_worker_info().id << 48) | next(_pass_ids), retain_graph, None)
-    task.start(roots, [None] * len(roots))
+    ones = [filled_array(1, r._value.shape, r._value.dtype) for r in roots]
+    task.start(roots, ones)
     task.run_inline()
     task.done.wait()
     if not retain_graph:

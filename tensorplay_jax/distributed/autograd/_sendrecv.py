@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from tensorplay_jax.autograd import Tensor, attach_outputs, make_node
 from tensorplay_jax.distributed.autograd import _context, _engine
@@ -105,7 +104,7 @@ def _recv_node(
 
     def recv_backward(grads: tuple[jax.Array | None, ...]) -> tuple[()]:
         filled = [
-            g if g is not None else jnp.zeros(shape, dtype)
+            g if g is not None else _engine.filled_array(0, shape, dtype)
             for g, (shape, dtype) in zip(grads, meta, strict=True)
         ]
         _engine.send_from_recv(sender, key, filled)
