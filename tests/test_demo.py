@@ -31,6 +31,13 @@ def test_default_demo_trains_a_parameter_server_and_matches_single_process():
     assert parity and float(parity.group(1)) <= 1e-5, out.stdout
 
 
+def test_asynchronous_mode_trains_without_the_parity_check():
+    out = _run("--async", "--epochs", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "asynchronous updates" in out.stdout and "parity check skipped" in out.stdout
+    assert re.search(r"test accuracy: [\d.]+%", out.stdout), out.stdout
+
+
 def test_collectives_demo_runs_and_checks_pass():
     out = _run("collectives")
     assert out.returncode == 0, out.stdout + out.stderr

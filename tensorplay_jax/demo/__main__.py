@@ -20,6 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.05, help="ps: SGD learning rate")
     p.add_argument("--hidden", type=int, default=64, help="ps: hidden units")
     p.add_argument("--seed", type=int, default=0, help="ps: data split, order and init")
+    p.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="ps: trainers update at once (Hogwild-style; no parity check)",
+    )
     a = p.parse_args(argv)
     if a.demo == "collectives":
         from tensorplay_jax.demo import _collectives
@@ -30,7 +36,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     jax.config.update("jax_platforms", "cpu")
     from tensorplay_jax.demo import _ps
 
-    ok = _ps.run(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, hidden=a.hidden, seed=a.seed)
+    ok = _ps.run(
+        epochs=a.epochs,
+        batch_size=a.batch_size,
+        lr=a.lr,
+        hidden=a.hidden,
+        seed=a.seed,
+        asynchronous=a.asynchronous,
+    )
     return 0 if ok else 1
 
 
