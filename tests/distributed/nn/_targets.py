@@ -22,6 +22,9 @@ class Scaled(tp.nn.Module):
     def count(self) -> int:
         return self.calls
 
+    def project(self, x, *, bias=True):
+        return self.fc(x) if bias else x @ self.fc.weight.T
+
     def mode(self) -> bool:
         return self.training
 
@@ -33,6 +36,8 @@ class Scaled(tp.nn.Module):
 @interface
 class ScaledInterface:
     def forward(self, x, shift=0.0): ...
+
+    def project(self, x, *, bias=True): ...
 
     def count(self) -> int: ...
 

@@ -95,10 +95,14 @@ REMOTE_MODULE = script(
         expect(RuntimeError, ["worker 'worker1' has no device 'cuda:0'"],
                RemoteModule, "worker1/cuda:0", tp.nn.Linear, (1, 1))
         expect(ValueError, ["unknown device type 'xpu'"], RemoteModule, "worker1/xpu", T.Scaled)
+        expect(ValueError, ["unknown destination worker rank 7"], RemoteModule, "rank:7", T.Scaled)
+        assert RemoteModule("worker1/cpu:0", tp.nn.Linear, (1, 1)).device == "cpu:0"
+        expect(RuntimeError, ["has no device 'cpu:3'", "cpu:0"],
+               RemoteModule, "worker1/cpu:3", tp.nn.Linear, (1, 1))
 
         # interfaces: checked at construction; declared methods callable on the handle
         ri = RemoteModule("worker1/cpu", T.Scaled, (3, 2), module_interface_cls=T.ScaledInterface)
-        assert ri.generated_methods == ("forward", "count", "add_scale")
+        assert ri.generated_methods == ("forward", "project", "count", "add_scale")
         ri(x3)
         assert ri.count() == 1 and ri.count_async().wait() == 1
         assert ri.add_scale(0.5) == 1.5 and ri.add_scale_async(0.5).wait() == 2.0
@@ -152,6 +156,14 @@ REMOTE_MODULE = script(
             dist_autograd.backward(ctx3, [twin(xg).sum()])
             _, gb3 = rpc.rpc_sync("worker1", T.grads_of, args=(ctx3, prefs))
         np.testing.assert_allclose(gb3, np.full(2, 2.0 * 5), rtol=1e-6)
+        # a declared method (with a keyword argument) is differentiable too
+        with dist_autograd.context() as ctx5:
+            dist_autograd.backward(ctx5, [g.project(xg, bias=False).sum()])
+            gw5, gb5 = rpc.rpc_sync("worker1", T.grads_of, args=(ctx5, prefs))
+            gx5 = dist_autograd.get_gradients(ctx5)[xg]
+        assert gb5 is None
+        np.testing.assert_allclose(gw5, np.tile(npa(xg).sum(0), (2, 1)), rtol=1e-5)
+        np.testing.assert_allclose(npa(gx5), np.tile(npa(w).sum(0), (5, 1)), rtol=1e-5)
         gw4, gb4 = rpc.rpc_sync("worker2", T.backward_on_third, args=(g, tp.ones(5, 3)))
         np.testing.assert_allclose(gb4, np.full(2, 2.0 * 5), rtol=1e-6)
         np.testing.assert_allclose(gw4, np.full((2, 3), 2.0 * 5), rtol=1e-6)
