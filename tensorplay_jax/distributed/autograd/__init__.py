@@ -9,6 +9,10 @@ is done; leaf gradients accumulate in the context on the leaf's owner
 (``get_gradients(context_id)`` there). Leaving the block releases the
 context on every worker it reached.
 
+Functional mode: ``differentiable_rpc(to, func, args)`` is an RPC that
+``jax.grad``/``jax.vjp``/``jax.value_and_grad`` differentiate (a
+``custom_vjp`` over the same machinery; eager JAX only, not under ``jit``).
+
 Importing this package registers the Tensor wire type (``_wire``) and the
 RPC hooks (``_sendrecv``) in this process; the RPC layer imports it on a
 worker's first RPC traffic, so every worker takes part.
@@ -37,6 +41,7 @@ from tensorplay_jax.distributed.autograd import _sendrecv, _wire
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext as DistAutogradContext
 from tensorplay_jax.distributed.autograd._context import context as context
 from tensorplay_jax.distributed.autograd._engine import backward as backward
+from tensorplay_jax.distributed.autograd._functional import differentiable_rpc as differentiable_rpc
 from tensorplay_jax.distributed.autograd.api import _current_context as _current_context
 from tensorplay_jax.distributed.autograd.api import _retrieve_context as _retrieve_context
 from tensorplay_jax.distributed.autograd.api import get_gradients as get_gradients
@@ -48,6 +53,7 @@ __all__ = [
     "DistAutogradContext",
     "backward",
     "context",
+    "differentiable_rpc",
     "get_gradients",
     "is_available",
     "is_initialized",

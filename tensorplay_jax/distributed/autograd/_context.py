@@ -42,6 +42,7 @@ __all__ = [
     "context",
     "current_context_id",
     "get_or_create",
+    "new_context_id",
     "retrieve",
 ]
 
@@ -212,6 +213,12 @@ def current_context_id() -> int | None:
     return current_call_metadata().get(META_KEY)
 
 
+def new_context_id() -> int:
+    """A fresh context id of this worker (rank in the high 16 bits)."""
+    rank = _rpc_worker_info().id
+    return (rank << CONTEXT_ID_SHIFT) | (next(_counter) & ((1 << CONTEXT_ID_SHIFT) - 1))
+
+
 class context:  # the tensorplay spelling (a lowercase class)
     """Open a distributed autograd context; ``with context() as context_id: ...``.
 
@@ -245,8 +252,7 @@ class context:  # the tensorplay spelling (a lowercase class)
                 "Already have an autograd context id for this thread: leave the current "
                 "`with dist_autograd.context()` block before opening another"
             )
-        rank = _rpc_worker_info().id
-        cid = (rank << CONTEXT_ID_SHIFT) | (next(_counter) & ((1 << CONTEXT_ID_SHIFT) - 1))
+        cid = new_context_id()
         get_or_create(cid)
         _tls.context_id = cid
         self._id = cid

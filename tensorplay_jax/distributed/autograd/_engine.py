@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -43,7 +43,7 @@ from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc.functions import async_execution
 
-__all__ = ["backward", "filled_array", "send_from_recv"]
+__all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
 
 Item = tuple[int, list[jax.Array | None]]  # (message key, one cotangent per sent Tensor)
 
@@ -62,9 +62,15 @@ class _Task:
     """One worker's share of one backward pass: local runs, and the RPCs they started."""
 
     def __init__(
-        self, ctx: DistAutogradContext, pass_id: int, retain: bool, reply_to: int | None
+        self,
+        ctx: DistAutogradContext,
+        pass_id: int,
+        retain: bool,
+        reply_to: int | None,
+        accumulate: Callable[[Tensor, jax.Array], None] | None = None,
     ) -> None:
         self.ctx = ctx
+        self.accumulate = accumulate or ctx.accumulate
         self.pass_id = pass_id
         self.retain = retain
         self.reply_to = reply_to
@@ -117,7 +123,7 @@ class _Task:
             prev = getattr(_tls, "outgoing", None)
             _tls.outgoing = outgoing
             try:
-                run_backward(roots, grads, retain_graph=True, accumulate=self.ctx.accumulate)
+                run_backward(roots, grads, retain_graph=True, accumulate=self.accumulate)
             finally:
                 _tls.outgoing = prev
             local = outgoing.pop(self.me, None)
@@ -277,9 +283,21 @@ def backward(context_id: int, roots: Sequence[Tensor], retain_graph: bool = Fals
         raise not_initialized("dist_autograd.backward")
     ctx = retrieve(context_id)
     roots = _check_roots(roots)
-    task = _Task(ctx, (get_worker_info().id << 48) | next(_pass_ids), retain_graph, None)
     ones = [filled_array(1, r._value.shape, r._value.dtype) for r in roots]
-    task.start(roots, ones)
+    run_pass(ctx, roots, ones, retain_graph)
+
+
+def run_pass(
+    ctx: DistAutogradContext,
+    roots: Sequence[Any],
+    grads: Sequence[Any],
+    retain_graph: bool,
+    accumulate: Callable[[Tensor, jax.Array], None] | None = None,
+) -> None:
+    """One whole distributed backward pass from ``roots`` (with cotangents ``grads``), here."""
+    pass_id = (get_worker_info().id << 48) | next(_pass_ids)
+    task = _Task(ctx, pass_id, retain_graph, None, accumulate)
+    task.start(roots, grads)
     task.run_inline()
     task.done.wait()
     if not retain_graph:

@@ -373,3 +373,16 @@ def rpc_value(rref: rpc.RRef) -> Any:
 def relay(x: Any, to: str, fn: Call) -> Any:
     """Forward ``fn(x * 1.0)`` to worker ``to`` (a nested hop for error propagation)."""
     return rpc.rpc_sync(to, fn, args=(x * 1.0,)) + 0.0
+
+
+@tp.function
+def jsin2(x: Any) -> Any:
+    """A pure JAX function lifted onto the tape (one node)."""
+    return jnp.sin(x) * 2.0
+
+
+def context_count() -> int:
+    """How many distributed autograd contexts are alive on this worker."""
+    from tensorplay_jax.distributed.autograd import _context
+
+    return len(_context.active_context_ids())

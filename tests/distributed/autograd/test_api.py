@@ -59,7 +59,7 @@ rpc.shutdown()
 
 DOCS = """
 import doctest, importlib
-mods = ["", "._context", "._engine", ".api", "._wire"]
+mods = ["", "._context", "._engine", ".api", "._wire", "._functional"]
 for m in mods:
     mod = importlib.import_module("tensorplay_jax.distributed.autograd" + m)
     res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
