@@ -321,8 +321,11 @@ class Module:
         """Set training mode (dropout active) on this module and its descendants."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        for m in self.modules():
-            object.__setattr__(m, "training", mode)
+        # Like tensorplay: set this module's flag, then ask each child to switch itself,
+        # so a child that is a handle to a remote module (RemoteModule) switches remotely.
+        object.__setattr__(self, "training", mode)
+        for child in self.children():
+            child.train(mode)
         return self
 
     def eval(self) -> Module:

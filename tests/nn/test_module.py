@@ -162,3 +162,20 @@ def test_deepcopy_module_gives_independent_parameters():
     np.testing.assert_array_equal(twin[0].weight.numpy(), net[0].weight.numpy())
     twin(tp.ones(1, 2)).sum().backward()
     assert twin[0].weight.grad is not None and net[0].weight.grad is None
+
+
+def test_train_asks_each_child_to_switch_itself():
+    # tensorplay semantics: train()/eval() call each child's own train(), so a child that
+    # overrides it (a RemoteModule handle switches its remote module) is honoured.
+    calls = []
+
+    class Recording(nn.Module):
+        def train(self, mode: bool = True):
+            calls.append(mode)
+            return super().train(mode)
+
+    net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(Recording()))
+    net.eval()
+    net.train()
+    assert calls == [False, True]
+    assert net[1][0].training
