@@ -13,7 +13,11 @@ STAMP="$VENV/.tensorplay-jax-stamp"
 WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)-${EXTRAS:-test}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "[setup] installing tensorplay-jax[${EXTRAS:-test}] (first run takes about a minute)" >&2
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS:-test}]"
+  if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS:-test}]" >"$VENV/.install.log" 2>&1; then
+    cat "$VENV/.install.log" >&2
+    echo "[setup] pip install failed (log above)" >&2
+    exit 1
+  fi
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
