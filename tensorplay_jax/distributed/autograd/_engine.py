@@ -35,8 +35,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from tensorplay_jax.autograd import GradientEdge, Tensor, run_backward
+from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, Tensor, run_backward
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.rpc import Future, current_caller, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
@@ -56,6 +57,11 @@ _tls = threading.local()
 def filled_array(value: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
     """A cached constant array (ones for roots, zeros for unused outputs); arrays are immutable."""
     return jnp.full(shape, value, dtype)
+
+
+def _host(items: list[Item]) -> list[Item]:
+    """Gradients as NumPy views for the wire (decoding NumPy is cheaper than jax.device_put)."""
+    return [(k, [None if g is None else np.asarray(g) for g in gs]) for k, gs in items]
 
 
 class _Task:
@@ -108,7 +114,11 @@ class _Task:
         for key, gs in items:
             edges = self.ctx.send_edges(key)
             for edge, g in zip(edges, gs, strict=True):
-                if edge is not None and g is not None:
+                if edge is None or g is None:
+                    continue
+                if isinstance(edge.node, AccumulateGrad):  # a leaf was sent: no tape to run
+                    self.accumulate(edge.node.variable, jnp.asarray(g))
+                else:
                     roots.append(edge)
                     grads.append(g)
         if roots:
@@ -130,7 +140,7 @@ class _Task:
             for dest, items in outgoing.items():
                 if dest == self.reply_to:
                     with self._lock:
-                        self._reply.extend(items)
+                        self._reply.extend(_host(items))
                 else:
                     self._send(dest, items)
             if not local:
@@ -149,7 +159,9 @@ class _Task:
             self._pending += 1
         try:
             fut = rpc_async(
-                dest, _apply_gradients, args=(self.ctx.context_id, self.pass_id, self.retain, items)
+                dest,
+                _apply_gradients,
+                args=(self.ctx.context_id, self.pass_id, self.retain, _host(items)),
             )
         except BaseException:
             self._settle()
