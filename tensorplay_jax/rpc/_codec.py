@@ -324,11 +324,26 @@ def encode(obj: Any) -> Encoded:
     """
     buffers: list[memoryview] = []
 
-    def default(o: Any) -> Any:
-        return _default(o, buffers, default)
-
-    header = msgpack.packb(obj, default=default, strict_types=True, use_bin_type=True)
+    header = msgpack.packb(
+        obj, default=_Hook(_default, buffers), strict_types=True, use_bin_type=True
+    )
     return Encoded(header, buffers)
+
+
+class _Hook:
+    """msgpack's ``default`` / ``ext_hook`` bound to one message's buffers.
+
+    (A closure that passed itself on would be a reference cycle, keeping the
+    message's arrays alive until the garbage collector runs.)
+    """
+
+    __slots__ = ("buffers", "fn")
+
+    def __init__(self, fn: Callable[..., Any], buffers: list[Any]) -> None:
+        self.fn, self.buffers = fn, buffers
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args, self.buffers, self)
 
 
 def _pack(o: Any, default: Callable[[Any], Any]) -> bytes:
@@ -434,12 +449,11 @@ def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: 
     else:
         header, buffers = message, buffers or []
 
-    def ext_hook(code: int, data: bytes) -> Any:
-        return _ext(code, data, buffers, ext_hook)
-
     with _peer_scope(peer):
         try:
-            return msgpack.unpackb(header, ext_hook=ext_hook, raw=False, strict_map_key=False)
+            return msgpack.unpackb(
+                header, ext_hook=_Hook(_ext, buffers), raw=False, strict_map_key=False
+            )
         except DecodeError:
             raise
         except Exception as e:

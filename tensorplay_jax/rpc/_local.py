@@ -31,22 +31,25 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import functools
 import hashlib
 import hmac
+import itertools
 import logging
 import mmap
 import os
+import queue
 import secrets
 import socket
 import struct
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from tensorplay_jax._constants import RPC_SMALL_MESSAGE_BYTES
 from tensorplay_jax.rpc._framing import FramingError, Message, pack_message, unpack_message
 
 __all__ = ["LocalLink", "LocalServer", "available", "connect_local", "host_id"]
@@ -58,7 +61,13 @@ _HANDSHAKE_TIMEOUT_S = 10.0
 _MAGIC = b"TPJLOC01"
 _NONCE = 32
 _MAX_NAME = 512
-_INLINE, _SHM = 1, 2
+_INLINE, _SHM, _RELEASE = 1, 2, 3
+_U64 = struct.Struct("<Q")
+_SEGMENT_GRAIN = 1 << 20
+_POOL_BYTES = 512 << 20  # released segments this process keeps for reuse, at most
+# Buffers beyond this go through shared memory: a socket of ~200 KiB passes a
+# larger inline frame in several wake-ups of both sides, which cost more than a segment.
+_INLINE_BYTES = 64 << 10
 _FRAME = struct.Struct("<QB")
 _U16 = struct.Struct("<H")
 _ALIGN = 64
@@ -120,27 +129,63 @@ def _offsets(sizes: Sequence[int]) -> list[int]:
     return offs
 
 
-def _segment(buffers: Sequence[Any]) -> int:
-    """A memfd holding ``buffers`` at ``_offsets``; the caller owns (and closes) the descriptor."""
-    offs = _offsets([b.nbytes for b in buffers])
-    fd = os.memfd_create("tpj-rpc", os.MFD_CLOEXEC)
-    try:
-        os.ftruncate(fd, offs[-1])
-        for b, off in zip(buffers, offs, strict=False):
-            mv = memoryview(b)
-            if mv.format != "B" or mv.ndim != 1:
-                mv = mv.cast("B")
-            pos = 0
-            while pos < mv.nbytes:
-                pos += os.pwrite(fd, mv[pos : pos + _WRITE_MAX], off + pos)
-    except BaseException:
+class _Pool:
+    """Released segments of this process, kept for reuse: writing into pages the kernel
+    has already allocated is several times faster than into fresh ones."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._free: list[tuple[int, int]] = []  # (size, fd)
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> tuple[int, int]:
+        """A segment (fd, size) of at least n bytes: a free one not much larger, else a new one."""
+        with self._lock:
+            fits = [seg for seg in self._free if n <= seg[0] <= 2 * n + _SEGMENT_GRAIN]
+            if fits:
+                seg = min(fits)
+                self._free.remove(seg)
+                self._bytes -= seg[0]
+                return seg[1], seg[0]
+        size = -(-n // _SEGMENT_GRAIN) * _SEGMENT_GRAIN
+        fd = os.memfd_create("tpj-rpc", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, size
+
+    def give(self, fd: int, size: int) -> None:
+        with self._lock:
+            if self._bytes + size <= self._limit:
+                self._free.append((size, fd))
+                self._bytes += size
+                return
         os.close(fd)
-        raise
-    return fd
 
 
-def _map(fd: int, sizes: Sequence[int]) -> list[Any]:
-    """Map a received segment (and close ``fd``); one writable uint8 array per buffer."""
+_pool = _Pool(_POOL_BYTES)
+
+
+def _fill(fd: int, buffers: Sequence[Any]) -> None:
+    """Write ``buffers`` into the segment ``fd`` at their ``_offsets``."""
+    offs = _offsets([b.nbytes for b in buffers])
+    for b, off in zip(buffers, offs, strict=False):
+        mv = memoryview(b)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        pos = 0
+        while pos < mv.nbytes:
+            pos += os.pwrite(fd, mv[pos : pos + _WRITE_MAX], off + pos)
+
+
+def _map(fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any]:
+    """Map a received segment (and close ``fd``); one writable uint8 array per buffer.
+
+    ``on_free`` runs once no array on the segment is left (it must not take locks).
+    """
     offs = _offsets(sizes)
     try:
         if os.fstat(fd).st_size < offs[-1]:
@@ -148,6 +193,7 @@ def _map(fd: int, sizes: Sequence[int]) -> list[Any]:
         m = mmap.mmap(fd, offs[-1], flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(fd)
+    weakref.finalize(m, on_free)
     return [
         np.frombuffer(m, np.uint8, count=n, offset=o) if n else np.empty(0, np.uint8)
         for n, o in zip(sizes, offs, strict=False)
@@ -212,6 +258,12 @@ class LocalLink:
         self._wake = threading.Condition(self._lock)
         self._backlog: collections.deque[list[Any]] = collections.deque()  # [data, fd or -1]
         self._writer: threading.Thread | None = None
+        # Segments lent to the peer (id -> (fd, size)), and ids of the peer's segments
+        # whose last array here is gone, waiting to be sent back as RELEASE.
+        self._segment_ids = itertools.count(1)
+        self._lent: dict[int, tuple[int, int]] = {}
+        self._released: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._releaser: threading.Thread | None = None
         # Reading: one thread at a time holds the "baton" (see detach_reader).
         self._rcv = threading.Condition()
         self._max_threads = max_threads
@@ -227,18 +279,37 @@ class LocalLink:
             return
         fd = -1
         try:
-            if sum(b.nbytes for b in buffers) <= RPC_SMALL_MESSAGE_BYTES:
+            if sum(b.nbytes for b in buffers) <= _INLINE_BYTES:
                 parts = pack_message(env, header, buffers)
                 kind = _INLINE
             else:
-                fd = _segment(buffers)
-                parts = pack_message(env, header, buffers, with_buffers=False)
+                sid, fd = self._lend(buffers)
+                parts = [_U64.pack(sid), *pack_message(env, header, buffers, with_buffers=False)]
                 kind = _SHM
         except OSError as e:
             self._fail(f"could not stage a message: {e}")
             return
         body = b"".join(parts)
         self._write(_FRAME.pack(len(body), kind) + body, fd)
+
+    def _lend(self, buffers: Sequence[Any]) -> tuple[int, int]:
+        """Stage ``buffers`` in a segment lent to the peer until it sends RELEASE.
+
+        Returns the segment id and a descriptor for the frame to carry (the link
+        keeps its own until the peer releases the segment).
+        """
+        fd, size = _pool.take(_offsets([b.nbytes for b in buffers])[-1])
+        try:
+            _fill(fd, buffers)
+            sid = next(self._segment_ids)
+            with self._lock:
+                if not self.alive:
+                    raise OSError("link closed")
+                self._lent[sid] = (fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return sid, os.dup(fd)
 
     def _write(self, data: bytes, fd: int) -> None:
         with self._lock:
@@ -299,6 +370,35 @@ class LocalLink:
             with self._lock:
                 self._backlog.popleft()
 
+    def _take_back(self, ids: Sequence[int]) -> None:
+        with self._lock:
+            segs = [self._lent.pop(i, None) for i in ids]
+        for seg in segs:
+            if seg is not None:
+                _pool.give(*seg)
+
+    def _start_releaser(self) -> None:
+        if self._releaser is None:
+            self._releaser = threading.Thread(
+                target=self._release_loop, name=f"tpj-rpc-local-release-{self.peer}", daemon=True
+            )
+            self._releaser.start()
+
+    def _release_loop(self) -> None:
+        # Finalizers only queue ids (they may run anywhere, even under our locks);
+        # this thread tells the peer, in batches.
+        q = self._released
+        while True:
+            ids = [q.get()]
+            while not q.empty():
+                ids.append(q.get())
+            live = [i for i in ids if i is not None]
+            if live:
+                body = struct.pack(f"<{len(live)}Q", *live)
+                self._write(_FRAME.pack(len(body), _RELEASE) + body, -1)
+            if len(live) < len(ids) or not self.alive:
+                return
+
     def _fail(self, reason: str) -> None:
         with self._lock:
             self._fail_locked(reason)
@@ -312,6 +412,10 @@ class LocalLink:
                 if fd >= 0:
                     os.close(fd)
             self._backlog.clear()
+            for fd, _ in self._lent.values():
+                os.close(fd)
+            self._lent.clear()
+            self._released.put(None)
             self._wake.notify_all()
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
@@ -383,14 +487,22 @@ class LocalLink:
                         if not reader.fds:
                             raise ConnectionError("a shared-memory frame came without its segment")
                         fd = reader.fds.popleft()
-                        msg = unpack_message(memoryview(body), with_buffers=False)
-                        msg = Message(msg.envelope, msg.header, _map(fd, msg.buffers))
+                        (sid,) = _U64.unpack_from(body)
+                        msg = unpack_message(memoryview(body)[_U64.size :], with_buffers=False)
+                        bufs = _map(fd, msg.buffers, functools.partial(self._released.put, sid))
+                        msg = Message(msg.envelope, msg.header, bufs)
+                        self._start_releaser()
+                    elif kind == _RELEASE:
+                        self._take_back(struct.unpack(f"<{len(body) // 8}Q", body))
+                        continue
                     else:
                         raise FramingError(f"unknown frame kind {kind}")
                 except FramingError as e:
                     on_malformed(self, e)
                     continue
                 on_message(self, msg)
+                # Hold no message between frames: its arrays may be the last on a segment.
+                msg = bufs = body = None  # type: ignore[assignment]
                 if self._baton != me:
                     return True  # detached: someone else reads now
         except (EOFError, ConnectionError, OSError) as e:

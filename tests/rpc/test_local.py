@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import queue
 import socket
 import threading
+import time
+import weakref
 
 import numpy as np
 import pytest
@@ -128,3 +131,38 @@ TRANSPORT = script(
 def test_same_host_peers_use_the_local_transport_unless_switched_off(workers, switch, link):
     res = workers(TRANSPORT, 2, timeout=120, env={"TENSORPLAY_JAX_RPC_LOCAL": switch})
     assert f"LINK {link}\n" in res[0].stdout, res[0]
+
+
+def test_segments_come_back_for_reuse_once_the_receiver_drops_its_arrays(server):
+    srv, sink = server
+    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    enc = _codec.encode(np.ones(1 << 20, dtype=np.float32))
+    link.send(b"e", enc.header, enc.buffers)
+    _, m = sink.messages.get(timeout=10)
+    got = _codec.decode(bytes(m.header), m.buffers)
+    assert len(link._lent) == 1  # lent while the receiver holds an array on it
+    del m, got
+    deadline = time.monotonic() + 10
+    while link._lent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not link._lent  # released without waiting for the garbage collector
+    link.close()
+
+
+def test_codec_holds_no_reference_cycles_to_arrays():
+    gc.disable()
+    try:
+        x = np.ones(10)
+        ref = weakref.ref(x)
+        enc = _codec.encode([x, (x, {"k": x})])
+        del x, enc
+        assert ref() is None
+        y = np.ones(10)
+        enc = _codec.encode(y)
+        bufs = [np.frombuffer(bytearray(b), np.uint8) for b in enc.buffers]
+        out = _codec.decode(enc.header, bufs)
+        ref = weakref.ref(out.base if out.base is not None else out)
+        del out, enc, bufs
+        assert ref() is None
+    finally:
+        gc.enable()
