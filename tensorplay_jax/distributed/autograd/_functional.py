@@ -13,11 +13,11 @@ distributed-autograd RPC:
   function reads from an RRef, say) accumulate in the context on their
   owners, as in tape mode, so ``get_gradients(ctx_id)`` there shows them.
 
-The forward needs concrete values: it works under ``jax.grad``/``jax.vjp``
-run eagerly, not under ``jax.jit``/``vmap`` (the call raises a TypeError
-that says so). A private context (no ``with context()`` around the call) is
-released after its backward; one whose backward never runs stays until
-process exit.
+Run eagerly under ``jax.grad``/``jax.vjp`` the call works on concrete values
+in the thread's context. Under ``jax.jit`` it runs in ``jax.pure_callback``
+(give ``out_shape=``) in a private context of its own. A private context
+(no ``with context()`` around the call, or under jit) is released after its
+backward; one whose backward never runs stays until process exit.
 """
 
 from __future__ import annotations
@@ -59,15 +59,12 @@ def _arrays(out: Any) -> Any:
     )
 
 
-def _check_concrete(vals: tuple[Any, ...]) -> None:
-    for v in vals:
-        if isinstance(v, jax.core.Tracer):
-            raise TypeError(
-                f"differentiable_rpc: got a traced value ({v.aval.str_short()}) inside "
-                "jax.jit/jax.vmap or another staging transformation; an RPC needs concrete "
-                "values: call differentiable_rpc under an eager jax.grad/jax.vjp/"
-                "jax.value_and_grad (jit the local parts instead)"
-            )
+def _traced(vals: tuple[Any, ...]) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in vals)
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)
 
 
 def differentiable_rpc(
@@ -76,6 +73,8 @@ def differentiable_rpc(
     args: tuple | list = (),
     kwargs: dict[str, Any] | None = None,
     timeout: float = -1,
+    *,
+    out_shape: Any = None,
 ) -> Any:
     """``rpc_sync(to, func, args, kwargs)`` that ``jax.grad``/``jax.vjp`` can differentiate.
 
@@ -92,12 +91,18 @@ def differentiable_rpc(
         args: positional arguments.
         kwargs: keyword arguments.
         timeout: RPC timeout in seconds (-1: the default).
+        out_shape: a pytree of ``jax.ShapeDtypeStruct`` matching ``func``'s
+            result; needed only under ``jax.jit``, where the call runs in
+            ``jax.pure_callback`` on XLA's thread (in a private context: the
+            arguments' gradients come back to JAX, remote leaves' gradients
+            are not kept).
 
     Returns:
         ``func``'s result with Tensors replaced by arrays.
 
     Raises:
-        TypeError: called with traced values (inside ``jax.jit``/``vmap``).
+        TypeError: traced values (under ``jax.jit``) without ``out_shape``.
+        ValueError: the result does not match ``out_shape``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -126,17 +131,13 @@ def differentiable_rpc(
             wrappers.append(t)
         return jax.tree_util.tree_unflatten(tree, full), wrappers
 
-    @jax.custom_vjp
-    def call(*vals: Any) -> Any:
-        _check_concrete(vals)
+    def host_call(vals: tuple[Any, ...]) -> Any:
         (a, k), _ = assemble(vals, False)
         return _arrays(rpc_sync(to, func, args=a, kwargs=k, timeout=timeout))
 
-    def fwd(*vals: Any) -> tuple[Any, jax.Array]:
-        _check_concrete(vals)
-        cid = _context.current_context_id()
+    def host_fwd(vals: tuple[Any, ...], cid: int | None) -> tuple[Any, int]:
         private = cid is None
-        if private:
+        if cid is None:
             cid = _context.new_context_id()
         ctx = _context.get_or_create(cid)
         (a, k), wrappers = assemble(vals, True)
@@ -147,20 +148,16 @@ def differentiable_rpc(
         finally:
             _context._tls.context_id = prev
         handle = next(_handles) & 0x7FFFFFFF
+        outs = jax.tree_util.tree_leaves(out, is_leaf=_is_tensor)
         with _records_lock:
-            _records[handle] = (
-                ctx,
-                private,
-                wrappers,
-                jax.tree_util.tree_leaves(out, is_leaf=_is_tensor),
-            )
-        return _arrays(out), jnp.asarray(handle, jnp.int32)
+            _records[handle] = (ctx, private, wrappers, outs)
+        return _arrays(out), handle
 
-    def bwd(handle: jax.Array, ct: Any) -> tuple[Any, ...]:
+    def host_bwd(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         with _records_lock:
-            ctx, private, wrappers, outs = _records.pop(int(handle))
+            ctx, private, wrappers, outs = _records.pop(handle)
         roots, grads = [], []
-        for t, g in zip(outs, jax.tree_util.tree_leaves(ct), strict=True):
+        for t, g in zip(outs, cts, strict=True):
             if isinstance(t, Tensor) and t.requires_grad:
                 roots.append(t)
                 grads.append(jnp.asarray(g, t.dtype))
@@ -180,6 +177,61 @@ def differentiable_rpc(
             if private:
                 _context.release(ctx.context_id, skip=None)
         return tuple(got.get(w, jnp.zeros_like(w.value)) for w in wrappers)
+
+    # Under jit the host functions run in jax.pure_callback: shapes must be declared.
+    in_specs: list[jax.ShapeDtypeStruct] = []
+
+    def out_specs() -> tuple[list[jax.ShapeDtypeStruct], Any]:
+        if out_shape is None:
+            raise TypeError(
+                "differentiable_rpc: called with traced values (inside jax.jit or another "
+                "staging transformation) without out_shape=; pass the result's shapes, e.g. "
+                "out_shape=jax.ShapeDtypeStruct((4,), jnp.float32), or call it eagerly"
+            )
+        return jax.tree_util.tree_flatten(out_shape)
+
+    def host_flat(out: Any, specs: list[jax.ShapeDtypeStruct]) -> list[np.ndarray]:
+        flat = jax.tree_util.tree_leaves(out)
+        got = [(tuple(np.shape(x)), np.result_type(x)) for x in flat]
+        want = [(tuple(sp.shape), np.dtype(sp.dtype)) for sp in specs]
+        if got != want:
+            raise ValueError(
+                f"differentiable_rpc: {_name(func)} returned {got} (shape, dtype), "
+                f"but out_shape declares {want}"
+            )
+        return [np.asarray(x) for x in flat]
+
+    @jax.custom_vjp
+    def call(*vals: Any) -> Any:
+        if not _traced(vals):
+            return host_call(vals)
+        specs, tree = out_specs()
+        flat = jax.pure_callback(lambda *v: host_flat(host_call(v), specs), specs, *vals)
+        return jax.tree_util.tree_unflatten(tree, flat)
+
+    def fwd(*vals: Any) -> tuple[Any, jax.Array]:
+        if not _traced(vals):
+            out, handle = host_fwd(vals, _context.current_context_id())
+            return out, jnp.asarray(handle, jnp.int32)
+        specs, tree = out_specs()
+        in_specs[:] = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in vals]
+
+        def run(*v: Any) -> list[np.ndarray]:
+            out, handle = host_fwd(v, None)  # XLA's thread: a private context
+            return [*host_flat(out, specs), np.asarray(handle, np.int32)]
+
+        res = jax.pure_callback(run, [*specs, jax.ShapeDtypeStruct((), jnp.int32)], *vals)
+        return jax.tree_util.tree_unflatten(tree, res[:-1]), res[-1]
+
+    def bwd(handle: jax.Array, ct: Any) -> tuple[Any, ...]:
+        cts = jax.tree_util.tree_leaves(ct)
+        if not isinstance(handle, jax.core.Tracer):
+            return host_bwd(int(handle), cts)
+
+        def run(h: Any, *c: Any) -> list[np.ndarray]:
+            return [np.asarray(g) for g in host_bwd(int(h), list(c))]
+
+        return tuple(jax.pure_callback(run, list(in_specs), handle, *cts))
 
     call.defvjp(fwd, bwd)
     return call(*[leaves[i] for i in diff])

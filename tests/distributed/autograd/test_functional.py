@@ -45,12 +45,25 @@ FUNCTIONAL = script(
                                     kwargs={"s": 3.0})[0].sum())(x0)
         g_ref = jax.grad(lambda x: T.shapes(x.reshape(2, 2), x.reshape(2, 2), s=3.0)[0].sum())(x0)
         np.testing.assert_allclose(g, g_ref, rtol=1e-5)
-        # under jit: a clear TypeError
-        expect(TypeError, ["differentiable_rpc", "jax.jit"],
+        # under jit: without out_shape a clear TypeError; with it, pure_callback
+        expect(TypeError, ["differentiable_rpc", "jax.jit", "out_shape"],
                jax.jit(lambda x: drpc("w1", T.double, args=(x,))), x0)
+        spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+        jloss = lambda x: jnp.sum(jnp.tanh(drpc("w1", T.chain, args=(x, ["w2"], False),
+                                                out_shape=spec)) ** 2)
+        ref = lambda x: jnp.sum(jnp.tanh(T.chain(x, ["w2"], True)) ** 2)
+        for _ in range(2):  # the second call runs the cached executable
+            v, g = jax.jit(jax.value_and_grad(jloss))(x0)
+            np.testing.assert_allclose(v, ref(x0), rtol=1e-5)
+            np.testing.assert_allclose(g, jax.grad(ref)(x0), rtol=1e-5)
+        np.testing.assert_allclose(jax.jit(lambda x: drpc("w1", T.double, args=(x,),
+                                                          out_shape=spec))(x0), 2 * x0)
+        expect(jax.errors.JaxRuntimeError, ["out_shape declares"], jax.jit(lambda x: drpc(
+            "w1", T.double, args=(x,), out_shape=jax.ShapeDtypeStruct((3,), jnp.float32))), x0)
         # every private context got released everywhere
         for w_ in ("w1", "w2"):
             wait_until(lambda: rpc.rpc_sync(w_, T.context_count) == 0, timeout=10)
+        del rref
         print("functional ok", flush=True)
     rpc.shutdown()
     """
