@@ -1,4 +1,8 @@
-"""RPC benchmark: tensorplay_jax.rpc (gRPC) beside torch.distributed.rpc (TensorPipe), 2 workers.
+"""RPC benchmark: tensorplay_jax.rpc beside torch.distributed.rpc (TensorPipe), 2 workers.
+
+Both workers run on this host, so ours uses its same-host transport (Unix
+socket + shared-memory segments, like TensorPipe's shm channel); pass
+``--transport grpc`` to measure the gRPC stream that other hosts use instead.
 
 Measures, in the same run for both:
 
@@ -12,6 +16,7 @@ Usage::
     python benchmarks/rpc.py                # both, full table
     python benchmarks/rpc.py --only ours    # skip torch
     python benchmarks/rpc.py --sizes 1 64 --repeats 3
+    python benchmarks/rpc.py --transport grpc   # ours over gRPC even on one host
 """
 
 from __future__ import annotations
@@ -112,10 +117,12 @@ def worker(impl: str, rank: int, port: int, sizes: list[int], repeats: int, out:
         rpc.shutdown()
 
 
-def run(impl: str, sizes: list[int], repeats: int) -> dict:
+def run(impl: str, sizes: list[int], repeats: int, transport: str = "auto") -> dict:
     port = _port()
     out = f"/tmp/tpj-bench-{impl}-{os.getpid()}.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    if transport == "grpc":
+        env["TENSORPLAY_JAX_RPC_LOCAL"] = "0"
     boot = (
         "import sys; from benchmarks.rpc import worker; "
         "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "
@@ -140,11 +147,12 @@ def main() -> None:
     ap.add_argument("--only", choices=["ours", "torch"], default=None)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--transport", choices=["auto", "grpc"], default="auto")
     a = ap.parse_args()
     results = {}
     for impl in ("ours", "torch"):
         if a.only in (None, impl):
-            results[impl] = run(impl, a.sizes, a.repeats)
+            results[impl] = run(impl, a.sizes, a.repeats, a.transport)
     keys = ["latency_us", "calls_per_s"] + [f"bw_{m}MiB_MBps" for m in a.sizes]
     print(f"{'metric':<18}{'tensorplay_jax':>16}{'torch':>12}{'ratio':>10}  target")
     for k in keys:

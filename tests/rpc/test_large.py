@@ -28,6 +28,8 @@ LARGE = script(
 
 
 @pytest.mark.slow
-def test_one_gib_round_trip(workers):
-    res = workers(LARGE, 2, timeout=280, env={"TPJ_MIB": "1024"})
+@pytest.mark.parametrize("transport", ["local", "grpc"])
+def test_one_gib_round_trip(workers, transport):
+    env = {"TPJ_MIB": "1024", "TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    res = workers(LARGE, 2, timeout=280, env=env)
     assert "LARGE-OK" in res[0].stdout, res[0]
