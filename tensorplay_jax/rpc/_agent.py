@@ -8,9 +8,15 @@ Message envelopes (small msgpack lists, decoded in the stream reader thread):
 - replies ``[OK or ERR, message id, response metadata]``; an ERR body is an
   exception record (class reference + message with the remote traceback).
 
-Calls run in a thread pool of ``num_worker_threads``; RRef bookkeeping
-(REMOTE's owner record, FORK_ADD/DEL) happens in the reader thread so it
-keeps the order in which each peer sent it.
+Transports: peers on this host are reached over ``_local`` (Unix socket +
+shared memory) unless TLS is on or ``TENSORPLAY_JAX_RPC_LOCAL=0``; others,
+and any peer ``_local`` cannot reach, over the gRPC stream of ``_service``.
+
+Calls run in a thread pool of ``num_worker_threads``; on a ``_local`` link the
+reading thread serves the call itself after handing reading to a spare thread
+(at most ``num_worker_threads`` such calls per link, then the pool). RRef
+bookkeeping (REMOTE's owner record, FORK_ADD/DEL) happens in the reader thread
+so it keeps the order in which each peer sent it.
 """
 
 from __future__ import annotations

@@ -13,17 +13,24 @@ connection fails).
   answers ``HMAC-SHA256(secret, "client" + nonce)`` and its own nonce; the
   server checks the MAC before it reads anything else (a wrong MAC closes the
   connection; nothing was decoded), then proves the secret back the same way.
-- After that, frames: ``u64 body length``, ``u8 kind``, body. ``INLINE``: a
-  ``_framing.pack_message`` message with its buffers. ``SHM``: the message
-  without buffer bytes; the buffers travel in one ``memfd`` (at 64-byte
-  aligned offsets) passed with the frame by ``SCM_RIGHTS``. The sender closes
-  its descriptor once it is sent and the receiver maps it and closes its own,
-  so the kernel frees the memory when the last array on it is gone, even if
-  either process is killed. Received arrays are views on that mapping (no
-  copy on the receiving side).
+- After that, frames: ``u64 body length``, ``u8 kind``, body. ``INLINE``
+  (buffers up to 64 KiB): a ``_framing.pack_message`` message with its
+  buffers. ``SHM``: ``u64 segment id``, then the message without buffer
+  bytes; the buffers travel in one ``memfd`` segment (at 64-byte aligned
+  offsets) passed with the frame by ``SCM_RIGHTS``. ``RELEASE``: ``u64``
+  segment ids the receiver is done with.
+- Segments: the receiver maps the segment and its arrays are views on it (no
+  copy on the receiving side); once the last of them is gone it sends
+  RELEASE, and the sender puts the segment in a pool of this process (up to
+  ``_POOL_BYTES``) to reuse: writing into pages the kernel already allocated
+  is several times faster. Every segment is a memfd, so the kernel frees it
+  when no process holds a descriptor or mapping, even if a peer is killed;
+  a closed link closes the descriptors of every segment it lent.
 - Sends go straight to the socket from the sending thread (no hand-off); if
   the socket is full, the rest waits in a backlog that the link's writer
   thread drains in order, so a send never blocks.
+- Reading: one thread at a time reads a link. ``detach_reader`` lets it hand
+  reading to a spare thread and go on to serve the call it just read.
 """
 
 from __future__ import annotations

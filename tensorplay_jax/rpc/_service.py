@@ -6,7 +6,9 @@ replies come back on its response side. Every stream carries the job secret in
 its metadata and the server checks it before it reads a single packet from
 the stream, so nothing from an unauthenticated peer is ever decoded. Packets
 are raw bytes (see ``_framing``); grpc's message size limits are lifted and
-large messages are chunked anyway. TLS is optional (``TlsConfig``).
+large messages are chunked anyway. TLS is optional (``TlsConfig``). Peers on
+the same host normally use ``_local`` instead; this stream is the one between
+hosts, with TLS, and the fallback.
 """
 
 from __future__ import annotations
