@@ -159,10 +159,10 @@ class AutogradHooks(RpcHooks):
         cid = info.metadata.get(_context.META_KEY)
         if cid is None or info.kind == "remote":
             return result
+        ctx = _context.get_or_create(cid)  # a to_here() reaches the owner here first
+        ctx.add_known(info.peer.id)
         tensors = _grad_tensors(result)
         if tensors:
-            ctx = _context.get_or_create(cid)
-            ctx.add_known(info.peer.id)
             _record_send(ctx, message_key(info.peer.id, info.message_id, _REPLY), tensors)
         return result
 

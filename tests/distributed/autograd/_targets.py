@@ -386,3 +386,8 @@ def context_count() -> int:
     from tensorplay_jax.distributed.autograd import _context
 
     return len(_context.active_context_ids())
+
+
+def plain_value(n: int) -> int:
+    """A tensor-free value for an RRef."""
+    return n
