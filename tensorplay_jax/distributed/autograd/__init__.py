@@ -13,6 +13,18 @@ Functional mode: ``differentiable_rpc(to, func, args)`` is an RPC that
 ``jax.grad``/``jax.vjp``/``jax.value_and_grad`` differentiate (a
 ``custom_vjp`` over the same machinery; eager JAX only, not under ``jit``).
 
+Semantics worth knowing (see ``_engine`` and ``_sendrecv``):
+
+* Each gradient that arrives at a worker runs that worker's tape from the
+  matching send edge (tensorplay's "FAST mode"): a local subgraph shared by
+  two sent Tensors runs once per arrival (gradients are still exact), and a
+  recv node no gradient reaches sends nothing, so unused RPC results cannot
+  hang backward. Unused outputs of a message that is reached get zeros.
+* Tensors are recorded inside lists, tuples, namedtuples, dicts and
+  dataclasses; a Tensor hidden in another object travels pickled, as a
+  plain leaf, and is not recorded.
+* ``get_gradients`` maps leaf Tensors to ``jax.Array`` gradients.
+
 Importing this package registers the Tensor wire type (``_wire``) and the
 RPC hooks (``_sendrecv``) in this process; the RPC layer imports it on a
 worker's first RPC traffic, so every worker takes part.
