@@ -468,7 +468,7 @@ class Agent:
             if kind == REMOTE:
                 record = self.rrefs.create_owned(extra[0], extra[1])
             elif kind == FETCH:
-                record = self.rrefs.lookup(extra[0])
+                record = self.rrefs.lookup_or_pending(extra[0])
             elif kind != CALL:
                 raise _codec.DecodeError(f"unknown request kind {kind}")
             # The same-host transport can hand its reading to another thread and let this
@@ -506,11 +506,6 @@ class Agent:
             with _context.serving(meta, caller):
                 try:
                     if kind == FETCH:
-                        if record is None:
-                            raise RuntimeError(
-                                f"to_here: the RRef {extra[0]:#x} no longer exists on its owner "
-                                f"{self.name!r} (it was deleted, or its owner restarted)"
-                            )
                         self._reply_when_done(link, mid, info, record.value)
                         return
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)

@@ -74,8 +74,9 @@ class RRefTable:
                 return
             rec = self._owners.get(rref_id) or record
             if rec is None:
-                log.warning("rpc: fork of unknown RRef %#x ignored", rref_id)
-                return
+                # The fork can arrive (from a third worker) before the remote() call that
+                # creates the value: hold a pending record that the creation will fill.
+                rec = _OwnerRecord(rref_id, Future())
             rec.forks.add(fork)
             self._owners[rref_id] = rec
 
@@ -90,13 +91,26 @@ class RRefTable:
                 del self._owners[rref_id]
 
     def create_owned(self, rref_id: int, fork: int) -> _OwnerRecord:
-        rec = _OwnerRecord(rref_id, Future())
+        with self._lock:
+            rec = self._owners.get(rref_id) or _OwnerRecord(rref_id, Future())
         self.add_fork(rref_id, fork, rec)
         return rec
 
     def lookup(self, rref_id: int) -> _OwnerRecord | None:
         with self._lock:
             return self._owners.get(rref_id)
+
+    def lookup_or_pending(self, rref_id: int) -> _OwnerRecord:
+        """The record of ``rref_id``, or a pending one if its creating ``remote()`` call has
+        not arrived yet (a user on another worker can reach the owner first, as in
+        tensorplay, where the owner then waits for the value to be created). A live user
+        RRef keeps its record alive, so a missing record means "not created yet"; a wait
+        on one that never comes ends with the caller's timeout."""
+        with self._lock:
+            rec = self._owners.get(rref_id)
+            if rec is None:
+                rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
+            return rec
 
     def owned_ids(self) -> list[int]:
         with self._lock:
@@ -345,11 +359,7 @@ def _decode_rref(v: list[Any]) -> RRef[Any]:
     owner_id, owner_name, rref_id, fork = v
     agent = _agent_for("receiving an RRef")
     if owner_id == agent.rank:
-        rec = agent.rrefs.lookup(rref_id)
-        if rec is None:
-            raise _codec.DecodeError(
-                f"RRef {rref_id:#x} no longer exists on its owner {agent.name!r}"
-            )
+        rec = agent.rrefs.lookup_or_pending(rref_id)
         r = RRef._make(agent, agent.me, rref_id, None, rec)
         agent.rrefs.del_fork(rref_id, fork)
         return r

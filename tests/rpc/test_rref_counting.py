@@ -76,3 +76,29 @@ LEAK = script(
 def test_leak_check_reports_values_still_referenced(workers):
     res = workers(LEAK, 2, timeout=120)
     assert "LEAK-REPORTED" in res[0].stdout
+
+
+FRESH_RREF_TO_THIRD_WORKER = script(
+    """
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    if rank == 0:
+        # remote() on w1, then at once hand the RRef to w2, which fetches it from w1: w2's
+        # fetch can reach w1 before the remote() call does; the owner must wait for the
+        # value (as tensorplay's owner does), not report the RRef missing.
+        futs = []
+        for i in range(100):
+            r = rpc.remote("w1", np.full, args=(3, i))
+            futs.append(rpc.rpc_async("w2", T.rref_sum, args=(r,)))
+        assert [int(f.wait()) for f in futs] == [3 * i for i in range(100)]
+        del r, futs
+        gc.collect()
+        wait_until(lambda: rpc.rpc_sync("w1", T.num_owned) == 0)
+        print("RACE-OK")
+    rpc.shutdown()
+    """
+)
+
+
+def test_rref_passed_on_before_its_owner_created_it(workers):
+    res = workers(FRESH_RREF_TO_THIRD_WORKER, 3, timeout=120)
+    assert "RACE-OK" in res[0].stdout
