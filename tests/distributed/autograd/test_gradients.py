@@ -7,6 +7,8 @@ entry for anything else, ``.grad`` untouched.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.distributed.autograd._scripts import script
 
 CASES = script(
@@ -23,8 +25,11 @@ CASES = script(
 )
 
 
-def test_gradients_match_jax_grad(workers):
-    out = workers(CASES, 4, timeout=240, env={"JAX_ENABLE_X64": "1"})
+@pytest.mark.parametrize("transport", ["grpc", "local"])
+def test_gradients_match_jax_grad(workers, transport):
+    # grpc: real gRPC on loopback; local: the same-host Unix-socket/shared-memory transport.
+    env = {"JAX_ENABLE_X64": "1", "TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    out = workers(CASES, 4, timeout=240, env=env)
     printed = out[0].stdout
     from tests.distributed.autograd._targets import CASES as cases
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.distributed.autograd._scripts import script
 
 # Four workers; w0 drives the single-threaded checks, then w0-w2 run 20 threads each at once.
@@ -126,8 +128,10 @@ SEMANTICS = script(
 )
 
 
-def test_context_release_retain_errors_concurrency(workers):
-    out = workers(SEMANTICS, 4, timeout=240)
+@pytest.mark.parametrize("transport", ["grpc", "local"])
+def test_context_release_retain_errors_concurrency(workers, transport):
+    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    out = workers(SEMANTICS, 4, timeout=240, env=env)
     printed = out[0].stdout
     for line in ("single-threaded checks ok", "threads ok", "parameter server ok"):
         assert line in printed, printed
