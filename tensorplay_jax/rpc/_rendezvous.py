@@ -69,6 +69,12 @@ def _env(name: str) -> str | None:
     return v if v else slurm_env().get(name)
 
 
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def resolve_init(init_method: str, rank: int, world_size: int | None) -> tuple[str, int, int, int]:
     """Return (store host, store port, rank, world_size) from the init method and environment."""
     if rank is None or rank < 0:
@@ -87,6 +93,10 @@ def resolve_init(init_method: str, rank: int, world_size: int | None) -> tuple[s
         raise ValueError(f"init_rpc: rank={rank} is not in [0, world_size={world_size})")
     if init_method.startswith("env://"):
         host, port = _env("MASTER_ADDR"), _env("MASTER_PORT")
+        if world_size == 1 and not (host or port):
+            # A single worker (a notebook, a quick test) needs no shared address: rendezvous
+            # with itself on a free loopback port.
+            return "127.0.0.1", _free_loopback_port(), rank, world_size
         if not host or not port:
             raise ValueError(
                 "init_rpc: init_method='env://' needs MASTER_ADDR and MASTER_PORT in the "
