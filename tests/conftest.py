@@ -27,7 +27,14 @@ def workers():
 
 # Tests that start worker processes share one xdist worker (``--dist loadgroup``), so at
 # most one multi-process job runs at a time; the other worker compiles SPMD programs.
-_PROCESS_TESTS = ("/rpc/", "/distributed/", "/examples/", "test_multihost", "test_demo")
+_PROCESS_TESTS = (
+    "/rpc/",
+    "/distributed/",
+    "/examples/",
+    "test_multihost",
+    "test_demo",
+    "test_readme",
+)
 
 
 def pytest_collection_modifyitems(config, items):
