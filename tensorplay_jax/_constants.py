@@ -13,6 +13,7 @@ PG_COORDINATOR_PORT_OFFSET: int = 1
 PG_MAX_NDIM: int = 16  # most dimensions a process-group collective accepts
 PG_SHM_MIN_CAPACITY: int = 1 << 20  # smallest per-rank slot of the shared-memory engine (bytes)
 PG_SHM_SMALL_BYTES: int = 1 << 20  # calls up to this per rank take the one-meeting path
+PG_SHM_DEPTH: int = 4  # small-call buffer sets: a broadcast src runs up to DEPTH - 1 calls ahead
 PG_SHM_SPIN_S: float = 100e-6  # yield-spin this long before sleeping on the futex
 PG_SHM_MAX_SLEEP_S: float = 500e-6  # longest single sleep in a shared-memory wait
 PG_LIVENESS_CHECK_S: float = 0.1  # how often a waiting rank checks that its peers' processes live

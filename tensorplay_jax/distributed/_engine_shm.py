@@ -9,13 +9,22 @@ rank owns a slot in a shared segment, writes what others need, meets them at a
 Each call: (A) every rank writes its descriptor and meets the others; all compare
 the descriptors and raise the same error together on a mismatch. Small calls
 (every rank's input at most ``PG_SHM_SMALL_BYTES``) also write their whole input
-before this meeting, into one of two small buffers chosen by the call's parity,
-and then just compute their result from everyone's inputs: one meeting per call.
+before this meeting, into one of ``PG_SHM_DEPTH`` small buffer sets (call number
+modulo the depth), and then just compute their result from everyone's inputs:
+one meeting per call.
 Large calls grow the data segment if needed, then (B) copy into their slot and
 meet again, then (C) read; all-reduce and reduce-scatter reduce one chunk each
 (every rank ends with bit-identical results) and all-reduce meets once more to
 share the reduced chunks. The next call's meeting A protects the slots; the
-parity keeps a fast rank's next small call off buffers a slow rank still reads.
+ring of small buffer sets keeps a fast rank's next small calls off buffers a slow
+rank still reads.
+
+A small broadcast's src does not meet the others: it publishes and returns, so it
+may run up to ``PG_SHM_DEPTH - 1`` calls ahead of its receivers (as a socket
+sender runs ahead into kernel buffers). It validates such a call's descriptors
+later, deterministically: at its next call that meets the others, or when the
+ring wraps onto that call's buffers, whichever comes first; a mismatch poisons
+that call on every rank.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import time
 
 import numpy as np
 
-from tensorplay_jax._constants import PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
+from tensorplay_jax._constants import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
 from tensorplay_jax.distributed import _descriptor, _kv
 from tensorplay_jax.distributed._shm import Segment, TickBarrier, aligned_empty
 
@@ -89,9 +98,9 @@ class ShmEngine:
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
         n = self.n
         self.dlen = _descriptor.length(n)
-        words = 3 * n + 2 + 2 * n * self.dlen
+        words = 3 * n + 2 + PG_SHM_DEPTH * n * self.dlen
         small_at = -(-(words * 8 + _PATH_BYTES) // 64) * 64
-        size = small_at + 2 * n * PG_SHM_SMALL_BYTES
+        size = small_at + PG_SHM_DEPTH * n * PG_SHM_SMALL_BYTES
         if me == 0:
             self.ctrl_seg = Segment.create("ctrl", size)
             _kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
@@ -104,9 +113,10 @@ class ShmEngine:
         self.pids = words_view[n : 2 * n]
         self.bells = words_view[2 * n : 3 * n].view(np.int32)[::2]  # futex doorbells
         self.meta = words_view[3 * n : 3 * n + 2]  # [data generation, slot capacity]
-        self.descs = words_view[3 * n + 2 :].reshape(2, n, self.dlen)  # [parity, rank]
+        k = PG_SHM_DEPTH
+        self.descs = words_view[3 * n + 2 :].reshape(k, n, self.dlen)  # [call % k, rank]
         self.path_area = buf[words * 8 : words * 8 + _PATH_BYTES]
-        self.small = buf[small_at:].reshape(2, n, PG_SHM_SMALL_BYTES)  # [parity, rank]
+        self.small = buf[small_at:].reshape(k, n, PG_SHM_SMALL_BYTES)  # [call % k, rank]
         self.pids[me] = os.getpid()
         _kv.barrier(f"{key}/mapped", timeout_s, ranks)
         if me == 0:
@@ -116,8 +126,8 @@ class ShmEngine:
         self.gen = 0
         self.cap = 0
         self.calls = 0
-        self.prev_tick = 0  # the tick of this rank's last step-A arrival
-        self.pending: tuple[int, str] | None = None  # a one-sided call still to validate
+        self.arrivals = [0] * k  # step-A tick of call c at [c % k]
+        self.pending: list[tuple[int, str]] = []  # one-sided calls (number, fn) to validate
         self.slots: np.ndarray | None = None  # (n, cap) uint8
         self._unlink_after_sync: Segment | None = None
         self.broken: str | None = None
@@ -155,7 +165,8 @@ class ShmEngine:
 
         With ``one_sided`` (a small broadcast's src) the rank publishes and leaves
         without meeting the others; it checks that call's descriptors at its next
-        call, and if they disagreed, poisons that next call on every rank.
+        call that meets them, or ``PG_SHM_DEPTH - 1`` calls later if that comes first,
+        and if they disagreed, poisons the call that found it on every rank.
 
         Returns:
           The deadline, and for a small call every rank's input (``x`` itself for this
@@ -167,30 +178,36 @@ class ShmEngine:
                 f"({self.broken}); call destroy_process_group() and init_process_group() again."
             )
         deadline = time.monotonic() + self.timeout_s
-        # This call's buffers (by parity) were last used two calls ago: make sure every
-        # rank is past that call (it is, unless the previous call was one-sided).
-        if self.ticks.min() < self.prev_tick:
-            self._wait(self.prev_tick, deadline, fn)
+        k, c = PG_SHM_DEPTH, self.calls
+        small = _small_limit(fn)
+        one_sided = one_sided and x.nbytes <= small
+        # This call's buffers were last used by call c - k: every rank must be past it,
+        # i.e. have arrived at call c - k + 1 (they have, unless this rank ran ahead as
+        # a one-sided src). A call that meets the others first validates every pending
+        # one-sided call (so a mismatch surfaces at a fixed call on every rank).
+        check = [p for p in self.pending if not one_sided or p[0] <= c - k + 1]
+        need = max([self.arrivals[(c + 1) % k]] + [self.arrivals[p[0] % k] for p in check])
+        if self.ticks.min() < need:
+            self._wait(need, deadline, fn)
         poison = None
-        if self.pending is not None:
-            ppar, pfn = self.pending
-            self.pending = None
-            poison = _descriptor.check(pfn, self.descs[ppar].copy(), self.ranks)
-        par = self.calls % 2
+        if check:
+            self.pending = [p for p in self.pending if p not in check]
+            for pc, pfn in check:
+                poison = poison or _descriptor.check(pfn, self.descs[pc % k].copy(), self.ranks)
+        par = c % k
         self.calls += 1
         me, n = self.me, self.n
         self.descs[par, me] = desc if poison is None else _descriptor.poisoned(desc)
-        small = _small_limit(fn)
         if publish and x.nbytes <= small:
             self.small[par, me, : x.nbytes] = x.reshape(-1).view(np.uint8)
-        tick = self.prev_tick = self.bar.arrive()
+        tick = self.arrivals[par] = self.bar.arrive()
         if poison is not None:
             raise ValueError(
                 f"{fn}: not run, because an earlier call this rank made as src did not "
                 f"match the other ranks: {poison}"
             )
-        if one_sided and x.nbytes <= small:
-            self.pending = (par, fn)
+        if one_sided:
+            self.pending.append((c, fn))
             return deadline, []
         self._wait(tick, deadline, fn)
         descs = self.descs[par].copy()
@@ -376,7 +393,7 @@ class ShmEngine:
         fn = "all_to_all_single"
         deadline, inputs = self._begin(fn, desc, x)
         n, me = self.n, self.me
-        par = (self.calls - 1) % 2
+        par = (self.calls - 1) % PG_SHM_DEPTH
         rows = [_descriptor.decode(self.descs[par, j], n) for j in range(n)]
         if inputs is None:
             self._slot(me, x.shape, x.dtype)[...] = x

@@ -61,6 +61,7 @@ import os, sys
 import numpy as np
 import jax.numpy as jnp
 import tensorplay_jax.distributed as dist
+from tensorplay_jax._constants import PG_SHM_DEPTH
 
 port = int(sys.argv[1])
 r = int(os.environ["RANK"])
@@ -109,6 +110,18 @@ for i, engine in enumerate(("shm", "xla")):
                    dist.broadcast, np.ones(3, np.float32), src=0)
         expect(ValueError, "all_gather: not run, because an earlier call",
                dist.all_gather, x)
+        # A src running broadcasts ahead validates each at the latest PG_SHM_DEPTH - 1
+        # calls later; the calls in between run, the one that finds it runs nowhere.
+        if r == 0:
+            dist.broadcast(np.ones(2, np.float32), src=0)
+        else:
+            expect(ValueError, "shape mismatch across ranks",
+                   dist.broadcast, np.ones(3, np.float32), src=0)
+        for _ in range(PG_SHM_DEPTH - 2):
+            assert float(dist.broadcast(x * (1 + r), src=0)[0]) == 1.0
+        expect(ValueError, "broadcast: not run, because an earlier call",
+               dist.broadcast, x, src=0)
+        assert float(dist.all_reduce(x)[0]) == 2.0  # and the group works on
     expect(ValueError, "broadcast: src=5 is out of range; valid ranks are 0..1",
            dist.broadcast, x, src=5)
     expect(ValueError, "reduce: dst=-1 is out of range", dist.reduce, x, dst=-1)
