@@ -2,12 +2,12 @@
 
 Times all_reduce, all_gather and broadcast of float32 messages (4 KiB, 1 MiB, 16 MiB,
 64 MiB per rank) on 2 and 4 local processes. Each worker process runs both
-libraries in the same run, alternating per (collective, size): ours with the
-default engine ("shm" on one host), ours forced onto the XLA engine (compiled,
-cached programs over gloo), and torch.distributed on gloo. Each cell is the best of
-several trials of the mean time per call, a trial lasting as long as its slowest
-rank (so a sender running ahead of its receivers is not timed alone); the best
-trial filters out noise from other load on the machine.
+libraries in the same run, alternating trial by trial within each (collective,
+size): ours with the default engine ("shm" on one host), ours forced onto the XLA
+engine (compiled, cached programs over gloo), and torch.distributed on gloo. Each
+cell is the best of several trials of the mean time per call, a trial lasting as
+long as its slowest rank (so a sender running ahead of its receivers is not timed
+alone); the best trial filters out noise from other load on the machine.
 
 What is timed, per call:
   ours: ``dist.<op>(x)`` from a jax.Array input to a jax.Array result, ready
@@ -40,26 +40,33 @@ SIZES = {"4K": 4 << 10, "1M": 1 << 20, "16M": 16 << 20, "64M": 64 << 20}
 def _iters(nbytes: int) -> tuple[int, int]:
     """(calls per trial, trials) for a message size."""
     if nbytes <= 64 << 10:
-        return 50, 5
+        return 50, 9
     if nbytes <= 2 << 20:
-        return 10, 5
+        return 10, 7
     if nbytes <= 32 << 20:
         return 3, 4
     return 2, 3
 
 
-def _trials(fn, sync, nbytes: int) -> list[float]:
-    """This rank's mean seconds per call in each trial (every rank runs the same loop)."""
+def _trials(libs: dict, nbytes: int) -> dict[str, list[float]]:
+    """This rank's mean seconds per call in each trial, per library.
+
+    ``libs`` maps a name to ``(fn, sync)``; every rank runs the same loop. The
+    libraries' trials alternate, so a change in the machine's load (other jobs on a
+    shared host) falls on all of them alike.
+    """
     calls, trials = _iters(nbytes)
-    fn()  # warm up: compile, grow buffers
-    fn()
-    out = []
+    for fn, _ in libs.values():
+        fn()  # warm up: compile, grow buffers
+        fn()
+    out = {name: [] for name in libs}
     for _ in range(trials):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) / calls)
+        for name, (fn, sync) in libs.items():
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out[name].append((time.perf_counter() - t0) / calls)
     return out
 
 
@@ -118,12 +125,10 @@ def worker(argv: list[str]) -> None:
                     tdist.broadcast(t, 0)
 
             row = {"nprocs": n, "op": op, "size": label, "bytes": nbytes}
-            times = {
-                "ours": _trials(lambda: ours(world), dist.barrier, nbytes),
-                "torch": _trials(theirs, tdist.barrier, nbytes),
-            }
+            libs = {"ours": (lambda: ours(world), dist.barrier), "torch": (theirs, tdist.barrier)}
             if xla_world is not None:
-                times["xla"] = _trials(lambda: ours(xla_world), dist.barrier, nbytes)
+                libs["xla"] = (lambda: ours(xla_world), dist.barrier)
+            times = _trials(libs, nbytes)
             for k, v in times.items():  # every rank's trials, to rank 0's table
                 row[k] = _best(np.asarray(dist.all_gather(np.asarray(v), group=world)))
             # Correctness spot check of the timed results.
