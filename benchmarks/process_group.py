@@ -44,8 +44,8 @@ def _iters(nbytes: int) -> tuple[int, int]:
     if nbytes <= 2 << 20:
         return 10, 7
     if nbytes <= 32 << 20:
-        return 3, 4
-    return 2, 3
+        return 3, 5
+    return 2, 5
 
 
 def _trials(libs: dict, nbytes: int) -> dict[str, list[float]]:
