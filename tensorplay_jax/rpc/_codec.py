@@ -47,6 +47,8 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
+from tensorplay_jax.rpc._device import to_device
+
 __all__ = [
     "DecodeError",
     "Encoded",
@@ -417,7 +419,7 @@ def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
     buf = buffers[index]
     arr = np.frombuffer(buf, dtype=np.uint8).view(dtype).reshape(shape)
     if kind == _JAX:
-        return jax.device_put(arr)
+        return to_device(arr)
     if kind == _NUMPY_SCALAR:
         return arr[()]
     if not arr.flags.writeable:

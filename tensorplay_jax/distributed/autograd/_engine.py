@@ -35,7 +35,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, Tensor, run_backward
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
@@ -57,11 +56,6 @@ _tls = threading.local()
 def filled_array(value: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
     """A cached constant array (ones for roots, zeros for unused outputs); arrays are immutable."""
     return jnp.full(shape, value, dtype)
-
-
-def _host(items: list[Item]) -> list[Item]:
-    """Gradients as NumPy views for the wire (decoding NumPy is cheaper than jax.device_put)."""
-    return [(k, [None if g is None else np.asarray(g) for g in gs]) for k, gs in items]
 
 
 class _Task:
@@ -140,7 +134,7 @@ class _Task:
             for dest, items in outgoing.items():
                 if dest == self.reply_to:
                     with self._lock:
-                        self._reply.extend(_host(items))
+                        self._reply.extend(items)
                 else:
                     self._send(dest, items)
             if not local:
@@ -161,7 +155,7 @@ class _Task:
             fut = rpc_async(
                 dest,
                 _apply_gradients,
-                args=(self.ctx.context_id, self.pass_id, self.retain, _host(items)),
+                args=(self.ctx.context_id, self.pass_id, self.retain, items),
             )
         except BaseException:
             self._settle()
