@@ -171,3 +171,21 @@ def test_framing_rejects_malformed_packets_and_stays_usable(packet):
     ob = _framing.Outbox()
     ob.put(b"ok", b"h", [])
     assert [bytes(m.envelope) for m in inbox.feed(_drain(ob, 1)[0])] == [b"ok"]
+
+
+def test_registering_a_type_keeps_earlier_registrations():
+    # A later registration (e.g. the autograd plugin's Tensor, loaded on first RPC) must not
+    # drop the entries of classes registered before it without subclasses=True.
+    from tensorplay_jax.rpc import WorkerInfo
+
+    info = WorkerInfo("w7", 7)
+    assert _roundtrip(info) == info
+
+    class Late:
+        def __init__(self, v):
+            self.v = v
+
+    _codec.register_type(Late, lambda x: x.v, Late, name="test.Late")
+    assert _roundtrip(info) == info
+    assert type(_roundtrip(info)) is WorkerInfo
+    assert _roundtrip(Late(3)).v == 3

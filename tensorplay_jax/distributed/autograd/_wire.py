@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import Tensor
-from tensorplay_jax.rpc import _codec, register_type
+from tensorplay_jax.rpc import register_type
 
 __all__ = ["WIRE_NAME", "register"]
 
@@ -49,9 +49,4 @@ def _decode(rec: list[Any]) -> Tensor:
 
 def register() -> None:
     """Teach the RPC codec to carry Tensors (idempotent)."""
-    # register_type() clears the codec's type cache, which also holds the entries of
-    # classes registered without subclasses=True (RRef, WorkerInfo): keep those.
-    direct = {t: e for t, e in _codec._by_type.items() if e is not None and e.cls is t}
     register_type(Tensor, _encode, _decode, name=WIRE_NAME, subclasses=True)
-    for t, e in direct.items():
-        _codec._by_type.setdefault(t, e)
