@@ -1,4 +1,4 @@
-"""Timeouts, sizes and defaults shared across the package (tensorplay's defaults where it has them)."""
+"""Timeouts, sizes and defaults shared across the package (tensorplay's where it has them)."""
 
 # RPC
 DEFAULT_RPC_TIMEOUT_S: float = 60.0
@@ -25,6 +25,7 @@ RPC_SMALL_MESSAGE_BYTES: int = 1 << 20  # larger messages are streamed in chunks
 RPC_CHUNK_BYTES: int = 4 << 20  # chunk size for large messages
 RPC_BATCH_BYTES: int = 1 << 20  # small messages queued together are sent as one packet up to this
 RPC_STORE_CONNECT_RETRY_S: float = 0.05  # pause between attempts to reach the rendezvous store
-RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0  # rank 0 keeps the store up this long for the others to leave
+# rank 0 keeps the store up this long for the others to leave
+RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0
 RPC_SERVER_STOP_GRACE_S: float = 1.0  # grpc server stop grace at shutdown
 LAUNCH_KILL_GRACE_S: float = 5.0  # launcher: SIGTERM, then SIGKILL after this long
