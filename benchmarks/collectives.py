@@ -185,7 +185,7 @@ def main() -> None:
     worst = collections.defaultdict(float)
     for size in sizes:
         elems = size // 4
-        reps = opts.reps or (200 if size <= 64 << 10 else 30 if size <= 4 << 20 else 5)
+        reps = opts.reps or (200 if size <= 64 << 10 else 30 if size <= 4 << 20 else 11)
         for name in names:
             shape = (N, *ROWS[name][3](elems))
             x = jnp.asarray(np.random.default_rng(0).standard_normal(shape), jnp.float32)
