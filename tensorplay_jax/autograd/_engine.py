@@ -38,6 +38,20 @@ Accumulate = Callable[[Tensor, jax.Array], None]
 _grad_lock = threading.Lock()
 
 
+def as_array(x: Any, dtype: Any = None) -> jax.Array:
+    """``jnp.asarray(x, dtype)``, free when ``x`` already is a ``jax.Array`` of that dtype.
+
+    ``jnp.asarray`` dispatches a conversion even then (~50 us on a small CPU
+    array); the backward passes of distributed autograd call this per message.
+    """
+    if type(x) is _ARRAY_IMPL and (dtype is None or x.dtype == dtype):
+        return x
+    return jnp.asarray(x, dtype)
+
+
+_ARRAY_IMPL = type(jnp.zeros(()))
+
+
 def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
     """The local ``accumulate``: add ``grad`` into ``leaf.grad`` (safe across threads)."""
     with _grad_lock:
@@ -69,7 +83,7 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
     if isinstance(root, GradientEdge):
         if grad is None:
             raise RuntimeError(f"run_backward: roots[{i}] is a GradientEdge; it needs a gradient")
-        return jnp.asarray(grad)
+        return as_array(grad)
     if grad is None:
         if root._value.size != 1:
             raise RuntimeError(
@@ -77,7 +91,7 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
                 f"{root.shape}; pass a gradient of that shape"
             )
         return jnp.ones(root._value.shape, root._value.dtype)
-    grad = jnp.asarray(grad, root._value.dtype)
+    grad = as_array(grad, root._value.dtype)
     if grad.shape != root._value.shape:
         raise RuntimeError(
             f"run_backward: gradient for roots[{i}] has shape {tuple(grad.shape)}, but the root "

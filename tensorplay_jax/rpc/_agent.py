@@ -13,8 +13,9 @@ shared memory) unless TLS is on or ``TENSORPLAY_JAX_RPC_LOCAL=0``; others,
 and any peer ``_local`` cannot reach, over the gRPC stream of ``_service``.
 
 Calls run in a thread pool of ``num_worker_threads``; on a ``_local`` link the
-reading thread serves the call itself after handing reading to a spare thread
-(at most ``num_worker_threads`` such calls per link, then the pool). RRef
+reading thread serves the call itself, and reply callbacks run there too (a
+watchdog hands reading to a spare thread when such work runs long; at most
+``num_worker_threads`` spares per link, then the pool). RRef
 bookkeeping (REMOTE's owner record, FORK_ADD/DEL) happens in the reader thread
 so it keeps the order in which each peer sent it.
 """
@@ -471,10 +472,10 @@ class Agent:
                 record = self.rrefs.lookup_or_pending(extra[0])
             elif kind != CALL:
                 raise _codec.DecodeError(f"unknown request kind {kind}")
-            # The same-host transport can hand its reading to another thread and let this
-            # one serve the call, saving a thread hand-off; else the worker pool serves it.
-            detach = getattr(link, "detach_reader", None)
-            inline = detach is not None and detach()
+            # On the same-host transport the reading thread serves the call itself (a
+            # thread hand-off costs more than a small call; a slow call gets reading
+            # handed on, see _local); else the worker pool serves it.
+            inline = isinstance(link, _local.LocalLink) and link.serves_inline()
             if not inline:
                 self._executor.submit(
                     self._serve, link, kind, mid, meta, msg, caller, record, extra

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
+from tensorplay_jax.rpc import _local
+
 __all__ = ["Future", "wait_all"]
 
 T = TypeVar("T")
@@ -19,8 +21,9 @@ _state_lock = threading.Lock()
 class Future(Generic[T]):
     """The result of an asynchronous RPC (the shape of ``tensorplay.futures.Future``).
 
-    Callbacks run once the value is set: in the RPC worker thread pool for
-    futures made by the RPC layer, inline otherwise.
+    Callbacks run once the value is set: for futures made by the RPC layer, in
+    the RPC worker thread pool, or in the same-host transport's reading thread
+    that set the value; inline otherwise.
 
     Example:
       >>> f = Future()
@@ -111,7 +114,8 @@ class Future(Generic[T]):
         return True
 
     def _run(self, cb: Callable[[Future[T]], None]) -> None:
-        if self._executor is not None:
+        # A same-host link's reading thread runs callbacks itself (it is detached if slow).
+        if self._executor is not None and not _local.on_reader_thread():
             try:
                 self._executor.submit(cb, self)
                 return

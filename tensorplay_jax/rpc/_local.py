@@ -29,8 +29,12 @@ connection fails).
 - Sends go straight to the socket from the sending thread (no hand-off); if
   the socket is full, the rest waits in a backlog that the link's writer
   thread drains in order, so a send never blocks.
-- Reading: one thread at a time reads a link. ``detach_reader`` lets it hand
-  reading to a spare thread and go on to serve the call it just read.
+- Reading: one thread at a time reads a link, and it does the work of each
+  frame itself (serves the call, runs the reply's callbacks): a thread
+  hand-off costs more than a small call. So that a long or blocking job never
+  stalls the frames behind it, a watchdog thread per process hands reading to
+  a spare thread once one frame's work has run for ``RPC_INLINE_DETACH_S``;
+  the busy thread joins the spares when its job ends.
 """
 
 from __future__ import annotations
@@ -51,15 +55,28 @@ import socket
 import struct
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from tensorplay_jax._constants import (
+    RPC_INLINE_CHECK_S,
+    RPC_INLINE_DETACH_S,
+    RPC_INLINE_PARK_S,
+)
 from tensorplay_jax.rpc._framing import FramingError, Message, pack_message, unpack_message
 
-__all__ = ["LocalLink", "LocalServer", "available", "connect_local", "host_id"]
+__all__ = [
+    "LocalLink",
+    "LocalServer",
+    "available",
+    "connect_local",
+    "host_id",
+    "on_reader_thread",
+]
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +270,81 @@ class _Reader:
             os.close(self.fds.popleft())
 
 
+_reading = threading.local()
+
+
+def on_reader_thread() -> bool:
+    """True in a thread doing a frame's work for a link (the watchdog detaches it if slow)."""
+    return getattr(_reading, "active", False)
+
+
+class _Watchdog:
+    """Hands a link's reading to a spare thread when one frame's work runs too long.
+
+    One thread per process. It checks every ``RPC_INLINE_CHECK_S`` while frames
+    are being handled and parks after ``RPC_INLINE_PARK_S`` without any; the
+    next frame wakes it (one wake-up per busy spell, not per frame).
+    """
+
+    def __init__(self) -> None:
+        self._links: set[LocalLink] = set()
+        self._cv = threading.Condition()
+        self._parked = False
+        self._seen = False  # a frame started since the last check
+        self._thread: threading.Thread | None = None
+
+    def watch(self, link: LocalLink) -> None:
+        with self._cv:
+            self._links.add(link)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="tpj-rpc-local-watchdog", daemon=True
+                )
+                self._thread.start()
+
+    def unwatch(self, link: LocalLink) -> None:
+        with self._cv:
+            self._links.discard(link)
+
+    def poke(self) -> None:
+        """A frame's work starts (its link's ``_busy_since`` is already set)."""
+        self._seen = True
+        if self._parked:
+            with self._cv:
+                self._cv.notify()
+
+    def _busy(self) -> bool:
+        return any(link._busy_since is not None for link in self._links)
+
+    def _run(self) -> None:
+        quiet = 0.0
+        while True:
+            time.sleep(RPC_INLINE_CHECK_S)
+            now = time.monotonic()
+            with self._cv:
+                links = list(self._links)
+            for link in links:
+                since = link._busy_since
+                if since is not None and now - since >= RPC_INLINE_DETACH_S:
+                    link._detach_busy(since)
+            if self._seen or self._busy():
+                self._seen, quiet = False, 0.0
+                continue
+            quiet += RPC_INLINE_CHECK_S
+            if quiet < RPC_INLINE_PARK_S:
+                continue
+            with self._cv:
+                self._parked = True
+                # A frame that started before _parked was visible is seen here.
+                while not self._seen and not self._busy():
+                    self._cv.wait(1.0)
+                self._parked = False
+            quiet = 0.0
+
+
+_watchdog = _Watchdog()
+
+
 class LocalLink:
     """One connection end: ``send`` writes a message; callbacks report what arrives."""
 
@@ -279,6 +371,7 @@ class LocalLink:
         self._baton: int | None = None
         self._reader: _Reader | None = None
         self._callbacks: tuple[OnMessage, OnMalformed, OnClosed] | None = None
+        self._busy_since: float | None = None  # when the reader's current frame work began
 
     def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
         """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
@@ -438,19 +531,23 @@ class LocalLink:
         self._callbacks = (on_message, on_malformed, on_closed)
         self._threads = 1
         self._baton_free = True
+        _watchdog.watch(self)
         self._run_reader()
 
-    def detach_reader(self) -> bool:
-        """From ``on_message`` in the reading thread: hand reading over to another thread.
+    def serves_inline(self) -> bool:
+        """Whether the reading thread may do a frame's work itself (it can be detached if slow).
 
-        The calling thread may then run something long (a served call) without
-        holding up the frames behind it, and saves the hand-off of that work
-        to another thread. Afterwards it waits as a spare reader. Returns False
-        (nothing changed) when the link already has its most threads.
+        False when the link already has its most threads and none is spare: the
+        agent then hands the work to its pool.
         """
+        return not self._done and (self._spare > 0 or self._threads < self._max_threads)
+
+    def _detach_busy(self, since: float) -> None:
+        """From the watchdog: if the frame work that began at ``since`` still runs, hand
+        reading to another thread (a spare, or a new one within ``max_threads``)."""
         with self._rcv:
-            if self._done:
-                return False
+            if self._busy_since != since or self._done:
+                return
             if self._spare:
                 self._rcv.notify()
             elif self._threads < self._max_threads:
@@ -459,10 +556,10 @@ class LocalLink:
                     target=self._run_reader, name=f"tpj-rpc-local-{self.peer}", daemon=True
                 ).start()
             else:
-                return False
+                return
+            self._busy_since = None
             self._baton_free = True
             self._baton = None
-        return True
 
     def _run_reader(self) -> None:
         me = threading.get_ident()
@@ -507,11 +604,20 @@ class LocalLink:
                 except FramingError as e:
                     on_malformed(self, e)
                     continue
-                on_message(self, msg)
-                # Hold no message between frames: its arrays may be the last on a segment.
-                msg = bufs = body = None  # type: ignore[assignment]
-                if self._baton != me:
-                    return True  # detached: someone else reads now
+                self._busy_since = time.monotonic()
+                _watchdog.poke()
+                _reading.active = True
+                try:
+                    on_message(self, msg)
+                finally:
+                    _reading.active = False
+                    # Hold no message between frames: its arrays may be the last on a segment.
+                    msg = bufs = body = None  # type: ignore[assignment]
+                    with self._rcv:
+                        self._busy_since = None
+                        detached = self._baton != me
+                if detached:
+                    return True  # the watchdog handed reading on: someone else reads now
         except (EOFError, ConnectionError, OSError) as e:
             reason = f"{type(e).__name__}: {e}" if not isinstance(e, EOFError) else str(e)
         except Exception as e:
@@ -522,6 +628,7 @@ class LocalLink:
             self._done = True
             self._threads -= 1
             self._rcv.notify_all()
+        _watchdog.unwatch(self)
         self._fail(reason)
         with contextlib.suppress(OSError):
             self._sock.close()

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, Tensor, run_backward
+from tensorplay_jax.autograd._engine import as_array
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.rpc import Future, current_caller, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
@@ -111,7 +112,7 @@ class _Task:
                 if edge is None or g is None:
                     continue
                 if isinstance(edge.node, AccumulateGrad):  # a leaf was sent: no tape to run
-                    self.accumulate(edge.node.variable, jnp.asarray(g))
+                    self.accumulate(edge.node.variable, as_array(g))
                 else:
                     roots.append(edge)
                     grads.append(g)
