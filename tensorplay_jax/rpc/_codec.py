@@ -23,6 +23,10 @@ Extension hook for other packages::
 
 ``encode`` returns any value this codec can encode (arrays inside it still
 travel out of band); ``decode`` receives that value back on the other side.
+A type that is one array plus a little metadata (a Tensor) registers with
+``array=True``: ``encode`` returns ``(array, extra)`` with ``extra`` a plain
+msgpack value (None, bool, int, float, str, or lists of them), and the pair
+travels as one compact record.
 Types are matched by a stable name (``module.qualname`` by default), so two
 processes need not register in the same order. RRef, WorkerInfo and exceptions
 use this same registry. While a registered decoder runs, :func:`current_peer`
@@ -32,13 +36,12 @@ names the worker the bytes came from.
 from __future__ import annotations
 
 import collections
-import contextlib
 import contextvars
 import dataclasses
 import importlib
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import cloudpickle
@@ -74,6 +77,7 @@ _EXT_DATACLASS = 8
 _EXT_OBJREF = 9  # a class or function (by reference or by value)
 _EXT_REGISTERED = 10
 _EXT_PICKLE = 11
+_EXT_REGISTERED_ARRAY = 12  # [name, array kind, dtype, shape, buffer index, extra]
 
 # Array kinds inside an _EXT_ARRAY record.
 _NUMPY, _JAX, _NUMPY_SCALAR = 0, 1, 2
@@ -107,6 +111,7 @@ class _Entry:
     encode: Callable[[Any], Any]
     decode: Callable[[Any], Any]
     subclasses: bool
+    array: bool = False
 
 
 _by_type: dict[type, _Entry | None] = {}
@@ -121,6 +126,7 @@ def register_type(
     *,
     name: str | None = None,
     subclasses: bool = False,
+    array: bool = False,
 ) -> None:
     """Teach the RPC wire format to carry instances of ``cls``.
 
@@ -133,6 +139,9 @@ def register_type(
         Both sides must register the same name.
       subclasses: also use this entry for subclasses of ``cls`` that have no
         entry of their own.
+      array: ``encode`` returns ``(array, extra)`` (a numpy or JAX array, and a
+        plain msgpack value); they travel as one compact record and ``decode``
+        gets ``(array, extra)`` back, the array of the same kind.
 
     Raises:
       ValueError: ``name`` is already registered for a different class.
@@ -153,7 +162,7 @@ def register_type(
             f"register_type: name {key!r} is already registered for {old.cls!r}; "
             f"pass a different name= for {cls!r}"
         )
-    entry = _Entry(key, cls, encode, decode, subclasses)
+    entry = _Entry(key, cls, encode, decode, subclasses, array)
     _by_name[key] = entry
     if subclasses:
         _subclass_entries[:] = [e for e in _subclass_entries if e.cls is not cls] + [entry]
@@ -193,15 +202,6 @@ _peer: contextvars.ContextVar[Any] = contextvars.ContextVar("tpj_rpc_decode_peer
 def current_peer() -> Any:
     """The peer (a WorkerInfo) whose message is being decoded, or None."""
     return _peer.get()
-
-
-@contextlib.contextmanager
-def _peer_scope(peer: Any) -> Iterator[None]:
-    token = _peer.set(peer)
-    try:
-        yield
-    finally:
-        _peer.reset(token)
 
 
 # ---------------------------------------------------------------------------
@@ -291,22 +291,63 @@ def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
-def _array_record(arr: np.ndarray, kind: int, buffers: list[memoryview]) -> msgpack.ExtType:
+def _host_buffer(arr: np.ndarray, buffers: list[memoryview]) -> tuple[np.dtype, int]:
+    """Append ``arr``'s bytes to ``buffers`` (made native and contiguous if need be).
+
+    Returns the dtype and the buffer index; raises TypeError for object and
+    structured dtypes (the caller pickles those).
+    """
     dt = arr.dtype
     if dt.hasobject or dt.fields is not None:
-        raise TypeError  # caller falls back to pickle
+        raise TypeError
     if not dt.isnative:
         arr = arr.astype(dt.newbyteorder("="))
         dt = arr.dtype
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     buffers.append(memoryview(arr.reshape(-1).view(np.uint8)))
-    key = (kind, dt, arr.shape, len(buffers) - 1)
+    return dt, len(buffers) - 1
+
+
+def _array_record(arr: np.ndarray, kind: int, buffers: list[memoryview]) -> msgpack.ExtType:
+    dt, index = _host_buffer(arr, buffers)
+    key = (kind, dt, arr.shape, index)
     body = _array_bodies.get(key)
     if body is None:
-        body = msgpack.packb([kind, dt.name, list(arr.shape), len(buffers) - 1])
+        body = msgpack.packb([kind, dt.name, list(arr.shape), index])
         _remember(_array_bodies, key, body)
     return _ext_type(_EXT_ARRAY, body)
+
+
+def _registered_array_record(
+    name: str, arr: Any, extra: Any, buffers: list[memoryview]
+) -> msgpack.ExtType | None:
+    """One record for an ``array=True`` registered value; None if ``arr`` cannot go this way."""
+    if type(arr) is np.ndarray:
+        kind, host = _NUMPY, arr
+    elif isinstance(arr, jax.Array) and not isinstance(arr, jax.core.Tracer):
+        kind, host = _JAX, np.asarray(arr)
+    else:
+        return None
+    n = len(buffers)
+    try:
+        dt, index = _host_buffer(host, buffers)
+    except TypeError:
+        return None
+    key = (name, kind, dt, host.shape, index, extra)
+    try:
+        body = _array_bodies.get(key)
+    except TypeError:  # unhashable extra
+        body, key = None, None
+    if body is None:
+        try:
+            body = msgpack.packb([name, kind, dt.name, list(host.shape), index, extra])
+        except TypeError:  # extra is not plain msgpack
+            del buffers[n:]
+            return None
+        if key is not None:
+            _remember(_array_bodies, key, body)
+    return _ext_type(_EXT_REGISTERED_ARRAY, body)
 
 
 def encode(obj: Any) -> Encoded:
@@ -356,7 +397,13 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
     t = type(o)
     entry = _lookup(t)
     if entry is not None:
-        return msgpack.ExtType(_EXT_REGISTERED, _pack([entry.name, entry.encode(o)], default))
+        value = entry.encode(o)
+        if entry.array:
+            rec = _registered_array_record(entry.name, value[0], value[1], buffers)
+            if rec is not None:
+                return rec
+            value = list(value)
+        return msgpack.ExtType(_EXT_REGISTERED, _pack([entry.name, value], default))
     # The commonest cases first: arrays, tuples, functions by reference.
     if t is np.ndarray:
         try:
@@ -451,15 +498,27 @@ def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: 
     else:
         header, buffers = message, buffers or []
 
-    with _peer_scope(peer):
-        try:
-            return msgpack.unpackb(
-                header, ext_hook=_Hook(_ext, buffers), raw=False, strict_map_key=False
-            )
-        except DecodeError:
-            raise
-        except Exception as e:
-            raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from e
+    token = _peer.set(peer)
+    try:
+        return msgpack.unpackb(
+            header, ext_hook=_Hook(_ext, buffers), raw=False, strict_map_key=False
+        )
+    except DecodeError:
+        raise
+    except Exception as e:
+        raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from e
+    finally:
+        _peer.reset(token)
+
+
+def _registered(name: str) -> _Entry:
+    entry = _by_name.get(name)
+    if entry is None:
+        raise DecodeError(
+            f"no decoder registered for wire type {name!r} on this worker; "
+            "import the module that calls register_type for it"
+        )
+    return entry
 
 
 def _unpack(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
@@ -469,16 +528,18 @@ def _unpack(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
 def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, bytes], Any]) -> Any:
     if code == _EXT_ARRAY:
         return _array_from(msgpack.unpackb(data), buffers)
+    if code == _EXT_REGISTERED_ARRAY:
+        name, kind, dtype_name, shape, index, extra = msgpack.unpackb(data)
+        return _registered(name).decode(
+            (_array_from((kind, dtype_name, shape, index), buffers), extra)
+        )
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:
         name, value = _unpack(data, ext_hook)
-        entry = _by_name.get(name)
-        if entry is None:
-            raise DecodeError(
-                f"no decoder registered for wire type {name!r} on this worker; "
-                "import the module that calls register_type for it"
-            )
+        entry = _registered(name)
+        if entry.array:
+            value = tuple(value)
         return entry.decode(value)
     if code == _EXT_COMPLEX:
         re, im = _unpack(data, ext_hook)
@@ -512,6 +573,10 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
 
 def dumps_small(obj: Any) -> bytes:
     """Encode a small value with no out-of-band buffers (envelopes, control records)."""
+    try:  # plain msgpack values (every envelope of a call): no hooks to run
+        return msgpack.packb(obj, strict_types=True, use_bin_type=True)
+    except TypeError:
+        pass
     enc = encode(obj)
     if enc.buffers:
         raise ValueError("dumps_small: value holds arrays; use encode()")
@@ -520,7 +585,18 @@ def dumps_small(obj: Any) -> bytes:
 
 def loads_small(data: bytes | memoryview, *, peer: Any = None) -> Any:
     """Decode what :func:`dumps_small` produced."""
+    if peer is None:
+        try:
+            return msgpack.unpackb(data, ext_hook=_small_ext, raw=False, strict_map_key=False)
+        except DecodeError:
+            raise
+        except Exception as e:
+            raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from e
     return decode(bytes(data), [], peer=peer)
+
+
+def _small_ext(code: int, data: bytes) -> Any:
+    return _ext(code, data, [], _small_ext)
 
 
 def exception_record(exc: BaseException, message: str | None = None) -> list[Any]:

@@ -165,14 +165,24 @@ def current_caller() -> Any:
     return _caller.get()
 
 
-@contextlib.contextmanager
-def serving(metadata: Mapping[str, Any], caller: Any) -> Iterator[None]:
-    if not _plugins_loaded:
-        _load_plugins()
-    t1 = _incoming.set(MappingProxyType(dict(metadata)))
-    t2 = _caller.set(caller)
-    try:
-        yield
-    finally:
+class serving:  # lowercase: used like a function, ``with serving(meta, caller):``
+    """While serving a call: its metadata and caller for :func:`current_call_metadata` and
+    :func:`current_caller` (a plain class: this runs twice per served call)."""
+
+    __slots__ = ("_caller", "_metadata", "_tokens")
+
+    def __init__(self, metadata: Mapping[str, Any], caller: Any) -> None:
+        self._metadata, self._caller = metadata, caller
+
+    def __enter__(self) -> None:
+        if not _plugins_loaded:
+            _load_plugins()
+        self._tokens = (
+            _incoming.set(MappingProxyType(dict(self._metadata))),
+            _caller.set(self._caller),
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        t1, t2 = self._tokens
         _caller.reset(t2)
         _incoming.reset(t1)

@@ -34,13 +34,13 @@ __all__ = ["WIRE_NAME", "register"]
 WIRE_NAME = "tensorplay_jax.Tensor"
 
 
-def _encode(t: Tensor) -> list[Any]:
+def _encode(t: Tensor) -> tuple[Any, bool]:
     # The jax.Array itself: the codec sends its host view (zero-copy on CPU) and the
     # other side rebuilds it with _device.to_device (~5 us, no copy of the packet first).
-    return [t._value, t._requires_grad]
+    return t._value, t._requires_grad
 
 
-def _decode(rec: list[Any]) -> Tensor:
+def _decode(rec: tuple[Any, bool]) -> Tensor:
     value, requires_grad = rec
     t = Tensor._wrap(value if isinstance(value, jax.Array) else jnp.asarray(value))
     t._requires_grad = bool(requires_grad)
@@ -49,4 +49,4 @@ def _decode(rec: list[Any]) -> Tensor:
 
 def register() -> None:
     """Teach the RPC codec to carry Tensors (idempotent)."""
-    register_type(Tensor, _encode, _decode, name=WIRE_NAME, subclasses=True)
+    register_type(Tensor, _encode, _decode, name=WIRE_NAME, subclasses=True, array=True)
