@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import FunctionNode, GradientEdge, Grads
@@ -90,7 +92,10 @@ def attach_outputs(
     record = requires_grad and is_grad_enabled()
     outs = []
     for i, v in enumerate(values):
-        v = v.value if isinstance(v, Tensor) else v
-        t = Tensor(v)
-        outs.append(Tensor._wrap_output(t.value, node, i) if record else t)
+        if isinstance(v, Tensor):
+            v = v._value
+        elif not isinstance(v, np.ndarray | jax.Array | jax.core.Tracer):
+            v = jnp.asarray(v)
+        # A NumPy array stays on the host until used (as a Tensor that arrived over RPC).
+        outs.append(Tensor._wrap_output(v, node, i) if record else Tensor._wrap(v))
     return tuple(outs)

@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
 from tensorplay_jax.autograd._tensor import Tensor
@@ -44,12 +45,17 @@ def as_array(x: Any, dtype: Any = None) -> jax.Array:
     ``jnp.asarray`` dispatches a conversion even then (~50 us on a small CPU
     array); the backward passes of distributed autograd call this per message.
     """
-    if type(x) is _ARRAY_IMPL and (dtype is None or x.dtype == dtype):
+    if isinstance(x, jax.Array) and (dtype is None or x.dtype == dtype):
         return x
     return jnp.asarray(x, dtype)
 
 
-_ARRAY_IMPL = type(jnp.zeros(()))
+def as_cotangent(x: Any) -> Any:
+    """A gradient as the tape takes it: a ``jax.Array``, or a host NumPy array as it
+    arrived over RPC (node backwards are jitted and take either; no transfer first)."""
+    if isinstance(x, np.ndarray | jax.Array):
+        return x
+    return jnp.asarray(x)
 
 
 def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
@@ -83,7 +89,7 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
     if isinstance(root, GradientEdge):
         if grad is None:
             raise RuntimeError(f"run_backward: roots[{i}] is a GradientEdge; it needs a gradient")
-        return as_array(grad)
+        return as_cotangent(grad)
     if grad is None:
         if root._value.size != 1:
             raise RuntimeError(

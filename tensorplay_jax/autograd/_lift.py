@@ -28,6 +28,16 @@ from tensorplay_jax.autograd._tensor import Tensor
 F = TypeVar("F", bound=Callable[..., Any])
 
 _DYNAMIC_TYPES = (jax.Array, np.ndarray, np.generic)
+# A Tensor that arrived over RPC holds a host NumPy array; operations pass a small one
+# to jit as it is (cheaper than a device_put first) and place a larger one once.
+HOST_VALUE_BYTES = 1 << 16
+
+
+def _operand_value(t: Tensor) -> Any:
+    v = t._value
+    if type(v) is np.ndarray and v.nbytes > HOST_VALUE_BYTES:
+        v = t.value  # a large host value: place it once, not on every use
+    return v
 
 
 def _is_tensor(x: Any) -> bool:
@@ -82,7 +92,7 @@ def call_op(
     tensors: list[Tensor | None] = []
     for a in args:
         if isinstance(a, Tensor):
-            values.append(a._value)
+            values.append(_operand_value(a))
             tensors.append(a)
         else:
             values.append(a)
@@ -143,7 +153,7 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     for i, leaf in enumerate(leaves):
         if isinstance(leaf, Tensor):
             kinds.append(None)
-            values.append(leaf._value)
+            values.append(_operand_value(leaf))
             tensors.append(leaf)
         elif isinstance(leaf, _DYNAMIC_TYPES):
             kinds.append(None)

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax._device import to_device
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
 
@@ -106,6 +107,8 @@ class Tensor(metaclass=_TensorMeta):
     # ----------------------------------------------------------------- construction
     @classmethod
     def _wrap(cls, value: Any) -> Tensor:
+        # ``value`` is a jax.Array, a tracer, or a host NumPy array that arrived over RPC:
+        # operations take it as it is (jit moves it), ``.value`` places it on the device.
         t = cls.__new__(cls)
         t._value = value
         t._grad = None
@@ -232,7 +235,10 @@ class Tensor(metaclass=_TensorMeta):
     @property
     def value(self) -> jax.Array:
         """The underlying ``jax.Array`` (no gradient flows through it)."""
-        return self._value
+        v = self._value
+        if type(v) is np.ndarray:  # arrived over RPC: placed on the device on first use
+            v = self._value = to_device(v)
+        return v
 
     @property
     def data(self) -> Tensor:
@@ -261,7 +267,7 @@ class Tensor(metaclass=_TensorMeta):
     @property
     def device(self) -> Any:
         """The JAX device holding the value (``None`` inside a JAX trace)."""
-        devices = getattr(self._value, "devices", None)
+        devices = getattr(self.value, "devices", None)
         if devices is None or isinstance(self._value, jax.core.Tracer):
             return None
         return next(iter(devices()))
@@ -311,7 +317,7 @@ class Tensor(metaclass=_TensorMeta):
             return NotImplemented
         if self._requires_grad and is_grad_enabled():
             raise TypeError(_RAW_JNP_MSG)
-        return self._value
+        return self.value
 
     def __repr__(self) -> str:
         v = self._value

@@ -26,7 +26,8 @@ travel out of band); ``decode`` receives that value back on the other side.
 A type that is one array plus a little metadata (a Tensor) registers with
 ``array=True``: ``encode`` returns ``(array, extra)`` with ``extra`` a plain
 msgpack value (None, bool, int, float, str, or lists of them), and the pair
-travels as one compact record.
+travels as one compact record; ``decode`` gets the array as NumPy, on the
+received bytes.
 Types are matched by a stable name (``module.qualname`` by default), so two
 processes need not register in the same order. RRef, WorkerInfo and exceptions
 use this same registry. While a registered decoder runs, :func:`current_peer`
@@ -50,7 +51,7 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
-from tensorplay_jax.rpc._device import to_device
+from tensorplay_jax._device import to_device
 
 __all__ = [
     "DecodeError",
@@ -141,7 +142,9 @@ def register_type(
         entry of their own.
       array: ``encode`` returns ``(array, extra)`` (a numpy or JAX array, and a
         plain msgpack value); they travel as one compact record and ``decode``
-        gets ``(array, extra)`` back, the array of the same kind.
+        gets ``(array, extra)`` back, the array as a NumPy array on the
+        received bytes (read-only when the message was small): the decoder
+        decides where it goes (e.g. ``jax.device_put``).
 
     Raises:
       ValueError: ``name`` is already registered for a different class.
@@ -458,13 +461,17 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
 _dtypes: dict[str, np.dtype] = {}
 
 
-def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
-    kind, dtype_name, shape, index = rec
+def _host_array(dtype_name: str, shape: list[int], buf: Any) -> np.ndarray:
+    """A NumPy array on the received bytes (no copy; read-only for a small message)."""
     dtype = _dtypes.get(dtype_name)
     if dtype is None:
         dtype = _remember(_dtypes, dtype_name, jnp.dtype(dtype_name))
-    buf = buffers[index]
-    arr = np.frombuffer(buf, dtype=np.uint8).view(dtype).reshape(shape)
+    return np.frombuffer(buf, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
+    kind, dtype_name, shape, index = rec
+    arr = _host_array(dtype_name, shape, buffers[index])
     if kind == _JAX:
         return to_device(arr)
     if kind == _NUMPY_SCALAR:
@@ -529,10 +536,8 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
     if code == _EXT_ARRAY:
         return _array_from(msgpack.unpackb(data), buffers)
     if code == _EXT_REGISTERED_ARRAY:
-        name, kind, dtype_name, shape, index, extra = msgpack.unpackb(data)
-        return _registered(name).decode(
-            (_array_from((kind, dtype_name, shape, index), buffers), extra)
-        )
+        name, _, dtype_name, shape, index, extra = msgpack.unpackb(data)
+        return _registered(name).decode((_host_array(dtype_name, shape, buffers[index]), extra))
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:

@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 
+from tensorplay_jax._device import on_device
 from tensorplay_jax.autograd import GradientEdge, Node, Tensor, release_graph
 from tensorplay_jax.rpc import current_call_metadata, current_caller
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
@@ -95,6 +96,8 @@ class DistAutogradContext:
     def gradients(self) -> dict[Tensor, jax.Array]:
         """A copy of the leaf -> gradient map of this worker."""
         with self._lock:
+            for leaf, g in self._grads.items():
+                self._grads[leaf] = on_device(g)  # a host array arrived over RPC
             return dict(self._grads)
 
     def known_worker_ids(self) -> set[int]:

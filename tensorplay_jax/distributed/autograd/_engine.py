@@ -35,9 +35,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, Tensor, run_backward
-from tensorplay_jax.autograd._engine import as_array
+from tensorplay_jax.autograd._engine import as_cotangent
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.rpc import Future, current_caller, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
@@ -112,7 +113,7 @@ class _Task:
                 if edge is None or g is None:
                     continue
                 if isinstance(edge.node, AccumulateGrad):  # a leaf was sent: no tape to run
-                    self.accumulate(edge.node.variable, as_array(g))
+                    self.accumulate(edge.node.variable, as_cotangent(g))
                 else:
                     roots.append(edge)
                     grads.append(g)
@@ -225,7 +226,10 @@ def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
             "call tensorplay_jax.distributed.autograd.backward(context_id, [loss]) instead of "
             "loss.backward() when the graph crosses RPC calls"
         )
-    outgoing.setdefault(dest, []).append((key, grads))
+    # Host arrays: the codec sends their bytes either way, and the receiver then
+    # feeds them to its jitted backward as they are, with no device_put first.
+    host = [None if g is None else np.asarray(g) for g in grads]
+    outgoing.setdefault(dest, []).append((key, host))
 
 
 @async_execution

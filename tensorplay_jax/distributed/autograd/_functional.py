@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax._device import on_device
 from tensorplay_jax.autograd import Tensor
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import WorkerInfo, rpc_sync
@@ -176,7 +177,7 @@ def differentiable_rpc(
         finally:
             if private:
                 _context.release(ctx.context_id, skip=None)
-        return tuple(got.get(w, jnp.zeros_like(w.value)) for w in wrappers)
+        return tuple(on_device(got[w]) if w in got else jnp.zeros_like(w.value) for w in wrappers)
 
     # Under jit the host functions run in jax.pure_callback: shapes must be declared.
     in_specs: list[jax.ShapeDtypeStruct] = []

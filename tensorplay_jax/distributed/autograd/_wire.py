@@ -25,6 +25,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax.autograd import Tensor
 from tensorplay_jax.rpc import register_type
@@ -35,14 +36,15 @@ WIRE_NAME = "tensorplay_jax.Tensor"
 
 
 def _encode(t: Tensor) -> tuple[Any, bool]:
-    # The jax.Array itself: the codec sends its host view (zero-copy on CPU) and the
-    # other side rebuilds it with _device.to_device (~5 us, no copy of the packet first).
+    # The jax.Array itself: the codec sends its host view (zero-copy on CPU); the other
+    # side gets a NumPy array on the received bytes (see _decode).
     return t._value, t._requires_grad
 
 
 def _decode(rec: tuple[Any, bool]) -> Tensor:
     value, requires_grad = rec
-    t = Tensor._wrap(value if isinstance(value, jax.Array) else jnp.asarray(value))
+    # A host NumPy array stays one: operations take it as it is, .value places it.
+    t = Tensor._wrap(value if isinstance(value, np.ndarray | jax.Array) else jnp.asarray(value))
     t._requires_grad = bool(requires_grad)
     return t
 

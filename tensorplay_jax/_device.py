@@ -27,7 +27,7 @@ import numpy as np
 from jax._src import core, dtypes
 from jax._src.interpreters import pxla
 
-__all__ = ["to_device"]
+__all__ = ["on_device", "to_device"]
 
 _CACHE_LIMIT = 512
 _specs: dict[tuple[Any, ...], Any] = {}
@@ -58,3 +58,8 @@ def _spec(arr: np.ndarray, dev: Any) -> Any:
         jax.sharding.SingleDeviceSharding(dev),
         [dev],
     )
+
+
+def on_device(x: Any) -> Any:
+    """``x`` with a host NumPy array moved by :func:`to_device`; anything else as it is."""
+    return to_device(x) if type(x) is np.ndarray else x
