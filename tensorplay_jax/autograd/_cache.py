@@ -96,6 +96,7 @@ def lookup(key: Hashable, name: str, make_flat_fn: Callable[[], Callable[..., An
 
 
 OutInfo = tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]
+LEAF = jax.tree_util.tree_structure(0)  # the tree structure of a single array
 
 
 def out_info_of(leaves: list[Any], treedef: Any) -> OutInfo:

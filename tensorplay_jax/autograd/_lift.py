@@ -66,8 +66,11 @@ def _run(
     diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
     other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
     out, pullback = entry.forward_vjp(mask)(diff, other)
-    leaves, treedef = jax.tree_util.tree_flatten(out)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
+    if isinstance(out, jax.Array):  # one output (most operations): no pytree work
+        info = (_cache.LEAF, ((out.shape, out.dtype),))
+        return Tensor._wrap_output(out, VJPNode(entry.name, pullback, info, edges, 1), 0)
+    leaves, treedef = jax.tree_util.tree_flatten(out)
     node = VJPNode(
         entry.name,
         pullback,
@@ -86,7 +89,9 @@ def call_op(
     static: tuple[tuple[str, Hashable], ...] = (),
 ) -> Any:
     """Run the built-in operation ``fn(*args, **dict(static))`` as one node (see module doc)."""
-    key = (fn, static)
+    # id(fn): some functions hash slowly (jnp ufuncs, ~5 us); the entry holds fn, so the
+    # id cannot be reused while the entry exists.
+    key = (id(fn), static)
     entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
     values = []
     tensors: list[Tensor | None] = []

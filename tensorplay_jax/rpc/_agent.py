@@ -3,7 +3,7 @@
 Message envelopes (small msgpack lists, decoded in the stream reader thread):
 
 - requests ``[kind, message id, metadata, *extra]`` with kind CALL (body:
-  ``(func, args, kwargs)``), REMOTE (extra: rref id, fork id; same body),
+  ``[func, [args...], kwargs]``), REMOTE (extra: rref id, fork id; same body),
   FETCH (extra: rref id), FORK_ADD / FORK_DEL (extra: rref id, fork id);
 - replies ``[OK or ERR, message id, response metadata]``; an ERR body is an
   exception record (class reference + message with the remote traceback).
@@ -359,7 +359,8 @@ class Agent:
         if kind in (CALL, REMOTE):
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)
-            enc = _codec.encode((func, tuple(args), kwargs))
+            # A list, not a tuple, at the top: one msgpack level less per call.
+            enc = _codec.encode([func, list(args), kwargs])
         else:
             if kind == FETCH:
                 for h in hooks:
@@ -510,6 +511,7 @@ class Agent:
                         self._reply_when_done(link, mid, info, record.value)
                         return
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
+                    args = tuple(args)
                     info = info._replace(func_name=func_name(fn))
                     for h in _context.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)

@@ -47,7 +47,7 @@ from tensorplay_jax.rpc.functions import async_execution
 
 __all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
 
-Item = tuple[int, list[jax.Array | None]]  # (message key, one cotangent per sent Tensor)
+Item = list[Any]  # [message key, [one cotangent per sent Tensor]]
 
 _pass_ids = itertools.count(1)
 _POLL_S = 0.05  # the backward caller checks its other replies this often while it waits
@@ -229,7 +229,7 @@ def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
     # Host arrays: the codec sends their bytes either way, and the receiver then
     # feeds them to its jitted backward as they are, with no device_put first.
     host = [None if g is None else np.asarray(g) for g in grads]
-    outgoing.setdefault(dest, []).append((key, host))
+    outgoing.setdefault(dest, []).append([key, host])  # a list: one msgpack level less
 
 
 @async_execution
