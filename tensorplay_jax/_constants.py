@@ -29,8 +29,8 @@ RPC_STORE_CONNECT_RETRY_S: float = 0.05  # pause between attempts to reach the r
 RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0
 # Same-host links: a reader thread does each frame's work itself; a job running longer
 # than DETACH gets reading handed to a spare thread (checked every CHECK while busy).
-RPC_INLINE_DETACH_S: float = 0.005
-RPC_INLINE_CHECK_S: float = 0.002
+RPC_INLINE_DETACH_S: float = 0.01
+RPC_INLINE_CHECK_S: float = 0.01
 RPC_INLINE_PARK_S: float = 0.2  # the watchdog sleeps after this long with no frame
 RPC_SERVER_STOP_GRACE_S: float = 1.0  # grpc server stop grace at shutdown
 LAUNCH_KILL_GRACE_S: float = 5.0  # launcher: SIGTERM, then SIGKILL after this long

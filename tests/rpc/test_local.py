@@ -166,3 +166,42 @@ def test_codec_holds_no_reference_cycles_to_arrays():
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_reader_does_frame_work_inline_and_is_relieved_when_it_blocks():
+    """Quick frames run on the reading thread; one that blocks gets reading handed on."""
+    from tensorplay_jax._constants import RPC_INLINE_DETACH_S
+
+    gate = threading.Event()
+    seen: queue.Queue = queue.Queue()
+
+    def on_message(link, m):
+        tag = bytes(m.envelope)
+        seen.put((tag, threading.get_ident(), _local.on_reader_thread(), time.monotonic()))
+        if tag == b"block":
+            assert gate.wait(30)  # opened by the handler of a LATER frame on this link
+        elif tag == b"open":
+            gate.set()
+
+    srv = _local.LocalServer(
+        secret="s3cret", on_message=on_message, on_malformed=print, on_closed=lambda *a: None
+    )
+    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    try:
+        for _ in range(3):
+            link.send(b"quick", b"\xc0")
+        quick = [seen.get(timeout=10) for _ in range(3)]
+        assert all(inline for _, _, inline, _ in quick)
+        assert len({tid for _, tid, _, _ in quick}) == 1  # no hand-off between quick frames
+        t0 = time.monotonic()
+        link.send(b"block", b"\xc0")
+        link.send(b"open", b"\xc0")
+        got = [seen.get(timeout=10) for _ in range(2)]
+        assert [g[0] for g in got] == [b"block", b"open"]
+        assert got[1][1] != got[0][1]  # a spare thread read and ran the later frame
+        # handed on after RPC_INLINE_DETACH_S (plus a watchdog tick and scheduling)
+        assert RPC_INLINE_DETACH_S <= got[1][3] - t0 < 5.0
+        assert gate.wait(10)
+    finally:
+        link.close()
+        srv.stop()
