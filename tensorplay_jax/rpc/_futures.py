@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _local
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Future", "wait_all"]
 
@@ -114,8 +117,16 @@ class Future(Generic[T]):
         return True
 
     def _run(self, cb: Callable[[Future[T]], None]) -> None:
-        # A same-host link's reading thread runs callbacks itself (it is detached if slow).
-        if self._executor is not None and not _local.on_reader_thread():
+        if self._executor is not None:
+            if _local.on_reader_thread():
+                # A same-host link's reading thread runs callbacks itself (the watchdog
+                # hands its reading on if one runs long); an error stays with the
+                # callback, as it would in the pool, so the others still run.
+                try:
+                    cb(self)
+                except Exception:
+                    log.exception("rpc: a Future callback raised")
+                return
             try:
                 self._executor.submit(cb, self)
                 return

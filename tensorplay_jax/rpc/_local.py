@@ -317,6 +317,14 @@ class _Watchdog:
         return any(link._busy_since is not None for link in self._links)
 
     def _run(self) -> None:
+        while True:
+            try:
+                self._watch()
+            except Exception:  # never leave links unwatched
+                log.exception("rpc: same-host watchdog error")
+                time.sleep(RPC_INLINE_CHECK_S)
+
+    def _watch(self) -> None:
         quiet = 0.0
         while True:
             time.sleep(RPC_INLINE_CHECK_S)

@@ -36,6 +36,13 @@ API = script(
         f.add_done_callback(lambda fut: seen.append(fut.value()))
         f.wait()
         wait_until(lambda: seen == [4])
+        # a callback that raises (on the reading thread, or in the pool) stops no other one
+        seen.clear()
+        slow = rpc.rpc_async("w2", T.sleep, args=(0.3,))  # callbacks are in place by then
+        slow.add_done_callback(lambda fut: 1 / 0)
+        slow.add_done_callback(lambda fut: seen.append(fut.value()))
+        assert slow.wait() == 0.3
+        wait_until(lambda: seen == [0.3])
         # remote exceptions: same type, remote traceback; the callee keeps serving
         e = expect(ValueError,
                    ["boom", "Remote traceback", "'w1'", "in fail", "tests.rpc._targets.fail"],
