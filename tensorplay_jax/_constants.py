@@ -32,5 +32,9 @@ RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0
 RPC_INLINE_DETACH_S: float = 0.01
 RPC_INLINE_CHECK_S: float = 0.01
 RPC_INLINE_PARK_S: float = 0.2  # the watchdog sleeps after this long with no frame
+# Same-host links: before a reader sleeps in recvmsg it yield-spins (GIL released, in the
+# optional C extension rpc/_spin.c) this long for the next frame;
+# TENSORPLAY_JAX_RPC_SPIN_US overrides it, 0 turns spinning off.
+RPC_SPIN_US: float = 1000.0
 RPC_SERVER_STOP_GRACE_S: float = 1.0  # grpc server stop grace at shutdown
 LAUNCH_KILL_GRACE_S: float = 5.0  # launcher: SIGTERM, then SIGKILL after this long

@@ -66,6 +66,7 @@ from tensorplay_jax._constants import (
     RPC_INLINE_CHECK_S,
     RPC_INLINE_DETACH_S,
     RPC_INLINE_PARK_S,
+    RPC_SPIN_US,
 )
 from tensorplay_jax.rpc._framing import FramingError, Message, pack_message, unpack_message
 
@@ -102,6 +103,26 @@ _ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_SPIN_ENV = "TENSORPLAY_JAX_RPC_SPIN_US"  # microseconds a reader spins before it sleeps; 0: never
+
+
+def _spinner() -> tuple[Callable[[int, int], bool] | None, int]:
+    """The native yield-spin (optional C extension) and its budget in ns, or (None, 0)."""
+    try:
+        spin_us = float(os.environ.get(_SPIN_ENV, RPC_SPIN_US))
+    except ValueError:
+        log.warning("rpc: ignoring %s=%r (not a number)", _SPIN_ENV, os.environ[_SPIN_ENV])
+        spin_us = RPC_SPIN_US
+    if spin_us <= 0:
+        return None, 0
+    try:
+        from tensorplay_jax.rpc._spin import spin_readable
+    except ImportError:  # built without a C compiler: block at once
+        return None, 0
+    return spin_readable, int(spin_us * 1000)
+
+
+_SPIN, _SPIN_NS = _spinner()
 
 OnMessage = Callable[[Any, Message], None]
 OnMalformed = Callable[[Any, Exception], None]
@@ -229,6 +250,7 @@ class _Reader:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._fd = sock.fileno()
         self._buf = bytearray(_READ_BYTES)
         self._lo = self._hi = 0
         self.fds: collections.deque[int] = collections.deque()
@@ -255,6 +277,9 @@ class _Reader:
             self._lo, self._hi = 0, len(live)
         view = memoryview(self._buf)
         while self._hi - self._lo < n:
+            if _SPIN is not None:
+                # Another frame usually follows soon: catch it without a sleep and wake-up.
+                _SPIN(self._fd, _SPIN_NS)
             got, anc, flags, _ = self._sock.recvmsg_into([view[self._hi :]], _ANC)
             for level, typ, data in anc:
                 if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
