@@ -1,5 +1,6 @@
 # Sourced by the scripts: create or reuse .venv and install the project into it.
-# Reinstalls only when pyproject.toml changed since the last install.
+# Reinstalls only when the build inputs (pyproject.toml, setup.py and the optional C
+# extension's source) changed since the last install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TENSORPLAY_JAX_VENV:-$ROOT/.venv}"
@@ -10,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
 STAMP="$VENV/.tensorplay-jax-stamp"
-WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)-${EXTRAS:-test}"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/tensorplay_jax/rpc/_spin.c" | sha256sum | cut -d' ' -f1)-${EXTRAS:-test}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "[setup] installing tensorplay-jax[${EXTRAS:-test}] (first run takes about a minute)" >&2
   if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS:-test}]" >"$VENV/.install.log" 2>&1; then

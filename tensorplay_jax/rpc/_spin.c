@@ -9,7 +9,9 @@ released, so the process's other threads run while it spins, and it yields
 on every turn, so any other runnable thread on its CPU gets the CPU first.
 
 At most MAX_SPINNERS threads of a process spin at once; the others return at
-once and block as usual. Optional: without this module (no C compiler at
+once and block as usual. The caller decides when spinning is worth it (see
+_local._Reader: a link whose frames keep coming later than the spin window
+stops spinning until one comes within it again). Optional: without this module (no C compiler at
 install time) readers block at once, which is correct, only slower.
 */
 #define PY_SSIZE_T_CLEAN
@@ -29,19 +31,20 @@ static long long now_ns(void) {
 }
 
 PyDoc_STRVAR(spin_readable_doc,
-"spin_readable(fd, spin_ns) -> bool\n\n"
+"spin_readable(fd, spin_ns) -> int\n\n"
 "Poll fd (without blocking, GIL released, yielding the CPU between polls)\n"
 "until it is readable, has an error or hang-up, or spin_ns nanoseconds pass.\n"
-"True if fd is ready; False if the time ran out or too many threads spin.");
+"READY (1): fd is ready. EXPIRED (0): spin_ns passed first. BUSY (-1): did not\n"
+"spin (MAX_SPINNERS threads of this process spin already, or spin_ns <= 0).");
 
 static PyObject *spin_readable(PyObject *self, PyObject *args) {
     int fd, r = 0;
     long long spin_ns;
     if (!PyArg_ParseTuple(args, "iL", &fd, &spin_ns)) return NULL;
-    if (spin_ns <= 0) Py_RETURN_FALSE;
+    if (spin_ns <= 0) return PyLong_FromLong(-1);
     if (__atomic_add_fetch(&spinners, 1, __ATOMIC_RELAXED) > MAX_SPINNERS) {
         __atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
-        Py_RETURN_FALSE;
+        return PyLong_FromLong(-1);
     }
     struct pollfd p = {fd, POLLIN, 0};
     Py_BEGIN_ALLOW_THREADS
@@ -53,8 +56,8 @@ static PyObject *spin_readable(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     __atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
-    /* r < 0 (EINTR, say): report "not ready"; the caller's blocking read handles it. */
-    return PyBool_FromLong(r > 0);
+    /* r < 0 (EINTR, say): report "expired"; the caller's blocking read handles it. */
+    return PyLong_FromLong(r > 0 ? 1 : 0);
 }
 
 static PyMethodDef methods[] = {
@@ -69,7 +72,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__spin(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "MAX_SPINNERS", MAX_SPINNERS) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "MAX_SPINNERS", MAX_SPINNERS) < 0 ||
+                      PyModule_AddIntConstant(m, "READY", 1) < 0 ||
+                      PyModule_AddIntConstant(m, "EXPIRED", 0) < 0 ||
+                      PyModule_AddIntConstant(m, "BUSY", -1) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

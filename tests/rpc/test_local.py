@@ -112,7 +112,7 @@ TRANSPORT = script(
     """
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
     if rank == 0:
-        from tensorplay_jax.rpc import _agent
+        from tensorplay_jax.rpc import _agent, _local
         x = np.arange(4 << 20, dtype=np.float32)
         assert np.array_equal(rpc.rpc_sync("w1", T.identity, args=(x,)), x)
         assert rpc.rpc_sync("w1", T.add, args=(1, 2)) == 3
@@ -122,15 +122,25 @@ TRANSPORT = script(
         rpc.rpc_sync("w1", T.open_gate, timeout=10)
         assert rpc.wait_all(gates) == [True] * 3
         print("LINK", type(_agent.current_agent()._links[1]).__name__)
+        print("SPIN", _local._SPIN is not None)
     rpc.shutdown()
     """
 )
 
 
-@pytest.mark.parametrize("switch, link", [("1", "LocalLink"), ("0", "Link")])
-def test_same_host_peers_use_the_local_transport_unless_switched_off(workers, switch, link):
-    res = workers(TRANSPORT, 2, timeout=120, env={"TENSORPLAY_JAX_RPC_LOCAL": switch})
+@pytest.mark.parametrize(
+    "switch, spin_us, link, spins",
+    [("1", None, "LocalLink", True), ("1", "0", "LocalLink", False), ("0", None, "Link", True)],
+)
+def test_same_host_peers_use_the_local_transport_unless_switched_off(
+    workers, switch, spin_us, link, spins
+):
+    env = {"TENSORPLAY_JAX_RPC_LOCAL": switch}
+    if spin_us is not None:  # readers sleep at once: the link works the same, only slower
+        env["TENSORPLAY_JAX_RPC_SPIN_US"] = spin_us
+    res = workers(TRANSPORT, 2, timeout=120, env=env)
     assert f"LINK {link}\n" in res[0].stdout, res[0]
+    assert f"SPIN {spins}\n" in res[0].stdout, res[0]
 
 
 def test_segments_come_back_for_reuse_once_the_receiver_drops_its_arrays(server):
