@@ -131,7 +131,6 @@ def _spinner() -> tuple[Callable[[int, int], bool] | None, int]:
 
 
 _SPIN, _SPIN_NS = _spinner()
-_COLD_AFTER = 3  # spins in a row that run out before a link stops spinning
 
 OnMessage = Callable[[Any, Message], None]
 OnMalformed = Callable[[Any, Exception], None]
@@ -260,8 +259,6 @@ class _Reader:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._fd = sock.fileno()
-        self._cold = 0  # spins in a row that ran out before a frame came
-        self._asleep_at = 0.0  # when a cold link last went to sleep in recvmsg
         self._buf = bytearray(_READ_BYTES)
         self._lo = self._hi = 0
         self.fds: collections.deque[int] = collections.deque()
@@ -289,10 +286,10 @@ class _Reader:
         view = memoryview(self._buf)
         while self._hi - self._lo < n:
             if _SPIN is not None:
-                self._spin()
+                # The next frame usually comes soon (a reply, a backward's gradients):
+                # catching it awake saves a sleeping CPU's wake-up and cold caches.
+                _SPIN(self._fd, _SPIN_NS)
             got, anc, flags, _ = self._sock.recvmsg_into([view[self._hi :]], _ANC)
-            if self._asleep_at:
-                self._woke()
             for level, typ, data in anc:
                 if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
                     self.fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
@@ -301,26 +298,6 @@ class _Reader:
             if not got:
                 raise EOFError("stream closed")
             self._hi += got
-
-    def _spin(self) -> None:
-        """Wait awake for the next bytes, while this link's frames come within the window.
-
-        After ``_COLD_AFTER`` spins in a row that ran out, the link sleeps at once,
-        and spins again once a frame comes within the window of the read before it.
-        """
-        if self._cold < _COLD_AFTER:
-            got = _SPIN(self._fd, _SPIN_NS)
-            if got == 0:  # the window passed without a frame
-                self._cold += 1
-            elif got == 1:
-                self._cold = 0
-            return
-        self._asleep_at = time.monotonic()
-
-    def _woke(self) -> None:
-        if self._asleep_at and time.monotonic() - self._asleep_at < _SPIN_NS * 1e-9:
-            self._cold = 0
-        self._asleep_at = 0.0
 
     def close_fds(self) -> None:
         while self.fds:

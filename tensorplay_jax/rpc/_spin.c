@@ -9,9 +9,10 @@ released, so the process's other threads run while it spins, and it yields
 on every turn, so any other runnable thread on its CPU gets the CPU first.
 
 At most MAX_SPINNERS threads of a process spin at once; the others return at
-once and block as usual. The caller decides when spinning is worth it (see
-_local._Reader: a link whose frames keep coming later than the spin window
-stops spinning until one comes within it again). Optional: without this module (no C compiler at
+once and block as usual. Measured on a 2-core VM, spinning after every frame
+beat spinning only on links whose frames recently came within the window:
+a spinning thread also keeps its CPU from halting, which helps the
+process's other threads and its neighbours on that CPU. Optional: without this module (no C compiler at
 install time) readers block at once, which is correct, only slower.
 */
 #define PY_SSIZE_T_CLEAN

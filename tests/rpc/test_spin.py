@@ -145,33 +145,3 @@ def test_spin_budget_from_the_environment(monkeypatch, value, expect_ns):
     else:
         assert ns == expect_ns
         assert (fn is None) == (expect_ns == 0)
-
-
-@needs_spin
-def test_a_link_whose_frames_come_late_stops_spinning_until_one_comes_early(pair, monkeypatch):
-    monkeypatch.setattr(_local, "_SPIN_NS", 20_000_000)  # a 20 ms window
-    a, b = pair
-    reader = _local._Reader(a)
-    frame = _local._FRAME.pack(1, _local._INLINE) + b"x"
-
-    def send_later(delay: float) -> None:
-        threading.Timer(delay, b.sendall, args=(frame,)).start()
-
-    for i in range(_local._COLD_AFTER):  # each frame comes after the window ran out
-        send_later(0.1)
-        assert reader.frame() == (_local._INLINE, b"x")
-        assert reader._cold == i + 1
-    # Cold: the next read sleeps at once (no spin). Its frame comes late: still cold.
-    send_later(0.1)
-    t0 = time.perf_counter()
-    assert reader.frame() == (_local._INLINE, b"x")
-    assert reader._cold == _local._COLD_AFTER
-    # A frame that comes within the window makes the link spin again.
-    b.sendall(frame)
-    assert reader.frame() == (_local._INLINE, b"x")
-    assert reader._cold == 0
-    assert time.perf_counter() - t0 < 5
-    # ... and a spin that catches its frame keeps it hot.
-    send_later(0.005)
-    assert reader.frame() == (_local._INLINE, b"x")
-    assert reader._cold == 0
