@@ -18,12 +18,16 @@ install time) readers block at once, which is correct, only slower.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
 #define MAX_SPINNERS 2
 
 static int spinners = 0;
+
+/* A child of fork() has only the forking thread: no one spins there. */
+static void reset_in_child(void) { spinners = 0; }
 
 static long long now_ns(void) {
     struct timespec ts;
@@ -73,6 +77,11 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__spin(void) {
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && pthread_atfork(NULL, NULL, reset_in_child) != 0) {
+        Py_DECREF(m);
+        PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+        return NULL;
+    }
     if (m != NULL && (PyModule_AddIntConstant(m, "MAX_SPINNERS", MAX_SPINNERS) < 0 ||
                       PyModule_AddIntConstant(m, "READY", 1) < 0 ||
                       PyModule_AddIntConstant(m, "EXPIRED", 0) < 0 ||

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
+import sys
 import sysconfig
 import threading
 import time
@@ -11,6 +13,7 @@ import time
 import pytest
 
 from tensorplay_jax.rpc import _local
+from tests._procs import REPO_ROOT
 
 try:
     from tensorplay_jax.rpc import _spin
@@ -107,29 +110,41 @@ def test_spinning_releases_the_gil(pair):
     assert during > 10_000, during
 
 
+CAP = """
+import os, socket, threading, time
+from tensorplay_jax.rpc import _spin
+socks = [socket.socketpair() for _ in range(_spin.MAX_SPINNERS + 1)]
+spinning = [
+    threading.Thread(target=_spin.spin_readable, args=(s[0].fileno(), 2_000_000_000))
+    for s in socks[: _spin.MAX_SPINNERS]
+]
+for t in spinning:
+    t.start()
+time.sleep(0.5)
+t0 = time.perf_counter()
+assert _spin.spin_readable(socks[-1][0].fileno(), 2_000_000_000) == _spin.BUSY
+assert time.perf_counter() - t0 < 0.5  # turned away at once, not after 2 s
+pid = os.fork()  # the child has no spinning threads, so its slots are free
+if pid == 0:
+    got = _spin.spin_readable(socks[-1][0].fileno(), 1_000_000)
+    os._exit(0 if got == _spin.EXPIRED else 1)
+assert os.waitpid(pid, 0)[1] == 0, "a forked child inherited the spinner count"
+for t in spinning:
+    t.join()
+t0 = time.perf_counter()  # the slots are free again
+assert _spin.spin_readable(socks[-1][0].fileno(), 100_000_000) == _spin.EXPIRED
+assert time.perf_counter() - t0 >= 0.1
+print("CAP OK")
+"""
+
+
 @needs_spin
 def test_at_most_max_spinners_spin_at_once():
-    socks = [socket.socketpair() for _ in range(_spin.MAX_SPINNERS + 1)]
-    try:
-        spinning = [
-            threading.Thread(target=_spin.spin_readable, args=(s[0].fileno(), 1_500_000_000))
-            for s in socks[: _spin.MAX_SPINNERS]
-        ]
-        for t in spinning:
-            t.start()
-        time.sleep(0.3)
-        t0 = time.perf_counter()
-        assert _spin.spin_readable(socks[-1][0].fileno(), 1_500_000_000) == _spin.BUSY
-        assert time.perf_counter() - t0 < 0.5  # turned away at once, not after 1.5 s
-        for t in spinning:
-            t.join()
-        t0 = time.perf_counter()  # the slots are free again
-        assert _spin.spin_readable(socks[-1][0].fileno(), 100_000_000) == _spin.EXPIRED
-        assert time.perf_counter() - t0 >= 0.1
-    finally:
-        for a, b in socks:
-            a.close()
-            b.close()
+    # In a fresh process: the cap is per process, and this one may run RPC links.
+    out = subprocess.run(
+        [sys.executable, "-c", CAP], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT
+    )
+    assert out.returncode == 0 and "CAP OK" in out.stdout, out.stderr
 
 
 @pytest.mark.parametrize(
