@@ -158,6 +158,9 @@ class Agent:
         self._inflight = 0
         self.activity = 0
         self.stopped = False
+        # Set once init_rpc has made this agent current: a peer that finished the
+        # rendezvous first may call in before this worker's init_rpc returns.
+        self._open = threading.Event()
         self._store_server: StoreServer | None = None
         self.store: StoreClient | None = None
         self._server: Server | None = None
@@ -189,6 +192,20 @@ class Agent:
         # Interpreter exit joins thread-pool threads before atexit handlers run, and grpc's
         # stream threads would block in our outboxes forever: stop first (non-graceful).
         threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
+
+    def open(self) -> None:
+        """Start running requests (init_rpc calls this once the agent is current)."""
+        self._open.set()
+
+    def _wait_open(self) -> None:
+        """Hold a request that arrived before this worker's init_rpc returned."""
+        if self._open.wait(self.options.init_timeout) and not self.stopped:
+            return
+        state = "is shutting down" if self.stopped else "did not finish init_rpc"
+        raise RpcPeerError(
+            f"worker {self.name!r} {state} within init_timeout={self.options.init_timeout}s; "
+            "the request was not run"
+        )
 
     def _at_exit(self) -> None:
         if not self.stopped:
@@ -453,6 +470,12 @@ class Agent:
     def _on_request(
         self, link: AnyLink, kind: int, mid: int, meta: dict, extra: list, msg: Message
     ) -> None:
+        if not self._open.is_set():
+            try:
+                self._wait_open()
+            except RpcPeerError as e:
+                self._send_error(link, mid, e, "")
+                return
         caller = self._peer_info(link.peer)
         with self._lock:
             self._inflight += 1
@@ -624,6 +647,7 @@ class Agent:
         with self._lock:
             self.stopped = True
             links = list(self._links.values())
+        self._open.set()  # release requests held for init_rpc (they get an error)
         if leak_check:
             leaks = self.rrefs.owned_ids()
             if leaks:

@@ -75,6 +75,7 @@ def init_rpc(
         agent = _agent.Agent(name, rank, world_size, opts)
         agent.start()
         _agent.set_current(agent)
+        agent.open()
 
 
 def is_initialized() -> bool:

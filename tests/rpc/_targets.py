@@ -90,6 +90,11 @@ def caller_name() -> str:
     return rpc.current_caller().name
 
 
+def relay_caller(to: str) -> list[str]:
+    """This worker's name, and the name ``to`` sees as its caller (a nested call)."""
+    return [rpc.get_worker_info().name, rpc.rpc_sync(to, caller_name)]
+
+
 # --- hooks
 EVENTS: list = []
 

@@ -131,6 +131,26 @@ DUPLICATE = script(
     """
 )
 
+# w1 returns from the rendezvous late: w0 calls it (and w1 calls on from inside) before
+# w1's init_rpc has returned. The request waits for it instead of finding no agent.
+LATE_INIT = script(
+    """
+    if rank == 1:
+        from tensorplay_jax.rpc import _agent
+        start = _agent.Agent.start
+        def late_start(self):
+            start(self)
+            time.sleep(3.0)  # rendezvous done, init_rpc not returned yet
+        _agent.Agent.start = late_start
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    if rank == 0:
+        t0 = time.monotonic()
+        assert list(rpc.rpc_sync("w1", T.relay_caller, args=("w2",))) == ["w1", "w1"]
+        print("LATE-OK after", round(time.monotonic() - t0, 2), "s", flush=True)
+    rpc.shutdown()
+    """
+)
+
 
 @pytest.mark.parametrize("transport", ["local", "grpc"])
 def test_api_three_workers(workers, transport):
@@ -138,6 +158,13 @@ def test_api_three_workers(workers, transport):
     res = workers(API, 3, timeout=150, env=env)
     assert "API-OK" in res[0].stdout
     assert all(f"DONE {r.rank}" in r.stdout for r in res)
+
+
+@pytest.mark.parametrize("transport", ["local", "grpc"])
+def test_call_into_a_worker_still_in_init_rpc_waits(workers, transport):
+    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    res = workers(LATE_INIT, 3, timeout=120, env=env)
+    assert "LATE-OK" in res[0].stdout, res[0].stdout
 
 
 def test_world_size_one_and_calls_before_init(workers):
