@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +48,20 @@ class WorkersFailed(AssertionError):
     """One or more worker processes failed or timed out."""
 
 
+def function_script(target: Callable[[], object]) -> str:
+    """The worker source that imports ``target`` (a module-level function) and calls it.
+
+    Worker code stays a real function in a module (``tests/security/_workers.py`` ...),
+    so it is linted, importable and shared; only this one line travels as text.
+    """
+    mod, name = target.__module__, target.__qualname__
+    if "<" in name or mod == "__main__":
+        raise ValueError(f"run_workers: {name} must be a module-level function in a module")
+    return f"from {mod} import {name} as _target\n_target()\n"
+
+
 def run_workers(
-    script: str,
+    script: str | Callable[[], object],
     nprocs: int,
     *,
     timeout: float = 120.0,
@@ -61,10 +73,11 @@ def run_workers(
     master_port: int | None = None,
     allow_exit: Mapping[int, int] | None = None,
 ) -> list[WorkerResult]:
-    """Run ``script`` (Python source, dedented) in ``nprocs`` OS processes.
+    """Run ``script`` (Python source, dedented, or a module-level function) in N processes.
 
     Args:
-      script: Python source for every worker; it reads its rank from ``RANK``.
+      script: Python source for every worker, or a module-level function that every
+        worker imports and calls; either reads its rank from ``RANK``.
       nprocs: number of processes.
       timeout: seconds for the whole group; on expiry every worker is killed.
       env: extra environment for every worker.
@@ -81,7 +94,7 @@ def run_workers(
       One :class:`WorkerResult` per rank, in rank order.
     """
     port = master_port or free_port()
-    src = textwrap.dedent(script)
+    src = function_script(script) if callable(script) else textwrap.dedent(script)
     base = dict(os.environ)
     base.pop("XLA_FLAGS", None)
     base.update(

@@ -31,6 +31,7 @@ _PROCESS_TESTS = (
     "/rpc/",
     "/distributed/",
     "/examples/",
+    "/security/",
     "test_multihost",
     "test_demo",
     "test_readme",
