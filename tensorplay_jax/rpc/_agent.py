@@ -26,7 +26,6 @@ import gc
 import heapq
 import itertools
 import logging
-import os
 import re
 import secrets
 import socket
@@ -38,11 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tensorplay_jax._constants import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
+from tensorplay_jax._secret import job_secret
 from tensorplay_jax.rpc import _codec, _context, _local, _rref
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._rendezvous import StoreClient, StoreServer, resolve_init
+from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer, resolve_init
 from tensorplay_jax.rpc._service import Link, Server, TlsConfig, connect
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 
@@ -54,7 +54,6 @@ CALL, REMOTE, FETCH, FORK_ADD, FORK_DEL = 1, 2, 3, 4, 5
 OK, ERR = 16, 17
 _KIND_NAMES = {CALL: "call", REMOTE: "remote", FETCH: "fetch", FORK_ADD: "fork", FORK_DEL: "unfork"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
-_SECRET_ENV = "TENSORPLAY_JAX_RPC_SECRET"
 
 AnyLink = Link | _local.LocalLink  # gRPC stream, or the same-host transport
 
@@ -186,7 +185,11 @@ class Agent:
         """Rendezvous with the other workers and start serving."""
         try:
             self._start()
-        except BaseException:
+        except BaseException as e:
+            if self._store_server is not None:
+                # Tell the ranks still waiting why, before the store goes (else they
+                # would only see it close and blame rank 0).
+                self._store_server.abort(f"rank 0 gave up on the rendezvous: {e}")
             self.stop(leak_check=False, graceful=False)
             raise
         # Interpreter exit joins thread-pool threads before atexit handlers run, and grpc's
@@ -215,16 +218,13 @@ class Agent:
 
     def _start(self) -> None:
         opts, (host, port) = self.options, self._store_addr
+        # The secret comes from the launcher, the user or a local file; never the store.
+        secret = job_secret(
+            "init_rpc", given=opts.secret, rendezvous_host=host, insecure=opts.insecure
+        )
         if self.rank == 0:
-            self._store_server = StoreServer(host, port)
-        self.store = StoreClient(host, port, self.rank, opts.init_timeout)
-        secret = opts.secret or os.environ.get(_SECRET_ENV)
-        if secret is None:
-            if self.rank == 0:
-                secret = secrets.token_hex(32)
-                self.store.set("secret", secret)
-            else:
-                secret = self.store.wait({"secret": 0}, opts.init_timeout)[0]["secret"]
+            self._store_server = StoreServer(host, port, secret)
+        self.store = StoreClient(host, port, self.rank, opts.init_timeout, secret)
         self._secret = secret
         self._server = Server(
             secret=secret,
@@ -263,7 +263,7 @@ class Agent:
             table, dead = self.store.wait(
                 {f"rank/{r}": r for r in range(self.world_size)}, opts.init_timeout
             )
-        except TimeoutError as e:
+        except (TimeoutError, StoreAborted) as e:
             raise TimeoutError(
                 f"init_rpc: not every worker joined the rendezvous: {e} "
                 f"(world_size={self.world_size}; raise init_timeout or start the missing ranks)"

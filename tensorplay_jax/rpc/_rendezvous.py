@@ -2,9 +2,22 @@
 
 The store is a small line-oriented JSON protocol over TCP, served by rank 0 on
 MASTER_ADDR:MASTER_PORT for the life of the RPC session. It holds worker
-names and addresses, the job secret when rank 0 generated it, and the
-shutdown barrier. A connection that closes without saying goodbye marks its
-rank dead, so barriers never wait for a killed worker.
+names and addresses and the shutdown barrier; never the job secret. A
+connection that closes without saying goodbye marks its rank dead, so
+barriers never wait for a killed worker.
+
+Every connection first runs a mutual challenge keyed by the job secret
+(``tensorplay_jax._secret``), before the store reads a single request:
+
+1. the store sends ``MAGIC`` and a random 16-byte nonce;
+2. the client answers ``HMAC(secret, "store-client" + nonce)`` and its own nonce;
+3. the store checks it (a wrong answer closes the connection; nothing was
+   decoded) and proves the secret back with ``HMAC(secret, "store-server" + nonce')``,
+   so a worker never takes addresses from a store that is not its job's.
+
+When rank 0 gives up waiting (a rank never came), it first tells every waiting
+rank which ranks were missing (:meth:`StoreServer.abort`), so each one reports
+the real cause rather than "the store closed".
 
 Environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (and
 SLURM's ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_JOB_NODELIST`` when those
@@ -14,9 +27,12 @@ are missing).
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
+import logging
 import os
 import re
+import secrets
 import socket
 import socketserver
 import threading
@@ -24,9 +40,25 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from tensorplay_jax._constants import RPC_STORE_CONNECT_RETRY_S
+from tensorplay_jax._constants import (
+    RPC_STORE_ABORT_GRACE_S,
+    RPC_STORE_AUTH_TIMEOUT_S,
+    RPC_STORE_CONNECT_RETRY_S,
+    RPC_STORE_MAX_LINE,
+)
+from tensorplay_jax._secret import mac
 
-__all__ = ["StoreClient", "StoreServer", "resolve_init", "slurm_env"]
+__all__ = ["StoreAborted", "StoreClient", "StoreServer", "resolve_init", "slurm_env"]
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"TPJSTORE1"
+_NONCE = 16
+_MAC = 32
+
+
+class StoreAborted(ConnectionError):
+    """Rank 0 gave up on the rendezvous; the message says why (e.g. the missing ranks)."""
 
 
 def _first_slurm_host(nodelist: str) -> str:
@@ -117,21 +149,51 @@ def resolve_init(init_method: str, rank: int, world_size: int | None) -> tuple[s
 
 
 class _State:
-    def __init__(self) -> None:
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
         self.data: dict[str, Any] = {}
         self.dead: set[int] = set()
         self.cond = threading.Condition()
+        self.aborted: str | None = None  # rank 0 gave up: the reason every waiter gets
+        self.waiting = 0  # requests blocked in wait / wait_count
 
 
 class _Handler(socketserver.StreamRequestHandler):
     server: _TCPServer
+
+    def _authenticate(self, st: _State) -> bool:
+        """The mutual challenge (module docstring); False closes the connection unread."""
+        self.request.settimeout(RPC_STORE_AUTH_TIMEOUT_S)
+        nonce = secrets.token_bytes(_NONCE)
+        self.wfile.write(MAGIC + nonce)
+        self.wfile.flush()
+        got = self.rfile.read(_MAC + _NONCE)
+        if len(got) != _MAC + _NONCE or not hmac.compare_digest(
+            got[:_MAC], mac(st.secret, b"store-client", nonce)
+        ):
+            log.warning(
+                "rpc: the rendezvous store refused a connection from %s without the job secret",
+                self.client_address,
+            )
+            return False
+        self.wfile.write(mac(st.secret, b"store-server", got[_MAC:]))
+        self.wfile.flush()
+        self.request.settimeout(None)
+        return True
 
     def handle(self) -> None:
         st = self.server.state
         rank: int | None = None
         clean = False
         try:
-            for line in self.rfile:
+            if not self._authenticate(st):
+                return
+            while True:
+                line = self.rfile.readline(RPC_STORE_MAX_LINE)
+                if not line:
+                    break
+                if not line.endswith(b"\n"):
+                    raise ValueError("store request longer than RPC_STORE_MAX_LINE")
                 req = json.loads(line)
                 op = req["op"]
                 if op == "bye":
@@ -181,10 +243,16 @@ class _Handler(socketserver.StreamRequestHandler):
 
                 while not ready():
                     left = None if deadline is None else deadline - time.monotonic()
+                    missing = sorted(r for k, r in keys.items() if k not in st.data)
+                    if st.aborted is not None:
+                        return {"err": "aborted", "why": st.aborted, "missing": missing}
                     if left is not None and left <= 0:
-                        missing = sorted(r for k, r in keys.items() if k not in st.data)
                         return {"err": "timeout", "missing": missing}
-                    st.cond.wait(left)
+                    st.waiting += 1
+                    try:
+                        st.cond.wait(left)
+                    finally:
+                        st.waiting -= 1
                 return {
                     "v": {k: st.data[k] for k in keys if k in st.data},
                     "dead": sorted(st.dead),
@@ -193,9 +261,13 @@ class _Handler(socketserver.StreamRequestHandler):
                 deadline = time.monotonic() + req["timeout"]
                 while st.data.get(req["k"], 0) < req["n"] - len(st.dead):
                     left = deadline - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 or st.aborted is not None:
                         return {"err": "timeout"}
-                    st.cond.wait(left)
+                    st.waiting += 1
+                    try:
+                        st.cond.wait(left)
+                    finally:
+                        st.waiting -= 1
                 return {"ok": True}
         return {"err": f"unknown op {op!r}"}
 
@@ -207,9 +279,9 @@ class _TCPServer(socketserver.ThreadingTCPServer):
 
 
 class StoreServer:
-    """The store on rank 0; serves until :meth:`close`."""
+    """The store on rank 0; serves connections that prove ``secret`` until :meth:`close`."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, secret: str) -> None:
         try:
             self._srv = _TCPServer((host, port), _Handler)
         except OSError as e:
@@ -217,11 +289,22 @@ class StoreServer:
                 f"init_rpc: rank 0 could not host the rendezvous store on {host}:{port} ({e}); "
                 "pick a free MASTER_PORT"
             ) from e
-        self._srv.state = _State()
+        self._srv.state = _State(secret)
         self._thread = threading.Thread(
             target=self._srv.serve_forever, name="tpj-rpc-store", daemon=True
         )
         self._thread.start()
+
+    def abort(self, why: str) -> None:
+        """Fail every pending and later wait with ``why``; give the waiters a moment to hear it."""
+        st = self._srv.state
+        with st.cond:
+            st.aborted = why
+            st.cond.notify_all()
+            deadline = time.monotonic() + RPC_STORE_ABORT_GRACE_S
+            while st.waiting and time.monotonic() < deadline:
+                st.cond.wait(0.01)
+        time.sleep(0.05)  # the replies are written just after the waiters wake
 
     def close(self) -> None:
         self._srv.shutdown()
@@ -231,7 +314,7 @@ class StoreServer:
 class StoreClient:
     """A connection to the store (thread-safe; one request at a time)."""
 
-    def __init__(self, host: str, port: int, rank: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, rank: int, timeout: float, secret: str) -> None:
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while True:
@@ -247,12 +330,47 @@ class StoreClient:
                         "MASTER_PORT?"
                     ) from None
                 time.sleep(RPC_STORE_CONNECT_RETRY_S)
-        self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._r = self._sock.makefile("rb")
         self._lock = threading.Lock()
         self._where = f"{host}:{port}"
+        try:
+            self._authenticate(secret)
+        except BaseException:
+            self._r.close()
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
         self._call({"op": "hello", "rank": rank})
+
+    def _read_exactly(self, n: int) -> bytes:
+        try:
+            return self._r.read(n)
+        except OSError:  # a timeout: whatever listens there does not speak first
+            return b""
+
+    def _authenticate(self, secret: str) -> None:
+        self._sock.settimeout(RPC_STORE_AUTH_TIMEOUT_S)
+        hello = self._read_exactly(len(MAGIC) + _NONCE)
+        if len(hello) != len(MAGIC) + _NONCE or not hello.startswith(MAGIC):
+            raise ConnectionError(
+                f"init_rpc: {self._where} is not a tensorplay_jax rendezvous store (it did not "
+                "greet); check MASTER_ADDR/MASTER_PORT"
+            )
+        mine = secrets.token_bytes(_NONCE)
+        self._sock.sendall(mac(secret, b"store-client", hello[len(MAGIC) :]) + mine)
+        proof = self._read_exactly(_MAC)
+        if len(proof) != _MAC:
+            raise PermissionError(
+                f"init_rpc: the rendezvous store at {self._where} refused this worker's job "
+                "secret; every worker of a job needs the same secret (TENSORPLAY_JAX_RPC_SECRET "
+                "or TENSORPLAY_JAX_RPC_SECRET_FILE, or the per-user file of a same-host job)"
+            )
+        if not hmac.compare_digest(proof, mac(secret, b"store-server", mine)):
+            raise PermissionError(
+                f"init_rpc: the rendezvous store at {self._where} does not hold this job's "
+                "secret; refusing to take addresses from it"
+            )
 
     def _call(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -288,6 +406,8 @@ class StoreClient:
         rep = self._call({"op": "wait", "keys": keys, "timeout": timeout})
         if rep.get("err") == "timeout":
             raise TimeoutError(f"ranks {rep['missing']} did not arrive within {timeout:g} s")
+        if rep.get("err") == "aborted":
+            raise StoreAborted(f"{rep['why']} (ranks {rep['missing']} had not arrived)")
         return rep["v"], rep["dead"]
 
     def wait_count(self, key: str, n: int, timeout: float) -> bool:

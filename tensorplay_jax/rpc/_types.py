@@ -55,8 +55,14 @@ class GrpcRpcBackendOptions:
       advertise_addr: address the other workers use to reach this one; by default
         ``listen_addr``, or this host's name when ``listen_addr`` is a wildcard.
       port: server port (0 = any free port).
-      secret: the job secret; by default ``TENSORPLAY_JAX_RPC_SECRET`` from the
-        environment, else rank 0 generates one at rendezvous.
+      secret: the job secret every connection proves before it is read (the
+        rendezvous store, gRPC, the same-host socket). By default
+        ``TENSORPLAY_JAX_RPC_SECRET`` (the launcher and ``spawn`` set a fresh one
+        per job), else the owner-only file ``TENSORPLAY_JAX_RPC_SECRET_FILE``,
+        else, for a job whose MASTER_ADDR is loopback, a per-user file created on
+        first use. It never travels through the store. Empty is an error.
+      insecure: run a job that spans hosts without a secret, with no
+        authentication at all (also ``TENSORPLAY_JAX_RPC_INSECURE=1``); warns.
       tls_cert_chain / tls_private_key / tls_root_certs: PEM bytes or file paths;
         set all three to use TLS.
       tls_server_name: the name to verify in the server certificates, when not the address.
@@ -75,6 +81,7 @@ class GrpcRpcBackendOptions:
     advertise_addr: str | None = None
     port: int = 0
     secret: str | None = None
+    insecure: bool = False
     tls_cert_chain: bytes | str | Path | None = None
     tls_private_key: bytes | str | Path | None = None
     tls_root_certs: bytes | str | Path | None = None
