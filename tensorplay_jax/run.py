@@ -7,6 +7,11 @@ spellings are accepted (``--nproc-per-node``, ``--nnodes``, ``--node-rank``,
 ``--master-addr``, ``--master-port``, also with underscores); under SLURM the
 node count, node rank and master address default to SLURM's values.
 
+A one-node job gets a fresh random job secret (``TENSORPLAY_JAX_RPC_SECRET``)
+unless the environment already has one. A multi-node job needs the same secret
+on every node (``TENSORPLAY_JAX_RPC_SECRET`` or ``TENSORPLAY_JAX_RPC_SECRET_FILE``),
+or ``--insecure`` to run unauthenticated.
+
 Example::
 
     python -m tensorplay_jax.run --nproc 2 examples/ping.py
@@ -22,7 +27,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from tensorplay_jax.rpc._launch import WorkerProcesses, free_port, worker_env
+from tensorplay_jax.rpc._launch import WorkerProcesses, free_port, launch_secret_env, worker_env
 from tensorplay_jax.rpc._rendezvous import slurm_env
 
 __all__ = ["main", "parse_args"]
@@ -70,6 +75,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="rendezvous port (default: MASTER_PORT or a free port on a single node)",
     )
     p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="run a multi-node job with no job secret, unauthenticated (a warning is printed)",
+    )
+    p.add_argument(
         "--no-prefix", action="store_true", help="do not prefix output lines with the rank"
     )
     p.add_argument(
@@ -108,6 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print("tensorplay-jax-run: --master-port is required with --nnodes > 1", file=sys.stderr)
         return 2
+    extra = {"NODE_RANK": str(node_rank)}
+    try:
+        extra.update(launch_secret_env("tensorplay-jax-run", nnodes > 1, a.insecure))
+    except ValueError as e:
+        print(f"{e}", file=sys.stderr)
+        return 2
     world = nnodes * nproc
     target = ["-m", a.script] if a.module else [a.script]
     cmds, envs, ranks = [], [], []
@@ -115,11 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank = node_rank * nproc + local
         ranks.append(rank)
         cmds.append([sys.executable, "-u", *target, *a.script_args])
-        envs.append(
-            worker_env(
-                rank, local, world, nproc, master_addr, master_port, {"NODE_RANK": str(node_rank)}
-            )
-        )
+        envs.append(worker_env(rank, local, world, nproc, master_addr, master_port, extra))
     group = WorkerProcesses(cmds, envs, ranks, prefix=not a.no_prefix)
 
     def stop(signum: int, _frame: object) -> None:

@@ -24,8 +24,9 @@ from typing import IO, Any
 import cloudpickle
 
 from tensorplay_jax._constants import LAUNCH_KILL_GRACE_S
+from tensorplay_jax._secret import INSECURE_ENV, SECRET_ENV, SECRET_FILE_ENV, new_secret
 
-__all__ = ["LocalWorkers", "WorkerProcesses", "free_port", "spawn"]
+__all__ = ["LocalWorkers", "WorkerProcesses", "free_port", "launch_secret_env", "spawn"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -33,6 +34,49 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def launch_secret_env(where: str, multi_node: bool, insecure: bool = False) -> dict[str, str]:
+    """The secret variables a launcher gives its children: the user's, else a fresh one per job.
+
+    A job that spans nodes cannot share a secret this launcher makes up, so it
+    needs the user's (or an explicit ``insecure``).
+
+    Raises:
+      ValueError: the user's secret is empty, or a multi-node job has none.
+
+    Example:
+      >>> env = launch_secret_env("spawn", multi_node=False)  # with no secret set
+      >>> sorted(env) == ["TENSORPLAY_JAX_RPC_SECRET"] or env == {}
+      True
+    """
+    given = os.environ.get(SECRET_ENV)
+    if given is not None:
+        if not given.strip():
+            raise ValueError(
+                f"{where}: {SECRET_ENV} is set but empty; an empty secret never means 'no "
+                "authentication' (unset it for a fresh per-job secret)"
+            )
+        return {}
+    if os.environ.get(SECRET_FILE_ENV):
+        return {}
+    if insecure:
+        print(
+            f"{where}: WARNING: --insecure: this job runs without authentication; anyone who "
+            "can reach its ports can run code in its workers",
+            file=sys.stderr,
+            flush=True,
+        )
+        return {INSECURE_ENV: "1"}
+    if multi_node:
+        raise ValueError(
+            f"{where}: a job on several nodes needs the same secret on every node: set "
+            f"{SECRET_ENV} (e.g. `export {SECRET_ENV}=$(python -c 'import secrets; "
+            f"print(secrets.token_hex(32))')` before every node's launcher) or {SECRET_FILE_ENV} "
+            "(a file on a shared filesystem with mode 600); or pass --insecure on a trusted "
+            "network"
+        )
+    return {SECRET_ENV: new_secret()}
 
 
 def _forward(stream: IO[str], out: IO[str], prefix: str, lock: threading.Lock) -> None:
@@ -223,7 +267,10 @@ def spawn(
 
     ``fn`` may be defined in the notebook: it travels by value (cloudpickle).
     Each process gets the RPC environment (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank)``.
+    MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank)``. Unless
+    ``TENSORPLAY_JAX_RPC_SECRET`` (or ``..._SECRET_FILE``) is set, the job gets a
+    fresh random secret; when this process joins the job (``world_size`` larger
+    than ``nprocs``) it is also put in this process's environment.
 
     Args:
       fn: the worker body, called as ``fn(rank, *args)``.
@@ -250,13 +297,17 @@ def spawn(
     """
     ws = world_size or nprocs + rank_offset
     port = master_port or free_port(master_addr)
+    secret_env = launch_secret_env("spawn", multi_node=False)
+    if ws > nprocs and SECRET_ENV in secret_env:
+        # This process joins the job too (e.g. a notebook as rank 0): it needs the secret.
+        os.environ[SECRET_ENV] = secret_env[SECRET_ENV]
     workdir = tempfile.TemporaryDirectory(prefix="tpj-spawn-")
     blob = Path(workdir.name) / "fn.pkl"
     with open(blob, "wb") as f:
         cloudpickle.dump((fn, tuple(args)), f)
     ranks = [rank_offset + i for i in range(nprocs)]
     here = str(Path(__file__).resolve().parents[2])
-    extra = dict(env or {})
+    extra = {**secret_env, **(env or {})}
     extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     envs = [worker_env(r, i, ws, nprocs, master_addr, port, extra) for i, r in enumerate(ranks)]
     cmds = [[sys.executable, "-c", _BOOT, str(blob), str(r)] for r in ranks]
