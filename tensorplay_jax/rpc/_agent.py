@@ -189,7 +189,12 @@ class Agent:
             if self._store_server is not None:
                 # Tell the ranks still waiting why, before the store goes (else they
                 # would only see it close and blame rank 0).
-                self._store_server.abort(f"rank 0 gave up on the rendezvous: {e}")
+                why = (
+                    f"rank 0 stopped waiting after init_timeout={self.options.init_timeout:g} s"
+                    if isinstance(e, TimeoutError)
+                    else f"rank 0 failed in init_rpc: {type(e).__name__}: {e}"
+                )
+                self._store_server.abort(why)
             self.stop(leak_check=False, graceful=False)
             raise
         # Interpreter exit joins thread-pool threads before atexit handlers run, and grpc's

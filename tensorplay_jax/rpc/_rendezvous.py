@@ -407,7 +407,7 @@ class StoreClient:
         if rep.get("err") == "timeout":
             raise TimeoutError(f"ranks {rep['missing']} did not arrive within {timeout:g} s")
         if rep.get("err") == "aborted":
-            raise StoreAborted(f"{rep['why']} (ranks {rep['missing']} had not arrived)")
+            raise StoreAborted(f"ranks {rep['missing']} did not arrive; {rep['why']}")
         return rep["v"], rep["dead"]
 
     def wait_count(self, key: str, n: int, timeout: float) -> bool:

@@ -1,0 +1,84 @@
+"""Worker bodies for the rendezvous and secret tests (run by ``tests._procs.run_workers``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import time
+
+from tensorplay_jax.distributed import rpc
+from tests.rpc import _targets as T
+
+
+def _rank() -> int:
+    return int(os.environ["RANK"])
+
+
+def _wait_for(path: pathlib.Path, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} did not appear within {timeout} s"
+        time.sleep(0.05)
+
+
+def _publish(path: pathlib.Path, obj: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.rename(path)
+
+
+def outsider_target_job() -> None:
+    """Two real workers an outsider (the test process) attacks; they must keep serving.
+
+    Rank 1 joins only once the outsider has probed the store (``store-probed``),
+    so the probe runs while rank 0 waits in the rendezvous, the rank-1 key free.
+    """
+    from tensorplay_jax.rpc import _agent
+
+    rank = _rank()
+    tmp = pathlib.Path(os.environ["TPJ_TMP"])
+    if rank == 1:
+        _wait_for(tmp / "store-probed")
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
+    agent = _agent.current_agent()
+    local = agent._local_server.address if agent._local_server is not None else None
+    _publish(tmp / f"addr{rank}", {"grpc": agent.address, "local": local, "pid": os.getpid()})
+    _wait_for(tmp / "outsider-done")
+    other = f"w{1 - rank}"
+    assert rpc.rpc_sync(other, T.add, args=(rank, 10)) == rank + 10
+    assert rpc.remote(other, T.add, args=(2, 3)).to_here() == 5
+    rpc.shutdown()
+    print("JOB-OK", rank, flush=True)
+
+
+def two_workers_ping() -> None:
+    """The smallest real job: each worker calls the other once."""
+    rank = _rank()
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    assert rpc.rpc_sync(f"w{1 - rank}", T.add, args=(rank, 1)) == rank + 1
+    rpc.shutdown()
+    print("PING-OK", rank, flush=True)
+
+
+def init_expecting_error() -> None:
+    """Call init_rpc; print the error's type and text on one line (the test checks them)."""
+    rank = _rank()
+    opts = rpc.GrpcRpcBackendOptions(init_timeout=float(os.environ.get("TPJ_INIT_TIMEOUT", "60")))
+    delay = float(os.environ.get("TPJ_START_DELAY", "0"))
+    time.sleep(delay)
+    try:
+        rpc.init_rpc(f"w{rank}", rank=rank, rpc_backend_options=opts)
+    except Exception as e:  # the test reads the message
+        print("INIT-ERROR", type(e).__name__, str(e).replace("\n", " "), flush=True)
+        sys.exit(3)
+    print("INIT-OK", rank, flush=True)
+    rpc.shutdown()
+
+
+def print_secret_digest() -> None:
+    """Print a digest of the secret this worker got from its launcher (never the secret)."""
+    secret = os.environ.get("TENSORPLAY_JAX_RPC_SECRET", "")
+    print("DIGEST", hashlib.sha256(secret.encode()).hexdigest()[:16], len(secret), flush=True)
