@@ -18,6 +18,13 @@ PG_SHM_SPIN_S: float = 100e-6  # yield-spin this long before sleeping on the fut
 PG_SHM_MAX_SLEEP_S: float = 500e-6  # longest single sleep in a shared-memory wait
 PG_LIVENESS_CHECK_S: float = 0.1  # how often a waiting rank checks that its peers' processes live
 PG_ALIGN: int = 64  # byte alignment of result buffers (lets jax.device_put skip a copy)
+# The coordination service declares a process dead after this long without a heartbeat:
+# the group's timeout, clamped to [MIN, MAX] (MAX is JAX's default). A survivor never
+# waits for it (see distributed/_coordinator.py); it bounds how long the coordinator
+# process outlives a job whose last rank died.
+PG_HEARTBEAT_MIN_S: int = 10
+PG_HEARTBEAT_MAX_S: int = 100
+PG_COORDINATOR_START_S: float = 30.0  # rank 0 waits this long for the coordinator to listen
 
 # RPC transport (tensorplay_jax.rpc)
 RPC_INIT_TIMEOUT_S: float = 120.0  # rendezvous: wait this long for every worker to register
@@ -30,6 +37,12 @@ RPC_STORE_MAX_LINE: int = 1 << 20  # longest store request (bytes) an authentica
 RPC_STORE_ABORT_GRACE_S: float = 2.0  # rank 0 giving up: time for waiters to hear the cause
 # rank 0 keeps the store up this long for the others to leave
 RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0
+# Graceful shutdown's default bound, all phases included (tensorplay's: its RPC timeout).
+RPC_SHUTDOWN_TIMEOUT_S: float = 60.0
+# Shutdown: a store reply may come this long after its wait ends or its deadline passed
+# (a stopped or cut-off rank 0 costs this much, once).
+RPC_STORE_REPLY_GRACE_S: float = 0.5
+RPC_STORE_POLL_S: float = 0.05  # the store's server thread notices close() within this
 # Same-host links: a reader thread does each frame's work itself; a job running longer
 # than DETACH gets reading handed to a spare thread (checked every CHECK while busy).
 RPC_INLINE_DETACH_S: float = 0.01

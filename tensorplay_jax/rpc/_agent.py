@@ -22,10 +22,12 @@ so it keeps the order in which each peer sent it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import heapq
 import itertools
 import logging
+import queue
 import re
 import secrets
 import socket
@@ -33,10 +35,13 @@ import threading
 import time
 import traceback
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tensorplay_jax._constants import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
+from tensorplay_jax._constants import (
+    RPC_SERVER_STOP_GRACE_S,
+    RPC_SHUTDOWN_EXIT_WAIT_S,
+    RPC_STORE_REPLY_GRACE_S,
+)
 from tensorplay_jax._secret import job_secret
 from tensorplay_jax.rpc import _codec, _context, _local, _rref
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
@@ -125,6 +130,63 @@ class _Deadlines:
             self._expire(mid)
 
 
+class _Pool(concurrent.futures.Executor):
+    """The worker threads that serve calls: a ThreadPoolExecutor whose threads are daemons.
+
+    The interpreter joins a ThreadPoolExecutor's threads at exit, so one served call
+    that never returns would keep the process alive for ever after shutdown gave up.
+    """
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._max, self._name = max_workers, name
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._closed = False
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._q.put((fut, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and self._threads < self._max:
+                self._threads += 1
+                threading.Thread(
+                    target=self._work, name=f"{self._name}_{self._threads}", daemon=True
+                ).start()
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                self._q.put(None)  # wake the next thread: all of them end
+                return
+            fut, fn, args, kwargs = item
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args, **kwargs))
+                except BaseException as e:
+                    fut.set_exception(e)
+            item = fut = None  # hold nothing while idle
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        self._q.put(None)
+
+
 def validate_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(
@@ -173,9 +235,7 @@ class Agent:
                 options.tls_server_name,
                 options.tls_require_client_auth,
             )
-        self._executor = ThreadPoolExecutor(
-            max_workers=options.num_worker_threads, thread_name_prefix="tpj-rpc-worker"
-        )
+        self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
         self._deadlines = _Deadlines(self._expire, self._pending)
         self.rrefs = _rref.RRefTable(self)
 
@@ -422,6 +482,7 @@ class Agent:
                     del self._links[wid]
             dead = [m for m, p in self._pending.items() if p.link is link]
             pends = [self._pending.pop(m) for m in dead]
+        self.rrefs.requester_gone(link)  # fetches it parked here: no one left to answer
         for p in pends:
             if self.stopped:
                 msg = f"{p.info.kind} to worker {p.to.name!r} was cancelled: RPC was shut down"
@@ -536,7 +597,10 @@ class Agent:
             with _context.serving(meta, caller):
                 try:
                     if kind == FETCH:
-                        self._reply_when_done(link, mid, info, record.value)
+                        # Parked while the value is not there yet; ends with the value, with
+                        # the link, or (if never created) after rpc_timeout: see _rref.
+                        value = self.rrefs.fetch(record, link, self.options.rpc_timeout)
+                        self._reply_when_done(link, mid, info, value)
                         return
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
                     args = tuple(args)
@@ -609,6 +673,12 @@ class Agent:
     def outstanding(self) -> int:
         return len(self._pending) + self._inflight + self.rrefs.queued_deletes
 
+    def _outstanding_detail(self) -> str:
+        return (
+            f"{len(self._pending)} call(s) waiting for a reply, {self._inflight} request(s) "
+            f"being served, {self.rrefs.queued_deletes} RRef release(s) queued"
+        )
+
     def wait_for_all_workers(self, timeout: float) -> None:
         """Graceful shutdown barrier: return once no worker has work left or in flight.
 
@@ -617,6 +687,11 @@ class Agent:
         a row with identical counts on every worker mean nothing moved in
         between. The first time that happens every worker releases the RRefs it
         still uses; the second time, everyone can stop.
+
+        Raises:
+          TimeoutError: not done within ``timeout`` seconds (0: no limit); the message
+            names the ranks that did not arrive, or this worker's own unfinished work.
+          ConnectionError: the store (rank 0) went away.
         """
         deadline = None if not timeout else time.monotonic() + timeout
         assert self.store is not None
@@ -627,14 +702,33 @@ class Agent:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(
                         f"shutdown: worker {self.name!r} still has {self.outstanding()} RPCs "
-                        f"outstanding after {timeout:g} s"
+                        f"outstanding after {timeout:g} s ({self._outstanding_detail()}); "
+                        "pass a larger timeout= to wait longer"
                     )
                 time.sleep(0.002)
-            self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-            vals, _ = self.store.wait(
-                {f"shutdown/{k}/{r}": r for r in range(self.world_size)}, left
-            )
+            keys = {f"shutdown/{k}/{r}": r for r in range(self.world_size)}
+            try:
+                if deadline is not None:
+                    # A stopped or cut-off rank 0 never answers: give up on it at the deadline.
+                    left = max(deadline - time.monotonic(), 0.001)
+                    self.store.reply_timeout = left + RPC_STORE_REPLY_GRACE_S
+                self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+                vals, _ = self.store.wait(keys, left)
+            except TimeoutError as e:
+                raise TimeoutError(
+                    f"shutdown: worker {self.name!r} waited timeout={timeout:g} s for every "
+                    f"worker to finish its work: {e} (stopped, hung, or cut off from this "
+                    "one?); pass a larger timeout= to wait longer"
+                ) from None
+            except ConnectionError as e:
+                if deadline is None or time.monotonic() < deadline:
+                    raise  # rank 0 is gone
+                raise TimeoutError(
+                    f"shutdown: worker {self.name!r} waited timeout={timeout:g} s for every "
+                    f"worker to finish its work: ranks [0] did not arrive (its rendezvous "
+                    f"store does not answer: {e}; stopped, hung, or cut off from this one?)"
+                ) from None
             cur = {r: vals.get(f"shutdown/{k}/{r}") for r in range(self.world_size)}
             if cur == prev:
                 if released:
@@ -647,8 +741,23 @@ class Agent:
                 cur = None
             prev = cur
 
-    def stop(self, *, leak_check: bool = True, graceful: bool = True) -> None:
-        """Stop serving and close every connection (local; see wait_for_all_workers)."""
+    def stop(
+        self, *, leak_check: bool = True, graceful: bool = True, deadline: float | None = None
+    ) -> None:
+        """Stop serving and close every connection (local; see wait_for_all_workers).
+
+        Every wait here is bounded, and cut short at ``deadline`` (``time.monotonic()``):
+        grpc's grace for open streams (RPC_SERVER_STOP_GRACE_S), rank 0 keeping the store
+        up for the others to leave (RPC_SHUTDOWN_EXIT_WAIT_S, graceful only), and each
+        store reply (RPC_STORE_REPLY_GRACE_S, also past the deadline: a stopped rank 0
+        costs that much once).
+        """
+
+        def left(most: float) -> float:
+            if deadline is None:
+                return most
+            return min(most, max(deadline - time.monotonic(), 0.0))
+
         with self._lock:
             self.stopped = True
             links = list(self._links.values())
@@ -667,19 +776,21 @@ class Agent:
         if self._local_server is not None:
             self._local_server.stop()
         if self._server is not None:
-            self._server.stop(RPC_SERVER_STOP_GRACE_S)
+            self._server.stop(left(RPC_SERVER_STOP_GRACE_S))
         self._deadlines.stop()
         self.rrefs.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.store is not None:
             try:
+                self.store.reply_timeout = RPC_STORE_REPLY_GRACE_S
                 self.store.add("shutdown/exit", 1)
                 if self._store_server is not None and graceful:
-                    self.store.wait_count(
-                        "shutdown/exit", self.world_size, RPC_SHUTDOWN_EXIT_WAIT_S
-                    )
+                    wait = left(RPC_SHUTDOWN_EXIT_WAIT_S)
+                    self.store.reply_timeout = wait + RPC_STORE_REPLY_GRACE_S
+                    self.store.wait_count("shutdown/exit", self.world_size, wait)
             except (ConnectionError, OSError):
                 pass
+            self.store.reply_timeout = RPC_STORE_REPLY_GRACE_S
             self.store.close(clean=graceful)
         if self._store_server is not None:
             self._store_server.close()

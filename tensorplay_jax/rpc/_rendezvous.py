@@ -45,6 +45,7 @@ from tensorplay_jax._constants import (
     RPC_STORE_AUTH_TIMEOUT_S,
     RPC_STORE_CONNECT_RETRY_S,
     RPC_STORE_MAX_LINE,
+    RPC_STORE_POLL_S,
 )
 from tensorplay_jax._secret import mac
 
@@ -291,7 +292,10 @@ class StoreServer:
             ) from e
         self._srv.state = _State(secret)
         self._thread = threading.Thread(
-            target=self._srv.serve_forever, name="tpj-rpc-store", daemon=True
+            target=self._srv.serve_forever,
+            args=(RPC_STORE_POLL_S,),  # how soon close() is noticed
+            name="tpj-rpc-store",
+            daemon=True,
         )
         self._thread.start()
 
@@ -313,6 +317,10 @@ class StoreServer:
 
 class StoreClient:
     """A connection to the store (thread-safe; one request at a time)."""
+
+    # Seconds each request waits for its reply (None: for ever); shutdown bounds it. One
+    # that runs out raises ConnectionError, and the connection reads nothing more.
+    reply_timeout: float | None = None
 
     def __init__(self, host: str, port: int, rank: int, timeout: float, secret: str) -> None:
         deadline = time.monotonic() + timeout
@@ -375,6 +383,7 @@ class StoreClient:
     def _call(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             try:
+                self._sock.settimeout(self.reply_timeout)
                 self._sock.sendall(json.dumps(req).encode() + b"\n")
                 line = self._r.readline()
             except OSError as e:

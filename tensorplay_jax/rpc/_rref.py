@@ -16,6 +16,13 @@ alive at shutdown are reported by the leak check.
 
 ``confirmed_by_owner()`` is True on the owner, and on a user once the owner has
 answered a request about it (its ``remote()`` creation, ``to_here``).
+
+A fetch (``to_here``) can reach the owner before the ``remote()`` that creates
+the value: the owner parks it until the value exists. A parked fetch ends
+when the value is set, when the requester's connection closes (nobody is left
+to answer), or, while no ``remote()`` for the id has arrived, after the
+owner's ``rpc_timeout``; so a fetch for an id never created cannot hold the
+shutdown barrier, and its placeholder record goes with it.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ import itertools
 import logging
 import queue
 import threading
+import time
 import weakref
 from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _agent as agent_mod
 from tensorplay_jax.rpc import _codec
+from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._types import WorkerInfo
 
@@ -40,12 +49,22 @@ _ID_BITS = 40
 
 
 class _OwnerRecord:
-    __slots__ = ("__weakref__", "forks", "id", "value")
+    __slots__ = ("__weakref__", "created", "fetches", "forks", "id", "value")
 
     def __init__(self, rref_id: int, value: Future) -> None:
         self.id = rref_id
         self.value = value
         self.forks: set[int] = set()
+        self.created = False  # its remote() has arrived (the value is made or being made)
+        self.fetches = 0  # parked fetches waiting for the value
+
+
+class _ParkedFetch:
+    __slots__ = ("answer", "link", "record", "timeout")
+
+    def __init__(self, record: _OwnerRecord, link: Any, timeout: float) -> None:
+        self.record, self.link, self.timeout = record, link, timeout
+        self.answer: Future = Future()
 
 
 class RRefTable:
@@ -61,6 +80,9 @@ class RRefTable:
         self._deletes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stopped = False
         self.queued_deletes = 0  # counted as outstanding work by the shutdown barrier
+        self._fetches: dict[int, _ParkedFetch] = {}  # fetches waiting for a value, by key
+        self._fetch_keys = itertools.count(1)
+        self._fetch_deadlines = agent_mod._Deadlines(self._fetch_expired, self._fetches)
         threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
 
     def new_id(self) -> int:
@@ -93,6 +115,7 @@ class RRefTable:
     def create_owned(self, rref_id: int, fork: int) -> _OwnerRecord:
         with self._lock:
             rec = self._owners.get(rref_id) or _OwnerRecord(rref_id, Future())
+            rec.created = True
         self.add_fork(rref_id, fork, rec)
         return rec
 
@@ -104,13 +127,77 @@ class RRefTable:
         """The record of ``rref_id``, or a pending one if its creating ``remote()`` call has
         not arrived yet (a user on another worker can reach the owner first, as in
         tensorplay, where the owner then waits for the value to be created). A live user
-        RRef keeps its record alive, so a missing record means "not created yet"; a wait
-        on one that never comes ends with the caller's timeout."""
+        RRef keeps its record alive, so a missing record means "not created yet"; a fetch
+        that waits on one ends as :meth:`fetch` says."""
         with self._lock:
             rec = self._owners.get(rref_id)
             if rec is None:
                 rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
             return rec
+
+    def fetch(self, record: _OwnerRecord, link: Any, timeout: float) -> Future:
+        """The Future to answer a FETCH of ``record`` from ``link`` with, once it is done.
+
+        The record's own value when it is set; else a parked fetch, which gets the value
+        when it is set, fails when ``link`` closes (:meth:`requester_gone`) and, while no
+        ``remote()`` has created the value, after ``timeout`` seconds (0: no limit).
+        """
+        with self._lock:
+            if record.value.done():
+                return record.value
+            key = next(self._fetch_keys)
+            parked = self._fetches[key] = _ParkedFetch(record, link, timeout)
+            record.fetches += 1
+        record.value.add_done_callback(lambda value: self._fetch_ready(key, value))
+        if timeout > 0:
+            self._fetch_deadlines.add(time.monotonic() + timeout, key)
+        return parked.answer
+
+    def _unpark(self, key: int, *, uncreated_only: bool = False) -> _ParkedFetch | None:
+        """Take parked fetch ``key`` (None if it has ended) and drop its record if that is a
+        placeholder nothing else needs. The caller holds the lock."""
+        parked = self._fetches.get(key)
+        if parked is None or (uncreated_only and parked.record.created):
+            return None
+        del self._fetches[key]
+        rec = parked.record
+        rec.fetches -= 1
+        if not (rec.created or rec.forks or rec.fetches) and self._owners.get(rec.id) is rec:
+            del self._owners[rec.id]
+        return parked
+
+    def _fetch_ready(self, key: int, value: Future) -> None:
+        with self._lock:
+            parked = self._unpark(key)
+        if parked is not None:
+            parked.answer._copy_from(value)
+
+    def _fetch_expired(self, key: int) -> None:
+        with self._lock:
+            parked = self._unpark(key, uncreated_only=True)  # a creation under way may run on
+        if parked is not None:
+            me = self._agent
+            parked.answer._try_set_exception(
+                RpcTimeoutError(
+                    f"fetch: RRef {parked.record.id:#x} was never created on worker {me.name!r} "
+                    f"(rank {me.rank}): no remote() made it within its "
+                    f"rpc_timeout={parked.timeout:g} s (was it deleted already, or made in "
+                    "another RPC session?)"
+                )
+            )
+
+    def requester_gone(self, link: Any) -> None:
+        """``link`` closed: end its parked fetches (their answers have nowhere to go)."""
+        with self._lock:
+            keys = [k for k, p in self._fetches.items() if p.link is link]
+            gone = [p for p in map(self._unpark, keys) if p is not None]
+        for parked in gone:
+            parked.answer._try_set_exception(
+                RpcPeerError(
+                    f"fetch: RRef {parked.record.id:#x}: the requester {link.peer!r} "
+                    "disconnected while it waited"
+                )
+            )
 
     def owned_ids(self) -> list[int]:
         with self._lock:
@@ -152,6 +239,7 @@ class RRefTable:
     def stop(self) -> None:
         self._stopped = True
         self._deletes.put(None)
+        self._fetch_deadlines.stop()
 
 
 def _agent_for(what: str) -> Any:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
+from tensorplay_jax._constants import RPC_SHUTDOWN_TIMEOUT_S
 from tensorplay_jax.rpc import _agent
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
@@ -192,22 +194,33 @@ def get_debug_info() -> dict[str, Any]:
     }
 
 
-def shutdown(graceful: bool = True, timeout: float = 0) -> None:
+def shutdown(graceful: bool = True, timeout: float = -1) -> None:
     """Stop RPC on this worker.
 
     Args:
       graceful: first wait until every worker's outstanding work (calls in
         flight, RRef releases) is done, then all stop together. Workers that
         died are skipped.
-      timeout: seconds for the graceful wait (0 = no limit).
+      timeout: seconds for the whole shutdown, stopping included; -1 = the
+        default, ``RPC_SHUTDOWN_TIMEOUT_S`` (60 s, tensorplay's default RPC
+        timeout); 0 = no limit on the graceful wait (stopping stays bounded).
 
     Raises:
       RpcNotInitializedError: RPC is not initialized.
+      TimeoutError: the graceful wait ran out of time; the message names the
+        ranks that did not arrive (stopped, hung or cut off), or this worker's
+        own unfinished work. This worker is stopped all the same.
+
+    Example:
+      >>> rpc.shutdown(timeout=30)  # doctest: +SKIP
     """
     with _init_lock:
         agent = _agent.current_agent()
         if agent is None:
             raise not_initialized("shutdown")
+        if timeout is None or timeout < 0:
+            timeout = RPC_SHUTDOWN_TIMEOUT_S
+        deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
             if graceful:
                 try:
@@ -221,4 +234,4 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
                     )
         finally:
             _agent.set_current(None)
-            agent.stop(graceful=graceful)
+            agent.stop(graceful=graceful, deadline=deadline)
