@@ -86,17 +86,22 @@ class ShmEngine:
     """Collectives of one group whose members share a host.
 
     Created collectively by every member (group index 0 makes the segments and
-    publishes their names through the coordination service).
+    publishes their names: the control segment's through the coordination service,
+    signed with the job secret; the data segment's in the control segment). The
+    others map a segment only after ``Segment.attach`` has checked that it is one.
 
     Args:
       key: a coordination-service key prefix unique to this group.
       ranks: the members' global ranks; ``me`` is this process's index in it.
       timeout_s: the deadline of every wait.
+      fn: the public function creating the group (named in errors).
     """
 
     name = "shm"
 
-    def __init__(self, key: str, ranks: tuple[int, ...], me: int, timeout_s: float):
+    def __init__(
+        self, key: str, ranks: tuple[int, ...], me: int, timeout_s: float, fn: str = "new_group"
+    ):
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
         n = self.n
         self.dlen = _descriptor.length(n)
@@ -107,8 +112,8 @@ class ShmEngine:
             self.ctrl_seg = Segment.create("ctrl", size)
             _kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
         else:
-            path = _kv.get(f"{key}/ctrl", timeout_s).decode()
-            self.ctrl_seg = Segment(path, size, create=False)
+            path = _kv.get(f"{key}/ctrl", timeout_s, fn).decode(errors="replace")
+            self.ctrl_seg = Segment.attach(path, size, fn)
         buf = self.ctrl_seg.buf
         words_view = buf[: words * 8].view(np.int64)
         self.ticks = words_view[:n]
@@ -249,7 +254,7 @@ class ShmEngine:
         if self.me != 0:
             raw = bytes(self.path_area).split(b"\0", 1)[0]
             cap = int(self.meta[1])
-            seg = Segment(raw.decode(), cap * self.n, create=False)
+            seg = Segment.attach(raw.decode(errors="replace"), cap * self.n, fn)
         old, self.data = self.data, seg
         self.slots = None
         if old is not None:

@@ -8,7 +8,9 @@ gloo (``jax_cpu_collectives_implementation``), on GPU through NCCL.
 
 Before each program the members swap descriptors through the coordination
 service with the group's deadline: a missing peer or a mismatched shape raises
-here, on every rank, instead of blocking inside the XLA program.
+here, on every rank, instead of blocking inside the XLA program. Descriptors are
+signed with the job secret (``_kv``): one that an outsider wrote, or moved from
+another key, is refused before the program runs.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ class XlaEngine:
             if j == self.me:
                 continue
             try:
-                raw = _kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()))
+                raw = _kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()), fn)
             except _kv.KVTimeout:
                 late = [self.ranks[i] for i in peers if i != self.me]
                 late = [
@@ -166,6 +168,15 @@ class XlaEngine:
                     f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) {late} "
                     "to join the collective (a peer is missing, stuck or made different calls)"
                 ) from None
+            except _kv.ForgedValue:
+                self.broken = f"{fn}: a descriptor not signed with the job secret"
+                raise
+            if len(raw) != desc.nbytes:
+                self.broken = f"{fn}: a malformed descriptor"
+                raise ValueError(
+                    f"{fn}: rank {self.ranks[j]}'s descriptor has {len(raw)} bytes, expected "
+                    f"{desc.nbytes}; are all ranks running the same tensorplay_jax version?"
+                )
             descs[j] = np.frombuffer(raw, np.int64)
         if self.seq > 2:  # everyone has read our key of two calls ago
             _kv.delete(f"{self.key}/{self.seq - 2}/{self.me}")

@@ -1,19 +1,32 @@
 """The one wrapper around JAX's coordination service (private ``jax._src.distributed``).
 
-Process groups use the coordination service that ``jax.distributed.initialize``
-starts for three things: a key-value store (rendezvous of shared-memory segments,
-per-call shape descriptors of the XLA engine), barriers with a timeout, and the
-runtime's own state. Nothing else in the package touches ``jax._src.distributed``.
+Process groups use the coordination service for three things: a key-value store
+(rendezvous of shared-memory segments, per-call shape descriptors of the XLA
+engine), barriers with a timeout, and the runtime's own state.
+:func:`start_runtime` starts that runtime the way ``jax.distributed.initialize``
+does, except that the service runs in a process of its own (see ``_coordinator``)
+and the client's shutdown is bounded by the group's timeout. Nothing else in the
+package touches ``jax._src.distributed``.
+
+The store has no authentication: anyone who reaches the coordinator port can read,
+write and delete any key. So every value written here carries an HMAC-SHA256 of
+the key and the value under the job secret (``tensorplay_jax._secret``), and
+:func:`get` refuses, with :class:`ForgedValue`, a value without a valid one; a value
+cannot be moved to another key either, since the key is part of what is signed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 from collections.abc import Sequence
 
 from jax._src import distributed as _jax_distributed
 
+from tensorplay_jax import _secret
+
 __all__ = [
+    "ForgedValue",
     "KVTimeout",
     "barrier",
     "delete",
@@ -22,11 +35,23 @@ __all__ = [
     "missing",
     "runtime_rank_and_size",
     "set",
+    "start_runtime",
+    "use_secret",
 ]
 
 
 class KVTimeout(TimeoutError):
     """A key or barrier of the coordination service did not arrive in time."""
+
+
+class ForgedValue(RuntimeError):
+    """A value in the coordination store is not signed with this job's secret."""
+
+
+_MAGIC = b"tpj1"  # format tag of a signed value: MAGIC + HMAC(32 bytes) + payload
+_MAC_LEN = 32
+_SECRET: str | None = None
+_COORDINATOR = None  # rank 0: the coordinator's subprocess.Popen (it outlives this process)
 
 
 def _client():
@@ -40,7 +65,7 @@ def _client():
 
 
 def is_runtime_initialized() -> bool:
-    """Whether ``jax.distributed.initialize`` has run in this process."""
+    """Whether the JAX distributed runtime is up in this process."""
     return _jax_distributed.global_state.client is not None
 
 
@@ -50,23 +75,112 @@ def runtime_rank_and_size() -> tuple[int, int]:
     return state.process_id, state.num_processes
 
 
+def start_runtime(
+    address: str,
+    bind: str,
+    rank: int,
+    world_size: int,
+    *,
+    init_timeout_s: int,
+    heartbeat_s: int,
+    shutdown_timeout_s: int,
+    local_device_ids: list[int] | None = None,
+) -> None:
+    """Start JAX's multi-process runtime, as ``jax.distributed.initialize`` would.
+
+    Rank 0 first starts the coordination service in its own process, listening on
+    ``bind`` (see ``_coordinator``); every rank then connects to ``address``.
+
+    Raises:
+      RuntimeError: JAX already ran a computation in this process, the service
+        could not start, or not every rank connected within ``init_timeout_s``.
+    """
+    from jax._src import config, xla_bridge
+    from jax._src.lib import _jax
+
+    from tensorplay_jax.distributed import _coordinator
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            "init_process_group: JAX already ran a computation in this process; call "
+            "init_process_group(...) before any JAX work (jax.distributed needs that)."
+        )
+    global _COORDINATOR
+    state = _jax_distributed.global_state
+    if rank == 0:
+        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
+    if local_device_ids:
+        visible = ",".join(str(i) for i in local_device_ids)
+        config.update("jax_cuda_visible_devices", visible)
+        config.update("jax_rocm_visible_devices", visible)
+    client = _jax.get_distributed_runtime_client(
+        address,
+        rank,
+        init_timeout=init_timeout_s,
+        heartbeat_timeout=heartbeat_s,
+        shutdown_timeout=shutdown_timeout_s,
+        use_compression=True,
+    )
+    client.connect()
+    state.coordinator_address = address
+    state.process_id = rank
+    state.num_processes = world_size
+    state.client = client
+    state.initialize_preemption_sync_manager()
+
+
+def use_secret(secret: str) -> None:
+    """Sign and check every value from now on with ``secret`` (the job secret)."""
+    global _SECRET
+    _SECRET = secret
+
+
+def _mac(key: str, payload: bytes) -> bytes:
+    if _SECRET is None:
+        raise RuntimeError("tensorplay_jax.distributed._kv: no job secret (call use_secret)")
+    return _secret.mac(_SECRET, b"tpjax-kv\0" + key.encode() + b"\0", payload)
+
+
+def _open(fn: str, key: str, raw: bytes) -> bytes:
+    """The payload of the signed value ``raw`` stored under ``key``, or ForgedValue."""
+    head = len(_MAGIC) + _MAC_LEN
+    if raw[: len(_MAGIC)] == _MAGIC and len(raw) >= head:
+        payload = raw[head:]
+        if hmac.compare_digest(raw[len(_MAGIC) : head], _mac(key, payload)):
+            return payload
+    raise ForgedValue(
+        f"{fn}: refused the value of coordination-store key {key!r}: it is not signed with "
+        "this job's secret. Either the ranks were started with different secrets (set the "
+        f"same {_secret.SECRET_ENV} or {_secret.SECRET_FILE_ENV} for every rank, or pass "
+        "the same secret=), or something other than this job's ranks wrote it: anyone who "
+        "can reach the coordinator port (MASTER_PORT + 1) can write to this store."
+    )
+
+
 def set(key: str, value: bytes) -> None:
-    """Store ``value`` under ``key`` (overwriting)."""
-    _client().key_value_set_bytes(key, value, allow_overwrite=True)
+    """Store ``value`` under ``key`` (overwriting), signed with the job secret."""
+    _client().key_value_set_bytes(key, _MAGIC + _mac(key, value) + value, allow_overwrite=True)
 
 
-def get(key: str, timeout_s: float) -> bytes:
-    """Wait up to ``timeout_s`` for ``key`` and return its value.
+def get(key: str, timeout_s: float, fn: str = "init_process_group") -> bytes:
+    """Wait up to ``timeout_s`` for ``key``; return its value once its signature checks.
+
+    Args:
+      key: the key.
+      timeout_s: how long to wait for it to appear.
+      fn: the public function asking (named in errors).
 
     Raises:
       KVTimeout: the key did not appear in time.
+      ForgedValue: the value there is not signed with this job's secret.
     """
     try:
-        return _client().blocking_key_value_get_bytes(key, max(1, int(timeout_s * 1000)))
+        raw = _client().blocking_key_value_get_bytes(key, max(1, int(timeout_s * 1000)))
     except Exception as e:  # the service raises XlaRuntimeError / JaxRuntimeError
         if "DEADLINE_EXCEEDED" in str(e) or "timed out" in str(e).lower():
             raise KVTimeout(f"key {key!r} did not appear within {timeout_s:.3g}s") from e
         raise
+    return _open(fn, key, raw)
 
 
 def missing(keys: Sequence[str]) -> list[str]:
@@ -86,18 +200,17 @@ def delete(key: str) -> None:
         _client().key_value_delete(key)
 
 
-def barrier(barrier_id: str, timeout_s: float, process_ids: Sequence[int] | None) -> None:
-    """Block until every process in ``process_ids`` (all if None) reaches ``barrier_id``.
+def barrier(barrier_id: str, timeout_s: float, process_ids: Sequence[int]) -> None:
+    """Block until every process in ``process_ids`` reaches ``barrier_id``.
+
+    The ids are always explicit: the coordinator's own process is a task of the
+    cluster too, and never arrives at a barrier.
 
     Raises:
       KVTimeout: a process did not arrive within ``timeout_s``.
     """
     try:
-        _client().wait_at_barrier(
-            barrier_id,
-            max(1, int(timeout_s * 1000)),
-            None if process_ids is None else list(process_ids),
-        )
+        _client().wait_at_barrier(barrier_id, max(1, int(timeout_s * 1000)), list(process_ids))
     except Exception as e:
         if "DEADLINE_EXCEEDED" in str(e) or "timed out" in str(e).lower():
             raise KVTimeout(f"barrier {barrier_id!r} timed out after {timeout_s:.3g}s") from e

@@ -11,6 +11,14 @@ owns an *engine* that moves its data (see ``_engine_shm`` and ``_engine_xla``):
 
 ``engine="auto"`` (the default) picks ``"shm"`` where it applies, else ``"xla"``.
 Point-to-point ``send``/``recv`` always run as XLA programs over the pair.
+
+The runtime's coordination service runs in a small process that rank 0 starts
+(``_coordinator``), so that a rank that outlives a dead peer, rank 0 included,
+raises within the group's timeout and then exits at once with its own status:
+it neither waits at JAX's shutdown barrier for the dead peer nor is aborted by
+JAX's runtime. For a same-host job (loopback ``MASTER_ADDR``) the service listens
+on loopback only, and every value the group puts in its key-value store is signed
+with the job secret (``tensorplay_jax._secret``); see ``_kv``.
 """
 
 from __future__ import annotations
@@ -24,10 +32,13 @@ from typing import Any
 
 import jax
 
+from tensorplay_jax import _secret
 from tensorplay_jax._constants import (
     DEFAULT_INIT_METHOD,
     DEFAULT_PG_TIMEOUT_S,
     PG_COORDINATOR_PORT_OFFSET,
+    PG_HEARTBEAT_MAX_S,
+    PG_HEARTBEAT_MIN_S,
 )
 from tensorplay_jax.distributed import _kv
 
@@ -184,6 +195,7 @@ def init_process_group(
     rank: int = -1,
     *,
     engine: str | None = None,
+    secret: str | None = None,
 ) -> None:
     """Start the JAX multi-process runtime and the default process group.
 
@@ -195,17 +207,23 @@ def init_process_group(
         plugin is installed and ``JAX_PLATFORMS`` is not ``cpu``, else gloo.
       init_method: ``"env://"`` (``MASTER_ADDR``/``MASTER_PORT``, the default) or
         ``"tcp://host:port"``. The JAX coordinator listens on port + 1 (the RPC
-        store owns the port itself).
+        store owns the port itself), on loopback only when host is loopback.
       timeout: seconds (or a timedelta) any wait may take before it raises; default
         300 s.
       world_size: number of processes (default: ``WORLD_SIZE``).
       rank: this process's rank (default: ``RANK``).
       engine: ``"auto"``, ``"shm"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
         or auto): how groups move data; see the module docstring.
+      secret: the job secret that signs the group's values in the coordination
+        store; default: ``TENSORPLAY_JAX_RPC_SECRET``, ``TENSORPLAY_JAX_RPC_SECRET_FILE``,
+        or for a same-host job the per-user secret file (``tensorplay_jax._secret``).
 
     Raises:
-      RuntimeError: already initialized, or JAX computations already ran.
-      ValueError: a bad backend, init_method, rank, world_size or engine.
+      RuntimeError: already initialized, JAX computations already ran, or the
+        coordination service could not start; ``_kv.ForgedValue`` (a RuntimeError)
+        when a value in the store is not signed with this job's secret.
+      ValueError: a bad backend, init_method, rank, world_size or engine, or a job
+        that spans hosts without a secret.
 
     Example:
       >>> import tensorplay_jax.distributed as dist
@@ -226,6 +244,7 @@ def init_process_group(
         raise ValueError(f"{fn}: engine={engine!r} is not one of {ENGINES}.")
     timeout_s = _timeout_s(fn, timeout)
     host, port, rank, world_size = _rendezvous(init_method or DEFAULT_INIT_METHOD, rank, world_size)
+    _kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
 
     if _kv.is_runtime_initialized():
         have = _kv.runtime_rank_and_size()
@@ -249,15 +268,32 @@ def init_process_group(
     _EPOCH += 1
     prefix = f"tpjax/pg/{_EPOCH}"
     _kv.set(f"{prefix}/host/{rank}", _host_id().encode())
-    hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s).decode() for r in range(world_size)]
+    hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
     _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
     try:
-        _WORLD.world = _make_group(tuple(range(world_size)))
-        _kv.barrier(f"{prefix}/init", timeout_s, None)
+        _WORLD.world = _make_group(tuple(range(world_size)), fn=fn)
+        _kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
     except BaseException:
         _close_all()
         _WORLD = None
         raise
+
+
+def _hostport(host: str, port: int) -> str:
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind_address(host: str, port: int) -> str:
+    """Where the coordinator listens: loopback only for a same-host job, else everywhere.
+
+    ``JAX_COORDINATOR_BIND_ADDRESS`` overrides it, as it does for ``jax.distributed``.
+    """
+    if os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        return os.environ["JAX_COORDINATOR_BIND_ADDRESS"]
+    if _secret.is_loopback(host):
+        return _hostport(host, port)
+    return f"[::]:{port}"
 
 
 def _start_runtime(
@@ -272,21 +308,17 @@ def _start_runtime(
     local = None
     if backend == "nccl" and "LOCAL_RANK" in os.environ:
         local = [int(os.environ["LOCAL_RANK"])]
-    try:
-        jax.distributed.initialize(
-            coordinator_address=f"{host}:{port + PG_COORDINATOR_PORT_OFFSET}",
-            num_processes=world_size,
-            process_id=rank,
-            local_device_ids=local,
-            initialization_timeout=max(1, int(timeout_s)),
-        )
-    except RuntimeError as e:
-        if "must be called before" in str(e):
-            raise RuntimeError(
-                "init_process_group: JAX already ran a computation in this process; call "
-                "init_process_group(...) before any JAX work (jax.distributed needs that)."
-            ) from e
-        raise
+    wait_s = max(1, int(timeout_s))
+    _kv.start_runtime(
+        _hostport(host, port + PG_COORDINATOR_PORT_OFFSET),
+        _bind_address(host, port + PG_COORDINATOR_PORT_OFFSET),
+        rank,
+        world_size,
+        init_timeout_s=wait_s,
+        heartbeat_s=min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
+        shutdown_timeout_s=wait_s,
+        local_device_ids=local,
+    )
 
 
 def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
@@ -304,7 +336,9 @@ def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
     return "shm" if w.backend == "gloo" and same_host else "xla"
 
 
-def _make_group(ranks: tuple[int, ...], engine: str | None = None) -> ProcessGroup:
+def _make_group(
+    ranks: tuple[int, ...], engine: str | None = None, fn: str = "new_group"
+) -> ProcessGroup:
     from tensorplay_jax.distributed._engine_shm import ShmEngine
     from tensorplay_jax.distributed._engine_xla import XlaEngine
 
@@ -316,7 +350,7 @@ def _make_group(ranks: tuple[int, ...], engine: str | None = None) -> ProcessGro
         me = ranks.index(w.rank)
         key = f"{w.prefix}/g{gid}"
         if _engine_for(ranks, engine) == "shm":
-            g.engine = ShmEngine(key, ranks, me, w.timeout_s)
+            g.engine = ShmEngine(key, ranks, me, w.timeout_s, fn)
         else:
             g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
     w.groups.append(g)

@@ -2,9 +2,12 @@
 
 A segment is a file in ``/dev/shm`` mapped by every rank of a group; its name is
 unlinked as soon as every rank has mapped it, so nothing is left behind when a
-process dies. Ranks synchronise through a row of int64 counters per rank in a
-control segment (:class:`TickBarrier`): x86-64 keeps stores in order, so data
-written before a counter is visible to a rank that has seen the counter.
+process dies. A rank maps a segment that a peer made only after checking that it
+is one this user's ranks would make (:meth:`Segment.attach`): the name reaches it
+through the coordination store, which outsiders can write to. Ranks synchronise
+through a row of int64 counters per rank in a control segment (:class:`TickBarrier`):
+x86-64 keeps stores in order, so data written before a counter is visible to a
+rank that has seen the counter.
 Every wait has a deadline and checks that the peers' processes still live.
 """
 
@@ -12,11 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import math
 import mmap
 import os
 import platform
+import re
 import secrets
+import stat
 import sys
 import tempfile
 import time
@@ -46,27 +52,72 @@ def shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
-class Segment:
-    """A file-backed shared mapping of ``size`` bytes."""
+_NAME = re.compile(r"tpjax-(ctrl|data)-[0-9]+-[0-9a-f]{12}")  # what Segment.create names
 
-    def __init__(self, path: str, size: int, *, create: bool):
+
+class Segment:
+    """A file-backed shared mapping of ``size`` bytes (from :meth:`create` or :meth:`attach`)."""
+
+    def __init__(self, path: str, size: int, fd: int):
         self.path = path
         self.size = size
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o600)
-        try:
-            if create:
-                os.ftruncate(fd, size)
-            self.mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self.mm = mmap.mmap(fd, size)
         self.buf = np.frombuffer(self.mm, dtype=np.uint8)
 
     @classmethod
     def create(cls, tag: str, size: int) -> Segment:
-        """A new segment with a fresh random name."""
+        """A new segment with a fresh random name, readable by this user only."""
         path = os.path.join(shm_dir(), f"tpjax-{tag}-{os.getpid()}-{secrets.token_hex(6)}")
-        return cls(path, size, create=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            return cls(path, size, fd)
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def attach(cls, path: str, size: int, fn: str) -> Segment:
+        """Map a segment that a peer rank made, once it is certain to be one.
+
+        It must have the name :meth:`create` gives, lie in :func:`shm_dir`, be a
+        regular file (not a symbolic link) of exactly ``size`` bytes, belong to this
+        user and be closed to others (mode 600).
+
+        Raises:
+          PermissionError: ``path`` fails one of these checks (named in the message).
+        """
+
+        def refuse(why: str):
+            raise PermissionError(
+                f"{fn}: refused the shared-memory segment {path!r}: {why}. Segment names "
+                "reach a rank through the coordination store, which anything that reaches "
+                "the coordinator port can write to; only this job's ranks (this user) make "
+                "segments."
+            )
+
+        if not _NAME.fullmatch(os.path.basename(path)):
+            refuse("its name is not a tensorplay_jax segment's (tpjax-<ctrl|data>-<pid>-<hex>)")
+        if os.path.dirname(path) != shm_dir():
+            refuse(f"it is not in {shm_dir()}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                refuse("it is a symbolic link")
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                refuse("it is not a regular file")
+            if st.st_uid != os.getuid():
+                refuse(f"it belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})")
+            if st.st_mode & 0o077:
+                refuse(f"it has mode {stat.S_IMODE(st.st_mode):o}; this user's segments have 600")
+            if st.st_size != size:
+                refuse(f"it has {st.st_size} bytes, expected {size}")
+            return cls(path, size, fd)
+        finally:
+            os.close(fd)
 
     def unlink(self) -> None:
         """Remove the name (mappings stay valid)."""
