@@ -170,7 +170,7 @@ class _Pool(concurrent.futures.Executor):
                     fut.set_result(fn(*args, **kwargs))
                 except BaseException as e:
                     fut.set_exception(e)
-            item = fut = None  # hold nothing while idle
+            item = fut = fn = args = kwargs = None  # hold nothing while idle
             self._idle.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

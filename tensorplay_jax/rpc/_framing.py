@@ -8,24 +8,32 @@ codec's msgpack header, and raw array buffers. One stream packet is one of
   messages queued together go out together, which is what makes pipelined
   calls cheap;
 - ``BEGIN``: ``b"\\x02"``, ``u64 transfer id``, then a serialised message
-  without its buffer bytes: the receiver allocates 64-byte aligned buffers;
+  without its buffer bytes (their sizes are in its prelude);
 - ``CHUNK``: ``b"\\x03"``, ``u64 transfer id``, ``u32 buffer index``,
-  ``u64 offset``, then up to ``RPC_CHUNK_BYTES`` of that buffer.
+  ``u64 offset``, then up to ``RPC_CHUNK_BYTES`` of that buffer. A transfer's
+  chunks come in order: buffer by buffer, each from offset 0 on.
 
 The sender interleaves chunks of large messages with batches of small ones so
 a large transfer does not hold up small calls, and makes chunks lazily, so a
 large message costs about one chunk of extra memory on the sending side and
-its final buffer (plus one chunk) on the receiving side. Nothing here knows
-about msgpack or grpc.
+its final buffer (plus one chunk) on the receiving side.
+
+The receiver's memory follows the bytes that arrive, never the sizes a peer
+declares: a buffer is allocated when its first chunk comes (64-byte aligned;
+exactly its size when that chunk holds all of it), or, for a peer that sends
+smaller pieces, once ``_STAGE_BYTES`` of it came; a large buffer is a mapping
+whose pages are taken chunk by chunk. Nothing here knows about msgpack or grpc.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import itertools
 import mmap
 import queue
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -43,6 +51,15 @@ _CHUNK_HDR = struct.Struct("<BQIQ")
 _ALIGN = 64
 _POPULATE_MIN = 1 << 20
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+# A buffer whose first chunk does not hold all of it is allocated once this much of it
+# came (until then its bytes wait in a small staging buffer): the sender's chunks
+# (RPC_CHUNK_BYTES) are larger, so this only slows a peer that sends tiny pieces.
+_STAGE_BYTES = 64 << 10
+# Linux >= 5.14 (the value is Linux's; Python 3.11's mmap module does not name it):
+# takes a range's pages at once, as MAP_POPULATE does for a whole mapping.
+_MADV_POPULATE_WRITE = getattr(
+    mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None
+)
 
 
 class FramingError(ValueError):
@@ -206,8 +223,85 @@ def _aligned(n: int) -> np.ndarray:
     return raw[off : off + n]
 
 
+def _lazy(n: int) -> tuple[np.ndarray, mmap.mmap]:
+    """A writable, page-aligned buffer of n bytes that takes no memory until written.
+
+    Raises:
+      FramingError: no mapping of n bytes can be made here.
+    """
+    try:
+        m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, OverflowError) as e:
+        raise FramingError(f"cannot receive a buffer of {n} bytes: {e}") from None
+    return np.frombuffer(m, dtype=np.uint8), m
+
+
+def _populate(m: mmap.mmap, start: int, stop: int) -> None:
+    """Take the pages of ``m[start:stop]`` in one call (cheaper than a fault per page)."""
+    global _MADV_POPULATE_WRITE
+    if _MADV_POPULATE_WRITE is None:
+        return
+    start -= start % mmap.PAGESIZE
+    try:
+        m.madvise(_MADV_POPULATE_WRITE, start, stop - start)
+    except OSError as e:  # only advice: the copy faults in what is not there
+        if e.errno == errno.EINVAL:  # a kernel before 5.14
+            _MADV_POPULATE_WRITE = None
+
+
 class _Partial:
-    __slots__ = ("buffers", "env", "header", "remaining")
+    """A message whose buffers are arriving: buffer ``index`` has ``offset`` bytes so far.
+
+    Its bytes go into ``dst`` (a mapping ``map`` when it came before all of the
+    buffer did) or, while fewer than ``_STAGE_BYTES`` came, wait in ``staged``.
+    """
+
+    __slots__ = ("buffers", "dst", "env", "header", "index", "map", "offset", "sizes", "staged")
+
+    def __init__(self, env: bytes, header: bytes, sizes: list[int]) -> None:
+        self.env, self.header, self.sizes = env, header, sizes
+        self.buffers: list[np.ndarray] = []
+        self.index = self.offset = 0
+        self.dst: np.ndarray | None = None
+        self.map: mmap.mmap | None = None
+        self.staged = bytearray()
+
+    def skip_empty(self) -> bool:
+        """Move past buffers of no bytes (no chunk comes for them); True once all are here."""
+        while self.index < len(self.sizes) and self.sizes[self.index] == 0:
+            self.buffers.append(_aligned(0))
+            self.index += 1
+        return self.index == len(self.sizes)
+
+    def add(self, data: memoryview) -> bool:
+        """Take the next chunk of buffer ``index``; True once the whole message is here."""
+        n, start = self.sizes[self.index], self.offset
+        stop = start + data.nbytes
+        if self.dst is None:
+            if stop < n and stop < _STAGE_BYTES:
+                self.staged += data
+                self.offset = stop
+                return False
+            if stop == n:
+                self.dst = _aligned(n)  # all of it is here
+            else:
+                self.dst, self.map = _lazy(n)
+            if self.staged:
+                if self.map is not None:
+                    _populate(self.map, 0, start)
+                self.dst[:start] = np.frombuffer(self.staged, dtype=np.uint8)
+                self.staged = bytearray()
+        if self.map is not None:
+            _populate(self.map, start, stop)
+        self.dst[start:stop] = np.frombuffer(data, dtype=np.uint8)
+        self.offset = stop
+        if stop < n:
+            return False
+        self.buffers.append(self.dst)
+        self.dst = self.map = None
+        self.index += 1
+        self.offset = 0
+        return self.skip_empty()
 
 
 def _parse(
@@ -238,6 +332,10 @@ class Inbox:
 
     def __init__(self) -> None:
         self._partial: dict[int, _Partial] = {}
+
+    def close(self) -> None:
+        """Drop the messages still arriving (and the memory they hold)."""
+        self._partial.clear()
 
     def feed(self, packet: bytes) -> list[Message]:
         """Parse one packet; return the messages it completes.
@@ -273,11 +371,9 @@ class Inbox:
         if kind == _BEGIN:
             _, tid = _BEGIN_HDR.unpack_from(mv, 0)
             env, header, sizes, _ = _parse(mv, _BEGIN_HDR.size, False)
-            p = _Partial()
-            p.env, p.header = env, bytes(header)
-            p.buffers = [_aligned(n) for n in sizes]
-            p.remaining = sum(sizes)
-            if p.remaining == 0:
+            # Nothing is allocated for the buffers yet: only what arrives takes memory.
+            p = _Partial(env, bytes(header), sizes)
+            if p.skip_empty():
                 return [Message(p.env, p.header, p.buffers)]
             self._partial[tid] = p
             return []
@@ -286,15 +382,22 @@ class Inbox:
             p = self._partial.get(tid)
             if p is None:
                 raise FramingError(f"chunk for unknown transfer {tid}")
-            data = np.frombuffer(packet, dtype=np.uint8, offset=_CHUNK_HDR.size)
-            dst = p.buffers[index]
-            if off + data.size > dst.size:
+            data = mv[_CHUNK_HDR.size :]
+            if index != p.index or off != p.offset or not data.nbytes:
+                del self._partial[tid]
+                raise FramingError(
+                    f"chunk out of order: buffer {index} at offset {off} of transfer {tid} "
+                    f"(expected buffer {p.index} at offset {p.offset})"
+                )
+            if off + data.nbytes > p.sizes[index]:
                 del self._partial[tid]
                 raise FramingError(f"chunk past the end of buffer {index} of transfer {tid}")
-            dst[off : off + data.size] = data
-            p.remaining -= data.size
-            if p.remaining == 0:
+            try:
+                if not p.add(data):
+                    return []
+            except FramingError:
                 del self._partial[tid]
-                return [Message(p.env, p.header, p.buffers)]
-            return []
+                raise
+            del self._partial[tid]
+            return [Message(p.env, p.header, p.buffers)]
         raise FramingError(f"unknown packet kind {kind}")

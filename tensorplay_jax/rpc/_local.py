@@ -13,19 +13,24 @@ connection fails).
   answers ``HMAC-SHA256(secret, "client" + nonce)`` and its own nonce; the
   server checks the MAC before it reads anything else (a wrong MAC closes the
   connection; nothing was decoded), then proves the secret back the same way.
-- After that, frames: ``u64 body length``, ``u8 kind``, body. ``INLINE``
+- After that, frames: ``u64 body length``, ``u8 kind``, body. A body longer
+  than the read buffer goes into its own mapping, which grows (doubling) with
+  the bytes that arrive: a declared length takes no memory by itself. ``INLINE``
   (buffers up to 64 KiB): a ``_framing.pack_message`` message with its
   buffers. ``SHM``: ``u64 segment id``, then the message without buffer
   bytes; the buffers travel in one ``memfd`` segment (at 64-byte aligned
   offsets) passed with the frame by ``SCM_RIGHTS``. ``RELEASE``: ``u64``
   segment ids the receiver is done with.
 - Segments: the receiver maps the segment and its arrays are views on it (no
-  copy on the receiving side); once the last of them is gone it sends
+  copy on the receiving side); a segment with fewer pages written than its
+  buffers span is refused (mapping it would make the receiver allocate memory
+  for bytes that never came). Once the last of its arrays is gone it sends
   RELEASE, and the sender puts the segment in a pool of this process (up to
   ``_POOL_BYTES``) to reuse: writing into pages the kernel already allocated
   is several times faster. Every segment is a memfd, so the kernel frees it
   when no process holds a descriptor or mapping, even if a peer is killed;
-  a closed link closes the descriptors of every segment it lent.
+  a closed link closes the descriptors of every segment it lent, and drops
+  everything it holds at once (nothing keeps a dead link's buffers alive).
 - Sends go straight to the socket from the sending thread (no hand-off); if
   the socket is full, the rest waits in a backlog that the link's writer
   thread drains in order, so a send never blocks.
@@ -65,7 +70,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,7 +109,8 @@ _INLINE_BYTES = 64 << 10
 _FRAME = struct.Struct("<QB")
 _U16 = struct.Struct("<H")
 _ALIGN = 64
-_READ_BYTES = 256 << 10
+_READ_BYTES = 256 << 10  # the read buffer; a longer frame body is received on its own
+_LARGE_FIRST = 1 << 20  # a longer body's first mapping; it doubles as bytes arrive
 _WRITE_MAX = 1 << 30
 _MAX_FDS = 8
 _ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
@@ -241,8 +247,15 @@ def _map(fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any
     """
     offs = _offsets(sizes)
     try:
-        if os.fstat(fd).st_size < offs[-1]:
+        st = os.fstat(fd)
+        if st.st_size < offs[-1]:
             raise FramingError("shared-memory segment smaller than its buffers")
+        # The sender wrote every page up to the end of its last buffer. Populating pages
+        # it never wrote would allocate memory here for bytes that never came; the kernel
+        # counts a memfd's allocated pages (no extra system call: unlike SEEK_HOLE, which
+        # costs a quarter of the mapping).
+        if st.st_blocks * 512 < offs[-1]:
+            raise FramingError("shared-memory segment has fewer bytes written than its buffers")
         m = mmap.mmap(fd, offs[-1], flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(fd)
@@ -263,41 +276,65 @@ class _Reader:
         self._lo = self._hi = 0
         self.fds: collections.deque[int] = collections.deque()
 
-    def frame(self) -> tuple[int, bytes]:
+    def frame(self) -> tuple[int, bytes | mmap.mmap]:
         self._need(_FRAME.size)
         length, kind = _FRAME.unpack_from(self._buf, self._lo)
         self._lo += _FRAME.size
+        if length > _READ_BYTES:
+            return kind, self._large(length)
         self._need(length)
         body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
         self._lo += length
-        if self._lo == self._hi and len(self._buf) > 4 * _READ_BYTES:
-            self._buf, self._lo, self._hi = bytearray(_READ_BYTES), 0, 0
         return kind, body
 
     def _need(self, n: int) -> None:
+        """Have ``n`` (at most ``_READ_BYTES``) bytes buffered from ``_lo`` on."""
         if self._hi - self._lo >= n:
             return
         if self._lo + n > len(self._buf):
             live = self._buf[self._lo : self._hi]
-            if n > len(self._buf):
-                self._buf = bytearray(n + _READ_BYTES)
             self._buf[: len(live)] = live
             self._lo, self._hi = 0, len(live)
         view = memoryview(self._buf)
         while self._hi - self._lo < n:
-            if _SPIN is not None:
-                # The next frame usually comes soon (a reply, a backward's gradients):
-                # catching it awake saves a sleeping CPU's wake-up and cold caches.
-                _SPIN(self._fd, _SPIN_NS)
-            got, anc, flags, _ = self._sock.recvmsg_into([view[self._hi :]], _ANC)
-            for level, typ, data in anc:
-                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                    self.fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
-            if flags & socket.MSG_CTRUNC:
-                raise ConnectionError("passed descriptors were truncated")
-            if not got:
-                raise EOFError("stream closed")
-            self._hi += got
+            self._hi += self._recv_into(view[self._hi :])
+
+    def _large(self, n: int) -> mmap.mmap:
+        """A body of ``n`` bytes (more than the read buffer), in a mapping that grows with
+        what arrives: the declared length alone takes no memory."""
+        size = min(n, _LARGE_FIRST)
+        try:
+            m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except (OSError, OverflowError, ValueError) as e:
+            raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
+        have = self._hi - self._lo
+        m[:have] = self._buf[self._lo : self._hi]
+        self._lo = self._hi = 0
+        while have < n:
+            if have == size:
+                size = min(n, 2 * size)
+                try:
+                    m.resize(size)  # mremap: no copy, and no view may be alive
+                except (OSError, OverflowError, ValueError) as e:
+                    raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
+            have += self._recv_into(memoryview(m)[have:size])
+        return m
+
+    def _recv_into(self, view: memoryview) -> int:
+        """Receive into ``view`` (and keep passed descriptors); the byte count, never 0."""
+        if _SPIN is not None:
+            # The next frame usually comes soon (a reply, a backward's gradients):
+            # catching it awake saves a sleeping CPU's wake-up and cold caches.
+            _SPIN(self._fd, _SPIN_NS)
+        got, anc, flags, _ = self._sock.recvmsg_into([view], _ANC)
+        for level, typ, data in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                self.fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
+        if flags & socket.MSG_CTRUNC:
+            raise ConnectionError("passed descriptors were truncated")
+        if not got:
+            raise EOFError("stream closed")
+        return got
 
     def close_fds(self) -> None:
         while self.fds:
@@ -358,17 +395,22 @@ class _Watchdog:
                 log.exception("rpc: same-host watchdog error")
                 time.sleep(RPC_INLINE_CHECK_S)
 
+    def _detach_slow(self) -> None:
+        # A method of its own: its list of links is gone when it returns, so a parked
+        # watchdog keeps no closed link (and the buffers it held) alive.
+        now = time.monotonic()
+        with self._cv:
+            links = list(self._links)
+        for link in links:
+            since = link._busy_since
+            if since is not None and now - since >= RPC_INLINE_DETACH_S:
+                link._detach_busy(since)
+
     def _watch(self) -> None:
         quiet = 0.0
         while True:
             time.sleep(RPC_INLINE_CHECK_S)
-            now = time.monotonic()
-            with self._cv:
-                links = list(self._links)
-            for link in links:
-                since = link._busy_since
-                if since is not None and now - since >= RPC_INLINE_DETACH_S:
-                    link._detach_busy(since)
+            self._detach_slow()
             if self._seen or self._busy():
                 self._seen, quiet = False, 0.0
                 continue
@@ -512,12 +554,11 @@ class LocalLink:
             with self._lock:
                 self._backlog.popleft()
 
-    def _take_back(self, ids: Sequence[int]) -> None:
+    def _take_back(self, ids: Iterable[tuple[int]]) -> None:
         with self._lock:
-            segs = [self._lent.pop(i, None) for i in ids]
+            segs = [seg for (i,) in ids if (seg := self._lent.pop(i, None)) is not None]
         for seg in segs:
-            if seg is not None:
-                _pool.give(*seg)
+            _pool.give(*seg)
 
     def _start_releaser(self) -> None:
         if self._releaser is None:
@@ -639,7 +680,9 @@ class LocalLink:
                         msg = Message(msg.envelope, msg.header, bufs)
                         self._start_releaser()
                     elif kind == _RELEASE:
-                        self._take_back(struct.unpack(f"<{len(body) // 8}Q", body))
+                        if len(body) % _U64.size:
+                            raise FramingError("a RELEASE frame's length is not a multiple of 8")
+                        self._take_back(_U64.iter_unpack(body))
                         continue
                     else:
                         raise FramingError(f"unknown frame kind {kind}")
@@ -669,6 +712,7 @@ class LocalLink:
         with self._rcv:
             self._done = True
             self._threads -= 1
+            self._reader = None  # its read buffer goes now, even if something holds the link
             self._rcv.notify_all()
         _watchdog.unwatch(self)
         self._fail(reason)

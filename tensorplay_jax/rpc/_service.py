@@ -116,7 +116,13 @@ def _pump(
                 continue
             for m in msgs:
                 on_message(link, m)
+            # Hold no message (its buffers may be large) while waiting for the next packet.
+            packet = msgs = m = None
     except grpc.RpcError as e:
+        # grpc keeps the error it raised in the call's state, in a reference cycle; its
+        # traceback would keep this frame (the last packet and message) alive until the
+        # cyclic GC runs, long after the peer is gone.
+        e.__traceback__ = None
         code = e.code() if hasattr(e, "code") else None
         details = e.details() if hasattr(e, "details") else str(e)
         reason = f"{code.name if code else 'UNKNOWN'}: {details}"
@@ -130,6 +136,7 @@ def _pump(
             on_closed(link, reason)
             return
     finally:
+        inbox.close()  # the transfers the peer never finished, and the memory they hold
         link.reason = reason
     link.alive = False
     link.outbox.close()

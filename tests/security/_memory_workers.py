@@ -1,0 +1,315 @@
+"""Worker code for test_memory_bounds: a victim worker and a faulty-but-authenticated peer.
+
+Rank 0 is the victim, an RPC worker in a world of one that measures its own
+memory (``VmRSS`` and ``VmHWM`` of ``/proc/self/status``). Rank 1 holds the job
+secret (``TENSORPLAY_JAX_RPC_SECRET``) but speaks the wire format by hand, over
+``TPJ_TRANSPORT`` (``local``: the same-host socket; ``grpc``: the gRPC stream).
+They meet through marker files in ``TPJ_TMP``. The victim prints one
+``RESULT {json}`` line with what it measured (MiB, seconds); the test checks it.
+
+- :func:`declared_bytes`: the peer declares far more than it sends
+  (``TPJ_ATTACK``: ``frame``, a body length of 1 GiB or two 512 MiB gRPC
+  transfers, and a few KiB; ``segment``, a same-host frame whose 1 GiB
+  shared-memory segment the peer never wrote). ``growth``: the victim's peak
+  RSS over its baseline.
+- :func:`partial_then_gone`: the peer declares 1 GiB, sends ``SENT_MIB`` of it,
+  then closes the connection or dies (``TPJ_GONE``: ``close`` or ``kill``).
+  ``held``: RSS over the baseline before that; ``freed_after``: seconds until
+  it fell back under ``FREED_MIB``; ``link_freed_after``: seconds until the
+  victim's object for that connection was gone (no reference left to it).
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import json
+import os
+import queue
+import signal
+import socket
+import struct
+import termios
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+MIB = 1 << 20
+DECLARED = 1 << 30
+SENT_MIB = 256  # MiB that do arrive in partial_then_gone
+FREED_MIB = 96  # RSS over the baseline that counts as "freed"
+SETTLE_S = 1.0  # the victim watches its peak this long after the peer's bytes were read
+WAIT_S = 60.0  # longest wait for the other rank at any step
+POLL_S = 0.02
+
+
+def _tmp() -> Path:
+    return Path(os.environ["TPJ_TMP"])
+
+
+def _wait_for(name: str, timeout: float = WAIT_S) -> None:
+    path = _tmp() / name
+    _wait_until(path.exists, timeout, f"marker {name}")
+
+
+def _mark(name: str, text: str = "") -> None:
+    (_tmp() / f"{name}.tmp").write_text(text)
+    (_tmp() / f"{name}.tmp").rename(_tmp() / name)
+
+
+def _wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(POLL_S)
+
+
+def _status_mib(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {key} in /proc/self/status")
+
+
+# ---------------------------------------------------------------------- the victim
+
+
+def _victim(measure: Callable[[float, Any], dict[str, Any]]) -> None:
+    from tensorplay_jax.distributed import rpc
+    from tensorplay_jax.rpc import _agent
+
+    os.environ["WORLD_SIZE"] = "1"
+    rpc.init_rpc("victim", rank=0, world_size=1)
+    agent = _agent.current_agent()
+    local = agent._local_server.address if agent._local_server is not None else ""
+    base = _status_mib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM restarts from here: it catches a short-lived peak too
+    _mark("ready", json.dumps({"grpc": agent.address, "local": local}))
+    try:
+        result = measure(base, agent)
+    finally:
+        _mark("measured")
+    print("RESULT " + json.dumps({"base": round(base, 1), **result}), flush=True)
+    rpc.shutdown()
+
+
+def _measure_peak(base: float, agent: Any) -> dict[str, Any]:
+    _wait_for("sent")
+    time.sleep(SETTLE_S)
+    return {"growth": round(_status_mib("VmHWM") - base, 1)}
+
+
+def _measure_release(base: float, agent: Any) -> dict[str, Any]:
+    _wait_for("sent")
+    # The bytes were read (the peer saw its queue drain or got a later reply): they are held.
+    held = _status_mib("VmRSS") - base
+    server = agent._local_server if os.environ["TPJ_TRANSPORT"] == "local" else agent._server
+    (link,) = server._links  # the peer's connection, as the victim's server knows it
+    link_ref = weakref.ref(link)
+    del link
+    _mark("held")
+    _wait_for("gone")
+    t0 = time.monotonic()
+    freed: dict[str, float] = {}
+    while len(freed) < 2 and time.monotonic() < t0 + 10.0:
+        if "rss" not in freed and _status_mib("VmRSS") - base <= FREED_MIB:
+            freed["rss"] = round(time.monotonic() - t0, 2)
+        if "link" not in freed and link_ref() is None:
+            freed["link"] = round(time.monotonic() - t0, 2)
+        time.sleep(POLL_S)
+    return {
+        "held": round(held, 1),
+        "after": round(_status_mib("VmRSS") - base, 1),
+        "freed_after": freed.get("rss"),  # None: not within 10 s
+        "link_freed_after": freed.get("link"),
+    }
+
+
+# ---------------------------------------------------------------------- the faulty peer
+
+
+def _secret() -> str:
+    return os.environ["TENSORPLAY_JAX_RPC_SECRET"]
+
+
+def _request(mid: int) -> tuple[bytes, bytes]:
+    """A small well-formed call (envelope, header)."""
+    from tensorplay_jax.rpc import _codec
+    from tests.rpc import _targets
+
+    body = _codec.encode((_targets.add, (mid, 1), {}))
+    assert not body.buffers
+    return _codec.dumps_small([1, mid, {}]), bytes(body.header)
+
+
+class _LocalPeer:
+    """An authenticated same-host connection whose frames are written by hand."""
+
+    def __init__(self, address: str) -> None:
+        from tensorplay_jax.rpc import _local
+
+        self.replies: queue.Queue = queue.Queue()
+        self.link = _local.connect_local(
+            address,
+            peer="victim",
+            secret=_secret(),
+            me="faulty",
+            on_message=lambda link, m: self.replies.put(bytes(m.envelope)),
+            on_malformed=lambda link, e: None,
+            on_closed=lambda link, reason: None,
+        )
+        self.sock = self.link._sock
+
+    def frame(self, kind: int, length: int, body: bytes = b"", fd: int = -1) -> None:
+        from tensorplay_jax.rpc import _local
+
+        data = _local._FRAME.pack(length, kind) + body
+        if fd < 0:
+            self.sock.sendall(data)
+        else:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+            assert self.sock.sendmsg([data], anc) == len(data)
+
+    def drained(self) -> None:
+        """Wait until the victim has read everything sent (the socket's send queue is empty)."""
+
+        def unread() -> int:
+            out = fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+            return struct.unpack("i", out)[0]
+
+        _wait_until(lambda: unread() == 0, WAIT_S, "the victim reading our bytes")
+
+    def probe(self) -> None:
+        """Send a frame of no known kind and wait for the error it earns: frames are read in
+        order, so everything sent before it was read."""
+        self.frame(99, 4, b"junk")
+        self.replies.get(timeout=WAIT_S)
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class _GrpcPeer:
+    """An authenticated gRPC stream whose packets are written by hand."""
+
+    def __init__(self, address: str) -> None:
+        import grpc
+
+        from tensorplay_jax.rpc import _service
+
+        self._out: queue.Queue = queue.Queue()
+        self._channel = grpc.insecure_channel(address)
+        stream = self._channel.stream_stream(_service.METHOD_PATH)
+        md = (("tpj-secret", _secret()), ("tpj-worker", "faulty"))
+        self._call = stream(self._packets(), metadata=md, timeout=2 * WAIT_S)
+
+    def _packets(self) -> Iterator[bytes]:
+        while (p := self._out.get(timeout=2 * WAIT_S)) is not None:
+            yield p
+
+    def begin(self, tid: int, size: int) -> None:
+        from tensorplay_jax.rpc import _framing
+
+        env, header = b"\x93\x01\x00\x80", b"\xc0"
+        pre = _framing._prelude(env, header, [size])
+        self._out.put(_framing._BEGIN_HDR.pack(_framing._BEGIN, tid) + pre + env + header)
+
+    def chunk(self, tid: int, off: int, data: bytes) -> None:
+        from tensorplay_jax.rpc import _framing
+
+        self._out.put(_framing._CHUNK_HDR.pack(_framing._CHUNK, tid, 0, off) + data)
+
+    def probe(self) -> None:
+        """Send a packet of no known kind and wait for the error it earns: packets are read
+        in order, so everything sent before it was read. (A call would do too, but the
+        agent's worker pool may hold a served call's arguments, the link among them.)"""
+        self._out.put(b"\x09junk")
+        for _ in self._call:  # the call's deadline bounds this wait
+            return
+        raise AssertionError("the stream ended before the reply")
+
+    def close(self) -> None:
+        self._out.put(None)
+        self._call.cancel()
+        self._channel.close()
+
+
+def _connect() -> _LocalPeer | _GrpcPeer:
+    _wait_for("ready")
+    addresses = json.loads((_tmp() / "ready").read_text())
+    if os.environ["TPJ_TRANSPORT"] == "local":
+        return _LocalPeer(addresses["local"])
+    return _GrpcPeer(addresses["grpc"])
+
+
+def _attack_declared() -> None:
+    from tensorplay_jax.rpc import _framing, _local
+
+    peer = _connect()
+    attack = os.environ["TPJ_ATTACK"]
+    if isinstance(peer, _GrpcPeer):  # two transfers of 512 MiB, and 4 KiB of one of them
+        peer.begin(1, DECLARED // 2)
+        peer.begin(2, DECLARED // 2)
+        peer.chunk(1, 0, b"\1" * 4096)
+        peer.probe()
+    elif attack == "frame":  # a body length of 1 GiB, and 4 KiB of the body
+        peer.frame(_local._INLINE, DECLARED, b"\1" * 4096)
+        peer.drained()
+    else:  # a 1 GiB shared-memory segment with no page written
+        fd = os.memfd_create("tpj-test-sparse", os.MFD_CLOEXEC)
+        os.ftruncate(fd, DECLARED)
+        env, header = _request(7)
+        msg = _framing._prelude(env, header, [DECLARED]) + env + header
+        body = _local._U64.pack(1) + msg
+        peer.frame(_local._SHM, len(body), body, fd)
+        os.close(fd)
+        peer.probe()
+    _mark("sent")
+    _wait_for("measured")
+    peer.close()
+
+
+def _attack_partial() -> None:
+    from tensorplay_jax.rpc import _local
+
+    peer = _connect()
+    block = b"\1" * (4 * MIB)
+    if isinstance(peer, _GrpcPeer):
+        peer.begin(1, DECLARED)
+        for i in range(SENT_MIB // 4):
+            peer.chunk(1, i * len(block), block)
+        peer.probe()
+    else:
+        peer.frame(_local._INLINE, DECLARED)
+        for _ in range(SENT_MIB // 4):
+            peer.sock.sendall(block)
+        peer.drained()
+    _mark("sent")
+    _wait_for("held")
+    _mark("gone")
+    if os.environ["TPJ_GONE"] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    peer.close()
+    _wait_for("measured")
+
+
+def _run(victim: Callable[[float, Any], dict[str, Any]], attacker: Callable[[], None]) -> None:
+    if int(os.environ["RANK"]) == 0:
+        _victim(victim)
+    else:
+        attacker()
+
+
+def declared_bytes() -> None:
+    """Rank 1 declares 1 GiB and sends a few KiB; rank 0 reports its peak RSS growth."""
+    _run(_measure_peak, _attack_declared)
+
+
+def partial_then_gone() -> None:
+    """Rank 1 sends ``SENT_MIB`` of a declared 1 GiB, then goes; rank 0 times the release."""
+    _run(_measure_release, _attack_partial)
