@@ -34,6 +34,7 @@ RPC_BATCH_BYTES: int = 1 << 20  # small messages queued together are sent as one
 RPC_STORE_CONNECT_RETRY_S: float = 0.05  # pause between attempts to reach the rendezvous store
 RPC_STORE_AUTH_TIMEOUT_S: float = 10.0  # a store connection must prove the secret within this
 RPC_STORE_MAX_LINE: int = 1 << 20  # longest store request (bytes) an authenticated rank may send
+RPC_STREAM_AUTH_WINDOW_S: float = 300.0  # a gRPC stream credential is fresh this long (clock skew)
 RPC_STORE_ABORT_GRACE_S: float = 2.0  # rank 0 giving up: time for waiters to hear the cause
 # rank 0 keeps the store up this long for the others to leave
 RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0

@@ -306,6 +306,7 @@ class Agent:
             if adv in ("0.0.0.0", "::", ""):
                 adv = socket.gethostname()
         self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
+        self._server.expect_target(self.address)
         nonce = secrets.token_hex(8)
         mine = {"name": self.name, "addr": self.address, "nonce": nonce}
         if self._tls is None and _local.available():

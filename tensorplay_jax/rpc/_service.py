@@ -2,9 +2,15 @@
 
 This is the only module that imports grpc. A worker opens one stream to each
 peer it calls (``connect``); requests travel on the stream's request side and
-replies come back on its response side. Every stream carries the job secret in
-its metadata and the server checks it before it reads a single packet from
-the stream, so nothing from an unauthenticated peer is ever decoded. Packets
+replies come back on its response side. Every stream carries a credential in
+its metadata, and the server checks it before it reads a single packet from
+the stream, so nothing from an unauthenticated peer is ever decoded. The
+credential proves the job secret without carrying it (:func:`auth_metadata`):
+``HMAC(secret, target, caller, time, nonce)``, bound to the server's address,
+fresh (within ``RPC_STREAM_AUTH_WINDOW_S`` of the server's clock) and used once
+(the server remembers the nonces of that window), so someone who reads the
+traffic of a stream without TLS can neither learn the secret nor replay the
+credential to open another stream. Packets
 are raw bytes (see ``_framing``); grpc's message size limits are lifted and
 large messages are chunked anyway. TLS is optional (``TlsConfig``). Peers on
 the same host normally use ``_local`` instead; this stream is the one between
@@ -16,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import logging
+import secrets
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
@@ -24,17 +32,20 @@ from typing import Any
 
 import grpc
 
+from tensorplay_jax._constants import RPC_STREAM_AUTH_WINDOW_S
+from tensorplay_jax._secret import mac
 from tensorplay_jax.rpc._framing import FramingError, Inbox, Message, Outbox
 
-__all__ = ["METHOD_PATH", "Link", "Server", "TlsConfig", "connect"]
+__all__ = ["METHOD_PATH", "Link", "Server", "TlsConfig", "auth_metadata", "connect"]
 
 log = logging.getLogger(__name__)
 
 _SERVICE = "tensorplay_jax.rpc.Agent"
 _METHOD = "Stream"
 METHOD_PATH = f"/{_SERVICE}/{_METHOD}"  # the one stream method, for raw clients in tests
-_SECRET_KEY = "tpj-secret"
+_AUTH_KEY = "tpj-auth"
 _WORKER_KEY = "tpj-worker"
+_AUTH_ROLE = b"grpc-stream\0"
 _OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
@@ -44,6 +55,67 @@ _OPTIONS = [
     ("grpc.experimental.tcp_min_read_chunk_size", 256 << 10),
     ("grpc.experimental.tcp_max_read_chunk_size", 8 << 20),
 ]
+
+
+def _proof(secret: bytes, target: str, me: str, stamp: str, nonce: str) -> str:
+    return mac(secret, _AUTH_ROLE, "\0".join((target, me, stamp, nonce)).encode()).hex()
+
+
+def auth_metadata(secret: str, me: str, target: str) -> tuple[tuple[str, str], ...]:
+    """The metadata that opens a stream to ``target`` as ``me``: a fresh proof, not the secret.
+
+    Example:
+      >>> md = dict(auth_metadata("s3cret", "w0", "127.0.0.1:5000"))
+      >>> md["tpj-worker"], "s3cret" in md["tpj-auth"], len(md["tpj-auth"].split())
+      ('w0', False, 4)
+    """
+    stamp, nonce = str(int(time.time() * 1000)), secrets.token_hex(16)
+    proof = _proof(secret.encode(), target, me, stamp, nonce)
+    return ((_AUTH_KEY, f"v1 {stamp} {nonce} {proof}"), (_WORKER_KEY, me))
+
+
+class _Refused(Exception):
+    """A stream credential that does not check (the message goes back to the caller)."""
+
+
+class _Credentials:
+    """Checks stream credentials for one server; remembers each accepted nonce for the window."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self.target: str | None = None  # the address peers reach this server by (set at start)
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def check(self, md: dict[str, Any]) -> str:
+        """Return the caller's worker name, or raise :class:`_Refused`."""
+        raw = md.get(_AUTH_KEY, "")
+        raw = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+        parts = raw.split(" ")
+        me = str(md.get(_WORKER_KEY, ""))
+        target = self.target
+        if len(parts) != 4 or parts[0] != "v1" or target is None:
+            raise _Refused("rpc: missing or wrong job secret")
+        _, stamp, nonce, proof = parts
+        if not hmac.compare_digest(proof, _proof(self._secret, target, me, stamp, nonce)):
+            raise _Refused("rpc: missing or wrong job secret")
+        try:
+            skew = time.time() - int(stamp) / 1000
+        except ValueError:
+            raise _Refused("rpc: missing or wrong job secret") from None
+        if abs(skew) > RPC_STREAM_AUTH_WINDOW_S:
+            raise _Refused(
+                f"rpc: the caller's clock is {skew:+.0f} s off this worker's (more than "
+                f"{RPC_STREAM_AUTH_WINDOW_S:g} s); synchronise the hosts' clocks (NTP)"
+            )
+        now = time.monotonic()
+        with self._lock:
+            if nonce in self._seen:
+                raise _Refused("rpc: a stream credential was replayed")
+            if len(self._seen) > 1024:
+                self._seen = {n: t for n, t in self._seen.items() if t > now}
+            self._seen[nonce] = now + 2 * RPC_STREAM_AUTH_WINDOW_S
+        return me
 
 
 def _read(x: bytes | str | Path | None) -> bytes | None:
@@ -156,7 +228,7 @@ class Server:
         max_streams: int,
         tls: TlsConfig | None = None,
     ) -> None:
-        self._secret = secret.encode()
+        self._credentials = _Credentials(secret.encode())
         self._on_message = on_message
         self._on_malformed = on_malformed
         self._on_closed = on_closed
@@ -193,6 +265,10 @@ class Server:
         self._server.start()
         return bound
 
+    def expect_target(self, address: str) -> None:
+        """The address the other workers reach this server by (credentials are bound to it)."""
+        self._credentials.target = address
+
     def stop(self, grace: float) -> None:
         with self._lock:
             links = list(self._links)
@@ -202,12 +278,13 @@ class Server:
 
     def _stream(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
         md = dict(context.invocation_metadata())
-        given = md.get(_SECRET_KEY, "")
-        given = given.encode() if isinstance(given, str) else bytes(given)
-        if not hmac.compare_digest(given, self._secret):
+        try:
+            peer = self._credentials.check(md)
+        except _Refused as e:
             # Reject before reading (let alone decoding) anything the peer sent.
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "rpc: missing or wrong job secret")
-        link = Link(str(md.get(_WORKER_KEY, context.peer())), Outbox())
+            log.warning("rpc: refused a gRPC stream from %s: %s", context.peer(), e)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+        link = Link(peer or context.peer(), Outbox())
         with self._lock:
             self._links.add(link)
 
@@ -252,7 +329,7 @@ def connect(
         channel = grpc.secure_channel(target, creds, options=options)
     link = Link(peer, Outbox())
     stub = channel.stream_stream(METHOD_PATH)
-    call = stub(link.outbox.packets(), metadata=((_SECRET_KEY, secret), (_WORKER_KEY, me)))
+    call = stub(link.outbox.packets(), metadata=auth_metadata(secret, me, target))
     link._call = call
 
     def on_closed_and_release(link: Link, reason: str) -> None:

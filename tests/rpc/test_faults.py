@@ -103,7 +103,8 @@ RAW = script(
         good = request(2, T.touch, str(tmp / "auth-marker"))
         valid = request(3, T.add, 40, 2)
         garbage = [b"\\x01\\xff\\xff\\xff\\xff", b"\\x07junk", valid[:-3], b"\\x01" + b"\\0" * 12]
-        md = (("tpj-secret", os.environ["TENSORPLAY_JAX_RPC_SECRET"]), ("tpj-worker", "raw"))
+        secret = os.environ["TENSORPLAY_JAX_RPC_SECRET"]
+        md = _service.auth_metadata(secret, "raw", (tmp / "addr").read_text())
         out = replies([garbage[0], garbage[1], garbage[2], garbage[3], good, valid], md, 6)
         errs = [(env, val) for env, val in out if env[0] == 17]
         oks = {env[1]: val for env, val in out if env[0] == 16}

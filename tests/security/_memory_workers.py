@@ -205,7 +205,7 @@ class _GrpcPeer:
         self._out: queue.Queue = queue.Queue()
         self._channel = grpc.insecure_channel(address)
         stream = self._channel.stream_stream(_service.METHOD_PATH)
-        md = (("tpj-secret", _secret()), ("tpj-worker", "faulty"))
+        md = _service.auth_metadata(_secret(), "faulty", address)
         self._call = stream(self._packets(), metadata=md, timeout=2 * WAIT_S)
 
     def _packets(self) -> Iterator[bytes]:
