@@ -549,10 +549,16 @@ class Agent:
             self.activity += 1
         try:
             if kind in (FORK_ADD, FORK_DEL):
+                if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
+                    raise _codec.DecodeError(
+                        f"{_KIND_NAMES[kind]}: expected an RRef id and a fork id, "
+                        f"got {extra!r:.200}"
+                    )
+                # An id never created leaves nothing for ever: see _rref.
                 if kind == FORK_ADD:
-                    self.rrefs.add_fork(extra[0], extra[1])
+                    self.rrefs.add_fork(extra[0], extra[1], sender=caller)
                 else:
-                    self.rrefs.del_fork(extra[0], extra[1])
+                    self.rrefs.del_fork(extra[0], extra[1], sender=caller)
                 self._send_ok(link, mid, None, {})
                 self._done_serving()
                 return

@@ -21,10 +21,20 @@ connection fails).
   bytes; the buffers travel in one ``memfd`` segment (at 64-byte aligned
   offsets) passed with the frame by ``SCM_RIGHTS``. ``RELEASE``: ``u64``
   segment ids the receiver is done with.
+- Passed descriptors: the sender passes a segment's with the first byte of its
+  frame, and ``recvmsg`` returns no bytes past the first message that carried
+  descriptors, so a descriptor belongs to the last frame that starts among the
+  bytes its ``recvmsg`` returned. The reader gives it to that frame if it is
+  an ``SHM`` frame and closes it otherwise (once a later frame starts past
+  those bytes); more than ``_MAX_PENDING_FDS`` unclaimed at once (an honest
+  peer leaves at most two) drops the link.
 - Segments: the receiver maps the segment and its arrays are views on it (no
-  copy on the receiving side); a segment with fewer pages written than its
-  buffers span is refused (mapping it would make the receiver allocate memory
-  for bytes that never came). Once the last of its arrays is gone it sends
+  copy on the receiving side). A segment is refused (as malformed) unless it
+  is sealed against shrinking (``F_SEAL_SHRINK``: its sender could otherwise
+  truncate it under the receiver's arrays, which then fault with SIGBUS;
+  ours are sealed at creation, and never resized), or if it has fewer pages
+  written than its buffers span (mapping it would make the receiver allocate
+  memory for bytes that never came). Once the last of its arrays is gone it sends
   RELEASE, and the sender puts the segment in a pool of this process (up to
   ``_POOL_BYTES``) to reuse: writing into pages the kernel already allocated
   is several times faster. Every segment is a memfd, so the kernel frees it
@@ -75,6 +85,11 @@ from typing import Any
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: this transport is unavailable there
+    fcntl = None  # type: ignore[assignment]
+
 from tensorplay_jax._constants import (
     RPC_INLINE_CHECK_S,
     RPC_INLINE_DETACH_S,
@@ -114,6 +129,9 @@ _LARGE_FIRST = 1 << 20  # a longer body's first mapping; it doubles as bytes arr
 _WRITE_MAX = 1 << 30
 _MAX_FDS = 8
 _ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
+# Passed descriptors no frame has claimed yet, at most (an honest peer leaves two: the
+# frame being read's, and the next one's); more drops the link.
+_MAX_PENDING_FDS = 2 * _MAX_FDS
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
@@ -148,6 +166,7 @@ def available() -> bool:
     return (
         sys.platform.startswith("linux")
         and hasattr(os, "memfd_create")
+        and hasattr(fcntl, "F_ADD_SEALS")
         and hasattr(socket, "AF_UNIX")
         and _ANC > 0
         and os.environ.get(_ENV_SWITCH, "1") != "0"
@@ -208,9 +227,15 @@ class _Pool:
                 self._bytes -= seg[0]
                 return seg[1], seg[0]
         size = -(-n // _SEGMENT_GRAIN) * _SEGMENT_GRAIN
-        fd = os.memfd_create("tpj-rpc", os.MFD_CLOEXEC)
+        fd = os.memfd_create("tpj-rpc", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
+            # Its size is fixed for good (a pooled segment is reused as it is, never
+            # resized): receivers refuse a segment that could shrink under their arrays,
+            # and no receiver can add seals of its own (F_SEAL_WRITE would stop our writes).
+            fcntl.fcntl(
+                fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+            )
         except BaseException:
             os.close(fd)
             raise
@@ -247,6 +272,11 @@ def _map(fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any
     """
     offs = _offsets(sizes)
     try:
+        # Unsealed, its sender could shrink it under our arrays: reading them would SIGBUS.
+        if not _sealed_against_shrinking(fd):
+            raise FramingError(
+                "shared-memory segment is not sealed against shrinking (F_SEAL_SHRINK)"
+            )
         st = os.fstat(fd)
         if st.st_size < offs[-1]:
             raise FramingError("shared-memory segment smaller than its buffers")
@@ -266,26 +296,67 @@ def _map(fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any
     ]
 
 
+def _sealed_against_shrinking(fd: int) -> bool:
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
+    except OSError:  # not a memfd (or any file that takes seals)
+        return False
+
+
 class _Reader:
     """Frames (and passed descriptors) from one socket."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, peer: str = "") -> None:
         self._sock = sock
         self._fd = sock.fileno()
+        self._peer = peer
         self._buf = bytearray(_READ_BYTES)
         self._lo = self._hi = 0
-        self.fds: collections.deque[int] = collections.deque()
+        self._got = 0  # bytes received so far: the stream offset of the byte after _buf[_hi - 1]
+        # Passed descriptors no frame has claimed yet: (fd, first, end), where [first, end)
+        # are the stream offsets of the bytes received with it (see _claim).
+        self.fds: collections.deque[tuple[int, int, int]] = collections.deque()
+        self._warned = False
 
-    def frame(self) -> tuple[int, bytes | mmap.mmap]:
+    def frame(self) -> tuple[int, bytes | mmap.mmap, int]:
+        """The next frame: its kind, its body, and the descriptor passed with it (-1: none;
+        only an ``SHM`` frame takes one, and the caller must close it)."""
+        start = self._got - (self._hi - self._lo)
         self._need(_FRAME.size)
         length, kind = _FRAME.unpack_from(self._buf, self._lo)
         self._lo += _FRAME.size
         if length > _READ_BYTES:
-            return kind, self._large(length)
-        self._need(length)
-        body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
-        self._lo += length
-        return kind, body
+            body: bytes | mmap.mmap = self._large(length)
+        else:
+            self._need(length)
+            body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
+            self._lo += length
+        return kind, body, self._claim(start, kind) if self.fds else -1
+
+    def _claim(self, start: int, kind: int) -> int:
+        """The descriptor of the ``SHM`` frame that starts at stream offset ``start`` (-1:
+        none came with it); closes those no frame can claim any more.
+
+        A sender passes a segment's descriptor with its frame's first byte, and recvmsg
+        returns no bytes past the first message that carried descriptors: a descriptor
+        belongs to the last frame starting among the bytes it came with. One that came
+        wholly before this frame was claimed by none of the frames it could belong to.
+        """
+        fds = self.fds
+        stale = 0
+        while fds and fds[0][2] <= start:
+            os.close(fds.popleft()[0])
+            stale += 1
+        if stale and not self._warned:
+            self._warned = True  # once per link: a flood of them must not flood the log
+            log.warning(
+                "rpc: closed %d descriptor(s) that %s passed with frames that take none",
+                stale,
+                self._peer,
+            )
+        if kind == _SHM and fds and fds[0][1] <= start:
+            return fds.popleft()[0]
+        return -1
 
     def _need(self, n: int) -> None:
         """Have ``n`` (at most ``_READ_BYTES``) bytes buffered from ``_lo`` on."""
@@ -327,18 +398,32 @@ class _Reader:
             # catching it awake saves a sleeping CPU's wake-up and cold caches.
             _SPIN(self._fd, _SPIN_NS)
         got, anc, flags, _ = self._sock.recvmsg_into([view], _ANC)
-        for level, typ, data in anc:
-            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                self.fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
+        first = self._got
+        self._got += got
+        if anc:
+            self._keep_fds(anc, first)
         if flags & socket.MSG_CTRUNC:
             raise ConnectionError("passed descriptors were truncated")
         if not got:
             raise EOFError("stream closed")
         return got
 
+    def _keep_fds(self, anc: list[tuple[int, int, bytes]], first: int) -> None:
+        for level, typ, data in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                for fd in array.array("i", data[: len(data) - len(data) % 4]):
+                    self.fds.append((fd, first, self._got))
+        if len(self.fds) > _MAX_PENDING_FDS:  # they are closed with the link
+            log.warning(
+                "rpc: %s passed %d descriptors that no frame claims; dropping the link",
+                self._peer,
+                len(self.fds),
+            )
+            raise ConnectionError(f"passed more than {_MAX_PENDING_FDS} unclaimed descriptors")
+
     def close_fds(self) -> None:
         while self.fds:
-            os.close(self.fds.popleft())
+            os.close(self.fds.popleft()[0])
 
 
 _reading = threading.local()
@@ -610,7 +695,7 @@ class LocalLink:
         self, on_message: OnMessage, on_malformed: OnMalformed, on_closed: OnClosed
     ) -> None:
         """Read and dispatch frames until the connection ends; the caller is the first reader."""
-        self._reader = _Reader(self._sock)
+        self._reader = _Reader(self._sock, self.peer)
         self._callbacks = (on_message, on_malformed, on_closed)
         self._threads = 1
         self._baton_free = True
@@ -660,24 +745,34 @@ class LocalLink:
             if not self._read_while_holding(me):
                 return
 
+    def _segment_message(self, body: bytes | mmap.mmap, fd: int) -> Message:
+        """The message of an ``SHM`` frame, its buffers mapped from segment ``fd`` (closed
+        here, whatever happens)."""
+        try:
+            if len(body) < _U64.size:
+                raise FramingError("a shared-memory frame too short for its segment id")
+            (sid,) = _U64.unpack_from(body)
+            msg = unpack_message(memoryview(body)[_U64.size :], with_buffers=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        bufs = _map(fd, msg.buffers, functools.partial(self._released.put, sid))
+        return Message(msg.envelope, msg.header, bufs)
+
     def _read_while_holding(self, me: int) -> bool:
         """Dispatch frames while this thread is the reader; False once the stream ended."""
         on_message, on_malformed, on_closed = self._callbacks
         reader = self._reader
         try:
             while True:
-                kind, body = reader.frame()
+                kind, body, fd = reader.frame()
                 try:
                     if kind == _INLINE:
                         msg = unpack_message(memoryview(body))
                     elif kind == _SHM:
-                        if not reader.fds:
+                        if fd < 0:
                             raise ConnectionError("a shared-memory frame came without its segment")
-                        fd = reader.fds.popleft()
-                        (sid,) = _U64.unpack_from(body)
-                        msg = unpack_message(memoryview(body)[_U64.size :], with_buffers=False)
-                        bufs = _map(fd, msg.buffers, functools.partial(self._released.put, sid))
-                        msg = Message(msg.envelope, msg.header, bufs)
+                        msg = self._segment_message(body, fd)
                         self._start_releaser()
                     elif kind == _RELEASE:
                         if len(body) % _U64.size:
@@ -697,7 +792,7 @@ class LocalLink:
                 finally:
                     _reading.active = False
                     # Hold no message between frames: its arrays may be the last on a segment.
-                    msg = bufs = body = None  # type: ignore[assignment]
+                    msg = body = None  # type: ignore[assignment]
                     with self._rcv:
                         self._busy_since = None
                         detached = self._baton != me

@@ -17,16 +17,27 @@ alive at shutdown are reported by the leak check.
 ``confirmed_by_owner()`` is True on the owner, and on a user once the owner has
 answered a request about it (its ``remote()`` creation, ``to_here``).
 
-A fetch (``to_here``) can reach the owner before the ``remote()`` that creates
-the value: the owner parks it until the value exists. A parked fetch ends
-when the value is set, when the requester's connection closes (nobody is left
-to answer), or, while no ``remote()`` for the id has arrived, after the
-owner's ``rpc_timeout``; so a fetch for an id never created cannot hold the
-shutdown barrier, and its placeholder record goes with it.
+Ids not created yet. A FORK_ADD, a fetch (``to_here``) or an RRef passed to
+its owner can reach the owner before the ``remote()`` that creates the value
+(they come from other workers): the owner then makes a *placeholder* record
+that the creation fills. A placeholder lives at most the owner's
+``rpc_timeout`` unless a ``remote()`` for its id arrives: then it is dropped,
+with a warning naming the id and who named it, and everything waiting on its
+value (``local_value()`` on such an RRef, a parked fetch) fails with an
+``RpcTimeoutError`` that says so. A FORK_DEL parked for a FORK_ADD that never
+comes is dropped after ``rpc_timeout`` too. So a peer naming ids that were
+never created (a faulty one, or one of another RPC session) leaves nothing
+behind for ever, and never blocks a call for ever.
+
+A parked fetch ends when the value is set, when the requester's connection
+closes (nobody is left to answer; a placeholder nothing else needs goes with
+it), or when its placeholder is dropped; so a fetch for an id never created
+cannot hold the shutdown barrier.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -49,14 +60,16 @@ _ID_BITS = 40
 
 
 class _OwnerRecord:
-    __slots__ = ("__weakref__", "created", "fetches", "forks", "id", "value")
+    __slots__ = ("__weakref__", "created", "expiry", "fetches", "forks", "id", "origin", "value")
 
-    def __init__(self, rref_id: int, value: Future) -> None:
+    def __init__(self, rref_id: int, value: Future, created: bool = False) -> None:
         self.id = rref_id
         self.value = value
         self.forks: set[int] = set()
-        self.created = False  # its remote() has arrived (the value is made or being made)
+        self.created = created  # the value is there, or its remote() has arrived (being made)
         self.fetches = 0  # parked fetches waiting for the value
+        self.expiry = 0  # a placeholder's deadline key (0: none)
+        self.origin: tuple[str, Any, float] | None = None  # a placeholder's (what, sender, timeout)
 
 
 class _ParkedFetch:
@@ -73,7 +86,8 @@ class RRefTable:
     def __init__(self, agent: Any) -> None:
         self._agent = agent
         self._owners: dict[int, _OwnerRecord] = {}
-        self._parked: set[tuple[int, int]] = set()
+        # FORK_DELs that came before their FORK_ADD: (rref id, fork) -> deadline key (0: none).
+        self._parked: dict[tuple[int, int], int] = {}
         self._users: weakref.WeakSet[RRef] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -81,59 +95,155 @@ class RRefTable:
         self._stopped = False
         self.queued_deletes = 0  # counted as outstanding work by the shutdown barrier
         self._fetches: dict[int, _ParkedFetch] = {}  # fetches waiting for a value, by key
-        self._fetch_keys = itertools.count(1)
-        self._fetch_deadlines = agent_mod._Deadlines(self._fetch_expired, self._fetches)
+        # Placeholder records and parked FORK_DELs with a deadline, by key.
+        self._expiring: dict[int, _OwnerRecord | tuple[int, int, Any, float]] = {}
+        self._keys = itertools.count(1)  # deadline keys of both
+        self._deadlines = agent_mod._Deadlines(
+            self._expired, collections.ChainMap(self._fetches, self._expiring)
+        )
         threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
 
     def new_id(self) -> int:
         return (self._agent.rank << _ID_BITS) | next(self._ids)
 
     # owner side
-    def add_fork(self, rref_id: int, fork: int, record: _OwnerRecord | None = None) -> None:
+    def add_fork(
+        self, rref_id: int, fork: int, record: _OwnerRecord | None = None, sender: Any = None
+    ) -> None:
+        """Register ``fork`` of ``rref_id`` (a FORK_ADD from ``sender``, or this worker
+        sending its own ``record``)."""
         with self._lock:
-            if (rref_id, fork) in self._parked:
-                self._parked.discard((rref_id, fork))
-                return
-            rec = self._owners.get(rref_id) or record
-            if rec is None:
-                # The fork can arrive (from a third worker) before the remote() call that
-                # creates the value: hold a pending record that the creation will fill.
-                rec = _OwnerRecord(rref_id, Future())
-            rec.forks.add(fork)
-            self._owners[rref_id] = rec
+            self._add_fork(rref_id, fork, record, sender)
 
-    def del_fork(self, rref_id: int, fork: int) -> None:
+    def _add_fork(
+        self, rref_id: int, fork: int, record: _OwnerRecord | None, sender: Any
+    ) -> _OwnerRecord | None:
+        # The caller holds the lock.
+        key = self._parked.pop((rref_id, fork), None)
+        if key is not None:  # its FORK_DEL came first: they cancel out
+            self._expiring.pop(key, None)
+            return None
+        rec = self._owners.get(rref_id) or record
+        if rec is None:
+            # The fork can arrive (from a third worker) before the remote() call that
+            # creates the value: hold a placeholder that the creation will fill.
+            rec = self._placeholder(rref_id, "a FORK_ADD", sender)
+        rec.forks.add(fork)
+        self._owners[rref_id] = rec
+        return rec
+
+    def del_fork(self, rref_id: int, fork: int, sender: Any = None) -> None:
+        """Drop ``fork`` of ``rref_id`` (a FORK_DEL from ``sender``, or an RRef that reached
+        its owner); parked if its FORK_ADD has not come yet."""
         with self._lock:
             rec = self._owners.get(rref_id)
             if rec is None or fork not in rec.forks:
-                self._parked.add((rref_id, fork))
+                self._park_delete(rref_id, fork, sender)
                 return
             rec.forks.discard(fork)
-            if not rec.forks:
+            # A placeholder stays for the remote() that fills it (a local handle may wait
+            # on it), or until its deadline.
+            if not rec.forks and rec.created:
                 del self._owners[rref_id]
 
     def create_owned(self, rref_id: int, fork: int) -> _OwnerRecord:
         with self._lock:
-            rec = self._owners.get(rref_id) or _OwnerRecord(rref_id, Future())
+            rec = self._owners.get(rref_id)
+            if rec is None:
+                rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
             rec.created = True
-        self.add_fork(rref_id, fork, rec)
+            if rec.expiry:  # a placeholder: filled now, in time
+                self._expiring.pop(rec.expiry, None)
+                rec.expiry = 0
+            self._add_fork(rref_id, fork, rec, None)
         return rec
 
     def lookup(self, rref_id: int) -> _OwnerRecord | None:
         with self._lock:
             return self._owners.get(rref_id)
 
-    def lookup_or_pending(self, rref_id: int) -> _OwnerRecord:
-        """The record of ``rref_id``, or a pending one if its creating ``remote()`` call has
+    def lookup_or_pending(
+        self, rref_id: int, what: str = "a fetch", sender: Any = None
+    ) -> _OwnerRecord:
+        """The record of ``rref_id``, or a placeholder if its creating ``remote()`` call has
         not arrived yet (a user on another worker can reach the owner first, as in
         tensorplay, where the owner then waits for the value to be created). A live user
-        RRef keeps its record alive, so a missing record means "not created yet"; a fetch
-        that waits on one ends as :meth:`fetch` says."""
+        RRef keeps its record alive, so a missing record means "not created yet"; the
+        placeholder lives at most ``rpc_timeout`` unless the creation comes (see the module
+        docstring). ``what`` (from ``sender``) named the id, for the error if it never comes.
+
+        Raises:
+          DecodeError: ``rref_id`` is not an integer.
+        """
+        if type(rref_id) is not int:
+            raise _codec.DecodeError(f"{what}: RRef id {rref_id!r} is not an integer")
         with self._lock:
             rec = self._owners.get(rref_id)
             if rec is None:
-                rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
+                rec = self._placeholder(rref_id, what, sender)
             return rec
+
+    def _placeholder(self, rref_id: int, what: str, sender: Any) -> _OwnerRecord:
+        """A record for a value not created yet, dropped after ``rpc_timeout`` unless its
+        ``remote()`` comes. The caller holds the lock."""
+        rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
+        timeout = self._agent.options.rpc_timeout
+        if timeout > 0:
+            rec.origin = (what, sender, timeout)
+            rec.expiry = key = next(self._keys)
+            self._expiring[key] = rec
+            self._deadlines.add(time.monotonic() + timeout, key)
+        return rec
+
+    def _park_delete(self, rref_id: int, fork: int, sender: Any) -> None:
+        """Hold a FORK_DEL until its FORK_ADD comes, at most ``rpc_timeout``. The caller
+        holds the lock."""
+        if (rref_id, fork) in self._parked:
+            return
+        timeout = self._agent.options.rpc_timeout
+        key = next(self._keys) if timeout > 0 else 0
+        self._parked[(rref_id, fork)] = key
+        if key:
+            self._expiring[key] = (rref_id, fork, sender, timeout)
+            self._deadlines.add(time.monotonic() + timeout, key)
+
+    def _expired(self, key: int) -> None:
+        """Deadline ``key`` passed: a parked fetch, a placeholder or a parked FORK_DEL."""
+        if key in self._fetches:
+            self._fetch_expired(key)
+            return
+        with self._lock:
+            item = self._expiring.pop(key, None)
+            if isinstance(item, _OwnerRecord):
+                item.expiry = 0
+                if item.created:
+                    return
+                if self._owners.get(item.id) is item:
+                    del self._owners[item.id]
+            elif item is not None and self._parked.get(item[:2]) == key:
+                del self._parked[item[:2]]
+        me = self._agent
+        if isinstance(item, _OwnerRecord):
+            what, sender, timeout = item.origin  # type: ignore[misc]
+            msg = (
+                f"RRef {item.id:#x} was never created on worker {me.name!r} (rank {me.rank}): "
+                f"{what}{_from(sender)} named it, and no remote() made it within "
+                f"rpc_timeout={timeout:g} s (was it deleted already, or made in another RPC "
+                "session?)"
+            )
+            log.warning("rpc: %s; its record is dropped", msg)
+            item.value._try_set_exception(RpcTimeoutError(msg))
+        elif item is not None:
+            rref_id, fork, sender, timeout = item
+            log.warning(
+                "rpc: worker %r dropped a release of RRef %#x (fork %#x)%s: no FORK_ADD for "
+                "that fork came within rpc_timeout=%g s",
+                me.name,
+                rref_id,
+                fork,
+                _from(sender),
+                timeout,
+            )
 
     def fetch(self, record: _OwnerRecord, link: Any, timeout: float) -> Future:
         """The Future to answer a FETCH of ``record`` from ``link`` with, once it is done.
@@ -145,12 +255,12 @@ class RRefTable:
         with self._lock:
             if record.value.done():
                 return record.value
-            key = next(self._fetch_keys)
+            key = next(self._keys)
             parked = self._fetches[key] = _ParkedFetch(record, link, timeout)
             record.fetches += 1
         record.value.add_done_callback(lambda value: self._fetch_ready(key, value))
         if timeout > 0:
-            self._fetch_deadlines.add(time.monotonic() + timeout, key)
+            self._deadlines.add(time.monotonic() + timeout, key)
         return parked.answer
 
     def _unpark(self, key: int, *, uncreated_only: bool = False) -> _ParkedFetch | None:
@@ -239,7 +349,15 @@ class RRefTable:
     def stop(self) -> None:
         self._stopped = True
         self._deletes.put(None)
-        self._fetch_deadlines.stop()
+        self._deadlines.stop()
+
+
+def _from(sender: Any) -> str:
+    """`` from 'w1' (rank 1)`` for a WorkerInfo (an unknown peer's rank is -1), or ``""``."""
+    if sender is None:
+        return ""
+    rank = f" (rank {sender.id})" if sender.id >= 0 else ""
+    return f" from {sender.name!r}{rank}"
 
 
 def _agent_for(what: str) -> Any:
@@ -274,7 +392,7 @@ class RRef(Generic[T]):
 
     def __init__(self, value: T, type_hint: Any = None) -> None:
         agent = _agent_for("RRef")
-        rec = _OwnerRecord(agent.rrefs.new_id(), Future())
+        rec = _OwnerRecord(agent.rrefs.new_id(), Future(), created=True)
         rec.value.set_result(value)
         self._setup(agent, agent.me, rec.id, None, rec, None)
 
@@ -445,11 +563,16 @@ def _encode_rref(r: RRef[Any]) -> list[Any]:
 
 def _decode_rref(v: list[Any]) -> RRef[Any]:
     owner_id, owner_name, rref_id, fork = v
+    if type(owner_id) is not int or type(rref_id) is not int or type(fork) is not int:
+        raise _codec.DecodeError(f"an RRef needs integer owner, id and fork; got {v!r:.200}")
     agent = _agent_for("receiving an RRef")
     if owner_id == agent.rank:
-        rec = agent.rrefs.lookup_or_pending(rref_id)
+        # Its sender registered the fork first (FORK_ADD), unless that is still on its way
+        # on another connection; an id never created is dropped after rpc_timeout.
+        sender = _codec.current_peer()
+        rec = agent.rrefs.lookup_or_pending(rref_id, "an RRef sent", sender)
         r = RRef._make(agent, agent.me, rref_id, None, rec)
-        agent.rrefs.del_fork(rref_id, fork)
+        agent.rrefs.del_fork(rref_id, fork, sender)
         return r
     owner = agent.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
     return RRef._make(agent, owner, rref_id, fork, None)

@@ -261,8 +261,10 @@ def _attack_declared() -> None:
         peer.frame(_local._INLINE, DECLARED, b"\1" * 4096)
         peer.drained()
     else:  # a 1 GiB shared-memory segment with no page written
-        fd = os.memfd_create("tpj-test-sparse", os.MFD_CLOEXEC)
+        fd = os.memfd_create("tpj-test-sparse", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, DECLARED)
+        # Sealed as a real segment is, so the receiver's never-written check is the one tried.
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
         env, header = _request(7)
         msg = _framing._prelude(env, header, [DECLARED]) + env + header
         body = _local._U64.pack(1) + msg
