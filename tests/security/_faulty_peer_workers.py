@@ -35,6 +35,7 @@ from tensorplay_jax.distributed import rpc
 from tensorplay_jax.rpc import _agent, _codec, _framing, _local
 from tests.security import _memory_workers as M
 from tests.security import _shutdown_workers as S
+from tests.security._common import wait_until
 
 # Ids no worker ever created (see _shutdown_workers.NEVER_CREATED), one per kind of message.
 ADD_ID, DEL_ID, ARG_ID = S.NEVER_CREATED + 1, S.NEVER_CREATED + 2, S.NEVER_CREATED + 3
@@ -168,7 +169,7 @@ def _attack_fds() -> None:
         other.sock.sendall(_local._FRAME.pack(len(piece) * MID_FRAME_PIECES, 99))
         for _ in range(MID_FRAME_PIECES):
             _send_with_fds(other.sock, piece, [spare] * _local._MAX_FDS)
-    M._wait_until(lambda: not other.link.alive, REPLY_WAIT_S, "the victim dropping the link")
+    wait_until(lambda: not other.link.alive, REPLY_WAIT_S, "the victim dropping the link")
     os.close(spare)
     os.close(sealed)
     peer.probe()  # the first link still works

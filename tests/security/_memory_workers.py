@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.security._common import wait_until
+
 MIB = 1 << 20
 DECLARED = 1 << 30
 SENT_MIB = 256  # MiB that do arrive in partial_then_gone
@@ -51,20 +53,12 @@ def _tmp() -> Path:
 
 def _wait_for(name: str, timeout: float = WAIT_S) -> None:
     path = _tmp() / name
-    _wait_until(path.exists, timeout, f"marker {name}")
+    wait_until(path.exists, timeout, f"marker {name}")
 
 
 def _mark(name: str, text: str = "") -> None:
     (_tmp() / f"{name}.tmp").write_text(text)
     (_tmp() / f"{name}.tmp").rename(_tmp() / name)
-
-
-def _wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(POLL_S)
 
 
 def _status_mib(key: str) -> float:
@@ -182,7 +176,7 @@ class _LocalPeer:
             out = fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
             return struct.unpack("i", out)[0]
 
-        _wait_until(lambda: unread() == 0, WAIT_S, "the victim reading our bytes")
+        wait_until(lambda: unread() == 0, WAIT_S, "the victim reading our bytes")
 
     def probe(self) -> None:
         """Send a frame of no known kind and wait for the error it earns: frames are read in

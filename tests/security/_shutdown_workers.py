@@ -19,6 +19,7 @@ from typing import Any
 
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.rpc import _agent, _codec, _local, _service, api
+from tests.security._common import wait_until
 
 # An RRef id no worker ever created (rank 0's ids start at 1; rank 0x7ff is no rank here).
 NEVER_CREATED = (0x7FF << 40) | 12345
@@ -74,14 +75,6 @@ def sleep(s: float) -> float:
     return s
 
 
-def _wait_until(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(POLL_S)
-
-
 def _raw_link(to: int) -> Any:
     """A connection to rank ``to`` that is not a worker: it only holds the job secret."""
     agent = _agent.current_agent()
@@ -106,7 +99,7 @@ def fetch_then_disconnect() -> None:
         link = _raw_link(0)
         link.send(_codec.dumps_small([_agent.FETCH, 1, {}, NEVER_CREATED]), b"\xc0", [])
         # The owner holds the fetch (it may be a creation still on its way) ...
-        _wait_until(lambda: rpc.rpc_sync("w0", served_in_flight) >= 2, 20, "fetch held by w0")
+        wait_until(lambda: rpc.rpc_sync("w0", served_in_flight) >= 2, 20, "fetch held by w0")
         link.close()  # ... until its requester is gone
     _timed_shutdown(rank)
 

@@ -83,14 +83,21 @@ def test_fetch_of_a_never_created_rref_ends_with_the_owners_rpc_timeout(workers,
     assert "RRef leak check" not in res[0].stderr, res[0]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "transport, bound",
+    [("local", "5"), ("grpc", "5"), ("local", "default")],
+    ids=["local-timeout", "grpc-timeout", "default-bound"],
+)
 @pytest.mark.parametrize("frozen", [1, 0], ids=["peer-stopped", "store-host-stopped"])
-def test_timeout_is_honoured_with_a_stopped_peer(workers, transport, frozen):
+def test_shutdown_is_bounded_with_a_stopped_peer(workers, transport, bound, frozen):
     # SIGSTOP: the peer is alive (its connections stay open) but answers nothing, as
-    # behind a network partition. Before: shutdown(timeout=10) took 20.4 s (and for ever
-    # when the store's host was the one stopped).
-    timeout = 5.0
-    env = _env(transport, TPJ_FROZEN=frozen, TPJ_SHUTDOWN_TIMEOUT=timeout)
+    # behind a network partition. Before: shutdown(timeout=10) took 20.4 s, the default
+    # blocked for ever, and so did any timeout when the store's host was the one stopped.
+    if bound == "default":  # RPC_SHUTDOWN_TIMEOUT_S, shortened here
+        timeout, extra = 3.0, {"TPJ_DEFAULT_BOUND": 3.0}
+    else:
+        timeout, extra = float(bound), {"TPJ_SHUTDOWN_TIMEOUT": float(bound)}
+    env = _env(transport, TPJ_FROZEN=frozen, **extra)
     res = workers(
         W.frozen_peer, 2, timeout=PROCS_TIMEOUT_S, check=False, env=env, allow_exit={frozen: -9}
     )
@@ -100,20 +107,6 @@ def test_timeout_is_honoured_with_a_stopped_peer(workers, transport, frozen):
     assert timeout - 0.5 < got["elapsed"] < timeout + LATE_S, got
     assert res[1 - frozen].returncode == 0, res[1 - frozen]
     assert res[frozen].returncode == -9, res[frozen]
-
-
-@pytest.mark.parametrize("frozen", [1, 0], ids=["peer-stopped", "store-host-stopped"])
-def test_default_shutdown_is_bounded(workers, frozen):
-    # The default (RPC_SHUTDOWN_TIMEOUT_S, shortened here). Before: blocked for ever.
-    bound = 3.0
-    env = _env("local", TPJ_FROZEN=frozen, TPJ_DEFAULT_BOUND=bound)
-    res = workers(
-        W.frozen_peer, 2, timeout=PROCS_TIMEOUT_S, check=False, env=env, allow_exit={frozen: -9}
-    )
-    got = _one(res, 1 - frozen)
-    assert got["error"] == "TimeoutError", got
-    assert f"ranks [{frozen}] did not arrive" in got["message"], got
-    assert bound - 0.5 < got["elapsed"] < bound + LATE_S, got
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
