@@ -20,7 +20,7 @@ PG_LIVENESS_CHECK_S: float = 0.1  # how often a waiting rank checks that its pee
 PG_ALIGN: int = 64  # byte alignment of result buffers (lets jax.device_put skip a copy)
 # The coordination service declares a process dead after this long without a heartbeat:
 # the group's timeout, clamped to [MIN, MAX] (MAX is JAX's default). A survivor never
-# waits for it (see distributed/_coordinator.py); it bounds how long the coordinator
+# waits for it (see distributed/_pg/coordinator.py); it bounds how long the coordinator
 # process outlives a job whose last rank died.
 PG_HEARTBEAT_MIN_S: int = 10
 PG_HEARTBEAT_MAX_S: int = 100

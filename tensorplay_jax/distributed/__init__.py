@@ -12,28 +12,28 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 import importlib
 
 from tensorplay_jax.collectives import ReduceOp as ReduceOp
-from tensorplay_jax.distributed._collectives_eager import all_gather as all_gather
-from tensorplay_jax.distributed._collectives_eager import all_reduce as all_reduce
-from tensorplay_jax.distributed._collectives_eager import all_to_all as all_to_all
-from tensorplay_jax.distributed._collectives_eager import all_to_all_single as all_to_all_single
-from tensorplay_jax.distributed._collectives_eager import broadcast as broadcast
-from tensorplay_jax.distributed._collectives_eager import gather as gather
-from tensorplay_jax.distributed._collectives_eager import recv as recv
-from tensorplay_jax.distributed._collectives_eager import reduce as reduce
-from tensorplay_jax.distributed._collectives_eager import reduce_scatter as reduce_scatter
-from tensorplay_jax.distributed._collectives_eager import scatter as scatter
-from tensorplay_jax.distributed._collectives_eager import send as send
-from tensorplay_jax.distributed._process_group import ProcessGroup as ProcessGroup
-from tensorplay_jax.distributed._process_group import barrier as barrier
-from tensorplay_jax.distributed._process_group import (
+from tensorplay_jax.distributed._pg.collectives import all_gather as all_gather
+from tensorplay_jax.distributed._pg.collectives import all_reduce as all_reduce
+from tensorplay_jax.distributed._pg.collectives import all_to_all as all_to_all
+from tensorplay_jax.distributed._pg.collectives import all_to_all_single as all_to_all_single
+from tensorplay_jax.distributed._pg.collectives import broadcast as broadcast
+from tensorplay_jax.distributed._pg.collectives import gather as gather
+from tensorplay_jax.distributed._pg.collectives import recv as recv
+from tensorplay_jax.distributed._pg.collectives import reduce as reduce
+from tensorplay_jax.distributed._pg.collectives import reduce_scatter as reduce_scatter
+from tensorplay_jax.distributed._pg.collectives import scatter as scatter
+from tensorplay_jax.distributed._pg.collectives import send as send
+from tensorplay_jax.distributed._pg.group import ProcessGroup as ProcessGroup
+from tensorplay_jax.distributed._pg.group import barrier as barrier
+from tensorplay_jax.distributed._pg.group import (
     destroy_process_group as destroy_process_group,
 )
-from tensorplay_jax.distributed._process_group import get_backend as get_backend
-from tensorplay_jax.distributed._process_group import get_rank as get_rank
-from tensorplay_jax.distributed._process_group import get_world_size as get_world_size
-from tensorplay_jax.distributed._process_group import init_process_group as init_process_group
-from tensorplay_jax.distributed._process_group import is_initialized as is_initialized
-from tensorplay_jax.distributed._process_group import new_group as new_group
+from tensorplay_jax.distributed._pg.group import get_backend as get_backend
+from tensorplay_jax.distributed._pg.group import get_rank as get_rank
+from tensorplay_jax.distributed._pg.group import get_world_size as get_world_size
+from tensorplay_jax.distributed._pg.group import init_process_group as init_process_group
+from tensorplay_jax.distributed._pg.group import is_initialized as is_initialized
+from tensorplay_jax.distributed._pg.group import new_group as new_group
 
 _SUBPACKAGES = ("rpc", "autograd", "nn", "optim")
 

@@ -121,7 +121,7 @@ CACHE = r"""
 import numpy as np
 import jax.numpy as jnp
 import tensorplay_jax.distributed as dist
-from tensorplay_jax.distributed import _process_group as pg
+from tensorplay_jax.distributed._pg import group as pg
 
 dist.init_process_group("gloo", timeout=60, engine="xla")
 r = dist.get_rank()

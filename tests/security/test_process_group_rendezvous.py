@@ -16,7 +16,7 @@ import stat
 
 import pytest
 
-from tensorplay_jax.distributed import _shm
+from tensorplay_jax.distributed._pg import shared_memory
 from tests.security import _pg_workers
 
 REFUSAL = "not signed with this job's secret"
@@ -55,14 +55,14 @@ def test_same_host_coordinator_listens_on_loopback_only(workers):
 # ------------------------------------------------------------------ segment names
 @pytest.fixture
 def segment():
-    seg = _shm.Segment.create("ctrl", 4096)
+    seg = shared_memory.Segment.create("ctrl", 4096)
     yield seg
     seg.unlink()
     seg.close()
 
 
 def test_own_segment_attaches(segment):
-    other = _shm.Segment.attach(segment.path, 4096, "new_group")
+    other = shared_memory.Segment.attach(segment.path, 4096, "new_group")
     other.buf[0] = 7
     assert segment.buf[0] == 7
     other.close()
@@ -82,7 +82,7 @@ def test_foreign_segment_names_are_refused(segment, tmp_path, make_path, reason)
     path = make_path(segment, tmp_path)
     try:
         with pytest.raises(PermissionError, match=re.escape(reason)):
-            _shm.Segment.attach(path, 4096, "new_group")
+            shared_memory.Segment.attach(path, 4096, "new_group")
     finally:
         if os.path.islink(path):
             os.unlink(path)
@@ -90,14 +90,14 @@ def test_foreign_segment_names_are_refused(segment, tmp_path, make_path, reason)
 
 def test_segment_of_the_wrong_size_or_mode_is_refused(segment):
     with pytest.raises(PermissionError, match="has 4096 bytes, expected 8192"):
-        _shm.Segment.attach(segment.path, 8192, "new_group")
+        shared_memory.Segment.attach(segment.path, 8192, "new_group")
     os.chmod(segment.path, 0o644)
     with pytest.raises(PermissionError, match="mode 644"):
-        _shm.Segment.attach(segment.path, 4096, "new_group")
+        shared_memory.Segment.attach(segment.path, 4096, "new_group")
     assert stat.S_IMODE(os.stat(segment.path).st_mode) == 0o644
 
 
 def _link(target: str) -> str:
-    link = os.path.join(_shm.shm_dir(), f"tpjax-ctrl-{os.getpid()}-{'ab' * 6}")
+    link = os.path.join(shared_memory.shm_dir(), f"tpjax-ctrl-{os.getpid()}-{'ab' * 6}")
     os.symlink(target, link)
     return link

@@ -20,9 +20,8 @@ import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
 from tensorplay_jax.collectives import ReduceOp
-from tensorplay_jax.distributed import _descriptor, _transfer
-from tensorplay_jax.distributed import _process_group as _pg
-from tensorplay_jax.distributed._process_group import ProcessGroup
+from tensorplay_jax.distributed._pg import descriptor, transfer
+from tensorplay_jax.distributed._pg.group import ProcessGroup, device, pair_engine, resolve, world
 
 __all__ = [
     "all_gather",
@@ -79,13 +78,13 @@ def _check_op_dtype(fn: str, op: str, dtype: np.dtype) -> None:
 
 def _root(fn: str, arg: str, value: Any, g: ProcessGroup) -> int:
     """The group index of global rank ``value`` (``src``/``dst``), or a ValueError."""
-    world = _pg.world().world_size
+    size = world().world_size
     if not isinstance(value, int | np.integer) or isinstance(value, bool):
         raise TypeError(f"{fn}: {arg}={value!r} must be an int rank.")
-    if not 0 <= value < world:
+    if not 0 <= value < size:
         raise ValueError(
-            f"{fn}: {arg}={value} is out of range; valid ranks are 0..{world - 1} "
-            f"(world size {world})."
+            f"{fn}: {arg}={value} is out of range; valid ranks are 0..{size - 1} "
+            f"(world size {size})."
         )
     if value not in g.ranks:
         raise ValueError(f"{fn}: {arg}={value} is not a member of the group {list(g.ranks)}.")
@@ -101,8 +100,8 @@ def _stacked(fn: str, x: Any, n: int) -> None:
 
 
 def _desc(fn: str, g: ProcessGroup, x: Any, **kw) -> np.ndarray:
-    code = _descriptor.dtype_code(fn, np.dtype(x.dtype))
-    return _descriptor.encode(g.size(), fn, code, tuple(x.shape), **kw)
+    code = descriptor.dtype_code(fn, np.dtype(x.dtype))
+    return descriptor.encode(g.size(), fn, code, tuple(x.shape), **kw)
 
 
 # ---------------------------------------------------------------- host <-> jax
@@ -115,13 +114,13 @@ def _out(y: Any) -> jax.Array:
     """The result as a jax.Array on this process's device (aliases aligned host buffers)."""
     if isinstance(y, jax.Array):
         return y
-    return _transfer.to_device(y, _pg.device())
+    return transfer.to_device(y, device())
 
 
 def _as_result(x: Any) -> jax.Array:
     if isinstance(x, jax.Array):
         return x
-    return _transfer.to_device(np.asarray(x), _pg.device())
+    return transfer.to_device(np.asarray(x), device())
 
 
 def _shm(g: ProcessGroup) -> bool:
@@ -148,7 +147,7 @@ def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGro
       >>> y = dist.all_reduce(jnp.full((4,), dist.get_rank() + 1.0))  # doctest: +SKIP
     """
     fn = "all_reduce"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     op = _op(fn, op)
     _check_op_dtype(fn, op, np.dtype(x.dtype))
@@ -165,7 +164,7 @@ def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None):
       >>> y = dist.broadcast(x, src=0)  # doctest: +SKIP
     """
     fn = "broadcast"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     s = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=s)
@@ -184,7 +183,7 @@ def reduce(
       >>> y = dist.reduce(x, dst=0, op=dist.ReduceOp.MAX)  # doctest: +SKIP
     """
     fn = "reduce"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
     op = _op(fn, op)
@@ -202,7 +201,7 @@ def all_gather(tensor: Any, group: ProcessGroup | None = None):
       >>> ys = dist.all_gather(x)  # ys[j] is rank j's x  # doctest: +SKIP
     """
     fn = "all_gather"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     d = _desc(fn, g, x)
     if _shm(g):
@@ -217,7 +216,7 @@ def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None):
       >>> ys = dist.gather(x, dst=0)  # doctest: +SKIP
     """
     fn = "gather"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
     d = _desc(fn, g, x, root=r)
@@ -235,7 +234,7 @@ def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None):
       >>> mine = dist.scatter(xs, src=0)  # doctest: +SKIP
     """
     fn = "scatter"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
     r = _root(fn, "src", src, g)
@@ -254,7 +253,7 @@ def reduce_scatter(
       >>> mine = dist.reduce_scatter(xs)  # doctest: +SKIP
     """
     fn = "reduce_scatter"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
     op = _op(fn, op)
@@ -272,7 +271,7 @@ def all_to_all(tensor: Any, group: ProcessGroup | None = None):
       >>> ys = dist.all_to_all(xs)  # doctest: +SKIP
     """
     fn = "all_to_all"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
     d = _desc(fn, g, x)
@@ -316,7 +315,7 @@ def all_to_all_single(
       >>> y = dist.all_to_all_single(x, [1, 3], [2, 2])  # doctest: +SKIP
     """
     fn = "all_to_all_single"
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     x = _array(fn, tensor)
     n = g.size()
     if x.ndim == 0:
@@ -333,9 +332,9 @@ def all_to_all_single(
 
 
 def _p2p(fn: str, tensor: Any, peer_arg: str, peer: Any, group: ProcessGroup | None):
-    g = _pg.resolve(fn, group)
+    g = resolve(fn, group)
     _root(fn, peer_arg, peer, g)
-    me = _pg.world().rank
+    me = world().rank
     if peer == me:
         raise ValueError(f"{fn}: {peer_arg}={peer} is this process's own rank.")
     return g, _array(fn, tensor), me
@@ -351,7 +350,7 @@ def send(tensor: Any, dst: int, group: ProcessGroup | None = None) -> None:
     """
     fn = "send"
     _, x, me = _p2p(fn, tensor, "dst", dst, group)
-    eng = _pg.pair_engine(me, int(dst))
+    eng = pair_engine(me, int(dst))
     s, r = eng.ranks.index(me), eng.ranks.index(int(dst))
     d = _desc("send/recv", _pair_group(eng), x, root=s)
     eng.send_recv(fn, x, s, r, d)
@@ -368,7 +367,7 @@ def recv(tensor: Any, src: int, group: ProcessGroup | None = None):
     """
     fn = "recv"
     _, x, me = _p2p(fn, tensor, "src", src, group)
-    eng = _pg.pair_engine(me, int(src))
+    eng = pair_engine(me, int(src))
     s, r = eng.ranks.index(int(src)), eng.ranks.index(me)
     d = _desc("send/recv", _pair_group(eng), x, root=s)
     return eng.send_recv(fn, x, s, r, d)

@@ -4,7 +4,7 @@ Why it exists: XLA's CPU collectives go through gloo over loopback TCP and, meas
 on this machine, move data 2-4x slower than ``torch.distributed`` gloo at 16-64 MiB
 (see ``benchmarks/process_group.py``). Ranks on one host can skip the sockets: each
 rank owns a slot in a shared segment, writes what others need, meets them at a
-:class:`~tensorplay_jax.distributed._shm.TickBarrier` and reads what it needs.
+:class:`~tensorplay_jax.distributed._pg.shared_memory.TickBarrier` and reads what it needs.
 
 Each call: (A) every rank writes its descriptor and meets the others; all compare
 the descriptors and raise the same error together on a mismatch. Small calls
@@ -36,8 +36,8 @@ import time
 import numpy as np
 
 from tensorplay_jax._constants import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
-from tensorplay_jax.distributed import _descriptor, _kv
-from tensorplay_jax.distributed._shm import Segment, TickBarrier, aligned_empty
+from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier, aligned_empty
 
 __all__ = ["ShmEngine"]
 
@@ -104,15 +104,15 @@ class ShmEngine:
     ):
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
         n = self.n
-        self.dlen = _descriptor.length(n)
+        self.dlen = descriptor.length(n)
         words = 3 * n + 2 + PG_SHM_DEPTH * n * self.dlen
         small_at = -(-(words * 8 + _PATH_BYTES) // 64) * 64
         size = small_at + PG_SHM_DEPTH * n * PG_SHM_SMALL_BYTES
         if me == 0:
             self.ctrl_seg = Segment.create("ctrl", size)
-            _kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
+            kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
         else:
-            path = _kv.get(f"{key}/ctrl", timeout_s, fn).decode(errors="replace")
+            path = kv.get(f"{key}/ctrl", timeout_s, fn).decode(errors="replace")
             self.ctrl_seg = Segment.attach(path, size, fn)
         buf = self.ctrl_seg.buf
         words_view = buf[: words * 8].view(np.int64)
@@ -125,7 +125,7 @@ class ShmEngine:
         self.path_area = buf[words * 8 : words * 8 + _PATH_BYTES]
         self.small = buf[small_at:].reshape(k, n, PG_SHM_SMALL_BYTES)  # [call % k, rank]
         self.pids[me] = os.getpid()
-        _kv.barrier(f"{key}/mapped", timeout_s, ranks)
+        kv.barrier(f"{key}/mapped", timeout_s, ranks)
         if me == 0:
             self.ctrl_seg.unlink()
         self.bar = TickBarrier(self.ticks, self.pids, self.bells, me, ranks)
@@ -200,11 +200,11 @@ class ShmEngine:
         if check:
             self.pending = [p for p in self.pending if p not in check]
             for pc, pfn in check:
-                poison = poison or _descriptor.check(pfn, self.descs[pc % k].copy(), self.ranks)
+                poison = poison or descriptor.check(pfn, self.descs[pc % k].copy(), self.ranks)
         par = c % k
         self.calls += 1
         me, n = self.me, self.n
-        self.descs[par, me] = desc if poison is None else _descriptor.poisoned(desc)
+        self.descs[par, me] = desc if poison is None else descriptor.poisoned(desc)
         if publish and x.nbytes <= small:
             self.small[par, me, : x.nbytes] = x.reshape(-1).view(np.uint8)
         tick = self.arrivals[par] = self.bar.arrive()
@@ -222,10 +222,10 @@ class ShmEngine:
         if uniform:
             need = x.nbytes
         else:
-            err = _descriptor.check(fn, descs, self.ranks)
+            err = descriptor.check(fn, descs, self.ranks)
             if err:
                 raise ValueError(err)
-            rows = [_descriptor.decode(descs[i], n) for i in range(n)]
+            rows = [descriptor.decode(descs[i], n) for i in range(n)]
             need = max(int(np.prod(r["shape"], dtype=np.int64)) * x.itemsize for r in rows)
         if need <= small:
             shapes = [x.shape] * n if uniform else [r["shape"] for r in rows]
@@ -401,7 +401,7 @@ class ShmEngine:
         deadline, inputs = self._begin(fn, desc, x)
         n, me = self.n, self.me
         par = (self.calls - 1) % PG_SHM_DEPTH
-        rows = [_descriptor.decode(self.descs[par, j], n) for j in range(n)]
+        rows = [descriptor.decode(self.descs[par, j], n) for j in range(n)]
         if inputs is None:
             self._slot(me, x.shape, x.dtype)[...] = x
             self._data_ready(deadline, fn)

@@ -2,7 +2,7 @@
 
 ``init_process_group`` starts (or joins) the runtime of ``jax.distributed.initialize``
 and builds the default group over every process, one device per process. Each group
-owns an *engine* that moves its data (see ``_engine_shm`` and ``_engine_xla``):
+owns an *engine* that moves its data (see ``engine_shm`` and ``engine_xla``):
 
 - ``"shm"``: shared memory, for a CPU (gloo) group whose members share a host;
   the fastest engine on one machine (see ``benchmarks/process_group.py``).
@@ -13,12 +13,12 @@ owns an *engine* that moves its data (see ``_engine_shm`` and ``_engine_xla``):
 Point-to-point ``send``/``recv`` always run as XLA programs over the pair.
 
 The runtime's coordination service runs in a small process that rank 0 starts
-(``_coordinator``), so that a rank that outlives a dead peer, rank 0 included,
+(``coordinator``), so that a rank that outlives a dead peer, rank 0 included,
 raises within the group's timeout and then exits at once with its own status:
 it neither waits at JAX's shutdown barrier for the dead peer nor is aborted by
 JAX's runtime. For a same-host job (loopback ``MASTER_ADDR``) the service listens
 on loopback only, and every value the group puts in its key-value store is signed
-with the job secret (``tensorplay_jax._secret``); see ``_kv``.
+with the job secret (``tensorplay_jax._secret``); see ``kv``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tensorplay_jax._constants import (
     PG_HEARTBEAT_MAX_S,
     PG_HEARTBEAT_MIN_S,
 )
-from tensorplay_jax.distributed import _kv
+from tensorplay_jax.distributed._pg import kv
 
 __all__ = [
     "ProcessGroup",
@@ -220,7 +220,7 @@ def init_process_group(
 
     Raises:
       RuntimeError: already initialized, JAX computations already ran, or the
-        coordination service could not start; ``_kv.ForgedValue`` (a RuntimeError)
+        coordination service could not start; ``kv.ForgedValue`` (a RuntimeError)
         when a value in the store is not signed with this job's secret.
       ValueError: a bad backend, init_method, rank, world_size or engine, or a job
         that spans hosts without a secret.
@@ -244,10 +244,10 @@ def init_process_group(
         raise ValueError(f"{fn}: engine={engine!r} is not one of {ENGINES}.")
     timeout_s = _timeout_s(fn, timeout)
     host, port, rank, world_size = _rendezvous(init_method or DEFAULT_INIT_METHOD, rank, world_size)
-    _kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
+    kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
 
-    if _kv.is_runtime_initialized():
-        have = _kv.runtime_rank_and_size()
+    if kv.is_runtime_initialized():
+        have = kv.runtime_rank_and_size()
         if have != (rank, world_size):
             raise RuntimeError(
                 f"{fn}: the JAX runtime is already up as process {have[0]} of {have[1]}, "
@@ -267,12 +267,12 @@ def init_process_group(
 
     _EPOCH += 1
     prefix = f"tpjax/pg/{_EPOCH}"
-    _kv.set(f"{prefix}/host/{rank}", _host_id().encode())
-    hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
+    kv.set(f"{prefix}/host/{rank}", _host_id().encode())
+    hosts = [kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
     _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
     try:
         _WORLD.world = _make_group(tuple(range(world_size)), fn=fn)
-        _kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
+        kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
     except BaseException:
         _close_all()
         _WORLD = None
@@ -309,7 +309,7 @@ def _start_runtime(
     if backend == "nccl" and "LOCAL_RANK" in os.environ:
         local = [int(os.environ["LOCAL_RANK"])]
     wait_s = max(1, int(timeout_s))
-    _kv.start_runtime(
+    kv.start_runtime(
         _hostport(host, port + PG_COORDINATOR_PORT_OFFSET),
         _bind_address(host, port + PG_COORDINATOR_PORT_OFFSET),
         rank,
@@ -339,8 +339,8 @@ def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
 def _make_group(
     ranks: tuple[int, ...], engine: str | None = None, fn: str = "new_group"
 ) -> ProcessGroup:
-    from tensorplay_jax.distributed._engine_shm import ShmEngine
-    from tensorplay_jax.distributed._engine_xla import XlaEngine
+    from tensorplay_jax.distributed._pg.engine_shm import ShmEngine
+    from tensorplay_jax.distributed._pg.engine_xla import XlaEngine
 
     w = _state()
     gid = w.next_gid
@@ -359,7 +359,7 @@ def _make_group(
 
 def pair_engine(a: int, b: int):
     """The XLA engine of the pair of global ranks ``{a, b}`` (for send/recv), made on first use."""
-    from tensorplay_jax.distributed._engine_xla import XlaEngine
+    from tensorplay_jax.distributed._pg.engine_xla import XlaEngine
 
     w = _state()
     lo, hi = min(a, b), max(a, b)
@@ -473,8 +473,8 @@ def barrier(group: ProcessGroup | None = None, timeout: Any = None) -> None:
     t = w.timeout_s if timeout is None else _timeout_s(fn, timeout)
     g.barriers += 1
     try:
-        _kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)
-    except _kv.KVTimeout:
+        kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)
+    except kv.KVTimeout:
         raise TimeoutError(
             f"{fn}: timed out after {t:.3g}s; not every rank of {list(g.ranks)} arrived."
         ) from None

@@ -9,7 +9,7 @@ gloo (``jax_cpu_collectives_implementation``), on GPU through NCCL.
 Before each program the members swap descriptors through the coordination
 service with the group's deadline: a missing peer or a mismatched shape raises
 here, on every rank, instead of blocking inside the XLA program. Descriptors are
-signed with the job secret (``_kv``): one that an outsider wrote, or moved from
+signed with the job secret (``kv``): one that an outsider wrote, or moved from
 another key, is refused before the program runs.
 """
 
@@ -25,7 +25,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tensorplay_jax.distributed import _descriptor, _kv
+from tensorplay_jax.distributed._pg import descriptor, kv
 
 __all__ = ["XlaEngine"]
 
@@ -149,26 +149,26 @@ class XlaEngine:
         self.seq += 1
         deadline = time.monotonic() + self.timeout_s
         base = f"{self.key}/{self.seq}"
-        _kv.set(f"{base}/{self.me}", desc.tobytes())
+        kv.set(f"{base}/{self.me}", desc.tobytes())
         descs = np.full((self.n, desc.size), -1, np.int64)
         descs[self.me] = desc
         for j in peers:
             if j == self.me:
                 continue
             try:
-                raw = _kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()), fn)
-            except _kv.KVTimeout:
+                raw = kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()), fn)
+            except kv.KVTimeout:
                 late = [self.ranks[i] for i in peers if i != self.me]
                 late = [
                     self.ranks[int(k.rsplit("/", 1)[1])]
-                    for k in _kv.missing([f"{base}/{self.ranks.index(r)}" for r in late])
+                    for k in kv.missing([f"{base}/{self.ranks.index(r)}" for r in late])
                 ]
                 self.broken = f"{fn} timed out"
                 raise TimeoutError(
                     f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) {late} "
                     "to join the collective (a peer is missing, stuck or made different calls)"
                 ) from None
-            except _kv.ForgedValue:
+            except kv.ForgedValue:
                 self.broken = f"{fn}: a descriptor not signed with the job secret"
                 raise
             if len(raw) != desc.nbytes:
@@ -179,9 +179,9 @@ class XlaEngine:
                 )
             descs[j] = np.frombuffer(raw, np.int64)
         if self.seq > 2:  # everyone has read our key of two calls ago
-            _kv.delete(f"{self.key}/{self.seq - 2}/{self.me}")
+            kv.delete(f"{self.key}/{self.seq - 2}/{self.me}")
         sub = tuple(self.ranks[j] for j in peers)
-        err = _descriptor.check(fn, descs[list(peers)], sub)
+        err = descriptor.check(fn, descs[list(peers)], sub)
         if err:
             raise ValueError(err)
         return descs
@@ -261,7 +261,7 @@ class XlaEngine:
         """Uneven pieces travel padded to the longest piece, then are cut on arrival."""
         descs = self.exchange("all_to_all_single", desc)
         n, me = self.n, self.me
-        rows = [_descriptor.decode(descs[j], n) for j in range(n)]
+        rows = [descriptor.decode(descs[j], n) for j in range(n)]
         width = max(1, max(max(r["in_splits"]) for r in rows))
         xs = np.asarray(x)
         padded = np.zeros((n, width, *xs.shape[1:]), xs.dtype)

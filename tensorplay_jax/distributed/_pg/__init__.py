@@ -1,0 +1,13 @@
+"""Process-group machinery behind ``tensorplay_jax.distributed``: groups, engines, rendezvous.
+
+Private: users import from ``tensorplay_jax.distributed``. Modules:
+
+- ``group``: ``init_process_group``, groups, ranks, barrier; each group owns an engine.
+- ``collectives``: the blocking collectives (validate, describe, hand to the engine).
+- ``engine_shm`` / ``shared_memory``: the same-host engine and its segments and barrier.
+- ``engine_xla``: compiled XLA programs over the group's mesh.
+- ``descriptor``: per-call descriptors compared across ranks before data moves.
+- ``kv``: the signed key-value store of JAX's coordination service.
+- ``coordinator``: the coordination service's own process (started by ``kv``).
+- ``transfer``: host numpy results to ``jax.Array`` without a copy.
+"""
