@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.collectives._axis import axis_index, axis_size, check_rank
-from tensorplay_jax.collectives._ops import (
+from tensorplay_jax.collectives._reduce_op import (
     ReduceOp,
     all_reduce_leaf,
     check_op_dtype,
@@ -58,6 +58,6 @@ def reduce(x: Any, dst: int, axis_name: Any, *, op: ReduceOp | str = "sum") -> A
 
 
 def _reduce(x: jax.Array, *, dst: int, axis_name: Any, op: ReduceOp) -> jax.Array:
-    check_op_dtype("reduce", op, x)
+    check_op_dtype("reduce", op, x.dtype)
     y = all_reduce_leaf(x, axis_name, op)
     return jnp.where(axis_index(axis_name) == dst, y, jnp.zeros_like(y))

@@ -14,7 +14,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from tensorplay_jax.collectives._axis import axis_size, check_axis, check_dim, to_varying
-from tensorplay_jax.collectives._ops import ReduceOp, check_op_dtype, normalize_op, stacked_reduce
+from tensorplay_jax.collectives._reduce_op import (
+    ReduceOp,
+    check_op_dtype,
+    normalize_op,
+    stacked_reduce,
+)
 
 
 def reduce_scatter(x: Any, axis_name: Any, *, op: ReduceOp | str = "sum", axis: int = 0) -> Any:
@@ -51,7 +56,7 @@ def reduce_scatter(x: Any, axis_name: Any, *, op: ReduceOp | str = "sum", axis: 
 
 def _reduce_scatter(x: jax.Array, *, axis_name: Any, op: ReduceOp, axis: int, n: int) -> jax.Array:
     x = jnp.asarray(x)
-    check_op_dtype("reduce_scatter", op, x)
+    check_op_dtype("reduce_scatter", op, x.dtype)
     axis = check_axis("reduce_scatter", "axis", axis, x.ndim)
     check_dim("reduce_scatter", x, axis, n, exact=True)
     x = to_varying(x, axis_name)

@@ -15,11 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
-from tensorplay_jax.collectives import ReduceOp
+from tensorplay_jax.collectives._reduce_op import ReduceOp, check_op_dtype, normalize_op
 from tensorplay_jax.distributed._pg import descriptor, transfer
 from tensorplay_jax.distributed._pg.group import ProcessGroup, device, pair_engine, resolve, world
 
@@ -39,17 +38,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------ validation
-def _op(fn: str, op: Any) -> str:
-    name = getattr(op, "value", op)
-    if isinstance(name, str):
-        try:
-            return ReduceOp(name.lower()).value
-        except ValueError:
-            pass
-    valid = ", ".join(repr(o.value) for o in ReduceOp)
-    raise ValueError(f"{fn}: unknown op={op!r}; expected a ReduceOp or one of {valid}.")
-
-
 def _array(fn: str, tensor: Any, arg: str = "tensor") -> Any:
     """``tensor`` as a jax.Array or numpy array (anything else is converted by numpy)."""
     if hasattr(tensor, "__jax_array__") and not isinstance(tensor, jax.Array):
@@ -64,16 +52,6 @@ def _array(fn: str, tensor: Any, arg: str = "tensor") -> Any:
             f"{fn}: {arg} has {tensor.ndim} dims; at most {PG_MAX_NDIM} are supported."
         )
     return tensor
-
-
-def _check_op_dtype(fn: str, op: str, dtype: np.dtype) -> None:
-    if op == "avg" and not jnp.issubdtype(dtype, jnp.inexact):
-        raise TypeError(
-            f"{fn}: op='avg' needs a floating or complex input, got dtype {dtype}; "
-            "cast first or use op='sum'."
-        )
-    if op in ("max", "min") and jnp.issubdtype(dtype, jnp.complexfloating):
-        raise TypeError(f"{fn}: op={op!r} is not defined for complex dtype {dtype}.")
 
 
 def _root(fn: str, arg: str, value: Any, g: ProcessGroup) -> int:
@@ -149,8 +127,8 @@ def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGro
     fn = "all_reduce"
     g = resolve(fn, group)
     x = _array(fn, tensor)
-    op = _op(fn, op)
-    _check_op_dtype(fn, op, np.dtype(x.dtype))
+    op = normalize_op(fn, op)
+    check_op_dtype(fn, op, x.dtype)
     d = _desc(fn, g, x, reduce_op=op)
     if _shm(g):
         return _out(g.engine.all_reduce(_host(x), op, d))
@@ -186,8 +164,8 @@ def reduce(
     g = resolve(fn, group)
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
-    op = _op(fn, op)
-    _check_op_dtype(fn, op, np.dtype(x.dtype))
+    op = normalize_op(fn, op)
+    check_op_dtype(fn, op, x.dtype)
     d = _desc(fn, g, x, root=r, reduce_op=op)
     if _shm(g):
         return _out(g.engine.reduce(_host(x), r, op, d))
@@ -256,8 +234,8 @@ def reduce_scatter(
     g = resolve(fn, group)
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
-    op = _op(fn, op)
-    _check_op_dtype(fn, op, np.dtype(x.dtype))
+    op = normalize_op(fn, op)
+    check_op_dtype(fn, op, x.dtype)
     d = _desc(fn, g, x, reduce_op=op)
     if _shm(g):
         return _out(g.engine.reduce_scatter(_host(x), op, d))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
+from tensorplay_jax.collectives._reduce_op import ReduceOp
 
 __all__ = ["OPS", "check", "decode", "dtype_of", "encode", "length"]
 
@@ -29,7 +30,7 @@ OPS = (
     "all_to_all_single",
     "send/recv",
 )
-REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+REDUCE_OPS = tuple(ReduceOp)  # the index is the wire code
 _DTYPES = tuple(
     np.dtype(d)
     for d in (
@@ -86,7 +87,7 @@ def encode(
     shape: tuple[int, ...],
     *,
     root: int = -1,
-    reduce_op: str | None = None,
+    reduce_op: ReduceOp | None = None,
     in_splits: tuple[int, ...] | None = None,
     out_splits: tuple[int, ...] | None = None,
 ) -> np.ndarray:

@@ -36,26 +36,13 @@ import time
 import numpy as np
 
 from tensorplay_jax._constants import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
+from tensorplay_jax.collectives._reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.distributed._pg import descriptor, kv
 from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier, aligned_empty
 
 __all__ = ["ShmEngine"]
 
 _PATH_BYTES = 512
-_UFUNC = {"sum": np.add, "avg": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
-
-
-def _reduce_into(out: np.ndarray, parts: list[np.ndarray], op: str, n: int) -> None:
-    """``out = op(parts...)`` in the given order; avg divides the sum by ``n``."""
-    uf = _UFUNC[op]
-    if len(parts) == 1:
-        np.copyto(out, parts[0])
-    else:
-        uf(parts[0], parts[1], out=out)
-        for p in parts[2:]:
-            uf(out, p, out=out)
-    if op == "avg":
-        np.divide(out, n, out=out, casting="unsafe")
 
 
 def _small_limit(fn: str, n: int) -> int:
@@ -275,9 +262,9 @@ class ShmEngine:
         nbytes = math.prod(shape) * dtype.itemsize
         return self.slots[i, :nbytes].view(dtype).reshape(shape)
 
-    def _reduced(self, parts: list[np.ndarray], op: str, shape: tuple[int, ...], dtype):
+    def _reduced(self, parts: list[np.ndarray], op: ReduceOp, shape: tuple[int, ...], dtype):
         out = aligned_empty(shape, dtype)
-        _reduce_into(out.reshape(-1), [p.reshape(-1) for p in parts], op, self.n)
+        reduce_into(out.reshape(-1), [p.reshape(-1) for p in parts], op, self.n)
         return out
 
     @staticmethod
@@ -294,7 +281,7 @@ class ShmEngine:
         return out
 
     # -------------------------------------------------------------- collectives
-    def all_reduce(self, x: np.ndarray, op: str, desc: np.ndarray) -> np.ndarray:
+    def all_reduce(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("all_reduce", desc, x)
         if inputs is not None:
             return self._reduced(inputs, op, x.shape, x.dtype)
@@ -312,7 +299,7 @@ class ShmEngine:
         parts = [
             flat[a:b] if j == me else self._slot(j, flat.shape, flat.dtype)[a:b] for j in range(n)
         ]
-        _reduce_into(oflat[a:b], parts, op, n)
+        reduce_into(oflat[a:b], parts, op, n)
         mine[a:b] = oflat[a:b]
         self._sync(deadline, "all_reduce")
         for j, (a, b) in enumerate(bounds):
@@ -333,7 +320,7 @@ class ShmEngine:
         self._data_ready(deadline, "broadcast")
         return self._copy(self._slot(src, x.shape, x.dtype))
 
-    def reduce(self, x: np.ndarray, dst: int, op: str, desc: np.ndarray) -> np.ndarray:
+    def reduce(self, x: np.ndarray, dst: int, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("reduce", desc, x, self.me != dst)
         if inputs is None:
             if self.me != dst:
@@ -374,7 +361,7 @@ class ShmEngine:
             from_src = inputs[src]
         return self._copy(from_src[self.me])
 
-    def reduce_scatter(self, x: np.ndarray, op: str, desc: np.ndarray) -> np.ndarray:
+    def reduce_scatter(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("reduce_scatter", desc, x)
         if inputs is None:
             mine = self._slot(self.me, x.shape, x.dtype)

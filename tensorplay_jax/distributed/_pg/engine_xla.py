@@ -25,6 +25,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tensorplay_jax.collectives._reduce_op import ReduceOp, lax_reduce, stacked_reduce
 from tensorplay_jax.distributed._pg import descriptor, kv
 
 __all__ = ["XlaEngine"]
@@ -46,24 +47,8 @@ def _tree_broadcast(x: jax.Array, src: int, n: int) -> jax.Array:
     return out
 
 
-def _reduce_all(x: jax.Array, op: str, n: int) -> jax.Array:
-    if op == "sum":
-        return lax.psum(x, _AXIS)
-    if op == "avg":
-        return lax.psum(x, _AXIS) / jnp.asarray(n, x.dtype)
-    if op == "max":
-        return lax.pmax(x, _AXIS)
-    if op == "min":
-        return lax.pmin(x, _AXIS)
-    return jnp.prod(lax.all_gather(x, _AXIS), axis=0).astype(x.dtype)
-
-
-def _reduce_stacked(y: jax.Array, op: str, n: int) -> jax.Array:
-    if op in ("sum", "avg"):
-        s = jnp.sum(y, axis=0, dtype=y.dtype)
-        return s / jnp.asarray(n, y.dtype) if op == "avg" else s
-    fn = {"max": jnp.max, "min": jnp.min, "prod": jnp.prod}[op]
-    return fn(y, axis=0).astype(y.dtype)
+def _reduce_stacked(y: jax.Array, op: ReduceOp) -> jax.Array:
+    return stacked_reduce(y, op).astype(y.dtype)
 
 
 def _bodies(n: int) -> dict[str, Callable]:
@@ -76,16 +61,16 @@ def _bodies(n: int) -> dict[str, Callable]:
         return lax.axis_index(_AXIS) == root
 
     def reduce_scatter(x, op):
-        if op in ("sum", "avg"):
+        if op in (ReduceOp.SUM, ReduceOp.AVG):
             s = lax.psum_scatter(x, _AXIS, scatter_dimension=0, tiled=False)
-            return s / jnp.asarray(n, x.dtype) if op == "avg" else s
-        return _reduce_stacked(all_to_all(x), op, n)
+            return s / jnp.asarray(n, x.dtype) if op is ReduceOp.AVG else s
+        return _reduce_stacked(all_to_all(x), op)
 
     return {
-        "all_reduce": lambda x, op: _reduce_all(x, op, n),
+        "all_reduce": lambda x, op: lax_reduce(x, _AXIS, op),
         "broadcast": lambda x, root: _tree_broadcast(x, root, n),
         "reduce": lambda x, op, root: jnp.where(
-            is_root(root), _reduce_all(x, op, n), jnp.zeros_like(x)
+            is_root(root), lax_reduce(x, _AXIS, op), jnp.zeros_like(x)
         ),
         "all_gather": lambda x: lax.all_gather(x, _AXIS),
         "gather": lambda x, root: jnp.where(
@@ -228,13 +213,13 @@ class XlaEngine:
         y = self.run(fn, xd, *static)
         return y.reshape(()) if scalar else y
 
-    def all_reduce(self, x, op: str, desc: np.ndarray) -> jax.Array:
+    def all_reduce(self, x, op: ReduceOp, desc: np.ndarray) -> jax.Array:
         return self._go("all_reduce", desc, x, op)
 
     def broadcast(self, x, src: int, desc: np.ndarray) -> jax.Array:
         return self._go("broadcast", desc, x, src)
 
-    def reduce(self, x, dst: int, op: str, desc: np.ndarray) -> jax.Array:
+    def reduce(self, x, dst: int, op: ReduceOp, desc: np.ndarray) -> jax.Array:
         return self._go("reduce", desc, x, op, dst)
 
     def all_gather(self, x, desc: np.ndarray) -> jax.Array:
@@ -249,7 +234,7 @@ class XlaEngine:
         self.exchange("scatter", desc)
         return self.run("scatter", self.to_device(x), src)
 
-    def reduce_scatter(self, x, op: str, desc: np.ndarray) -> jax.Array:
+    def reduce_scatter(self, x, op: ReduceOp, desc: np.ndarray) -> jax.Array:
         self.exchange("reduce_scatter", desc)
         return self.run("reduce_scatter", self.to_device(x), op)
 

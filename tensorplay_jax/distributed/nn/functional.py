@@ -26,7 +26,7 @@ from tensorplay_jax import distributed as dist
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
 from tensorplay_jax.autograd._tensor import Tensor
 from tensorplay_jax.collectives import ReduceOp
-from tensorplay_jax.collectives._ops import normalize_op
+from tensorplay_jax.collectives._reduce_op import local_partials, normalize_op
 
 __all__ = [
     "all_gather",
@@ -75,19 +75,6 @@ def _rank(group: Any) -> int:
     return dist.get_rank(group)
 
 
-def _local_partials(op: ReduceOp, stacked: jax.Array, rank: int) -> jax.Array:
-    """d(op over axis 0 of ``stacked``)/d(stacked[rank]), elementwise.
-
-    max/min: 1 where ``rank`` is the lowest rank holding the extremum, else 0.
-    prod: the product of the other ranks' values (no division, exact with zeros).
-    """
-    if op is ReduceOp.PROD:
-        others = stacked.at[rank].set(jnp.ones_like(stacked[rank]))
-        return jnp.prod(others, axis=0)
-    winner = jnp.argmax(stacked, axis=0) if op is ReduceOp.MAX else jnp.argmin(stacked, axis=0)
-    return (winner == rank).astype(stacked.dtype)
-
-
 def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = None) -> Tensor:
     """Every rank gets the reduction of every rank's ``tensor``; differentiable.
 
@@ -120,7 +107,7 @@ def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = None
             return s
         if op is ReduceOp.AVG:
             return s / n
-        return s * _local_partials(op, dist.all_gather(x, group), _rank(group))
+        return s * local_partials(op, dist.all_gather(x, group), _rank(group))
 
     return _record(fn, tensor, y, backward)
 
@@ -238,7 +225,7 @@ def reduce_scatter(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = 
             return stacked_g
         if op is ReduceOp.AVG:
             return stacked_g / n
-        return stacked_g * _local_partials(op, dist.all_gather(x, group), _rank(group))
+        return stacked_g * local_partials(op, dist.all_gather(x, group), _rank(group))
 
     return _record(fn, tensor, y, backward)
 

@@ -1,4 +1,9 @@
-"""Reduction ops (`ReduceOp`) and their differentiable all-reduce over a mapped axis.
+"""Reduction ops: ``ReduceOp``, its normalisation, dtype rules, derivatives and reductions.
+
+The one home of the reduction ops: every collective (SPMD, blocking, on the tape)
+and every engine takes a ``ReduceOp`` from :func:`normalize_op` and reduces with
+the functions here (differentiable over a mapped axis, plain over a mapped axis,
+over a stacked axis, into numpy buffers), so the op list and the tie rule live once.
 
 The sum family (sum, avg) is linear: a plain ``jax.lax`` composition whose JVP and
 transpose rules JAX already has. ``max``/``min`` have no differentiation rule in
@@ -15,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from tensorplay_jax.collectives._axis import axis_index, to_varying
@@ -56,14 +62,21 @@ def normalize_op(fn_name: str, op: Any) -> ReduceOp:
     raise ValueError(f"{fn_name}: unknown op={op!r}; expected one of {valid} (or a ReduceOp).")
 
 
-def check_op_dtype(fn_name: str, op: ReduceOp, x: jax.Array) -> None:
-    if op is ReduceOp.AVG and not jnp.issubdtype(x.dtype, jnp.inexact):
+def check_op_dtype(fn_name: str, op: ReduceOp, dtype: Any) -> None:
+    """Raise a TypeError when ``op`` is not defined for ``dtype`` (avg: inexact; max/min: real).
+
+    Args:
+      fn_name: the public function (named in the error).
+      op: a normalised op.
+      dtype: the input's dtype.
+    """
+    if op is ReduceOp.AVG and not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(
-            f"{fn_name}: op='avg' needs a floating or complex input, got dtype {x.dtype}; "
+            f"{fn_name}: op='avg' needs a floating or complex input, got dtype {dtype}; "
             "cast first or use op='sum'."
         )
-    if op in (ReduceOp.MAX, ReduceOp.MIN) and jnp.issubdtype(x.dtype, jnp.complexfloating):
-        raise TypeError(f"{fn_name}: op={op.value!r} is not defined for complex dtype {x.dtype}.")
+    if op in (ReduceOp.MAX, ReduceOp.MIN) and jnp.issubdtype(dtype, jnp.complexfloating):
+        raise TypeError(f"{fn_name}: op={op.value!r} is not defined for complex dtype {dtype}.")
 
 
 # --- max / min ------------------------------------------------------------------
@@ -90,10 +103,27 @@ def _pextremum_jvp(axis_name, is_max, primals, tangents):
     return y, to_varying(dy, axis_name)
 
 
+def _winner(z: jax.Array, op: ReduceOp) -> jax.Array:
+    """The tie rule: the lowest index along axis 0 holding the max (or min) of ``z``."""
+    return jnp.argmax(z, axis=0) if op is ReduceOp.MAX else jnp.argmin(z, axis=0)
+
+
 def stacked_extremum(z: jax.Array, is_max: bool) -> jax.Array:
     """max/min over axis 0 of a stacked array, derivative to the lowest arg-extremum."""
-    idx = jnp.argmax(z, axis=0) if is_max else jnp.argmin(z, axis=0)
+    idx = _winner(z, ReduceOp.MAX if is_max else ReduceOp.MIN)
     return jnp.take_along_axis(z, idx[None], axis=0)[0]
+
+
+def local_partials(op: ReduceOp, stacked: jax.Array, rank: int) -> jax.Array:
+    """d(op over axis 0 of ``stacked``)/d(stacked[rank]), elementwise, for max, min and prod.
+
+    max/min: 1 where ``rank`` is the lowest rank holding the extremum, else 0.
+    prod: the product of the other ranks' values (no division, exact with zeros).
+    """
+    if op is ReduceOp.PROD:
+        others = stacked.at[rank].set(jnp.ones_like(stacked[rank]))
+        return jnp.prod(others, axis=0)
+    return (_winner(stacked, op) == rank).astype(stacked.dtype)
 
 
 def stacked_reduce(z: jax.Array, op: ReduceOp) -> jax.Array:
@@ -117,3 +147,41 @@ def all_reduce_leaf(x: jax.Array, axis_name: Any, op: ReduceOp) -> jax.Array:
     if op is ReduceOp.PROD:
         return jnp.prod(lax.all_gather(to_varying(x, axis_name), axis_name), axis=0)
     return _pextremum(x, axis_name, op is ReduceOp.MAX)
+
+
+def lax_reduce(x: jax.Array, axis_name: Any, op: ReduceOp) -> jax.Array:
+    """The reduction over ``axis_name`` as plain ``jax.lax`` collectives (no derivative rules).
+
+    The result keeps ``x``'s dtype (prod of small integers wraps, as in numpy's ufuncs).
+    """
+    if op is ReduceOp.SUM:
+        return lax.psum(x, axis_name)
+    if op is ReduceOp.AVG:
+        return lax.psum(x, axis_name) / jnp.asarray(lax.axis_size(axis_name), x.dtype)
+    if op is ReduceOp.MAX:
+        return lax.pmax(x, axis_name)
+    if op is ReduceOp.MIN:
+        return lax.pmin(x, axis_name)
+    return jnp.prod(lax.all_gather(x, axis_name), axis=0).astype(x.dtype)
+
+
+_UFUNC = {
+    ReduceOp.SUM: np.add,
+    ReduceOp.AVG: np.add,
+    ReduceOp.MAX: np.maximum,
+    ReduceOp.MIN: np.minimum,
+    ReduceOp.PROD: np.multiply,
+}
+
+
+def reduce_into(out: np.ndarray, parts: list[np.ndarray], op: ReduceOp, n: int) -> None:
+    """``out = op(parts...)`` with numpy, in the given order; avg divides the sum by ``n``."""
+    uf = _UFUNC[op]
+    if len(parts) == 1:
+        np.copyto(out, parts[0])
+    else:
+        uf(parts[0], parts[1], out=out)
+        for p in parts[2:]:
+            uf(out, p, out=out)
+    if op is ReduceOp.AVG:
+        np.divide(out, n, out=out, casting="unsafe")
