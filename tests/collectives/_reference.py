@@ -1,7 +1,7 @@
 """Plain numpy references of the ten collectives: the oracle, independent of the package.
 
 Each reference maps the list of per-rank inputs to the list of per-rank outputs,
-written straight from DESIGN.md's table with numpy only.
+written straight from the rule table (the tensorplay_jax.collectives docstring) with numpy only.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Private: users import from ``tensorplay_jax.distributed``. Modules:
 
 - ``group``: ``init_process_group``, groups, ranks, barrier; each group owns an engine.
 - ``collectives``: the blocking collectives (validate, describe, hand to the engine).
+- ``engine``: the ``Engine`` protocol the engines implement.
 - ``engine_shm`` / ``shared_memory``: the same-host engine and its segments and barrier.
 - ``engine_xla``: compiled XLA programs over the group's mesh.
 - ``descriptor``: per-call descriptors compared across ranks before data moves.

@@ -2,11 +2,13 @@
 
 tensorplay's ``dist.all_reduce(t)`` fills ``t`` in place; JAX arrays are immutable, so
 here every collective *returns* the result (a ``jax.Array`` on this process's device)
-and leaves the input alone. Shapes follow DESIGN.md section 1 with N the group size:
+and leaves the input alone. Shapes follow the rule table in the
+``tensorplay_jax.collectives`` docstring, with N the group size:
 ``all_gather``/``gather`` stack to ``(N, ...)``; ``scatter``/``reduce_scatter`` take
 ``(N, ...)``; ``reduce``/``gather`` give zeros on ranks other than ``dst``. Ranks
 (``src``, ``dst``) are global ranks, as in tensorplay. Arguments are validated here,
-before anything is exchanged; what needs every rank's view (shapes, dtypes, roots)
+before anything is exchanged, and the group's engine (``engine.Engine``) runs the
+call; what needs every rank's view (shapes, dtypes, roots)
 is compared across ranks and raises on every rank together.
 """
 
@@ -19,8 +21,8 @@ import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
 from tensorplay_jax.collectives._reduce_op import ReduceOp, check_op_dtype, normalize_op
-from tensorplay_jax.distributed._pg import descriptor, transfer
-from tensorplay_jax.distributed._pg.group import ProcessGroup, device, pair_engine, resolve, world
+from tensorplay_jax.distributed._pg import descriptor
+from tensorplay_jax.distributed._pg.group import ProcessGroup, pair_engine, resolve, world
 
 __all__ = [
     "all_gather",
@@ -54,6 +56,13 @@ def _array(fn: str, tensor: Any, arg: str = "tensor") -> Any:
     return tensor
 
 
+def _reduce_op(fn: str, op: Any, x: Any) -> ReduceOp:
+    """``op`` normalised, after checking that it is defined for ``x``'s dtype."""
+    op = normalize_op(fn, op)
+    check_op_dtype(fn, op, x.dtype)
+    return op
+
+
 def _root(fn: str, arg: str, value: Any, g: ProcessGroup) -> int:
     """The group index of global rank ``value`` (``src``/``dst``), or a ValueError."""
     size = world().world_size
@@ -82,29 +91,6 @@ def _desc(fn: str, g: ProcessGroup, x: Any, **kw) -> np.ndarray:
     return descriptor.encode(g.size(), fn, code, tuple(x.shape), **kw)
 
 
-# ---------------------------------------------------------------- host <-> jax
-def _host(x: Any) -> np.ndarray:
-    """A C-contiguous numpy view of ``x`` (no copy for a CPU jax.Array)."""
-    return np.asarray(x, order="C")
-
-
-def _out(y: Any) -> jax.Array:
-    """The result as a jax.Array on this process's device (aliases aligned host buffers)."""
-    if isinstance(y, jax.Array):
-        return y
-    return transfer.to_device(y, device())
-
-
-def _as_result(x: Any) -> jax.Array:
-    if isinstance(x, jax.Array):
-        return x
-    return transfer.to_device(np.asarray(x), device())
-
-
-def _shm(g: ProcessGroup) -> bool:
-    return g.engine.name == "shm"
-
-
 # ----------------------------------------------------------------- collectives
 def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGroup | None = None):
     """Reduce ``tensor`` across the group; every rank gets the result.
@@ -127,11 +113,8 @@ def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGro
     fn = "all_reduce"
     g = resolve(fn, group)
     x = _array(fn, tensor)
-    op = normalize_op(fn, op)
-    check_op_dtype(fn, op, x.dtype)
+    op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, reduce_op=op)
-    if _shm(g):
-        return _out(g.engine.all_reduce(_host(x), op, d))
     return g.engine.all_reduce(x, op, d)
 
 
@@ -146,9 +129,6 @@ def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None):
     x = _array(fn, tensor)
     s = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=s)
-    if _shm(g):
-        y = g.engine.broadcast(_host(x), s, d)
-        return _as_result(x) if y is None else _out(y)
     return g.engine.broadcast(x, s, d)
 
 
@@ -164,11 +144,8 @@ def reduce(
     g = resolve(fn, group)
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
-    op = normalize_op(fn, op)
-    check_op_dtype(fn, op, x.dtype)
+    op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, root=r, reduce_op=op)
-    if _shm(g):
-        return _out(g.engine.reduce(_host(x), r, op, d))
     return g.engine.reduce(x, r, op, d)
 
 
@@ -182,8 +159,6 @@ def all_gather(tensor: Any, group: ProcessGroup | None = None):
     g = resolve(fn, group)
     x = _array(fn, tensor)
     d = _desc(fn, g, x)
-    if _shm(g):
-        return _out(g.engine.all_gather(_host(x), d))
     return g.engine.all_gather(x, d)
 
 
@@ -198,8 +173,6 @@ def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None):
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
     d = _desc(fn, g, x, root=r)
-    if _shm(g):
-        return _out(g.engine.gather(_host(x), r, d))
     return g.engine.gather(x, r, d)
 
 
@@ -217,8 +190,6 @@ def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None):
     _stacked(fn, x, g.size())
     r = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=r)
-    if _shm(g):
-        return _out(g.engine.scatter(_host(x), r, d))
     return g.engine.scatter(x, r, d)
 
 
@@ -234,11 +205,8 @@ def reduce_scatter(
     g = resolve(fn, group)
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
-    op = normalize_op(fn, op)
-    check_op_dtype(fn, op, x.dtype)
+    op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, reduce_op=op)
-    if _shm(g):
-        return _out(g.engine.reduce_scatter(_host(x), op, d))
     return g.engine.reduce_scatter(x, op, d)
 
 
@@ -253,8 +221,6 @@ def all_to_all(tensor: Any, group: ProcessGroup | None = None):
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
     d = _desc(fn, g, x)
-    if _shm(g):
-        return _out(g.engine.all_to_all(_host(x), d))
     return g.engine.all_to_all(x, d)
 
 
@@ -306,7 +272,7 @@ def all_to_all_single(
         )
     outs = _splits(fn, "output_split_sizes", output_split_sizes, x.shape[0], n)
     d = _desc(fn, g, x, in_splits=ins, out_splits=outs)
-    return _out(g.engine.all_to_all_single(_host(x) if _shm(g) else x, d))
+    return g.engine.all_to_all_single(x, d)
 
 
 def _p2p(fn: str, tensor: Any, peer_arg: str, peer: Any, group: ProcessGroup | None):

@@ -29,20 +29,41 @@ that call on every rank.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
+import jax
 import numpy as np
 
 from tensorplay_jax._constants import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
 from tensorplay_jax.collectives._reduce_op import ReduceOp, reduce_into
-from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.distributed._pg import descriptor, kv, transfer
 from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier, aligned_empty
 
 __all__ = ["ShmEngine"]
 
 _PATH_BYTES = 512
+
+
+def _on_host(method: Callable[..., np.ndarray | None]) -> Callable[..., jax.Array]:
+    """Run a numpy collective on a C-contiguous host view of ``x`` (no copy for a CPU array).
+
+    The result comes back as a jax.Array on this rank's device, aliasing the aligned
+    host buffer; ``None`` (a broadcast's src) means ``x`` itself.
+    """
+
+    @functools.wraps(method)
+    def run(self: ShmEngine, x: Any, *args: Any) -> jax.Array:
+        y = method(self, np.asarray(x, order="C"), *args)
+        if y is None:
+            y = x
+        return y if isinstance(y, jax.Array) else transfer.to_device(np.asarray(y), self.device)
+
+    return run
 
 
 def _small_limit(fn: str, n: int) -> int:
@@ -81,14 +102,22 @@ class ShmEngine:
       key: a coordination-service key prefix unique to this group.
       ranks: the members' global ranks; ``me`` is this process's index in it.
       timeout_s: the deadline of every wait.
+      device: this process's device (results are jax.Arrays on it).
       fn: the public function creating the group (named in errors).
     """
 
     name = "shm"
 
     def __init__(
-        self, key: str, ranks: tuple[int, ...], me: int, timeout_s: float, fn: str = "new_group"
+        self,
+        key: str,
+        ranks: tuple[int, ...],
+        me: int,
+        timeout_s: float,
+        device: Any,
+        fn: str = "new_group",
     ):
+        self.device = device
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
         n = self.n
         self.dlen = descriptor.length(n)
@@ -281,6 +310,7 @@ class ShmEngine:
         return out
 
     # -------------------------------------------------------------- collectives
+    @_on_host
     def all_reduce(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("all_reduce", desc, x)
         if inputs is not None:
@@ -307,6 +337,7 @@ class ShmEngine:
                 oflat[a:b] = self._slot(j, flat.shape, flat.dtype)[a:b]
         return out
 
+    @_on_host
     def broadcast(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray | None:
         me_src = self.me == src
         deadline, inputs = self._begin("broadcast", desc, x, me_src, one_sided=me_src)
@@ -314,12 +345,13 @@ class ShmEngine:
             if inputs is None:
                 self._slot(src, x.shape, x.dtype)[...] = x
                 self._data_ready(deadline, "broadcast")
-            return None  # the caller returns its input
+            return None  # the result is the input
         if inputs is not None:
             return self._copy(inputs[src])
         self._data_ready(deadline, "broadcast")
         return self._copy(self._slot(src, x.shape, x.dtype))
 
+    @_on_host
     def reduce(self, x: np.ndarray, dst: int, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("reduce", desc, x, self.me != dst)
         if inputs is None:
@@ -331,6 +363,7 @@ class ShmEngine:
             return aligned_empty(x.shape, x.dtype, zero=True)
         return self._reduced(inputs, op, x.shape, x.dtype)
 
+    @_on_host
     def all_gather(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("all_gather", desc, x)
         if inputs is None:
@@ -339,6 +372,7 @@ class ShmEngine:
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         return self._stack(inputs)
 
+    @_on_host
     def gather(self, x: np.ndarray, dst: int, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("gather", desc, x, self.me != dst)
         if inputs is None:
@@ -350,6 +384,7 @@ class ShmEngine:
             return aligned_empty((self.n, *x.shape), x.dtype, zero=True)
         return self._stack(inputs)
 
+    @_on_host
     def scatter(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("scatter", desc, x, self.me == src)
         if inputs is None:
@@ -361,6 +396,7 @@ class ShmEngine:
             from_src = inputs[src]
         return self._copy(from_src[self.me])
 
+    @_on_host
     def reduce_scatter(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("reduce_scatter", desc, x)
         if inputs is None:
@@ -372,6 +408,7 @@ class ShmEngine:
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         return self._reduced([p[self.me] for p in inputs], op, x.shape[1:], x.dtype)
 
+    @_on_host
     def all_to_all(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("all_to_all", desc, x)
         if inputs is None:
@@ -383,6 +420,7 @@ class ShmEngine:
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         return self._stack([p[self.me] for p in inputs])
 
+    @_on_host
     def all_to_all_single(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
         fn = "all_to_all_single"
         deadline, inputs = self._begin(fn, desc, x)

@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives._reduce_op import ReduceOp, lax_reduce, stacked_reduce
-from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.distributed._pg import descriptor, kv, transfer
 
 __all__ = ["XlaEngine"]
 
@@ -242,7 +242,7 @@ class XlaEngine:
         self.exchange("all_to_all", desc)
         return self.run("all_to_all", self.to_device(x))
 
-    def all_to_all_single(self, x, desc: np.ndarray) -> np.ndarray:
+    def all_to_all_single(self, x, desc: np.ndarray) -> jax.Array:
         """Uneven pieces travel padded to the longest piece, then are cut on arrival."""
         descs = self.exchange("all_to_all_single", desc)
         n, me = self.n, self.me
@@ -255,7 +255,8 @@ class XlaEngine:
             padded[j, :k] = xs[at : at + k]
             at += k
         y = np.asarray(self.run("all_to_all", self.to_device(padded)))
-        return np.concatenate([y[j, :k] for j, k in enumerate(rows[me]["out_splits"])], axis=0)
+        y = np.concatenate([y[j, :k] for j, k in enumerate(rows[me]["out_splits"])], axis=0)
+        return transfer.to_device(y, self.device)
 
     def send_recv(self, fn: str, x, src: int, dst: int, desc: np.ndarray) -> jax.Array:
         """Move ``x`` from member ``src`` to member ``dst`` (this engine's group is the pair)."""

@@ -41,6 +41,7 @@ from tensorplay_jax._constants import (
     PG_HEARTBEAT_MIN_S,
 )
 from tensorplay_jax.distributed._pg import kv
+from tensorplay_jax.distributed._pg.engine import Engine
 
 __all__ = [
     "ProcessGroup",
@@ -70,7 +71,7 @@ class ProcessGroup:
 
     ranks: tuple[int, ...]
     gid: int
-    engine: Any = None
+    engine: Engine | None = None
     barriers: int = 0
 
     def rank(self) -> int:
@@ -350,7 +351,7 @@ def _make_group(
         me = ranks.index(w.rank)
         key = f"{w.prefix}/g{gid}"
         if _engine_for(ranks, engine) == "shm":
-            g.engine = ShmEngine(key, ranks, me, w.timeout_s, fn)
+            g.engine = ShmEngine(key, ranks, me, w.timeout_s, w.devices[w.rank], fn)
         else:
             g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
     w.groups.append(g)

@@ -2,8 +2,9 @@
 
 Each function runs the blocking collective of ``tensorplay_jax.distributed`` on
 the Tensor's array and, when the input requires grad, records one tape node
-whose backward runs the collective that the rule table of DESIGN.md section 1
-names (the tensorplay rule: every rank's output is its own output). Like
+whose backward runs the collective that the rule table in the
+``tensorplay_jax.collectives`` docstring names (the tensorplay rule: every rank's
+output is its own output); ``_BACKWARD`` below is that table. Like
 tensorplay, the backward is itself a collective: every rank of the group must
 run backward through the same calls in the same order (a rank that does not
 fails the others within the group's timeout instead of hanging them).
@@ -16,6 +17,7 @@ the extremum, prod uses the product of the other ranks' values (exact with zeros
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,8 +73,60 @@ def _record(
     return out
 
 
-def _rank(group: Any) -> int:
-    return dist.get_rank(group)
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One forward call: what its backward needs (``root`` is src or dst, a global rank)."""
+
+    x: jax.Array
+    group: Any
+    op: ReduceOp = ReduceOp.SUM
+    root: int = -1
+    splits: tuple[Any, Any] = (None, None)  # (output_split_sizes, input_split_sizes)
+
+
+# The backward of each collective for op=sum: the rule table of the
+# ``tensorplay_jax.collectives`` docstring, as blocking collectives on the cotangent g.
+_BACKWARD: dict[str, Callable[[jax.Array, _Call], jax.Array]] = {
+    "all_reduce": lambda g, c: dist.all_reduce(g, ReduceOp.SUM, c.group),
+    "broadcast": lambda g, c: dist.reduce(g, c.root, ReduceOp.SUM, c.group),
+    "reduce": lambda g, c: dist.broadcast(g, c.root, c.group),
+    "gather": lambda g, c: dist.scatter(g, c.root, c.group),
+    "scatter": lambda g, c: dist.gather(g, c.root, c.group),
+    "reduce_scatter": lambda g, c: dist.all_gather(g, c.group),
+    "all_gather": lambda g, c: dist.reduce_scatter(g, ReduceOp.SUM, c.group),
+    "all_gather_single": lambda g, c: dist.reduce_scatter(
+        g.reshape((-1, *c.x.shape)), ReduceOp.SUM, c.group
+    ),
+    "all_to_all": lambda g, c: dist.all_to_all(g, c.group),
+    "all_to_all_single": lambda g, c: dist.all_to_all_single(g, *reversed(c.splits), c.group),
+}
+
+
+def _backward(name: str, call: _Call) -> Callable[[jax.Array], jax.Array]:
+    """The table's rule for ``name``, scaled for ``call.op`` (the ReduceOp derivatives).
+
+    avg divides the sum rule by N; max/min/prod multiply it by this rank's partial
+    derivative (``local_partials``), which needs every rank's input (an all-gather).
+    """
+
+    def backward(g: jax.Array) -> jax.Array:
+        s = _BACKWARD[name](g, call)
+        if call.op is ReduceOp.SUM:
+            return s
+        if call.op is ReduceOp.AVG:
+            return s / dist.get_world_size(call.group)
+        stacked = dist.all_gather(call.x, call.group)
+        return s * local_partials(call.op, stacked, dist.get_rank(call.group))
+
+    return backward
+
+
+def _collective(
+    name: str, tensor: Any, forward: Callable[[jax.Array], jax.Array], **call: Any
+) -> Tensor:
+    """Run ``forward`` on ``tensor``'s array and record the table's backward for it."""
+    x = _value(name, tensor)
+    return _record(name, tensor, forward(x), _backward(name, _Call(x, **call)))
 
 
 def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = None) -> Tensor:
@@ -95,21 +149,10 @@ def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = None
       >>> x = tp.randn(4, 8, requires_grad=True)  # doctest: +SKIP
       >>> df.all_reduce(x).sum().backward()  # x.grad == world size  # doctest: +SKIP
     """
-    fn = "all_reduce"
-    op = normalize_op(fn, op)
-    x = _value(fn, tensor)
-    y = dist.all_reduce(x, op, group)
-    n = dist.get_world_size(group)
-
-    def backward(g: jax.Array) -> jax.Array:
-        s = dist.all_reduce(g, ReduceOp.SUM, group)
-        if op is ReduceOp.SUM:
-            return s
-        if op is ReduceOp.AVG:
-            return s / n
-        return s * local_partials(op, dist.all_gather(x, group), _rank(group))
-
-    return _record(fn, tensor, y, backward)
+    op = normalize_op("all_reduce", op)
+    return _collective(
+        "all_reduce", tensor, lambda x: dist.all_reduce(x, op, group), group=group, op=op
+    )
 
 
 def broadcast(tensor: Any, src: int, group: Any = None) -> Tensor:
@@ -119,10 +162,9 @@ def broadcast(tensor: Any, src: int, group: Any = None) -> Tensor:
     Example:
       >>> y = df.broadcast(x, src=0)  # doctest: +SKIP
     """
-    fn = "broadcast"
-    x = _value(fn, tensor)
-    y = dist.broadcast(x, src, group)
-    return _record(fn, tensor, y, lambda g: dist.reduce(g, src, ReduceOp.SUM, group))
+    return _collective(
+        "broadcast", tensor, lambda x: dist.broadcast(x, src, group), group=group, root=src
+    )
 
 
 def reduce(tensor: Any, dst: int, op: ReduceOp | str = ReduceOp.SUM, group: Any = None) -> Tensor:
@@ -132,14 +174,11 @@ def reduce(tensor: Any, dst: int, op: ReduceOp | str = ReduceOp.SUM, group: Any 
     Example:
       >>> y = df.reduce(x, dst=0)  # doctest: +SKIP
     """
-    fn = "reduce"
-    op = normalize_op(fn, op)
-    x = _value(fn, tensor)
+    op = normalize_op("reduce", op)
     if op in (ReduceOp.SUM, ReduceOp.AVG):
-        y = dist.reduce(x, dst, op, group)
-        n = dist.get_world_size(group)
-        scale = 1.0 / n if op is ReduceOp.AVG else 1.0
-        return _record(fn, tensor, y, lambda g: dist.broadcast(g, dst, group) * scale)
+        return _collective(
+            "reduce", tensor, lambda x: dist.reduce(x, dst, op, group), group=group, op=op, root=dst
+        )
     # max/min/prod: the all-reduce's rule, with the other ranks' outputs masked to zero.
     full = all_reduce(tensor, op, group)
     return full * jnp.asarray(dist.get_rank() == dst, full.dtype)
@@ -152,10 +191,7 @@ def all_gather(tensor: Any, group: Any = None) -> Tensor:
     Example:
       >>> ys = df.all_gather(x)  # doctest: +SKIP
     """
-    fn = "all_gather"
-    x = _value(fn, tensor)
-    y = dist.all_gather(x, group)
-    return _record(fn, tensor, y, lambda g: dist.reduce_scatter(g, ReduceOp.SUM, group))
+    return _collective("all_gather", tensor, lambda x: dist.all_gather(x, group), group=group)
 
 
 def all_gather_single(tensor: Any, group: Any = None) -> Tensor:
@@ -166,18 +202,13 @@ def all_gather_single(tensor: Any, group: Any = None) -> Tensor:
       >>> y = df.all_gather_single(x)  # doctest: +SKIP
     """
     fn = "all_gather_single"
-    x = _value(fn, tensor)
-    if x.ndim == 0:
+    if _value(fn, tensor).ndim == 0:
         raise ValueError(f"{fn}: tensor is 0-d; it concatenates along axis 0.")
-    y = dist.all_gather(x, group)
-    y = y.reshape((-1, *x.shape[1:]))
-    n = dist.get_world_size(group)
-    return _record(
-        fn,
-        tensor,
-        y,
-        lambda g: dist.reduce_scatter(g.reshape((n, *x.shape)), ReduceOp.SUM, group),
-    )
+
+    def forward(x: jax.Array) -> jax.Array:
+        return dist.all_gather(x, group).reshape((-1, *x.shape[1:]))
+
+    return _collective(fn, tensor, forward, group=group)
 
 
 def gather(tensor: Any, dst: int = 0, group: Any = None) -> Tensor:
@@ -187,10 +218,9 @@ def gather(tensor: Any, dst: int = 0, group: Any = None) -> Tensor:
     Example:
       >>> ys = df.gather(x, dst=0)  # doctest: +SKIP
     """
-    fn = "gather"
-    x = _value(fn, tensor)
-    y = dist.gather(x, dst, group)
-    return _record(fn, tensor, y, lambda g: dist.scatter(g, dst, group))
+    return _collective(
+        "gather", tensor, lambda x: dist.gather(x, dst, group), group=group, root=dst
+    )
 
 
 def scatter(tensor: Any, src: int = 0, group: Any = None) -> Tensor:
@@ -200,10 +230,9 @@ def scatter(tensor: Any, src: int = 0, group: Any = None) -> Tensor:
     Example:
       >>> mine = df.scatter(xs, src=0)  # doctest: +SKIP
     """
-    fn = "scatter"
-    x = _value(fn, tensor)
-    y = dist.scatter(x, src, group)
-    return _record(fn, tensor, y, lambda g: dist.gather(g, src, group))
+    return _collective(
+        "scatter", tensor, lambda x: dist.scatter(x, src, group), group=group, root=src
+    )
 
 
 def reduce_scatter(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = None) -> Tensor:
@@ -213,21 +242,10 @@ def reduce_scatter(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = 
     Example:
       >>> mine = df.reduce_scatter(xs)  # doctest: +SKIP
     """
-    fn = "reduce_scatter"
-    op = normalize_op(fn, op)
-    x = _value(fn, tensor)
-    y = dist.reduce_scatter(x, op, group)
-    n = dist.get_world_size(group)
-
-    def backward(g: jax.Array) -> jax.Array:
-        stacked_g = dist.all_gather(g, group)  # (N, ...): slice i is rank i's gradient
-        if op is ReduceOp.SUM:
-            return stacked_g
-        if op is ReduceOp.AVG:
-            return stacked_g / n
-        return stacked_g * local_partials(op, dist.all_gather(x, group), _rank(group))
-
-    return _record(fn, tensor, y, backward)
+    op = normalize_op("reduce_scatter", op)
+    return _collective(
+        "reduce_scatter", tensor, lambda x: dist.reduce_scatter(x, op, group), group=group, op=op
+    )
 
 
 def all_to_all(tensor: Any, group: Any = None) -> Tensor:
@@ -237,10 +255,7 @@ def all_to_all(tensor: Any, group: Any = None) -> Tensor:
     Example:
       >>> ys = df.all_to_all(xs)  # doctest: +SKIP
     """
-    fn = "all_to_all"
-    x = _value(fn, tensor)
-    y = dist.all_to_all(x, group)
-    return _record(fn, tensor, y, lambda g: dist.all_to_all(g, group))
+    return _collective("all_to_all", tensor, lambda x: dist.all_to_all(x, group), group=group)
 
 
 def all_to_all_single(
@@ -255,12 +270,11 @@ def all_to_all_single(
     Example:
       >>> y = df.all_to_all_single(x, [1, 3], [2, 2])  # doctest: +SKIP
     """
-    fn = "all_to_all_single"
-    x = _value(fn, tensor)
-    y = dist.all_to_all_single(x, output_split_sizes, input_split_sizes, group)
-    return _record(
-        fn,
+    splits = (output_split_sizes, input_split_sizes)
+    return _collective(
+        "all_to_all_single",
         tensor,
-        y,
-        lambda g: dist.all_to_all_single(g, input_split_sizes, output_split_sizes, group),
+        lambda x: dist.all_to_all_single(x, *splits, group),
+        group=group,
+        splits=splits,
     )
