@@ -3,7 +3,7 @@
 Forward: y_r = op_j x_j on every rank r.
 Backward (sum, the tensorplay rule, every rank's y its own output):
   dx_r = sum_j dy_j, i.e. an all_reduce(sum) of the cotangents.
-The other ops' rules are in ``_reduce_op.ReduceOp``.
+The other ops' rules are in ``reduce_op.ReduceOp``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from tensorplay_jax.collectives._axis import axis_size
-from tensorplay_jax.collectives._reduce_op import (
+from tensorplay_jax.collectives.reduce_op import (
     ReduceOp,
     all_reduce_leaf,
     check_op_dtype,

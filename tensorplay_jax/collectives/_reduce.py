@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.collectives._axis import axis_index, axis_size, check_rank
-from tensorplay_jax.collectives._reduce_op import (
+from tensorplay_jax.collectives.reduce_op import (
     ReduceOp,
     all_reduce_leaf,
     check_op_dtype,

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from tensorplay_jax.collectives._axis import axis_size, check_axis, check_dim, to_varying
-from tensorplay_jax.collectives._reduce_op import (
+from tensorplay_jax.collectives.reduce_op import (
     ReduceOp,
     check_op_dtype,
     normalize_op,

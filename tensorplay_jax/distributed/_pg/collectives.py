@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
-from tensorplay_jax.collectives._reduce_op import ReduceOp, check_op_dtype, normalize_op
+from tensorplay_jax.collectives.reduce_op import ReduceOp, check_op_dtype, normalize_op
 from tensorplay_jax.distributed._pg import descriptor
 from tensorplay_jax.distributed._pg.group import ProcessGroup, pair_engine, resolve, world
 

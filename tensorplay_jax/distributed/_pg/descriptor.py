@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorplay_jax._constants import PG_MAX_NDIM
-from tensorplay_jax.collectives._reduce_op import ReduceOp
+from tensorplay_jax.collectives.reduce_op import ReduceOp
 
 __all__ = ["OPS", "check", "decode", "dtype_of", "encode", "length"]
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from tensorplay_jax.collectives._reduce_op import ReduceOp
+from tensorplay_jax.collectives.reduce_op import ReduceOp
 
 __all__ = ["Engine"]
 

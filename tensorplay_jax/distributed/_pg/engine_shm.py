@@ -40,7 +40,7 @@ import jax
 import numpy as np
 
 from tensorplay_jax._constants import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
-from tensorplay_jax.collectives._reduce_op import ReduceOp, reduce_into
+from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.distributed._pg import descriptor, kv, transfer
 from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier, aligned_empty
 

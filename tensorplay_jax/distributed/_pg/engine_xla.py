@@ -25,7 +25,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tensorplay_jax.collectives._reduce_op import ReduceOp, lax_reduce, stacked_reduce
+from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
 from tensorplay_jax.distributed._pg import descriptor, kv, transfer
 
 __all__ = ["XlaEngine"]

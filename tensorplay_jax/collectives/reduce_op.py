@@ -4,6 +4,9 @@ The one home of the reduction ops: every collective (SPMD, blocking, on the tape
 and every engine takes a ``ReduceOp`` from :func:`normalize_op` and reduces with
 the functions here (differentiable over a mapped axis, plain over a mapped axis,
 over a stacked axis, into numpy buffers), so the op list and the tie rule live once.
+The module is public-named because the process-group engines and the tape collectives
+in ``tensorplay_jax.distributed`` build on it; users import ``ReduceOp`` from
+``tensorplay_jax.collectives`` (or ``tensorplay_jax.distributed``).
 
 The sum family (sum, avg) is linear: a plain ``jax.lax`` composition whose JVP and
 transpose rules JAX already has. ``max``/``min`` have no differentiation rule in
