@@ -1,0 +1,125 @@
+"""The package's layering, checked by reading its source (``ast``), not by importing it.
+
+Two rules from the README's "Architecture" section:
+
+* **No side doors.** A module never imports a private module or a private name
+  (one starting with ``_``) of another top-level folder of ``tensorplay_jax``
+  (``rpc/``, ``distributed/``, ``autograd/``...). Inside one folder anything
+  goes. What a folder offers its siblings lives in its ``__init__`` or in a
+  public-named module (``rpc/internal.py``, ``collectives/reduce_op.py``,
+  ``runtime/*``). The top-level ``tensorplay_jax/__init__.py``, the public
+  facade, is the one exception. Dotted module paths written as strings (for
+  ``importlib``) count as imports.
+* **Layers point down.** Each folder imports only the folders listed for it in
+  :data:`LAYERS` (and itself), so the picture in the README stays true.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+import tensorplay_jax
+
+PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
+
+# folder -> the folders it may import (besides itself). Lower layers first.
+LAYERS: dict[str, set[str]] = {
+    "runtime": set(),
+    "autograd": {"runtime"},
+    "tensors": {"runtime", "autograd"},
+    "collectives": {"runtime"},
+    "nn": {"runtime", "autograd", "tensors"},
+    "rpc": {"runtime", "autograd", "tensors"},
+    "distributed": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc"},
+    "demo": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
+    "run": {"runtime"},
+}
+
+_DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")
+
+
+def _modules() -> list[pathlib.Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")
+
+
+def _folder(parts: list[str]) -> str:
+    """Top-level folder (or top-level module) of a dotted path below ``tensorplay_jax``."""
+    return parts[0] if parts else ""
+
+
+def _imports(path: pathlib.Path) -> list[tuple[int, list[str]]]:
+    """(line, dotted path below tensorplay_jax, imported name appended) for each import."""
+    rel = path.relative_to(PACKAGE).with_suffix("").parts
+    package = list(rel[:-1])  # the package this module sits in, below tensorplay_jax
+    found: list[tuple[int, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                base += node.module.split(".") if node.module else []
+            elif node.module and node.module.split(".")[0] == "tensorplay_jax":
+                base = node.module.split(".")[1:]
+            else:
+                continue
+            found += [(node.lineno, [*base, alias.name]) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "tensorplay_jax":
+                    found.append((node.lineno, alias.name.split(".")[1:]))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _DOTTED.match(node.value):
+                found.append((node.lineno, node.value.split(".")[1:]))
+    return found
+
+
+def _own_folder(path: pathlib.Path) -> str:
+    return path.relative_to(PACKAGE).with_suffix("").parts[0]
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+MODULES = _modules()
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_import_across_folders(path: pathlib.Path) -> None:
+    me = _own_folder(path)
+    bad = [
+        f"{path.relative_to(PACKAGE)}:{line}: tensorplay_jax.{'.'.join(target)}"
+        for line, target in _imports(path)
+        if target and _folder(target) != me and any(map(_private, target))
+    ]
+    assert not bad, (
+        "imports of another folder's private module or name (import a public name from its "
+        "__init__ or a public-named module instead):\n  " + "\n  ".join(bad)
+    )
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_layers_point_down(path: pathlib.Path) -> None:
+    me = _own_folder(path)
+    assert me in LAYERS, f"{me!r} is a new folder: add it to LAYERS and the README's Architecture"
+    bad = [
+        f"{path.relative_to(PACKAGE)}:{line}: {me} imports {_folder(target)}"
+        for line, target in _imports(path)
+        if target and _folder(target) not in ({me} | LAYERS[me])
+        # ``import tensorplay_jax`` alone, or a name of the top-level facade: not a folder
+        and (PACKAGE / _folder(target)).is_dir()
+    ]
+    assert not bad, "imports against the layering (see LAYERS):\n  " + "\n  ".join(bad)
+
+
+def test_the_scan_sees_imports() -> None:
+    """The scanner itself: it finds each import form, so the rules above can fail."""
+    found = [t for _, t in _imports(PACKAGE / "collectives" / "reduce_op.py")]
+    assert ["collectives", "_axis", "axis_index"] in found
+    assert all(len(t) >= 1 for t in found)
+    every = [t for p in MODULES for _, t in _imports(p)]
+    assert len(every) > 200
+    assert any(len(t) == 1 for t in every) or any(t[0] == "rpc" for t in every)
