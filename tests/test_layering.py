@@ -70,9 +70,12 @@ def _imports(path: pathlib.Path) -> list[tuple[int, list[str]]]:
             for alias in node.names:
                 if alias.name.split(".")[0] == "tensorplay_jax":
                     found.append((node.lineno, alias.name.split(".")[1:]))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _DOTTED.match(node.value):
-                found.append((node.lineno, node.value.split(".")[1:]))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _DOTTED.match(node.value)
+        ):
+            found.append((node.lineno, node.value.split(".")[1:]))
     return found
 
 
@@ -108,7 +111,8 @@ def test_layers_point_down(path: pathlib.Path) -> None:
     bad = [
         f"{path.relative_to(PACKAGE)}:{line}: {me} imports {_folder(target)}"
         for line, target in _imports(path)
-        if target and _folder(target) not in ({me} | LAYERS[me])
+        if target
+        and _folder(target) not in ({me} | LAYERS[me])
         # ``import tensorplay_jax`` alone, or a name of the top-level facade: not a folder
         and (PACKAGE / _folder(target)).is_dir()
     ]

@@ -58,9 +58,9 @@ from tensorplay_jax.collectives._all_to_all import all_to_all_single as all_to_a
 from tensorplay_jax.collectives._broadcast import broadcast as broadcast
 from tensorplay_jax.collectives._gather import gather as gather
 from tensorplay_jax.collectives._reduce import reduce as reduce
-from tensorplay_jax.collectives.reduce_op import ReduceOp as ReduceOp
 from tensorplay_jax.collectives._reduce_scatter import reduce_scatter as reduce_scatter
 from tensorplay_jax.collectives._scatter import scatter as scatter
+from tensorplay_jax.collectives.reduce_op import ReduceOp as ReduceOp
 
 __all__ = [
     "ReduceOp",

@@ -77,11 +77,8 @@ class Conv2d(Module):
 
     def reset_parameters(self) -> None:
         """Redraw weight and bias from U(-sqrt(k), sqrt(k))."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+        init._reset_affine(self.weight, self.bias, fan_in)
 
     def forward(self, input: Any) -> Any:
         return F.conv2d(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from tensorplay_jax.autograd._factories import zeros
@@ -56,10 +55,7 @@ class Linear(Module):
 
     def reset_parameters(self) -> None:
         """Redraw weight and bias from U(-1/sqrt(in_features), 1/sqrt(in_features))."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init._reset_affine(self.weight, self.bias, self.in_features)
 
     def forward(self, input: Any) -> Any:
         return F.linear(input, self.weight, self.bias)

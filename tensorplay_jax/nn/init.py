@@ -100,3 +100,15 @@ def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     fan_in, fan_out = _fans(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound)
+
+
+def _reset_affine(weight: Tensor, bias: Tensor | None, fan_in: int) -> None:
+    """torch's default for ``Linear`` and ``Conv*``: Kaiming-uniform weight, U(-b, b) bias.
+
+    ``b = 1/sqrt(fan_in)`` (0 when ``fan_in`` is 0); the layers' ``reset_parameters``
+    call this, so the rule is written once.
+    """
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)
