@@ -16,31 +16,12 @@ qualname) when the receiver can import them, else by value with cloudpickle.
 Anything else falls back to cloudpickle. Pickled records are only ever decoded
 after the transport has authenticated the peer (see ``_service``).
 
-Extension hook for other packages::
-
-    register_type(Tensor, encode=lambda t: (t.data, t.requires_grad),
-                  decode=lambda v: Tensor(v[0], requires_grad=v[1]))
-
-``encode`` returns any value this codec can encode (arrays inside it still
-travel out of band); ``decode`` receives that value back on the other side.
-A type that is one array plus a little metadata (a Tensor) registers with
-``array=True``: ``encode`` returns ``(array, extra)`` with ``extra`` a plain
-msgpack value (None, bool, int, float, str, or lists of them), and the pair
-travels as one compact record; ``decode`` gets the array as NumPy, on the
-received bytes.
-Types are matched by a stable name (``module.qualname`` by default), so two
-processes need not register in the same order. RRef, WorkerInfo and exceptions
-use this same registry. While a registered decoder runs, :func:`current_peer`
-names the worker the bytes came from.
+Other packages teach it their types with :func:`register_type` (see ``_registry``).
 """
 
 from __future__ import annotations
 
-import collections
-import contextvars
 import dataclasses
-import importlib
-import sys
 import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -52,6 +33,8 @@ import msgpack
 import numpy as np
 
 from tensorplay_jax._device import to_device
+from tensorplay_jax.rpc import _objref, _registry
+from tensorplay_jax.rpc._registry import DecodeError, current_peer, register_type
 
 __all__ = [
     "DecodeError",
@@ -83,12 +66,6 @@ _EXT_REGISTERED_ARRAY = 12  # [name, array kind, dtype, shape, buffer index, ext
 # Array kinds inside an _EXT_ARRAY record.
 _NUMPY, _JAX, _NUMPY_SCALAR = 0, 1, 2
 
-_FUNC_CACHE_SIZE = 256
-
-
-class DecodeError(ValueError):
-    """Bytes that are not a valid message of this wire format."""
-
 
 class Encoded(NamedTuple):
     """An encoded value: the msgpack header and the raw buffers it refers to."""
@@ -99,176 +76,6 @@ class Encoded(NamedTuple):
     @property
     def nbytes(self) -> int:
         return len(self.header) + sum(b.nbytes for b in self.buffers)
-
-
-# ---------------------------------------------------------------------------
-# Registry
-
-
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    name: str
-    cls: type
-    encode: Callable[[Any], Any]
-    decode: Callable[[Any], Any]
-    subclasses: bool
-    array: bool = False
-
-
-_by_type: dict[type, _Entry | None] = {}
-_by_name: dict[str, _Entry] = {}
-_subclass_entries: list[_Entry] = []
-
-
-def register_type(
-    cls: type,
-    encode: Callable[[Any], Any],
-    decode: Callable[[Any], Any],
-    *,
-    name: str | None = None,
-    subclasses: bool = False,
-    array: bool = False,
-) -> None:
-    """Teach the RPC wire format to carry instances of ``cls``.
-
-    Args:
-      cls: the class to register.
-      encode: maps an instance to a value the codec can already encode
-        (arrays, containers, other registered types ...).
-      decode: maps that value back to an instance on the receiving worker.
-      name: the stable wire name; ``module.qualname`` of ``cls`` by default.
-        Both sides must register the same name.
-      subclasses: also use this entry for subclasses of ``cls`` that have no
-        entry of their own.
-      array: ``encode`` returns ``(array, extra)`` (a numpy or JAX array, and a
-        plain msgpack value); they travel as one compact record and ``decode``
-        gets ``(array, extra)`` back, the array as a NumPy array on the
-        received bytes (read-only when the message was small): the decoder
-        decides where it goes (e.g. ``jax.device_put``).
-
-    Raises:
-      ValueError: ``name`` is already registered for a different class.
-
-    Example:
-      >>> import dataclasses
-      >>> from tensorplay_jax.rpc import _codec
-      >>> class Celsius:
-      ...     def __init__(self, deg): self.deg = deg
-      >>> _codec.register_type(Celsius, lambda c: c.deg, Celsius, name="doc.Celsius")
-      >>> _codec.decode(_codec.encode(Celsius(21.5))).deg
-      21.5
-    """
-    key = name or f"{cls.__module__}.{cls.__qualname__}"
-    old = _by_name.get(key)
-    if old is not None and old.cls is not cls:
-        raise ValueError(
-            f"register_type: name {key!r} is already registered for {old.cls!r}; "
-            f"pass a different name= for {cls!r}"
-        )
-    entry = _Entry(key, cls, encode, decode, subclasses, array)
-    _by_name[key] = entry
-    if subclasses:
-        _subclass_entries[:] = [e for e in _subclass_entries if e.cls is not cls] + [entry]
-    # A fresh table (swapped in whole, so a concurrent lookup never sees it half built)
-    # keeps every exact registration and forgets cached subclass answers.
-    fresh: dict[type, _Entry | None] = {e.cls: e for e in _by_name.values()}
-    fresh[cls] = entry
-    _swap_table(fresh)
-
-
-def _swap_table(table: dict[type, _Entry | None]) -> None:
-    global _by_type
-    _by_type = table
-
-
-def _lookup(t: type) -> _Entry | None:
-    table = _by_type
-    try:
-        return table[t]
-    except KeyError:
-        pass
-    entry = None
-    for e in _subclass_entries:
-        if issubclass(t, e.cls):
-            entry = e
-            break
-    table[t] = entry
-    return entry
-
-
-# ---------------------------------------------------------------------------
-# Decode context: which peer the bytes came from.
-
-_peer: contextvars.ContextVar[Any] = contextvars.ContextVar("tpj_rpc_decode_peer", default=None)
-
-
-def current_peer() -> Any:
-    """The peer (a WorkerInfo) whose message is being decoded, or None."""
-    return _peer.get()
-
-
-# ---------------------------------------------------------------------------
-# Classes and functions: by reference when importable, else by value.
-
-
-def _resolve(module: str, qualname: str) -> Any:
-    obj: Any = sys.modules.get(module) or importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-_by_ref_ok: dict[Any, bool] = {}
-
-
-def _importable(obj: Any) -> tuple[str, str] | None:
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        return None
-    if module == "__main__" or "<" in qualname:
-        return None
-    try:
-        cached = _by_ref_ok.get(obj)
-    except TypeError:  # unhashable callable
-        return None
-    if cached is None:
-        try:
-            cached = _resolve(module, qualname) is obj
-        except Exception:
-            cached = False
-        if cached:
-            _by_ref_ok[obj] = True
-    return (module, qualname) if cached else None
-
-
-def _objref(obj: Any) -> list[Any]:
-    ref = _importable(obj)
-    if ref is not None:
-        return [ref[0], ref[1]]
-    return [None, cloudpickle.dumps(obj)]
-
-
-_unpickled: collections.OrderedDict[bytes, Any] = collections.OrderedDict()
-
-
-def _load_objref(rec: list[Any]) -> Any:
-    if rec[0] is not None:
-        try:
-            return _resolve(rec[0], rec[1])
-        except Exception as e:
-            raise DecodeError(
-                f"cannot import {rec[0]}.{rec[1]} on this worker ({type(e).__name__}: {e}); "
-                "make the module importable here (PYTHONPATH) or define it where it is used"
-            ) from None
-    blob = bytes(rec[1])
-    obj = _unpickled.get(blob)
-    if obj is None:
-        obj = cloudpickle.loads(blob)
-        _unpickled[blob] = obj
-        if len(_unpickled) > _FUNC_CACHE_SIZE:
-            _unpickled.popitem(last=False)
-    return obj
 
 
 # ---------------------------------------------------------------------------
@@ -398,7 +205,7 @@ def _pack(o: Any, default: Callable[[Any], Any]) -> bytes:
 
 def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -> Any:
     t = type(o)
-    entry = _lookup(t)
+    entry = _registry.lookup(t)
     if entry is not None:
         value = entry.encode(o)
         if entry.array:
@@ -419,7 +226,7 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
         ext = _objref_exts.get(o)
         if ext is not None:
             return ext
-        ref = _importable(o)
+        ref = _objref.importable(o)
         if ref is not None:
             return _remember(_objref_exts, o, _ext_type(_EXT_OBJREF, _pack(list(ref), default)))
     if isinstance(o, jax.Array):
@@ -443,14 +250,14 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
         code = _EXT_SET if t is set else _EXT_FROZENSET
         return msgpack.ExtType(code, _pack(list(o), default))
     if isinstance(o, tuple) and hasattr(t, "_fields"):
-        return msgpack.ExtType(_EXT_NAMEDTUPLE, _pack([_objref(t), list(o)], default))
+        return msgpack.ExtType(_EXT_NAMEDTUPLE, _pack([_objref.objref(t), list(o)], default))
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
         fields = {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
-        return msgpack.ExtType(_EXT_DATACLASS, _pack([_objref(t), fields], default))
+        return msgpack.ExtType(_EXT_DATACLASS, _pack([_objref.objref(t), fields], default))
     if isinstance(o, type | types.FunctionType | types.BuiltinFunctionType) or (
-        callable(o) and _importable(o) is not None
+        callable(o) and _objref.importable(o) is not None
     ):
-        return msgpack.ExtType(_EXT_OBJREF, _pack(_objref(o), default))
+        return msgpack.ExtType(_EXT_OBJREF, _pack(_objref.objref(o), default))
     return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
 
 
@@ -505,7 +312,7 @@ def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: 
     else:
         header, buffers = message, buffers or []
 
-    token = _peer.set(peer)
+    token = _registry.peer.set(peer)
     try:
         return msgpack.unpackb(
             header, ext_hook=_Hook(_ext, buffers), raw=False, strict_map_key=False
@@ -515,17 +322,7 @@ def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: 
     except Exception as e:
         raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from e
     finally:
-        _peer.reset(token)
-
-
-def _registered(name: str) -> _Entry:
-    entry = _by_name.get(name)
-    if entry is None:
-        raise DecodeError(
-            f"no decoder registered for wire type {name!r} on this worker; "
-            "import the module that calls register_type for it"
-        )
-    return entry
+        _registry.peer.reset(token)
 
 
 def _unpack(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
@@ -537,12 +334,14 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
         return _array_from(msgpack.unpackb(data), buffers)
     if code == _EXT_REGISTERED_ARRAY:
         name, _, dtype_name, shape, index, extra = msgpack.unpackb(data)
-        return _registered(name).decode((_host_array(dtype_name, shape, buffers[index]), extra))
+        return _registry.registered(name).decode(
+            (_host_array(dtype_name, shape, buffers[index]), extra)
+        )
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:
         name, value = _unpack(data, ext_hook)
-        entry = _registered(name)
+        entry = _registry.registered(name)
         if entry.array:
             value = tuple(value)
         return entry.decode(value)
@@ -557,16 +356,16 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
         return frozenset(_unpack(data, ext_hook))
     if code == _EXT_NAMEDTUPLE:
         ref, values = _unpack(data, ext_hook)
-        return _load_objref(ref)(*values)
+        return _objref.load_objref(ref)(*values)
     if code == _EXT_DATACLASS:
         ref, fields = _unpack(data, ext_hook)
-        cls = _load_objref(ref)
+        cls = _objref.load_objref(ref)
         obj = cls.__new__(cls)
         for k, v in fields.items():
             object.__setattr__(obj, k, v)
         return obj
     if code == _EXT_OBJREF:
-        return _load_objref(_unpack(data, ext_hook))
+        return _objref.load_objref(_unpack(data, ext_hook))
     if code == _EXT_PICKLE:
         return cloudpickle.loads(data)
     raise DecodeError(f"unknown extension type code {code}")
@@ -618,7 +417,7 @@ def rebuild_exception(record: list[Any]) -> BaseException:
     """
     module, qualname, message = record
     try:
-        cls = _resolve(module, qualname)
+        cls = _objref.resolve(module, qualname)
         if not (isinstance(cls, type) and issubclass(cls, BaseException)):
             raise TypeError(f"{module}.{qualname} is not an exception class")
         return cls(message)
