@@ -136,8 +136,8 @@ def internal_target(fn: F) -> F:
     """Mark ``fn`` as an RPC target of a package's own machinery (not a user call).
 
     Hooks see the mark through :func:`is_internal_target` on ``info.func``; a
-    rename of ``fn`` keeps it. Put it outermost (above ``async_execution``),
-    on the object that is sent.
+    rename of ``fn`` keeps it, and so does a ``functools.wraps`` wrapper such
+    as ``async_execution`` (on either side of it).
 
     Example:
       >>> @internal_target

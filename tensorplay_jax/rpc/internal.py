@@ -1,10 +1,11 @@
 """Internal API of the RPC layer for the sibling folders of ``tensorplay_jax`` (not for users).
 
 Like torch's ``torch/distributed/rpc/internal.py``: the one module through
-which other folders of the package (``distributed/autograd``,
-``distributed/nn``, ``distributed/optim``, ``demo``) reach what the RPC layer
-keeps in private modules. Nothing outside ``rpc/`` imports ``rpc._*``; add a
-name here instead. User code takes the public names of
+which other folders of the package (today ``distributed/autograd``; the same
+for ``distributed/nn``, ``distributed/optim``, ``demo``) reach what the RPC
+layer keeps in private modules. Nothing outside ``rpc/`` imports ``rpc._*``
+(``run.py``'s launch imports move with the launch code); add a name here
+instead. User code takes the public names of
 ``tensorplay_jax.rpc`` (or ``tensorplay_jax.distributed.rpc``); what is here
 may change without notice.
 
