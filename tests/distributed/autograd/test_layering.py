@@ -102,12 +102,20 @@ if rank == 0:
     import tensorplay_jax as tp
     import tensorplay_jax.distributed.autograd as dist_autograd
     from tensorplay_jax import rpc
+    from tensorplay_jax.rpc import internal
+    marked = []
+    class Seen(internal.RpcHooks):  # the agent hands hooks the function itself
+        def on_send_request(self, info, args, kwargs):
+            marked.append(internal.is_internal_target(info.func))
+            return args, kwargs
+    internal.register_hooks(Seen())
     rpc.init_rpc("w0", rank=0, world_size=ws)
     with dist_autograd.context() as ctx_id:
         t = tp.ones(3, requires_grad=True)
         out = rpc.rpc_sync("w1", tp.mul, args=(t, 3.0))
         dist_autograd.backward(ctx_id, [out.sum()])
         print("grad", dist_autograd.get_gradients(ctx_id)[t])
+    print("marked", marked[:2])  # tp.mul, then _apply_gradients
 else:
     from tensorplay_jax import rpc  # nothing of distributed autograd, explicitly
     rpc.init_rpc("w1", rank=1, world_size=ws)
@@ -118,3 +126,4 @@ rpc.shutdown()
 def test_a_callee_that_imported_only_rpc_takes_part(workers):
     out = workers(CALLEE_IMPORTS_ONLY_RPC, 2, timeout=120)
     assert "grad [3. 3. 3.]" in out[0].stdout, out
+    assert "marked [False, True]" in out[0].stdout, out
