@@ -83,6 +83,13 @@ from tensorplay_jax.autograd._shape_ops import unbind as unbind
 from tensorplay_jax.autograd._shape_ops import unsqueeze as unsqueeze
 from tensorplay_jax.autograd._shape_ops import view as view
 
+# Distributed autograd plugs into RPC (the Tensor wire type, its hooks) when it is
+# imported, and the RPC layer imports none of its plug-ins: importing it here puts it
+# in place in every process that can send or serve an RPC, before the first call,
+# whatever that worker imported itself (a callee that only imported rpc still decodes
+# Tensors and records autograd).
+from tensorplay_jax.distributed import autograd as _distributed_autograd  # noqa: F401
+
 # dtypes, as tensorplay spells them (JAX/NumPy dtype objects)
 float16 = _jnp.float16
 bfloat16 = _jnp.bfloat16

@@ -10,6 +10,9 @@ section 3. Extension points for other packages (distributed autograd):
   ``to_here``) and reply (``_context``);
 - ``register_hooks(RpcHooks())``: observe or rewrite outgoing arguments and
   incoming results on both sides (``_context``).
+
+Other folders of the package take RPC internals from ``tensorplay_jax.rpc.internal``
+only; the RPC layer imports none of them.
 """
 
 from tensorplay_jax.rpc import functions as functions

@@ -436,7 +436,7 @@ class Agent:
         mid = next(self._ids)
         meta = _context.outgoing_metadata()
         info = _context.CallInfo(
-            to, _KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta
+            to, _KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta, func
         )
         hooks = _context.active_hooks()
         if kind in (CALL, REMOTE):
@@ -611,7 +611,7 @@ class Agent:
                         return
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
                     args = tuple(args)
-                    info = info._replace(func_name=func_name(fn))
+                    info = info._replace(func_name=func_name(fn), func=fn)
                     for h in _context.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)

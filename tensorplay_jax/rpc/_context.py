@@ -1,4 +1,4 @@
-"""Per-call metadata and the hooks other modules (distributed autograd) use to observe RPC traffic.
+"""Per-call metadata and the hooks other packages (distributed autograd) use to observe RPC traffic.
 
 Every request (``rpc_sync``/``rpc_async``, ``remote``, ``RRef.to_here``, the
 RRef proxies) carries a small metadata dict of msgpack-able values, and every
@@ -22,20 +22,30 @@ Hooks see arguments and results at four points, in this order for one call::
 
 ``info`` is a :class:`CallInfo`: the peer's WorkerInfo, the message kind
 ("call", "remote", "fetch"), the function's qualified name, the message id
-(unique per caller; ``(caller id, message id)`` is unique in the job) and the
-request metadata. An exception raised by a hook fails that call.
+(unique per caller; ``(caller id, message id)`` is unique in the job), the
+request metadata and the function itself. An exception raised by a hook fails
+that call.
+
+A package's own RPC targets (gradient and release messages of distributed
+autograd) carry the :func:`internal_target` mark, so its hooks can tell them
+from user calls by the function object (:func:`is_internal_target`), not by
+name.
+
+The RPC layer imports no package that plugs into it: a package registers its
+hooks when it is imported, and ``tensorplay_jax/__init__.py`` imports the ones
+that every worker needs (distributed autograd), so they are in place before
+the first RPC. Other packages use this module through
+``tensorplay_jax.rpc.internal``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import importlib
-import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
     "CallInfo",
@@ -43,8 +53,12 @@ __all__ = [
     "call_metadata",
     "current_call_metadata",
     "current_caller",
+    "internal_target",
+    "is_internal_target",
     "register_hooks",
 ]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _outgoing: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
@@ -64,6 +78,7 @@ class CallInfo(NamedTuple):
     func_name: str
     message_id: int
     metadata: dict[str, Any]
+    func: Any = None  # the function called (None for "fetch", and before it is decoded)
 
 
 class RpcHooks:
@@ -84,26 +99,6 @@ class RpcHooks:
 
 _hooks: tuple[RpcHooks, ...] = ()
 _hooks_lock = threading.Lock()
-
-# Packages that plug into every worker's RPC traffic (hooks, wire types). They are
-# imported on the first RPC this process sends or serves, so a worker that imports
-# only tensorplay_jax.rpc still takes part (e.g. decodes Tensors, records autograd).
-_PLUGINS = ("tensorplay_jax.distributed.autograd",)
-_plugins_loaded = False
-_plugins_lock = threading.RLock()
-
-
-def _load_plugins() -> None:
-    global _plugins_loaded
-    with _plugins_lock:
-        if _plugins_loaded:
-            return
-        for name in _PLUGINS:
-            try:
-                importlib.import_module(name)
-            except Exception as e:  # never break RPC because a plugin failed to import
-                logging.getLogger(__name__).warning("rpc: plugin %s failed to load: %s", name, e)
-        _plugins_loaded = True
 
 
 def register_hooks(hooks: RpcHooks) -> Callable[[], None]:
@@ -131,9 +126,38 @@ def register_hooks(hooks: RpcHooks) -> Callable[[], None]:
 
 
 def active_hooks() -> tuple[RpcHooks, ...]:
-    if not _plugins_loaded:
-        _load_plugins()
     return _hooks
+
+
+_INTERNAL_MARK = "_tpj_internal_target"
+
+
+def internal_target(fn: F) -> F:
+    """Mark ``fn`` as an RPC target of a package's own machinery (not a user call).
+
+    Hooks see the mark through :func:`is_internal_target` on ``info.func``; a
+    rename of ``fn`` keeps it, and so does a ``functools.wraps`` wrapper such
+    as ``async_execution`` (on either side of it).
+
+    Example:
+      >>> @internal_target
+      ... def _drop(ids):
+      ...     return None
+      >>> is_internal_target(_drop), is_internal_target(print)
+      (True, False)
+    """
+    setattr(fn, _INTERNAL_MARK, True)
+    return fn
+
+
+def is_internal_target(fn: Any) -> bool:
+    """Whether ``fn`` carries the :func:`internal_target` mark (False for None).
+
+    Example:
+      >>> is_internal_target(None), is_internal_target(internal_target(lambda: 0))
+      (False, True)
+    """
+    return getattr(fn, _INTERNAL_MARK, False) is True
 
 
 @contextlib.contextmanager
@@ -175,8 +199,6 @@ class serving:  # lowercase: used like a function, ``with serving(meta, caller):
         self._metadata, self._caller = metadata, caller
 
     def __enter__(self) -> None:
-        if not _plugins_loaded:
-            _load_plugins()
         self._tokens = (
             _incoming.set(MappingProxyType(dict(self._metadata))),
             _caller.set(self._caller),

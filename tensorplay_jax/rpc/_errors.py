@@ -28,6 +28,12 @@ class RpcNotInitializedError(RpcError):
 
 
 def not_initialized(what: str) -> RpcNotInitializedError:
+    """The error for ``what`` called before ``init_rpc`` or after ``shutdown`` (to raise).
+
+    Example:
+      >>> str(not_initialized("rpc_sync")).split(".")[0]
+      'rpc_sync: RPC has not been initialized'
+    """
     return RpcNotInitializedError(
         f"{what}: RPC has not been initialized. Call tensorplay_jax.distributed.rpc.init_rpc(...) "
         "first (and not after shutdown())."

@@ -26,8 +26,10 @@ Semantics worth knowing (see ``_engine`` and ``_sendrecv``):
 * ``get_gradients`` maps leaf Tensors to ``jax.Array`` gradients.
 
 Importing this package registers the Tensor wire type (``_wire``) and the
-RPC hooks (``_sendrecv``) in this process; the RPC layer imports it on a
-worker's first RPC traffic, so every worker takes part.
+RPC hooks (``_sendrecv``) in this process. The dependency runs one way
+(this package uses ``tensorplay_jax.rpc`` and ``tensorplay_jax.rpc.internal``;
+RPC never imports it); ``tensorplay_jax/__init__.py`` imports this package,
+so every worker takes part from its first RPC.
 
 Example (one process, the seed example):
     >>> import tensorplay_jax as tp

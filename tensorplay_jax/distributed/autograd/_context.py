@@ -12,6 +12,13 @@ workers *it* knows, so nested hops are released as well.
 Release requests ride in the metadata of the next call to that worker (no
 message of their own in a training loop); what is still queued after
 ``RELEASE_FLUSH_S`` goes out as one ``_release_remote`` RPC per worker.
+
+The carrier, the one way the package reads or writes the current context id:
+:func:`current_id` (this thread's, set by :func:`using`, else the served
+RPC's), :func:`carry`/:func:`carried_id` and :func:`release_pending`/
+:func:`release_carried` (ids in a call's metadata), :func:`lookup`/
+:func:`retrieve` (id to context). Otherwise ids are explicit arguments
+(``backward``, ``get_gradients``, our ``internal_target`` RPCs).
 """
 
 from __future__ import annotations
@@ -21,18 +28,21 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 import jax
 
 from tensorplay_jax._device import on_device
 from tensorplay_jax.autograd import GradientEdge, Node, Tensor, release_graph
-from tensorplay_jax.rpc import current_call_metadata, current_caller
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc import rpc_async as _rpc_async
-from tensorplay_jax.rpc._errors import not_initialized
+from tensorplay_jax.rpc.internal import (
+    current_call_metadata,
+    current_caller,
+    internal_target,
+    not_initialized,
+)
 
 __all__ = [
     "CONTEXT_ID_SHIFT",
@@ -40,11 +50,16 @@ __all__ = [
     "RELEASE_FLUSH_S",
     "RELEASE_KEY",
     "DistAutogradContext",
+    "carried_id",
+    "carry",
     "context",
-    "current_context_id",
-    "get_or_create",
+    "current_id",
+    "lookup",
     "new_context_id",
+    "release_carried",
+    "release_pending",
     "retrieve",
+    "using",
 ]
 
 log = logging.getLogger(__name__)
@@ -185,22 +200,18 @@ def _not_found(context_id: Any) -> RuntimeError:
     return RuntimeError(f"Could not find autograd context with id: {context_id}")
 
 
-def retrieve(context_id: int) -> DistAutogradContext:
-    """The context with this id on this worker.
+# --------------------------------------------------------------------- the carrier
+def lookup(context_id: int, *, create: bool = False) -> DistAutogradContext | None:
+    """This worker's context ``context_id``, or None; ``create=True`` makes it if absent.
 
-    Raises:
-        RuntimeError: "Could not find autograd context with id: N".
+    Example:
+        >>> from tensorplay_jax.distributed.autograd import _context
+        >>> _context.lookup(-1) is None, _context.lookup(-1, create=True)
+        (True, DistAutogradContext(context_id=-1))
+        >>> _context.release(-1, skip=None)
     """
-    ctx = _contexts.get(context_id) if isinstance(context_id, int) else None
-    if ctx is None:
-        raise _not_found(context_id)
-    return ctx
-
-
-def get_or_create(context_id: int) -> DistAutogradContext:
-    """The context with this id, created here if an RPC brought it for the first time."""
     ctx = _contexts.get(context_id)
-    if ctx is None:
+    if ctx is None and create:
         with _contexts_lock:
             ctx = _contexts.get(context_id)
             if ctx is None:
@@ -208,12 +219,78 @@ def get_or_create(context_id: int) -> DistAutogradContext:
     return ctx
 
 
-def current_context_id() -> int | None:
-    """This thread's context: its own ``with context()``, else that of the RPC it serves."""
-    cid = getattr(_tls, "context_id", None)
+def retrieve(context_id: int) -> DistAutogradContext:
+    """The context with this id on this worker.
+
+    Raises:
+        RuntimeError: "Could not find autograd context with id: N".
+
+    Example:
+        >>> from tensorplay_jax.distributed.autograd import _context
+        >>> _context.retrieve(-2)
+        Traceback (most recent call last):
+        RuntimeError: Could not find autograd context with id: -2
+    """
+    ctx = lookup(context_id) if isinstance(context_id, int) else None
+    if ctx is None:
+        raise _not_found(context_id)
+    return ctx
+
+
+def _own_id() -> int | None:
+    return getattr(_tls, "context_id", None)
+
+
+def current_id() -> int | None:
+    """This thread's context id: its own (:func:`using`, with an example), else that of the
+    RPC it serves; None outside both."""
+    cid = _own_id()
     if cid is not None:
         return cid
-    return current_call_metadata().get(META_KEY)
+    return carried_id(current_call_metadata())
+
+
+class using:  # lowercase: used like a function, ``with using(context_id):``
+    """``with using(context_id):`` this thread works in ``context_id``; the previous id is back
+    on exit (``using(None)``: in none of its own).
+
+    Example:
+        >>> from tensorplay_jax.distributed.autograd import _context
+        >>> with _context.using(3):
+        ...     _context.current_id()
+        3
+    """
+
+    __slots__ = ("_id", "_prev")
+
+    def __init__(self, context_id: int | None) -> None:
+        self._id = context_id
+
+    def __enter__(self) -> int | None:
+        self._prev = _own_id()
+        _tls.context_id = self._id
+        return self._id
+
+    def __exit__(self, *exc: object) -> None:
+        _tls.context_id = self._prev
+
+
+def carry(metadata: dict[str, Any], context_id: int) -> None:
+    """Put ``context_id`` into an outgoing call's metadata (the callee then works in it).
+
+    Example:
+        >>> from tensorplay_jax.distributed.autograd import _context
+        >>> meta = {}
+        >>> _context.carry(meta, 9)
+        >>> _context.carried_id(meta), _context.carried_id({})
+        (9, None)
+    """
+    metadata[META_KEY] = context_id
+
+
+def carried_id(metadata: Any) -> int | None:
+    """The context id a call's metadata carries, or None (example: :func:`carry`)."""
+    return metadata.get(META_KEY)
 
 
 def new_context_id() -> int:
@@ -250,24 +327,20 @@ class context:  # the tensorplay spelling (a lowercase class)
     def __enter__(self) -> int:
         if not _rpc_is_initialized():
             raise not_initialized("dist_autograd.context")
-        if getattr(_tls, "context_id", None) is not None:
+        if _own_id() is not None:
             raise RuntimeError(
                 "Already have an autograd context id for this thread: leave the current "
                 "`with dist_autograd.context()` block before opening another"
             )
         cid = new_context_id()
-        get_or_create(cid)
-        _tls.context_id = cid
+        lookup(cid, create=True)
         self._id = cid
+        self._using = using(cid)
+        self._using.__enter__()
         return cid
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _tls.context_id = None
+    def __exit__(self, *exc: object) -> None:
+        self._using.__exit__()
         release(self._id, skip=None)
 
 
@@ -296,13 +369,30 @@ _release_cv = threading.Lock()
 _flusher: threading.Thread | None = None
 
 
-def take_releases(worker_id: int) -> list[int] | None:
-    """Pop the context ids queued for ``worker_id`` (to ride in a call's metadata)."""
-    if worker_id not in _release_queue:
-        return None
+def release_pending(worker_id: int, metadata: dict[str, Any]) -> None:
+    """Move the releases queued for ``worker_id`` into a call's metadata (they ride on it).
+
+    Example:
+        >>> from tensorplay_jax.distributed.autograd import _context
+        >>> meta = {}
+        >>> _context.release_pending(3, meta)  # nothing queued for worker 3
+        >>> meta
+        {}
+    """
+    if worker_id not in _release_queue:  # the common case: nothing queued, no lock
+        return
     with _release_cv:
         _release_due.pop(worker_id, None)
-        return _release_queue.pop(worker_id, None)
+        ids = _release_queue.pop(worker_id, None)
+    if ids:
+        metadata[RELEASE_KEY] = ids
+
+
+def release_carried(metadata: Any, sender: int) -> None:
+    """Release the context ids a call's metadata carries (and forward, except to ``sender``)."""
+    ids = metadata.get(RELEASE_KEY)
+    if ids:
+        release_many(ids, skip=sender)
 
 
 def release_many(context_ids: list[int], skip: int | None) -> None:
@@ -345,6 +435,7 @@ def _ignore_failure(fut: Any) -> None:
         log.debug("dist_autograd: releasing contexts on a peer failed: %s", e)
 
 
+@internal_target
 def _release_remote(context_ids: list[int]) -> None:
     """RPC target: release ``context_ids`` here and forward to the workers this one knows."""
     caller = current_caller()

@@ -40,10 +40,10 @@ import numpy as np
 from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, Tensor, run_backward
 from tensorplay_jax.autograd._engine import as_cotangent
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
-from tensorplay_jax.rpc import Future, current_caller, get_worker_info, rpc_async
+from tensorplay_jax.rpc import Future, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
-from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc.functions import async_execution
+from tensorplay_jax.rpc.internal import current_caller, internal_target, not_initialized
 
 __all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
 
@@ -232,6 +232,7 @@ def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
     outgoing.setdefault(dest, []).append([key, host])  # a list: one msgpack level less
 
 
+@internal_target
 @async_execution
 def _apply_gradients(
     context_id: int, pass_id: int, retain: bool, items: list[Item]

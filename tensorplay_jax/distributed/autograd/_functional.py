@@ -140,14 +140,10 @@ def differentiable_rpc(
         private = cid is None
         if cid is None:
             cid = _context.new_context_id()
-        ctx = _context.get_or_create(cid)
+        ctx = _context.lookup(cid, create=True)
         (a, k), wrappers = assemble(vals, True)
-        prev = getattr(_context._tls, "context_id", None)
-        _context._tls.context_id = cid
-        try:
+        with _context.using(cid):
             out = rpc_sync(to, func, args=a, kwargs=k, timeout=timeout)
-        finally:
-            _context._tls.context_id = prev
         handle = next(_handles) & 0x7FFFFFFF
         outs = jax.tree_util.tree_leaves(out, is_leaf=_is_tensor)
         with _records_lock:
@@ -212,7 +208,7 @@ def differentiable_rpc(
 
     def fwd(*vals: Any) -> tuple[Any, jax.Array]:
         if not _traced(vals):
-            out, handle = host_fwd(vals, _context.current_context_id())
+            out, handle = host_fwd(vals, _context.current_id())
             return out, jnp.asarray(handle, jnp.int32)
         specs, tree = out_specs()
         in_specs[:] = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in vals]

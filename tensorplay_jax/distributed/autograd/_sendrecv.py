@@ -1,8 +1,8 @@
 """Recording RPCs inside a context: send edges and recv nodes, keyed by (context id, message).
 
 An :class:`~tensorplay_jax.rpc.RpcHooks` subclass watches every RPC of this
-worker. Inside a context (this thread's ``with context()``, or the context of
-the RPC this thread is serving) it
+worker. Inside a context (``_context.current_id()``: this thread's
+``with context()``, or the context of the RPC this thread is serving) it
 
 * adds the context id to the request metadata, so the callee records under
   the same id, and notes the peer in the context (for release);
@@ -12,6 +12,10 @@ the RPC this thread is serving) it
 * on the side that receives them, makes one recv node per message whose
   outputs replace the received leaves; its backward sends the cotangents
   (zeros where none arrived, as tensorplay does) back to the sender.
+
+Calls to targets marked ``internal_target`` (this package's gradient and
+release messages) carry no context and record nothing; only queued releases
+ride on them.
 
 A message key is one int: ``(caller rank << 41) | (message id << 1) | dir``,
 ``dir`` 0 for the request's arguments and 1 for its result; ``(caller rank,
@@ -31,18 +35,12 @@ import jax
 
 from tensorplay_jax.autograd import Tensor, attach_outputs, make_node
 from tensorplay_jax.distributed.autograd import _context, _engine
-from tensorplay_jax.rpc import CallInfo, RpcHooks, get_worker_info
+from tensorplay_jax.rpc import get_worker_info
+from tensorplay_jax.rpc.internal import CallInfo, RpcHooks, is_internal_target
 
 __all__ = ["AutogradHooks", "message_key"]
 
 _REQUEST, _REPLY = 0, 1
-# Our own RPC targets (gradients, release) carry no context and record nothing.
-_INTERNAL = frozenset(
-    {
-        "tensorplay_jax.distributed.autograd._engine._apply_gradients",
-        "tensorplay_jax.distributed.autograd._context._release_remote",
-    }
-)
 
 
 def message_key(caller: int, message_id: int, direction: int) -> int:
@@ -126,15 +124,13 @@ class AutogradHooks(RpcHooks):
     """The RPC hooks of distributed autograd (installed once per process on import)."""
 
     def on_send_request(self, info: CallInfo, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if info.kind != "fetch" and info.peer.id in _context._release_queue:
-            ids = _context.take_releases(info.peer.id)
-            if ids:
-                info.metadata[_context.RELEASE_KEY] = ids
-        cid = _context.current_context_id()
-        if cid is None or info.func_name in _INTERNAL:
+        if info.kind != "fetch":
+            _context.release_pending(info.peer.id, info.metadata)
+        cid = _context.current_id()
+        if cid is None or is_internal_target(info.func):
             return args, kwargs
-        info.metadata[_context.META_KEY] = cid
-        ctx = _context.get_or_create(cid)
+        _context.carry(info.metadata, cid)
+        ctx = _context.lookup(cid, create=True)
         ctx.add_known(info.peer.id)
         if info.kind != "fetch":
             tensors = _grad_tensors((args, kwargs))
@@ -144,22 +140,20 @@ class AutogradHooks(RpcHooks):
         return args, kwargs
 
     def on_receive_request(self, info: CallInfo, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        released = info.metadata.get(_context.RELEASE_KEY)
-        if released:
-            _context.release_many(released, skip=info.peer.id)
-        cid = info.metadata.get(_context.META_KEY)
+        _context.release_carried(info.metadata, sender=info.peer.id)
+        cid = _context.carried_id(info.metadata)
         if cid is None:
             return args, kwargs
-        ctx = _context.get_or_create(cid)
+        ctx = _context.lookup(cid, create=True)
         ctx.add_known(info.peer.id)
         key = message_key(info.peer.id, info.message_id, _REQUEST)
         return _attach(ctx, key, info.peer.id, (args, kwargs))
 
     def on_send_response(self, info: CallInfo, result: Any, response_metadata: dict) -> Any:
-        cid = info.metadata.get(_context.META_KEY)
+        cid = _context.carried_id(info.metadata)
         if cid is None or info.kind == "remote":
             return result
-        ctx = _context.get_or_create(cid)  # a to_here() reaches the owner here first
+        ctx = _context.lookup(cid, create=True)  # a to_here() reaches the owner here first
         ctx.add_known(info.peer.id)
         tensors = _grad_tensors(result)
         if tensors:
@@ -167,10 +161,10 @@ class AutogradHooks(RpcHooks):
         return result
 
     def on_receive_response(self, info: CallInfo, result: Any, response_metadata: dict) -> Any:
-        cid = info.metadata.get(_context.META_KEY)
+        cid = _context.carried_id(info.metadata)
         if cid is None or info.kind == "remote":
             return result
-        ctx = _context._contexts.get(cid)
+        ctx = _context.lookup(cid)
         if ctx is None:  # released while the call was in flight
             return result
         key = message_key(get_worker_info().id, info.message_id, _REPLY)

@@ -1,9 +1,8 @@
 """The RPC wire type of ``Tensor``: its array (zero-copy) and its ``requires_grad`` flag.
 
-Registered when :mod:`tensorplay_jax.distributed.autograd` is imported. The
-RPC layer imports that package on a worker's first RPC traffic (see
-``tensorplay_jax/rpc/_context.py``, ``_PLUGINS``), so a worker that imports
-only ``tensorplay_jax.distributed.rpc`` decodes Tensors too.
+Registered when :mod:`tensorplay_jax.distributed.autograd` is imported, which
+``tensorplay_jax/__init__.py`` does, so a worker that imports only
+``tensorplay_jax.distributed.rpc`` decodes Tensors too.
 
 A Tensor always arrives as a leaf: its graph stays on the sender. Inside a
 distributed autograd context the receiving worker then gives it a

@@ -7,7 +7,7 @@ import jax
 from tensorplay_jax.autograd import Tensor
 from tensorplay_jax.distributed.autograd._context import (
     DistAutogradContext,
-    current_context_id,
+    current_id,
     retrieve,
 )
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
@@ -58,7 +58,7 @@ def is_initialized() -> bool:
 
 def _current_context() -> DistAutogradContext:
     """The context this thread works in (its own, or the one of the RPC it serves)."""
-    cid = current_context_id()
+    cid = current_id()
     if cid is None:
         raise RuntimeError(
             "Current thread doesn't have a valid autograd context. Please wrap your code "

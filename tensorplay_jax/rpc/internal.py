@@ -1,0 +1,62 @@
+"""Internal API of the RPC layer for the sibling folders of ``tensorplay_jax`` (not for users).
+
+Like torch's ``torch/distributed/rpc/internal.py``: the one module through
+which other folders of the package (today ``distributed/autograd``; the same
+for ``distributed/nn``, ``distributed/optim``, ``demo``) reach what the RPC
+layer keeps in private modules. Nothing outside ``rpc/`` imports ``rpc._*``
+(``run.py``'s launch imports move with the launch code); add a name here
+instead. User code takes the public names of
+``tensorplay_jax.rpc`` (or ``tensorplay_jax.distributed.rpc``); what is here
+may change without notice.
+
+The dependency runs one way: the packages that plug into RPC import it, the
+RPC layer imports none of them. A plug-in registers its hooks and wire types
+when it is imported; ``tensorplay_jax/__init__.py`` imports the ones every
+worker needs (distributed autograd), so they are in place before a worker's
+first RPC, whatever that worker imported itself.
+
+What is here:
+
+* hooks on every call (see ``_context``): :class:`CallInfo`,
+  :class:`RpcHooks`, :func:`register_hooks`, :func:`call_metadata`,
+  :func:`current_call_metadata`, :func:`current_caller`;
+* the mark of a package's own RPC targets: :func:`internal_target`,
+  :func:`is_internal_target` (hooks test ``info.func`` with it);
+* wire types: :func:`register_type`;
+* errors: :func:`not_initialized` (the "RPC has not been initialized" error,
+  worded the same for every caller).
+
+Example:
+    >>> from tensorplay_jax.rpc import internal
+    >>> @internal.internal_target
+    ... def _ping():
+    ...     return "pong"
+    >>> internal.is_internal_target(_ping)
+    True
+    >>> str(internal.not_initialized("my_fn")).split(":")[0]
+    'my_fn'
+"""
+
+from tensorplay_jax.rpc._codec import register_type as register_type
+from tensorplay_jax.rpc._context import CallInfo as CallInfo
+from tensorplay_jax.rpc._context import RpcHooks as RpcHooks
+from tensorplay_jax.rpc._context import call_metadata as call_metadata
+from tensorplay_jax.rpc._context import current_call_metadata as current_call_metadata
+from tensorplay_jax.rpc._context import current_caller as current_caller
+from tensorplay_jax.rpc._context import internal_target as internal_target
+from tensorplay_jax.rpc._context import is_internal_target as is_internal_target
+from tensorplay_jax.rpc._context import register_hooks as register_hooks
+from tensorplay_jax.rpc._errors import not_initialized as not_initialized
+
+__all__ = [
+    "CallInfo",
+    "RpcHooks",
+    "call_metadata",
+    "current_call_metadata",
+    "current_caller",
+    "internal_target",
+    "is_internal_target",
+    "not_initialized",
+    "register_hooks",
+    "register_type",
+]
