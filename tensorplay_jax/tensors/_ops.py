@@ -2,20 +2,24 @@
 
 Operands may be Tensors, JAX/NumPy arrays or Python scalars (scalars are traced
 weakly typed, so ``x * 2.5`` does not recompile for ``x * 3.5``). Every
-function here is also a Tensor method or operator.
+function here is also a Tensor method or operator. A plain elementwise
+operation is written as its signature and docstring under ``@_unary_op``/
+``@_binary_op(jax_function, node_name)``, which supply the one body they share.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd._lift import call_op
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors._tensor import Tensor
 
 _SCALARS = (int, float, complex, bool, np.generic)
 _ARRAYS = (Tensor, jax.Array, np.ndarray, *_SCALARS)
@@ -45,6 +49,32 @@ def _unary(fn: Any, name: str, x: Any) -> Tensor:
     return call_op(fn, name, (_operand(x, name),))
 
 
+def _unary_op(jfn: Any, node: str) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """Give the docstring-only ``stub(input)`` its body: ``jfn`` recorded as one node ``node``."""
+
+    def define(stub: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        @functools.wraps(stub)
+        def op(input: Any) -> Tensor:
+            return _unary(jfn, node, input)
+
+        return op
+
+    return define
+
+
+def _binary_op(jfn: Any, node: str) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """Give the docstring-only ``stub(input, other)`` its body: ``jfn`` recorded as one node."""
+
+    def define(stub: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        @functools.wraps(stub)
+        def op(input: Any, other: Any) -> Tensor:
+            return _binary(jfn, node, input, other)
+
+        return op
+
+    return define
+
+
 # ------------------------------------------------------------------ arithmetic
 def add(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     """Elementwise ``input + alpha * other`` with broadcasting.
@@ -66,24 +96,24 @@ def sub(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     return _binary(jnp.subtract, "SubBackward", input, other)
 
 
+@_binary_op(jnp.multiply, "MulBackward")
 def mul(input: Any, other: Any) -> Tensor:
     """Elementwise product."""
-    return _binary(jnp.multiply, "MulBackward", input, other)
 
 
+@_binary_op(jnp.true_divide, "DivBackward")
 def div(input: Any, other: Any) -> Tensor:
     """Elementwise true division (integers divide to floats)."""
-    return _binary(jnp.true_divide, "DivBackward", input, other)
 
 
+@_binary_op(jnp.floor_divide, "FloorDivideBackward")
 def floor_divide(input: Any, other: Any) -> Tensor:
     """Elementwise floor division."""
-    return _binary(jnp.floor_divide, "FloorDivideBackward", input, other)
 
 
+@_binary_op(jnp.remainder, "RemainderBackward")
 def remainder(input: Any, other: Any) -> Tensor:
     """Elementwise remainder with the sign of the divisor (Python's ``%``)."""
-    return _binary(jnp.remainder, "RemainderBackward", input, other)
 
 
 def pow(input: Any, exponent: Any) -> Tensor:
@@ -91,16 +121,17 @@ def pow(input: Any, exponent: Any) -> Tensor:
     return _binary(jnp.power, "PowBackward", input, exponent)
 
 
+@_binary_op(jnp.maximum, "MaximumBackward")
 def maximum(input: Any, other: Any) -> Tensor:
     """Elementwise maximum (ties share the gradient)."""
-    return _binary(jnp.maximum, "MaximumBackward", input, other)
 
 
+@_binary_op(jnp.minimum, "MinimumBackward")
 def minimum(input: Any, other: Any) -> Tensor:
     """Elementwise minimum (ties share the gradient)."""
-    return _binary(jnp.minimum, "MinimumBackward", input, other)
 
 
+@_binary_op(jnp.matmul, "MatmulBackward")
 def matmul(input: Any, other: Any) -> Tensor:
     """Matrix product with NumPy's broadcasting rules.
 
@@ -109,29 +140,29 @@ def matmul(input: Any, other: Any) -> Tensor:
         >>> tp.matmul(tp.ones((2, 3)), tp.ones((3, 4))).shape
         (2, 4)
     """
-    return _binary(jnp.matmul, "MatmulBackward", input, other)
 
 
+@_unary_op(jnp.negative, "NegBackward")
 def neg(input: Any) -> Tensor:
     """Elementwise negation."""
-    return _unary(jnp.negative, "NegBackward", input)
 
 
+@_unary_op(jnp.abs, "AbsBackward")
 def abs(input: Any) -> Tensor:
     """Elementwise absolute value."""
-    return _unary(jnp.abs, "AbsBackward", input)
 
 
+@_unary_op(jnp.sqrt, "SqrtBackward")
 def sqrt(input: Any) -> Tensor:
     """Elementwise square root."""
-    return _unary(jnp.sqrt, "SqrtBackward", input)
 
 
+@_unary_op(jnp.square, "SquareBackward")
 def square(input: Any) -> Tensor:
     """Elementwise square."""
-    return _unary(jnp.square, "SquareBackward", input)
 
 
+@_unary_op(jnp.exp, "ExpBackward")
 def exp(input: Any) -> Tensor:
     """Elementwise exponential.
 
@@ -140,34 +171,34 @@ def exp(input: Any) -> Tensor:
         >>> tp.exp(tp.zeros(2))
         tensor([1., 1.])
     """
-    return _unary(jnp.exp, "ExpBackward", input)
 
 
+@_unary_op(jnp.log, "LogBackward")
 def log(input: Any) -> Tensor:
     """Elementwise natural logarithm."""
-    return _unary(jnp.log, "LogBackward", input)
 
 
+@_unary_op(jnp.tanh, "TanhBackward")
 def tanh(input: Any) -> Tensor:
     """Elementwise hyperbolic tangent."""
-    return _unary(jnp.tanh, "TanhBackward", input)
 
 
+@_unary_op(jnp.sin, "SinBackward")
 def sin(input: Any) -> Tensor:
     """Elementwise sine."""
-    return _unary(jnp.sin, "SinBackward", input)
 
 
+@_unary_op(jnp.cos, "CosBackward")
 def cos(input: Any) -> Tensor:
     """Elementwise cosine."""
-    return _unary(jnp.cos, "CosBackward", input)
 
 
+@_unary_op(jax.nn.sigmoid, "SigmoidBackward")
 def sigmoid(input: Any) -> Tensor:
     """Elementwise logistic sigmoid ``1 / (1 + exp(-x))``."""
-    return _unary(jax.nn.sigmoid, "SigmoidBackward", input)
 
 
+@_unary_op(jax.nn.relu, "ReluBackward")
 def relu(input: Any) -> Tensor:
     """Elementwise ``max(x, 0)`` (gradient 0 at 0).
 
@@ -176,7 +207,6 @@ def relu(input: Any) -> Tensor:
         >>> tp.relu(tp.tensor([-1.0, 2.0]))
         tensor([0., 2.])
     """
-    return _unary(jax.nn.relu, "ReluBackward", input)
 
 
 def softmax(input: Any, dim: int = -1) -> Tensor:
@@ -238,49 +268,49 @@ def clone(input: Any) -> Tensor:
 
 
 # ------------------------------------------------------------------ comparisons (no gradient)
+@_binary_op(jnp.equal, "EqBackward")
 def eq(input: Any, other: Any) -> Tensor:
     """Elementwise ``==`` (bool Tensor)."""
-    return _binary(jnp.equal, "EqBackward", input, other)
 
 
+@_binary_op(jnp.not_equal, "NeBackward")
 def ne(input: Any, other: Any) -> Tensor:
     """Elementwise ``!=`` (bool Tensor)."""
-    return _binary(jnp.not_equal, "NeBackward", input, other)
 
 
+@_binary_op(jnp.less, "LtBackward")
 def lt(input: Any, other: Any) -> Tensor:
     """Elementwise ``<`` (bool Tensor)."""
-    return _binary(jnp.less, "LtBackward", input, other)
 
 
+@_binary_op(jnp.less_equal, "LeBackward")
 def le(input: Any, other: Any) -> Tensor:
     """Elementwise ``<=`` (bool Tensor)."""
-    return _binary(jnp.less_equal, "LeBackward", input, other)
 
 
+@_binary_op(jnp.greater, "GtBackward")
 def gt(input: Any, other: Any) -> Tensor:
     """Elementwise ``>`` (bool Tensor)."""
-    return _binary(jnp.greater, "GtBackward", input, other)
 
 
+@_binary_op(jnp.greater_equal, "GeBackward")
 def ge(input: Any, other: Any) -> Tensor:
     """Elementwise ``>=`` (bool Tensor)."""
-    return _binary(jnp.greater_equal, "GeBackward", input, other)
 
 
+@_unary_op(jnp.logical_not, "LogicalNotBackward")
 def logical_not(input: Any) -> Tensor:
     """Elementwise logical not (``~`` on bool Tensors)."""
-    return _unary(jnp.logical_not, "LogicalNotBackward", input)
 
 
+@_binary_op(jnp.logical_and, "LogicalAndBackward")
 def logical_and(input: Any, other: Any) -> Tensor:
     """Elementwise logical and (``&``)."""
-    return _binary(jnp.logical_and, "LogicalAndBackward", input, other)
 
 
+@_binary_op(jnp.logical_or, "LogicalOrBackward")
 def logical_or(input: Any, other: Any) -> Tensor:
     """Elementwise logical or (``|``)."""
-    return _binary(jnp.logical_or, "LogicalOrBackward", input, other)
 
 
 def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
