@@ -29,7 +29,7 @@ def _reflected(fn: Callable[[Any, Any], Tensor]) -> Callable[[Tensor, Any], Tens
     def method(self: Tensor, other: Any) -> Tensor:
         return fn(other, self)
 
-    method.__name__ = method.__qualname__ = f"__r{fn.__name__}__"
+    method.__name__ = method.__qualname__ = f"reflected_{fn.__name__}"
     method.__doc__ = f"``{fn.__name__}(other, self)``."
     return method
 

@@ -3,14 +3,15 @@
 Operands may be Tensors, JAX/NumPy arrays or Python scalars (scalars are traced
 weakly typed, so ``x * 2.5`` does not recompile for ``x * 3.5``). Every
 function here is also a Tensor method or operator. A plain elementwise
-operation is written as its signature and docstring under ``@_unary_op``/
-``@_binary_op(jax_function, node_name)``, which supply the one body they share.
+operation is one line, ``name = _unary_op(name, jax_function, docstring)`` (or
+``_binary_op``), which supplies the body they share and the node name
+(``floor_divide`` records ``FloorDivideBackward``); operations with more
+arguments, or a docstring with an example, are written out.
 """
 
 from __future__ import annotations
 
 import builtins
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -49,30 +50,33 @@ def _unary(fn: Any, name: str, x: Any) -> Tensor:
     return call_op(fn, name, (_operand(x, name),))
 
 
-def _unary_op(jfn: Any, node: str) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
-    """Give the docstring-only ``stub(input)`` its body: ``jfn`` recorded as one node ``node``."""
-
-    def define(stub: Callable[..., Tensor]) -> Callable[..., Tensor]:
-        @functools.wraps(stub)
-        def op(input: Any) -> Tensor:
-            return _unary(jfn, node, input)
-
-        return op
-
-    return define
+def _node_name(name: str) -> str:
+    """tensorplay's node name for an operation: ``floor_divide`` -> ``FloorDivideBackward``."""
+    return "".join(part.capitalize() for part in name.split("_")) + "Backward"
 
 
-def _binary_op(jfn: Any, node: str) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
-    """Give the docstring-only ``stub(input, other)`` its body: ``jfn`` recorded as one node."""
+def _unary_op(name: str, jfn: Any, doc: str) -> Callable[[Any], Tensor]:
+    """The public operation ``name(input)``: ``jfn`` recorded as one node."""
+    node = _node_name(name)
 
-    def define(stub: Callable[..., Tensor]) -> Callable[..., Tensor]:
-        @functools.wraps(stub)
-        def op(input: Any, other: Any) -> Tensor:
-            return _binary(jfn, node, input, other)
+    def op(input: Any) -> Tensor:
+        return _unary(jfn, node, input)
 
-        return op
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
 
-    return define
+
+def _binary_op(name: str, jfn: Any, doc: str) -> Callable[[Any, Any], Tensor]:
+    """The public operation ``name(input, other)``: ``jfn`` recorded as one node."""
+    node = _node_name(name)
+
+    def op(input: Any, other: Any) -> Tensor:
+        return _binary(jfn, node, input, other)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -96,24 +100,14 @@ def sub(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     return _binary(jnp.subtract, "SubBackward", input, other)
 
 
-@_binary_op(jnp.multiply, "MulBackward")
-def mul(input: Any, other: Any) -> Tensor:
-    """Elementwise product."""
-
-
-@_binary_op(jnp.true_divide, "DivBackward")
-def div(input: Any, other: Any) -> Tensor:
-    """Elementwise true division (integers divide to floats)."""
-
-
-@_binary_op(jnp.floor_divide, "FloorDivideBackward")
-def floor_divide(input: Any, other: Any) -> Tensor:
-    """Elementwise floor division."""
-
-
-@_binary_op(jnp.remainder, "RemainderBackward")
-def remainder(input: Any, other: Any) -> Tensor:
-    """Elementwise remainder with the sign of the divisor (Python's ``%``)."""
+mul = _binary_op("mul", jnp.multiply, "Elementwise product.")
+div = _binary_op("div", jnp.true_divide, "Elementwise true division (integers divide to floats).")
+floor_divide = _binary_op("floor_divide", jnp.floor_divide, "Elementwise floor division.")
+remainder = _binary_op(
+    "remainder",
+    jnp.remainder,
+    "Elementwise remainder with the sign of the divisor (Python's ``%``).",
+)
 
 
 def pow(input: Any, exponent: Any) -> Tensor:
@@ -121,17 +115,10 @@ def pow(input: Any, exponent: Any) -> Tensor:
     return _binary(jnp.power, "PowBackward", input, exponent)
 
 
-@_binary_op(jnp.maximum, "MaximumBackward")
-def maximum(input: Any, other: Any) -> Tensor:
-    """Elementwise maximum (ties share the gradient)."""
+maximum = _binary_op("maximum", jnp.maximum, "Elementwise maximum (ties share the gradient).")
+minimum = _binary_op("minimum", jnp.minimum, "Elementwise minimum (ties share the gradient).")
 
 
-@_binary_op(jnp.minimum, "MinimumBackward")
-def minimum(input: Any, other: Any) -> Tensor:
-    """Elementwise minimum (ties share the gradient)."""
-
-
-@_binary_op(jnp.matmul, "MatmulBackward")
 def matmul(input: Any, other: Any) -> Tensor:
     """Matrix product with NumPy's broadcasting rules.
 
@@ -140,29 +127,15 @@ def matmul(input: Any, other: Any) -> Tensor:
         >>> tp.matmul(tp.ones((2, 3)), tp.ones((3, 4))).shape
         (2, 4)
     """
+    return _binary(jnp.matmul, "MatmulBackward", input, other)
 
 
-@_unary_op(jnp.negative, "NegBackward")
-def neg(input: Any) -> Tensor:
-    """Elementwise negation."""
+neg = _unary_op("neg", jnp.negative, "Elementwise negation.")
+abs = _unary_op("abs", jnp.abs, "Elementwise absolute value.")
+sqrt = _unary_op("sqrt", jnp.sqrt, "Elementwise square root.")
+square = _unary_op("square", jnp.square, "Elementwise square.")
 
 
-@_unary_op(jnp.abs, "AbsBackward")
-def abs(input: Any) -> Tensor:
-    """Elementwise absolute value."""
-
-
-@_unary_op(jnp.sqrt, "SqrtBackward")
-def sqrt(input: Any) -> Tensor:
-    """Elementwise square root."""
-
-
-@_unary_op(jnp.square, "SquareBackward")
-def square(input: Any) -> Tensor:
-    """Elementwise square."""
-
-
-@_unary_op(jnp.exp, "ExpBackward")
 def exp(input: Any) -> Tensor:
     """Elementwise exponential.
 
@@ -171,34 +144,18 @@ def exp(input: Any) -> Tensor:
         >>> tp.exp(tp.zeros(2))
         tensor([1., 1.])
     """
+    return _unary(jnp.exp, "ExpBackward", input)
 
 
-@_unary_op(jnp.log, "LogBackward")
-def log(input: Any) -> Tensor:
-    """Elementwise natural logarithm."""
+log = _unary_op("log", jnp.log, "Elementwise natural logarithm.")
+tanh = _unary_op("tanh", jnp.tanh, "Elementwise hyperbolic tangent.")
+sin = _unary_op("sin", jnp.sin, "Elementwise sine.")
+cos = _unary_op("cos", jnp.cos, "Elementwise cosine.")
+sigmoid = _unary_op(
+    "sigmoid", jax.nn.sigmoid, "Elementwise logistic sigmoid ``1 / (1 + exp(-x))``."
+)
 
 
-@_unary_op(jnp.tanh, "TanhBackward")
-def tanh(input: Any) -> Tensor:
-    """Elementwise hyperbolic tangent."""
-
-
-@_unary_op(jnp.sin, "SinBackward")
-def sin(input: Any) -> Tensor:
-    """Elementwise sine."""
-
-
-@_unary_op(jnp.cos, "CosBackward")
-def cos(input: Any) -> Tensor:
-    """Elementwise cosine."""
-
-
-@_unary_op(jax.nn.sigmoid, "SigmoidBackward")
-def sigmoid(input: Any) -> Tensor:
-    """Elementwise logistic sigmoid ``1 / (1 + exp(-x))``."""
-
-
-@_unary_op(jax.nn.relu, "ReluBackward")
 def relu(input: Any) -> Tensor:
     """Elementwise ``max(x, 0)`` (gradient 0 at 0).
 
@@ -207,6 +164,7 @@ def relu(input: Any) -> Tensor:
         >>> tp.relu(tp.tensor([-1.0, 2.0]))
         tensor([0., 2.])
     """
+    return _unary(jax.nn.relu, "ReluBackward", input)
 
 
 def softmax(input: Any, dim: int = -1) -> Tensor:
@@ -268,49 +226,17 @@ def clone(input: Any) -> Tensor:
 
 
 # ------------------------------------------------------------------ comparisons (no gradient)
-@_binary_op(jnp.equal, "EqBackward")
-def eq(input: Any, other: Any) -> Tensor:
-    """Elementwise ``==`` (bool Tensor)."""
-
-
-@_binary_op(jnp.not_equal, "NeBackward")
-def ne(input: Any, other: Any) -> Tensor:
-    """Elementwise ``!=`` (bool Tensor)."""
-
-
-@_binary_op(jnp.less, "LtBackward")
-def lt(input: Any, other: Any) -> Tensor:
-    """Elementwise ``<`` (bool Tensor)."""
-
-
-@_binary_op(jnp.less_equal, "LeBackward")
-def le(input: Any, other: Any) -> Tensor:
-    """Elementwise ``<=`` (bool Tensor)."""
-
-
-@_binary_op(jnp.greater, "GtBackward")
-def gt(input: Any, other: Any) -> Tensor:
-    """Elementwise ``>`` (bool Tensor)."""
-
-
-@_binary_op(jnp.greater_equal, "GeBackward")
-def ge(input: Any, other: Any) -> Tensor:
-    """Elementwise ``>=`` (bool Tensor)."""
-
-
-@_unary_op(jnp.logical_not, "LogicalNotBackward")
-def logical_not(input: Any) -> Tensor:
-    """Elementwise logical not (``~`` on bool Tensors)."""
-
-
-@_binary_op(jnp.logical_and, "LogicalAndBackward")
-def logical_and(input: Any, other: Any) -> Tensor:
-    """Elementwise logical and (``&``)."""
-
-
-@_binary_op(jnp.logical_or, "LogicalOrBackward")
-def logical_or(input: Any, other: Any) -> Tensor:
-    """Elementwise logical or (``|``)."""
+eq = _binary_op("eq", jnp.equal, "Elementwise ``==`` (bool Tensor).")
+ne = _binary_op("ne", jnp.not_equal, "Elementwise ``!=`` (bool Tensor).")
+lt = _binary_op("lt", jnp.less, "Elementwise ``<`` (bool Tensor).")
+le = _binary_op("le", jnp.less_equal, "Elementwise ``<=`` (bool Tensor).")
+gt = _binary_op("gt", jnp.greater, "Elementwise ``>`` (bool Tensor).")
+ge = _binary_op("ge", jnp.greater_equal, "Elementwise ``>=`` (bool Tensor).")
+logical_not = _unary_op(
+    "logical_not", jnp.logical_not, "Elementwise logical not (``~`` on bool Tensors)."
+)
+logical_and = _binary_op("logical_and", jnp.logical_and, "Elementwise logical and (``&``).")
+logical_or = _binary_op("logical_or", jnp.logical_or, "Elementwise logical or (``|``).")
 
 
 def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
