@@ -1,4 +1,13 @@
-"""The local tape: Tensor, graph nodes, the backward engine, and hooks for distributed autograd.
+"""The local tape: nodes, the backward engine, grad mode, recorded calls, hooks for dist autograd.
+
+What it owns and may import
+---------------------------
+This folder is the lower layer under the tensor library
+(``tensorplay_jax.tensors``, which holds ``Tensor`` and the operations and
+records each operation through ``call_op``). It imports JAX, NumPy and its
+own modules only; the one reference upward, the ``Tensor`` class the tape
+wraps values in, is a documented lazy import in ``_tensor_class`` (so
+``tensorplay_jax.autograd.Tensor`` still works, resolved on first access).
 
 How it works
 ------------
@@ -45,12 +54,15 @@ the engine; ``create_graph`` (higher order) is not supported: use ``jax.grad``
 through ``nn.functional_call`` or ``tp.apply`` for that.
 """
 
-from tensorplay_jax.autograd import _interop as _interop
+from typing import Any
+
+from tensorplay_jax.autograd import _tensor_class
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
 from tensorplay_jax.autograd._engine import accumulate_into_grad as accumulate_into_grad
+from tensorplay_jax.autograd._engine import as_cotangent as as_cotangent
 from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
 from tensorplay_jax.autograd._grad import grad as grad
@@ -59,13 +71,13 @@ from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enable
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
 from tensorplay_jax.autograd._lift import apply as apply
+from tensorplay_jax.autograd._lift import call_op as call_op
 from tensorplay_jax.autograd._lift import function as function
 from tensorplay_jax.autograd._node import AccumulateGrad as AccumulateGrad
 from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
 from tensorplay_jax.autograd._node import GradientEdge as GradientEdge
 from tensorplay_jax.autograd._node import Node as Node
 from tensorplay_jax.autograd._node import VJPNode as VJPNode
-from tensorplay_jax.autograd._tensor import Tensor as Tensor
 
 __all__ = [
     "AccumulateGrad",
@@ -76,7 +88,9 @@ __all__ = [
     "VJPNode",
     "accumulate_into_grad",
     "apply",
+    "as_cotangent",
     "attach_outputs",
+    "call_op",
     "enable_grad",
     "function",
     "get_gradient_edge",
@@ -89,3 +103,11 @@ __all__ = [
     "set_grad_enabled",
     "trace_counts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ``tensorplay_jax.autograd.Tensor``: the class lives in ``tensorplay_jax.tensors``
+    # (the layer above); resolved lazily through ``_tensor_class``, never at import time.
+    if name == "Tensor":
+        return _tensor_class.Tensor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

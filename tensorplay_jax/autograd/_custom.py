@@ -14,15 +14,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import FunctionNode, GradientEdge, Grads
-from tensorplay_jax.autograd._tensor import Tensor
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
 
 
 def get_gradient_edge(tensor: Tensor) -> GradientEdge:
@@ -92,10 +95,10 @@ def attach_outputs(
     record = requires_grad and is_grad_enabled()
     outs = []
     for i, v in enumerate(values):
-        if isinstance(v, Tensor):
+        if isinstance(v, _tc.Tensor):
             v = v._value
         elif not isinstance(v, np.ndarray | jax.Array | jax.core.Tracer):
             v = jnp.asarray(v)
         # A NumPy array stays on the host until used (as a Tensor that arrived over RPC).
-        outs.append(Tensor._wrap_output(v, node, i) if record else Tensor._wrap(v))
+        outs.append(_tc.Tensor._wrap_output(v, node, i) if record else _tc.Tensor._wrap(v))
     return tuple(outs)

@@ -24,16 +24,19 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
-from tensorplay_jax.autograd._tensor import Tensor
 
-Accumulate = Callable[[Tensor, jax.Array], None]
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
+
+Accumulate = Callable[["Tensor", jax.Array], None]
 
 
 _grad_lock = threading.Lock()
@@ -62,15 +65,15 @@ def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
     """The local ``accumulate``: add ``grad`` into ``leaf.grad`` (safe across threads)."""
     with _grad_lock:
         if leaf._grad is None:
-            leaf._grad = Tensor._wrap(grad)
+            leaf._grad = _tc.Tensor._wrap(grad)
         else:
-            leaf._grad = Tensor._wrap(leaf._grad._value + grad)
+            leaf._grad = _tc.Tensor._wrap(leaf._grad._value + grad)
 
 
 def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:
     if isinstance(root, GradientEdge):
         return root
-    if not isinstance(root, Tensor):
+    if not isinstance(root, _tc.Tensor):
         raise TypeError(
             f"run_backward: roots[{i}] is a {type(root).__name__}; expected a Tensor or a "
             "GradientEdge"
@@ -84,7 +87,7 @@ def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:
 
 
 def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
-    if isinstance(grad, Tensor):
+    if isinstance(grad, _tc.Tensor):
         grad = grad._value
     if isinstance(root, GradientEdge):
         if grad is None:
@@ -233,7 +236,7 @@ def release_graph(roots: Sequence[Tensor | GradientEdge | Node]) -> int:
             starts.append(r)
         elif isinstance(r, GradientEdge):
             starts.append(r.node)
-        elif isinstance(r, Tensor) and r.grad_fn is not None:
+        elif isinstance(r, _tc.Tensor) and r.grad_fn is not None:
             starts.append(r.grad_fn)
     seen = set(starts)
     stack = list(starts)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
+from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._engine import run_backward
-from tensorplay_jax.autograd._tensor import Tensor
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
 
 
 def grad(
@@ -48,15 +51,15 @@ def grad(
         >>> x.grad is None
         True
     """
-    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    outs = [outputs] if isinstance(outputs, _tc.Tensor) else list(outputs)
+    ins = [inputs] if isinstance(inputs, _tc.Tensor) else list(inputs)
     for i, t in enumerate(ins):
-        if not (isinstance(t, Tensor) and t.is_leaf and t.requires_grad):
+        if not (isinstance(t, _tc.Tensor) and t.is_leaf and t.requires_grad):
             raise RuntimeError(
                 f"autograd.grad: inputs[{i}] is not a leaf Tensor that requires grad; only "
                 "leaves are supported (compute gradients of intermediates with tp.apply/jax.vjp)"
             )
-    if grad_outputs is None or isinstance(grad_outputs, Tensor | jax.Array):
+    if grad_outputs is None or isinstance(grad_outputs, _tc.Tensor | jax.Array):
         grad_outputs = [grad_outputs] * len(outs) if grad_outputs is None else [grad_outputs]
     wanted = {id(t) for t in ins}
     got: dict[int, jax.Array] = {}
@@ -69,7 +72,7 @@ def grad(
     result: list[Tensor | None] = []
     for i, t in enumerate(ins):
         if id(t) in got:
-            result.append(Tensor._wrap(got[id(t)]))
+            result.append(_tc.Tensor._wrap(got[id(t)]))
         elif allow_unused:
             result.append(None)
         else:

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import numpy as np
 
 from tensorplay_jax.autograd import _cache
+from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
-from tensorplay_jax.autograd._tensor import Tensor
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +44,7 @@ def _operand_value(t: Tensor) -> Any:
 
 
 def _is_tensor(x: Any) -> bool:
-    return isinstance(x, Tensor)
+    return isinstance(x, _tc.Tensor)
 
 
 def _run(
@@ -62,14 +65,14 @@ def _run(
         record = False
     if not record:
         out = entry.forward(*values)
-        return jax.tree_util.tree_map(Tensor._wrap, out)
+        return jax.tree_util.tree_map(_tc.Tensor._wrap, out)
     diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
     other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
     out, pullback = entry.forward_vjp(mask)(diff, other)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
     if isinstance(out, jax.Array):  # one output (most operations): no pytree work
         info = (_cache.LEAF, ((out.shape, out.dtype),))
-        return Tensor._wrap_output(out, VJPNode(entry.name, pullback, info, edges, 1), 0)
+        return _tc.Tensor._wrap_output(out, VJPNode(entry.name, pullback, info, edges, 1), 0)
     leaves, treedef = jax.tree_util.tree_flatten(out)
     node = VJPNode(
         entry.name,
@@ -78,7 +81,7 @@ def _run(
         edges,
         len(leaves),
     )
-    wrapped = [Tensor._wrap_output(leaf, node, i) for i, leaf in enumerate(leaves)]
+    wrapped = [_tc.Tensor._wrap_output(leaf, node, i) for i, leaf in enumerate(leaves)]
     return jax.tree_util.tree_unflatten(treedef, wrapped)
 
 
@@ -96,7 +99,7 @@ def call_op(
     values = []
     tensors: list[Tensor | None] = []
     for a in args:
-        if isinstance(a, Tensor):
+        if isinstance(a, _tc.Tensor):
             values.append(_operand_value(a))
             tensors.append(a)
         else:
@@ -156,7 +159,7 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     values: list[Any] = []
     tensors: list[Tensor | None] = []
     for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Tensor):
+        if isinstance(leaf, _tc.Tensor):
             kinds.append(None)
             values.append(_operand_value(leaf))
             tensors.append(leaf)
@@ -223,4 +226,4 @@ def function(fn: F) -> F:
 
 def as_value(x: Any) -> Any:
     """The array behind a Tensor (other values unchanged): for code that must see raw arrays."""
-    return x._value if isinstance(x, Tensor) else x
+    return x._value if isinstance(x, _tc.Tensor) else x

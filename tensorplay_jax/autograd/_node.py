@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 
+from tensorplay_jax.autograd._cache import apply_vjp
+
 if TYPE_CHECKING:
-    from tensorplay_jax.autograd._tensor import Tensor
+    from tensorplay_jax.tensors import Tensor
 
 Grads = tuple[jax.Array | None, ...]
 
@@ -107,8 +109,6 @@ class VJPNode(Node):
         self.out_info = out_info
 
     def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
-        from tensorplay_jax.autograd._cache import apply_vjp
-
         return apply_vjp(self.vjp, grads, self.out_info)
 
     def release(self) -> None:

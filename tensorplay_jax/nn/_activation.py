@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorplay_jax.autograd import _shape_ops
 from tensorplay_jax.nn import functional as F
 from tensorplay_jax.nn._module import Module
+from tensorplay_jax.tensors import flatten
 
 
 class ReLU(Module):
@@ -82,7 +82,7 @@ class Flatten(Module):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     def forward(self, input: Any) -> Any:
-        return _shape_ops.flatten(input, self.start_dim, self.end_dim)
+        return flatten(input, self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

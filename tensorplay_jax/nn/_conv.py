@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tensorplay_jax.autograd._factories import zeros
 from tensorplay_jax.nn import functional as F
 from tensorplay_jax.nn import init
 from tensorplay_jax.nn._module import Module
 from tensorplay_jax.nn._parameter import Parameter
+from tensorplay_jax.tensors import zeros
 
 
 class Conv2d(Module):

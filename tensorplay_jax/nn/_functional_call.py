@@ -9,10 +9,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _random
-from tensorplay_jax.autograd._grad_mode import no_grad
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.nn._module import Module, _overlay
+from tensorplay_jax.tensors import Tensor, key_scope
 
 
 def _is_tensor(x: Any) -> bool:
@@ -118,7 +117,7 @@ def functional_call(
         stack = _overlay.stack = []
     stack.append(overlay)
     try:
-        scope = _random.key_scope(rng) if rng is not None else contextlib.nullcontext()
+        scope = key_scope(rng) if rng is not None else contextlib.nullcontext()
         with no_grad(), scope:
             out = module(*args, **kwargs)
     finally:

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd._grad_mode import no_grad
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.nn._parameter import Parameter
+from tensorplay_jax.tensors import Tensor
 
 _overlay = threading.local()
 _hook_ids = itertools.count()

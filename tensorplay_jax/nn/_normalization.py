@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorplay_jax.autograd._factories import ones, zeros
 from tensorplay_jax.nn import functional as F
 from tensorplay_jax.nn._module import Module
 from tensorplay_jax.nn._parameter import Parameter
+from tensorplay_jax.tensors import ones, zeros
 
 
 class LayerNorm(Module):

@@ -6,7 +6,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.tensors import Tensor
 
 
 class Parameter(Tensor):

@@ -11,10 +11,10 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.autograd import _ops, _random
-from tensorplay_jax.autograd._lift import apply
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax import tensors as _tensors
+from tensorplay_jax.autograd import apply
 from tensorplay_jax.nn import _jax_impl
+from tensorplay_jax.tensors import Tensor, in_key_scope, next_key
 
 __all__ = [
     "conv2d",
@@ -32,11 +32,11 @@ __all__ = [
     "tanh",
 ]
 
-relu = _ops.relu
-tanh = _ops.tanh
-sigmoid = _ops.sigmoid
-softmax = _ops.softmax
-log_softmax = _ops.log_softmax
+relu = _tensors.relu
+tanh = _tensors.tanh
+sigmoid = _tensors.sigmoid
+softmax = _tensors.softmax
+log_softmax = _tensors.log_softmax
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
@@ -142,13 +142,13 @@ def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:
     if not training or p == 0.0:
         return input
     value = input.value if isinstance(input, Tensor) else input
-    if isinstance(value, jax.core.Tracer) and not _random.in_key_scope():
+    if isinstance(value, jax.core.Tracer) and not in_key_scope():
         raise ValueError(
             "dropout: called in training mode inside a JAX transformation without a random "
             "key; pass rng=key to nn.functional_call(module, params, ..., rng=key), or call "
             "module.eval()"
         )
-    return apply(_jax_impl.dropout, input, _random.next_key(), float(p))
+    return apply(_jax_impl.dropout, input, next_key(), float(p))
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:

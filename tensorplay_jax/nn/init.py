@@ -10,8 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd import _random
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.tensors import Tensor, next_key
 
 __all__ = [
     "calculate_gain",
@@ -43,13 +42,13 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
         >>> bool((w.abs() <= 1).all())
         True
     """
-    tensor.data = jax.random.uniform(_random.next_key(), tensor.shape, tensor.dtype, a, b)
+    tensor.data = jax.random.uniform(next_key(), tensor.shape, tensor.dtype, a, b)
     return tensor
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     """Fill with samples of N(mean, std^2)."""
-    tensor.data = mean + std * jax.random.normal(_random.next_key(), tensor.shape, tensor.dtype)
+    tensor.data = mean + std * jax.random.normal(next_key(), tensor.shape, tensor.dtype)
     return tensor
 
 

@@ -6,17 +6,13 @@ import importlib
 import pytest
 
 MODULES = [
+    "tensorplay_jax.autograd",
     "tensorplay_jax.autograd._custom",
     "tensorplay_jax.autograd._engine",
-    "tensorplay_jax.autograd._factories",
     "tensorplay_jax.autograd._grad",
     "tensorplay_jax.autograd._grad_mode",
     "tensorplay_jax.autograd._lift",
-    "tensorplay_jax.autograd._ops",
-    "tensorplay_jax.autograd._random",
-    "tensorplay_jax.autograd._reductions",
-    "tensorplay_jax.autograd._shape_ops",
-    "tensorplay_jax.autograd._tensor",
+    "tensorplay_jax.autograd._tensor_class",
 ]
 
 

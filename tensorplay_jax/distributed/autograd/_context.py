@@ -33,7 +33,7 @@ from typing import Any
 import jax
 
 from tensorplay_jax._device import on_device
-from tensorplay_jax.autograd import GradientEdge, Node, Tensor, release_graph
+from tensorplay_jax.autograd import GradientEdge, Node, release_graph
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc import rpc_async as _rpc_async
@@ -43,6 +43,7 @@ from tensorplay_jax.rpc.internal import (
     internal_target,
     not_initialized,
 )
+from tensorplay_jax.tensors import Tensor
 
 __all__ = [
     "CONTEXT_ID_SHIFT",

@@ -37,13 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, Tensor, run_backward
-from tensorplay_jax.autograd._engine import as_cotangent
+from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, as_cotangent, run_backward
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.rpc import Future, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc.functions import async_execution
 from tensorplay_jax.rpc.internal import current_caller, internal_target, not_initialized
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
 

@@ -33,10 +33,11 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.autograd import Tensor, attach_outputs, make_node
+from tensorplay_jax.autograd import attach_outputs, make_node
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import CallInfo, RpcHooks, is_internal_target
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["AutogradHooks", "message_key"]
 

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import Tensor
 from tensorplay_jax.rpc import register_type
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["WIRE_NAME", "register"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import jax
 
-from tensorplay_jax.autograd import Tensor
 from tensorplay_jax.distributed.autograd._context import (
     DistAutogradContext,
     current_id,
     retrieve,
 )
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["get_gradients", "is_available", "is_initialized"]
 

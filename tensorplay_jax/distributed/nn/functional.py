@@ -26,9 +26,9 @@ import jax.numpy as jnp
 
 from tensorplay_jax import distributed as dist
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
-from tensorplay_jax.autograd._tensor import Tensor
 from tensorplay_jax.collectives import ReduceOp
 from tensorplay_jax.collectives.reduce_op import local_partials, normalize_op
+from tensorplay_jax.tensors import Tensor
 
 __all__ = [
     "all_gather",

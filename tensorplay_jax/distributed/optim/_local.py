@@ -9,9 +9,9 @@ from typing import Any
 import jax
 import optax
 
-from tensorplay_jax.autograd._grad_mode import no_grad
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.rpc import RRef
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["LocalOptimizer", "new_local_optimizer", "local_step"]
 

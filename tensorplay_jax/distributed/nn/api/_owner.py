@@ -6,7 +6,7 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.autograd._grad_mode import no_grad
+from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.distributed.nn.api._interface import check_implements
 from tensorplay_jax.nn import Module
 from tensorplay_jax.rpc import RRef, get_worker_info

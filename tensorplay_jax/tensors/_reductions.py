@@ -10,14 +10,15 @@ Tensor argument means the elementwise maximum/minimum.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd import _ops
-from tensorplay_jax.autograd._lift import call_op
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors import _ops
+from tensorplay_jax.tensors._tensor import Tensor
 
 
 class MinMaxResult(NamedTuple):
@@ -60,32 +61,37 @@ def mean(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None
     return _reduce(jnp.mean, "MeanBackward", input, _dims("mean", dim, axis), keepdim)
 
 
-def var(
-    input: Any,
-    dim: Any = None,
-    keepdim: bool = False,
-    *,
-    correction: int = 1,
-    axis: Any = None,
-) -> Tensor:
-    """Variance over ``dim``, dividing by ``N - correction`` (tensorplay's default 1)."""
-    return _reduce(
-        jnp.var, "VarBackward", input, _dims("var", dim, axis), keepdim, ddof=int(correction)
-    )
+def _moment_op(public: str, jfn: Any, node: str, doc: str) -> Callable[..., Tensor]:
+    """The public moment ``public(input, dim, keepdim, *, correction, axis)`` (var, std)."""
+
+    def op(
+        input: Any,
+        dim: Any = None,
+        keepdim: bool = False,
+        *,
+        correction: int = 1,
+        axis: Any = None,
+    ) -> Tensor:
+        dims = _dims(public, dim, axis)
+        return _reduce(jfn, node, input, dims, keepdim, ddof=int(correction))
+
+    op.__name__ = op.__qualname__ = public
+    op.__doc__ = doc
+    return op
 
 
-def std(
-    input: Any,
-    dim: Any = None,
-    keepdim: bool = False,
-    *,
-    correction: int = 1,
-    axis: Any = None,
-) -> Tensor:
-    """Standard deviation over ``dim``, dividing by ``N - correction``."""
-    return _reduce(
-        jnp.std, "StdBackward", input, _dims("std", dim, axis), keepdim, ddof=int(correction)
-    )
+var = _moment_op(
+    "var",
+    jnp.var,
+    "VarBackward",
+    "Variance over ``dim``, dividing by ``N - correction`` (tensorplay's default 1).",
+)
+std = _moment_op(
+    "std",
+    jnp.std,
+    "StdBackward",
+    "Standard deviation over ``dim``, dividing by ``N - correction``.",
+)
 
 
 def prod(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
@@ -119,6 +125,20 @@ def _min_dim(x: jax.Array, axis: int, keepdims: bool) -> tuple[jax.Array, jax.Ar
     return _select(x, axis, keepdims, jnp.argmin)
 
 
+def _extremum(
+    fn: str, input: Any, dim: Any, keepdim: bool, axis: Any, elementwise: Any, whole: Any, pick: Any
+) -> Any:
+    """``max``/``min``: elementwise with a Tensor ``dim``, ``(values, indices)`` with an int."""
+    if isinstance(dim, Tensor | jax.Array):
+        return elementwise(input, dim)
+    d = _dims(fn, dim, axis)
+    if d is None or isinstance(d, tuple):
+        return whole(input, d, keepdim)
+    node = f"{fn.capitalize()}Backward"
+    v, i = call_op(pick, node, (input,), (("axis", d), ("keepdims", keepdim)))
+    return MinMaxResult(v, i)
+
+
 def max(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
     """Max of all elements, ``(values, indices)`` along an int ``dim``, or elementwise max.
 
@@ -130,24 +150,12 @@ def max(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None)
         >>> x.max(dim=1).indices
         tensor([1, 0])
     """
-    if isinstance(dim, Tensor | jax.Array):
-        return _ops.maximum(input, dim)
-    d = _dims("max", dim, axis)
-    if d is None or isinstance(d, tuple):
-        return amax(input, d, keepdim)
-    v, i = call_op(_max_dim, "MaxBackward", (input,), (("axis", d), ("keepdims", keepdim)))
-    return MinMaxResult(v, i)
+    return _extremum("max", input, dim, keepdim, axis, _ops.maximum, amax, _max_dim)
 
 
 def min(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
     """Min of all elements, ``(values, indices)`` along an int ``dim``, or elementwise min."""
-    if isinstance(dim, Tensor | jax.Array):
-        return _ops.minimum(input, dim)
-    d = _dims("min", dim, axis)
-    if d is None or isinstance(d, tuple):
-        return amin(input, d, keepdim)
-    v, i = call_op(_min_dim, "MinBackward", (input,), (("axis", d), ("keepdims", keepdim)))
-    return MinMaxResult(v, i)
+    return _extremum("min", input, dim, keepdim, axis, _ops.minimum, amin, _min_dim)
 
 
 def argmax(input: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:

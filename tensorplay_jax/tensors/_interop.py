@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorplay_jax.autograd._tensor import _PLAIN_JNP_MSG, _RAW_JNP_MSG, Tensor
+from tensorplay_jax.tensors._tensor import _PLAIN_JNP_MSG, _RAW_JNP_MSG, Tensor
 
 
 def _reject(t: Tensor) -> Any:

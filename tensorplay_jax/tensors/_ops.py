@@ -2,20 +2,25 @@
 
 Operands may be Tensors, JAX/NumPy arrays or Python scalars (scalars are traced
 weakly typed, so ``x * 2.5`` does not recompile for ``x * 3.5``). Every
-function here is also a Tensor method or operator.
+function here is also a Tensor method or operator. A plain elementwise
+operation is one line, ``name = _unary_op(name, jax_function, docstring)`` (or
+``_binary_op``), which supplies the body they share and the node name
+(``floor_divide`` records ``FloorDivideBackward``); operations with more
+arguments, or a docstring with an example, are written out.
 """
 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd._lift import call_op
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors._tensor import Tensor
 
 _SCALARS = (int, float, complex, bool, np.generic)
 _ARRAYS = (Tensor, jax.Array, np.ndarray, *_SCALARS)
@@ -45,6 +50,35 @@ def _unary(fn: Any, name: str, x: Any) -> Tensor:
     return call_op(fn, name, (_operand(x, name),))
 
 
+def _node_name(name: str) -> str:
+    """tensorplay's node name for an operation: ``floor_divide`` -> ``FloorDivideBackward``."""
+    return "".join(part.capitalize() for part in name.split("_")) + "Backward"
+
+
+def _unary_op(name: str, jfn: Any, doc: str) -> Callable[[Any], Tensor]:
+    """The public operation ``name(input)``: ``jfn`` recorded as one node."""
+    node = _node_name(name)
+
+    def op(input: Any) -> Tensor:
+        return _unary(jfn, node, input)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+def _binary_op(name: str, jfn: Any, doc: str) -> Callable[[Any, Any], Tensor]:
+    """The public operation ``name(input, other)``: ``jfn`` recorded as one node."""
+    node = _node_name(name)
+
+    def op(input: Any, other: Any) -> Tensor:
+        return _binary(jfn, node, input, other)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
 # ------------------------------------------------------------------ arithmetic
 def add(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     """Elementwise ``input + alpha * other`` with broadcasting.
@@ -66,24 +100,14 @@ def sub(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     return _binary(jnp.subtract, "SubBackward", input, other)
 
 
-def mul(input: Any, other: Any) -> Tensor:
-    """Elementwise product."""
-    return _binary(jnp.multiply, "MulBackward", input, other)
-
-
-def div(input: Any, other: Any) -> Tensor:
-    """Elementwise true division (integers divide to floats)."""
-    return _binary(jnp.true_divide, "DivBackward", input, other)
-
-
-def floor_divide(input: Any, other: Any) -> Tensor:
-    """Elementwise floor division."""
-    return _binary(jnp.floor_divide, "FloorDivideBackward", input, other)
-
-
-def remainder(input: Any, other: Any) -> Tensor:
-    """Elementwise remainder with the sign of the divisor (Python's ``%``)."""
-    return _binary(jnp.remainder, "RemainderBackward", input, other)
+mul = _binary_op("mul", jnp.multiply, "Elementwise product.")
+div = _binary_op("div", jnp.true_divide, "Elementwise true division (integers divide to floats).")
+floor_divide = _binary_op("floor_divide", jnp.floor_divide, "Elementwise floor division.")
+remainder = _binary_op(
+    "remainder",
+    jnp.remainder,
+    "Elementwise remainder with the sign of the divisor (Python's ``%``).",
+)
 
 
 def pow(input: Any, exponent: Any) -> Tensor:
@@ -91,14 +115,8 @@ def pow(input: Any, exponent: Any) -> Tensor:
     return _binary(jnp.power, "PowBackward", input, exponent)
 
 
-def maximum(input: Any, other: Any) -> Tensor:
-    """Elementwise maximum (ties share the gradient)."""
-    return _binary(jnp.maximum, "MaximumBackward", input, other)
-
-
-def minimum(input: Any, other: Any) -> Tensor:
-    """Elementwise minimum (ties share the gradient)."""
-    return _binary(jnp.minimum, "MinimumBackward", input, other)
+maximum = _binary_op("maximum", jnp.maximum, "Elementwise maximum (ties share the gradient).")
+minimum = _binary_op("minimum", jnp.minimum, "Elementwise minimum (ties share the gradient).")
 
 
 def matmul(input: Any, other: Any) -> Tensor:
@@ -112,24 +130,10 @@ def matmul(input: Any, other: Any) -> Tensor:
     return _binary(jnp.matmul, "MatmulBackward", input, other)
 
 
-def neg(input: Any) -> Tensor:
-    """Elementwise negation."""
-    return _unary(jnp.negative, "NegBackward", input)
-
-
-def abs(input: Any) -> Tensor:
-    """Elementwise absolute value."""
-    return _unary(jnp.abs, "AbsBackward", input)
-
-
-def sqrt(input: Any) -> Tensor:
-    """Elementwise square root."""
-    return _unary(jnp.sqrt, "SqrtBackward", input)
-
-
-def square(input: Any) -> Tensor:
-    """Elementwise square."""
-    return _unary(jnp.square, "SquareBackward", input)
+neg = _unary_op("neg", jnp.negative, "Elementwise negation.")
+abs = _unary_op("abs", jnp.abs, "Elementwise absolute value.")
+sqrt = _unary_op("sqrt", jnp.sqrt, "Elementwise square root.")
+square = _unary_op("square", jnp.square, "Elementwise square.")
 
 
 def exp(input: Any) -> Tensor:
@@ -143,29 +147,13 @@ def exp(input: Any) -> Tensor:
     return _unary(jnp.exp, "ExpBackward", input)
 
 
-def log(input: Any) -> Tensor:
-    """Elementwise natural logarithm."""
-    return _unary(jnp.log, "LogBackward", input)
-
-
-def tanh(input: Any) -> Tensor:
-    """Elementwise hyperbolic tangent."""
-    return _unary(jnp.tanh, "TanhBackward", input)
-
-
-def sin(input: Any) -> Tensor:
-    """Elementwise sine."""
-    return _unary(jnp.sin, "SinBackward", input)
-
-
-def cos(input: Any) -> Tensor:
-    """Elementwise cosine."""
-    return _unary(jnp.cos, "CosBackward", input)
-
-
-def sigmoid(input: Any) -> Tensor:
-    """Elementwise logistic sigmoid ``1 / (1 + exp(-x))``."""
-    return _unary(jax.nn.sigmoid, "SigmoidBackward", input)
+log = _unary_op("log", jnp.log, "Elementwise natural logarithm.")
+tanh = _unary_op("tanh", jnp.tanh, "Elementwise hyperbolic tangent.")
+sin = _unary_op("sin", jnp.sin, "Elementwise sine.")
+cos = _unary_op("cos", jnp.cos, "Elementwise cosine.")
+sigmoid = _unary_op(
+    "sigmoid", jax.nn.sigmoid, "Elementwise logistic sigmoid ``1 / (1 + exp(-x))``."
+)
 
 
 def relu(input: Any) -> Tensor:
@@ -238,49 +226,17 @@ def clone(input: Any) -> Tensor:
 
 
 # ------------------------------------------------------------------ comparisons (no gradient)
-def eq(input: Any, other: Any) -> Tensor:
-    """Elementwise ``==`` (bool Tensor)."""
-    return _binary(jnp.equal, "EqBackward", input, other)
-
-
-def ne(input: Any, other: Any) -> Tensor:
-    """Elementwise ``!=`` (bool Tensor)."""
-    return _binary(jnp.not_equal, "NeBackward", input, other)
-
-
-def lt(input: Any, other: Any) -> Tensor:
-    """Elementwise ``<`` (bool Tensor)."""
-    return _binary(jnp.less, "LtBackward", input, other)
-
-
-def le(input: Any, other: Any) -> Tensor:
-    """Elementwise ``<=`` (bool Tensor)."""
-    return _binary(jnp.less_equal, "LeBackward", input, other)
-
-
-def gt(input: Any, other: Any) -> Tensor:
-    """Elementwise ``>`` (bool Tensor)."""
-    return _binary(jnp.greater, "GtBackward", input, other)
-
-
-def ge(input: Any, other: Any) -> Tensor:
-    """Elementwise ``>=`` (bool Tensor)."""
-    return _binary(jnp.greater_equal, "GeBackward", input, other)
-
-
-def logical_not(input: Any) -> Tensor:
-    """Elementwise logical not (``~`` on bool Tensors)."""
-    return _unary(jnp.logical_not, "LogicalNotBackward", input)
-
-
-def logical_and(input: Any, other: Any) -> Tensor:
-    """Elementwise logical and (``&``)."""
-    return _binary(jnp.logical_and, "LogicalAndBackward", input, other)
-
-
-def logical_or(input: Any, other: Any) -> Tensor:
-    """Elementwise logical or (``|``)."""
-    return _binary(jnp.logical_or, "LogicalOrBackward", input, other)
+eq = _binary_op("eq", jnp.equal, "Elementwise ``==`` (bool Tensor).")
+ne = _binary_op("ne", jnp.not_equal, "Elementwise ``!=`` (bool Tensor).")
+lt = _binary_op("lt", jnp.less, "Elementwise ``<`` (bool Tensor).")
+le = _binary_op("le", jnp.less_equal, "Elementwise ``<=`` (bool Tensor).")
+gt = _binary_op("gt", jnp.greater, "Elementwise ``>`` (bool Tensor).")
+ge = _binary_op("ge", jnp.greater_equal, "Elementwise ``>=`` (bool Tensor).")
+logical_not = _unary_op(
+    "logical_not", jnp.logical_not, "Elementwise logical not (``~`` on bool Tensors)."
+)
+logical_and = _binary_op("logical_and", jnp.logical_and, "Elementwise logical and (``&``).")
+logical_or = _binary_op("logical_or", jnp.logical_or, "Elementwise logical or (``|``).")
 
 
 def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:

@@ -3,8 +3,10 @@
 A Tensor is hashable by identity (so gradients can be keyed by it), immutable in
 value except through ``.data = ...``/``t[idx] = v`` (which rebinds it), and
 knows the node that produced it (``grad_fn``) and which output of that node it
-is. Operators and methods live in ``_ops``/``_reductions``/``_shape_ops`` and
-each runs as one recorded node.
+is. This class holds the state and the methods with real bodies; operators and
+the math, reduction and shape methods are the functions of
+``_ops``/``_reductions``/``_shape_ops``, attached from one table in
+``_methods``, and each runs as one recorded node.
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax._device import to_device
-from tensorplay_jax.autograd._grad_mode import is_grad_enabled
-from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
+from tensorplay_jax.autograd import (
+    AccumulateGrad,
+    GradientEdge,
+    Node,
+    is_grad_enabled,
+    run_backward,
+)
 
 _DEFAULT_DTYPES = (np.dtype("float32"), np.dtype("int32"), np.dtype("int64"), np.dtype("bool"))
 
@@ -211,8 +218,6 @@ class Tensor(metaclass=_TensorMeta):
             RuntimeError: ``self`` does not require grad, or is not scalar and no
                 ``gradient`` was given, or the graph was already freed.
         """
-        from tensorplay_jax.autograd._engine import run_backward
-
         if create_graph:
             raise NotImplementedError(
                 "Tensor.backward: create_graph=True is not supported; for higher-order "
@@ -371,205 +376,11 @@ class Tensor(metaclass=_TensorMeta):
         # Pickle/deepcopy as a leaf: the value (as NumPy) and the flag; the graph stays behind.
         return (_rebuild, (type(self), np.asarray(self._value), self._requires_grad))
 
-    # ----------------------------------------------------------------- operators
-    def __add__(self, other: Any) -> Tensor:
-        return _ops.add(self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return _ops.add(other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return _ops.sub(self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return _ops.sub(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return _ops.mul(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return _ops.mul(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return _ops.div(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return _ops.div(other, self)
-
-    def __floordiv__(self, other: Any) -> Tensor:
-        return _ops.floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> Tensor:
-        return _ops.floor_divide(other, self)
-
-    def __mod__(self, other: Any) -> Tensor:
-        return _ops.remainder(self, other)
-
-    def __rmod__(self, other: Any) -> Tensor:
-        return _ops.remainder(other, self)
-
-    def __pow__(self, other: Any) -> Tensor:
-        return _ops.pow(self, other)
-
-    def __rpow__(self, other: Any) -> Tensor:
-        return _ops.pow(other, self)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return _ops.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return _ops.matmul(other, self)
-
-    def __neg__(self) -> Tensor:
-        return _ops.neg(self)
-
+    # ----------------------------------------------------------------- trivial methods
+    # Operators and the math, reduction and shape methods come from the table in
+    # ``_methods`` (attached when ``tensorplay_jax.tensors`` is imported).
     def __pos__(self) -> Tensor:
         return self
-
-    def __abs__(self) -> Tensor:
-        return _ops.abs(self)
-
-    def __invert__(self) -> Tensor:
-        return _ops.logical_not(self)
-
-    def __and__(self, other: Any) -> Tensor:
-        return _ops.logical_and(self, other)
-
-    def __or__(self, other: Any) -> Tensor:
-        return _ops.logical_or(self, other)
-
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        if not _ops.is_operand(other):
-            return NotImplemented
-        return _ops.eq(self, other)
-
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
-        if not _ops.is_operand(other):
-            return NotImplemented
-        return _ops.ne(self, other)
-
-    def __lt__(self, other: Any) -> Tensor:
-        return _ops.lt(self, other)
-
-    def __le__(self, other: Any) -> Tensor:
-        return _ops.le(self, other)
-
-    def __gt__(self, other: Any) -> Tensor:
-        return _ops.gt(self, other)
-
-    def __ge__(self, other: Any) -> Tensor:
-        return _ops.ge(self, other)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return _shape_ops.getitem(self, index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        _shape_ops.setitem_(self, index, value)
-
-    # ----------------------------------------------------------------- math methods
-    def add(self, other: Any) -> Tensor:
-        """``self + other``."""
-        return _ops.add(self, other)
-
-    def sub(self, other: Any) -> Tensor:
-        """``self - other``."""
-        return _ops.sub(self, other)
-
-    def mul(self, other: Any) -> Tensor:
-        """``self * other``."""
-        return _ops.mul(self, other)
-
-    def div(self, other: Any) -> Tensor:
-        """``self / other``."""
-        return _ops.div(self, other)
-
-    def pow(self, exponent: Any) -> Tensor:
-        """``self ** exponent``."""
-        return _ops.pow(self, exponent)
-
-    def matmul(self, other: Any) -> Tensor:
-        """``self @ other``."""
-        return _ops.matmul(self, other)
-
-    def neg(self) -> Tensor:
-        """``-self``."""
-        return _ops.neg(self)
-
-    def abs(self) -> Tensor:
-        """Elementwise absolute value."""
-        return _ops.abs(self)
-
-    def sqrt(self) -> Tensor:
-        """Elementwise square root."""
-        return _ops.sqrt(self)
-
-    def square(self) -> Tensor:
-        """Elementwise square."""
-        return _ops.square(self)
-
-    def exp(self) -> Tensor:
-        """Elementwise exponential."""
-        return _ops.exp(self)
-
-    def log(self) -> Tensor:
-        """Elementwise natural logarithm."""
-        return _ops.log(self)
-
-    def tanh(self) -> Tensor:
-        """Elementwise tanh."""
-        return _ops.tanh(self)
-
-    def sin(self) -> Tensor:
-        """Elementwise sine."""
-        return _ops.sin(self)
-
-    def cos(self) -> Tensor:
-        """Elementwise cosine."""
-        return _ops.cos(self)
-
-    def sigmoid(self) -> Tensor:
-        """Elementwise logistic sigmoid."""
-        return _ops.sigmoid(self)
-
-    def relu(self) -> Tensor:
-        """Elementwise ``max(x, 0)``."""
-        return _ops.relu(self)
-
-    def softmax(self, dim: int = -1) -> Tensor:
-        """Softmax along ``dim``."""
-        return _ops.softmax(self, dim)
-
-    def log_softmax(self, dim: int = -1) -> Tensor:
-        """Log-softmax along ``dim``."""
-        return _ops.log_softmax(self, dim)
-
-    def clamp(self, min: Any = None, max: Any = None) -> Tensor:
-        """Clip values into ``[min, max]``."""
-        return _ops.clamp(self, min, max)
-
-    def to(self, dtype: Any) -> Tensor:
-        """Convert to ``dtype`` (differentiable between float types)."""
-        return _ops.astype(self, dtype)
-
-    def float(self) -> Tensor:
-        """Convert to float32."""
-        return _ops.astype(self, jnp.float32)
-
-    def double(self) -> Tensor:
-        """Convert to float64 (needs ``jax_enable_x64``)."""
-        return _ops.astype(self, jnp.float64)
-
-    def long(self) -> Tensor:
-        """Convert to the default integer type."""
-        return _ops.astype(self, jax.dtypes.canonicalize_dtype(jnp.int64))
-
-    def int(self) -> Tensor:
-        """Convert to int32."""
-        return _ops.astype(self, jnp.int32)
-
-    def bool(self) -> Tensor:
-        """Convert to bool."""
-        return _ops.astype(self, jnp.bool_)
 
     def cpu(self) -> Tensor:
         """``self`` (values already live on the default JAX device)."""
@@ -579,138 +390,8 @@ class Tensor(metaclass=_TensorMeta):
         """``self`` (JAX arrays have no strides)."""
         return self
 
-    def clone(self) -> Tensor:
-        """A recorded copy."""
-        return _ops.clone(self)
-
-    # ----------------------------------------------------------------- reductions
-    def sum(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
-        """Sum over ``dim`` (all dimensions by default)."""
-        return _reductions.sum(self, dim, keepdim, axis=axis)
-
-    def mean(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
-        """Mean over ``dim`` (all dimensions by default)."""
-        return _reductions.mean(self, dim, keepdim, axis=axis)
-
-    def var(
-        self, dim: Any = None, keepdim: bool = False, *, correction: int = 1, axis: Any = None
-    ) -> Tensor:
-        """Variance over ``dim`` with Bessel's ``correction`` (as tensorplay)."""
-        return _reductions.var(self, dim, keepdim, correction=correction, axis=axis)
-
-    def std(
-        self, dim: Any = None, keepdim: bool = False, *, correction: int = 1, axis: Any = None
-    ) -> Tensor:
-        """Standard deviation over ``dim`` with Bessel's ``correction``."""
-        return _reductions.std(self, dim, keepdim, correction=correction, axis=axis)
-
-    def prod(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:
-        """Product over ``dim``."""
-        return _reductions.prod(self, dim, keepdim, axis=axis)
-
-    def max(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
-        """Max of all elements; with ``dim``, ``(values, indices)``; with a Tensor, elementwise."""
-        return _reductions.max(self, dim, keepdim, axis=axis)
-
-    def min(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Any:
-        """Min of all elements; with ``dim``, ``(values, indices)``; with a Tensor, elementwise."""
-        return _reductions.min(self, dim, keepdim, axis=axis)
-
-    def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        """Max over ``dim`` (ties share the gradient)."""
-        return _reductions.amax(self, dim, keepdim)
-
-    def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        """Min over ``dim`` (ties share the gradient)."""
-        return _reductions.amin(self, dim, keepdim)
-
-    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        """Index of the max (flattened when ``dim`` is None)."""
-        return _reductions.argmax(self, dim, keepdim)
-
-    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        """Index of the min (flattened when ``dim`` is None)."""
-        return _reductions.argmin(self, dim, keepdim)
-
-    def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
-        """``log(sum(exp(x)))`` over ``dim``, computed stably."""
-        return _reductions.logsumexp(self, dim, keepdim)
-
-    def any(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        """Whether any element (over ``dim``) is true."""
-        return _reductions.any(self, dim, keepdim)
-
-    def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        """Whether all elements (over ``dim``) are true."""
-        return _reductions.all(self, dim, keepdim)
-
-    # ----------------------------------------------------------------- shape methods
-    def reshape(self, *shape: Any) -> Tensor:
-        """The same elements in a new shape (one dimension may be -1)."""
-        return _shape_ops.reshape(self, *shape)
-
-    def view(self, *shape: Any) -> Tensor:
-        """Same as ``reshape`` (JAX has no views)."""
-        return _shape_ops.reshape(self, *shape)
-
-    def view_as(self, other: Tensor) -> Tensor:
-        """Reshape to ``other.shape``."""
-        return _shape_ops.reshape(self, other.shape)
-
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
-        """Swap two dimensions."""
-        return _shape_ops.transpose(self, dim0, dim1)
-
-    def permute(self, *dims: Any) -> Tensor:
-        """Reorder dimensions."""
-        return _shape_ops.permute(self, *dims)
-
-    @property
-    def T(self) -> Tensor:
-        """All dimensions reversed."""
-        return _shape_ops.permute(self, *reversed(range(self.ndim)))
-
-    def t(self) -> Tensor:
-        """Transpose of a matrix (0-d and 1-d unchanged)."""
-        return self if self.ndim < 2 else _shape_ops.transpose(self, 0, 1)
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        """Merge dimensions ``start_dim..end_dim`` into one."""
-        return _shape_ops.flatten(self, start_dim, end_dim)
-
-    def unsqueeze(self, dim: int) -> Tensor:
-        """Insert a dimension of size 1 at ``dim``."""
-        return _shape_ops.unsqueeze(self, dim)
-
-    def squeeze(self, dim: Any = None) -> Tensor:
-        """Remove dimensions of size 1 (only ``dim`` if given)."""
-        return _shape_ops.squeeze(self, dim)
-
-    def expand(self, *sizes: Any) -> Tensor:
-        """Broadcast to ``sizes`` (-1 keeps a dimension)."""
-        return _shape_ops.expand(self, *sizes)
-
-    def narrow(self, dim: int, start: int, length: int) -> Tensor:
-        """``length`` elements of ``dim`` starting at ``start``."""
-        return _shape_ops.narrow(self, dim, start, length)
-
-    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
-        """Pieces of size ``split_size`` (or the listed sizes) along ``dim``."""
-        return _shape_ops.split(self, split_size_or_sections, dim)
-
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-        """``chunks`` nearly equal pieces along ``dim``."""
-        return _shape_ops.chunk(self, chunks, dim)
-
-    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
-        """The slices along ``dim``, that dimension removed."""
-        return _shape_ops.unbind(self, dim)
-
 
 def _rebuild(cls: type[Tensor], value: np.ndarray, requires_grad: bool) -> Tensor:
     t = cls.__new__(cls)
     Tensor.__init__(t, jnp.asarray(value), requires_grad=requires_grad)
     return t
-
-
-from tensorplay_jax.autograd import _ops, _reductions, _shape_ops  # noqa: E402

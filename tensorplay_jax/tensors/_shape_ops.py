@@ -16,9 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd._grad_mode import is_grad_enabled
-from tensorplay_jax.autograd._lift import call_op
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.autograd import call_op, is_grad_enabled
+from tensorplay_jax.tensors._tensor import Tensor
 
 
 def _shape_arg(fn: str, shape: Sequence[Any]) -> tuple[int, ...]:

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _random
-from tensorplay_jax.autograd._tensor import Tensor
+from tensorplay_jax.tensors import _random
+from tensorplay_jax.tensors._tensor import Tensor
 
 DEFAULT_FLOAT = jnp.float32
 

@@ -1,0 +1,188 @@
+"""The tensor library: ``Tensor``, its operations, factories and the random state.
+
+What it owns
+------------
+* ``Tensor`` (``_tensor``): a ``jax.Array`` with ``requires_grad``, ``grad`` and
+  its place on the tape; the methods with real bodies. Operators and the math,
+  reduction and shape methods are attached from one table (``_methods``).
+* The operations, each one recorded node: elementwise and activations
+  (``_ops``), reductions (``_reductions``), shapes, indexing, joining and
+  splitting (``_shape_ops``).
+* Factories (``tensor``, ``randn``, ``zeros`` ... in ``_factories``) and the
+  process-wide random state (``manual_seed``) in ``_random``.
+
+``__all__`` is what ``tensorplay_jax`` re-exports as ``tp.*``. ``next_key``,
+``key_scope`` and ``in_key_scope`` are also importable from here, for
+``tensorplay_jax.nn`` (random draws inside modules and ``functional_call``);
+they are not part of ``tp``.
+* The registration that makes JAX reject a Tensor clearly (``_interop``).
+
+What it may import
+------------------
+JAX, NumPy, ``tensorplay_jax._device`` and the public names of
+``tensorplay_jax.autograd`` (the lower layer: ``call_op`` records an operation,
+plus grad mode, ``GradientEdge``/``AccumulateGrad`` and ``run_backward``).
+Nothing in ``autograd`` imports this package at import time; the tape reaches
+the ``Tensor`` class through one documented lazy import
+(``tensorplay_jax.autograd._tensor_class``).
+
+Example:
+    >>> import tensorplay_jax.tensors as tt
+    >>> x = tt.tensor([1.0, 2.0], requires_grad=True)
+    >>> tt.sum(x * x).backward()
+    >>> x.grad
+    tensor([2., 4.])
+"""
+
+from tensorplay_jax.tensors import _interop as _interop
+from tensorplay_jax.tensors._factories import arange as arange
+from tensorplay_jax.tensors._factories import eye as eye
+from tensorplay_jax.tensors._factories import full as full
+from tensorplay_jax.tensors._factories import ones as ones
+from tensorplay_jax.tensors._factories import ones_like as ones_like
+from tensorplay_jax.tensors._factories import rand as rand
+from tensorplay_jax.tensors._factories import randint as randint
+from tensorplay_jax.tensors._factories import randn as randn
+from tensorplay_jax.tensors._factories import randn_like as randn_like
+from tensorplay_jax.tensors._factories import tensor as tensor
+from tensorplay_jax.tensors._factories import zeros as zeros
+from tensorplay_jax.tensors._factories import zeros_like as zeros_like
+from tensorplay_jax.tensors._methods import attach_methods as _attach_methods
+from tensorplay_jax.tensors._ops import abs as abs
+from tensorplay_jax.tensors._ops import add as add
+from tensorplay_jax.tensors._ops import allclose as allclose
+from tensorplay_jax.tensors._ops import clamp as clamp
+from tensorplay_jax.tensors._ops import cos as cos
+from tensorplay_jax.tensors._ops import div as div
+from tensorplay_jax.tensors._ops import eq as eq
+from tensorplay_jax.tensors._ops import exp as exp
+from tensorplay_jax.tensors._ops import ge as ge
+from tensorplay_jax.tensors._ops import gt as gt
+from tensorplay_jax.tensors._ops import le as le
+from tensorplay_jax.tensors._ops import log as log
+from tensorplay_jax.tensors._ops import log_softmax as log_softmax
+from tensorplay_jax.tensors._ops import lt as lt
+from tensorplay_jax.tensors._ops import matmul as matmul
+from tensorplay_jax.tensors._ops import maximum as maximum
+from tensorplay_jax.tensors._ops import minimum as minimum
+from tensorplay_jax.tensors._ops import mul as mul
+from tensorplay_jax.tensors._ops import ne as ne
+from tensorplay_jax.tensors._ops import neg as neg
+from tensorplay_jax.tensors._ops import pow as pow
+from tensorplay_jax.tensors._ops import relu as relu
+from tensorplay_jax.tensors._ops import sigmoid as sigmoid
+from tensorplay_jax.tensors._ops import sin as sin
+from tensorplay_jax.tensors._ops import softmax as softmax
+from tensorplay_jax.tensors._ops import sqrt as sqrt
+from tensorplay_jax.tensors._ops import square as square
+from tensorplay_jax.tensors._ops import sub as sub
+from tensorplay_jax.tensors._ops import tanh as tanh
+from tensorplay_jax.tensors._ops import where as where
+from tensorplay_jax.tensors._random import in_key_scope as in_key_scope
+from tensorplay_jax.tensors._random import initial_seed as initial_seed
+from tensorplay_jax.tensors._random import key_scope as key_scope
+from tensorplay_jax.tensors._random import manual_seed as manual_seed
+from tensorplay_jax.tensors._random import next_key as next_key
+from tensorplay_jax.tensors._reductions import amax as amax
+from tensorplay_jax.tensors._reductions import amin as amin
+from tensorplay_jax.tensors._reductions import argmax as argmax
+from tensorplay_jax.tensors._reductions import argmin as argmin
+from tensorplay_jax.tensors._reductions import logsumexp as logsumexp
+from tensorplay_jax.tensors._reductions import max as max
+from tensorplay_jax.tensors._reductions import mean as mean
+from tensorplay_jax.tensors._reductions import min as min
+from tensorplay_jax.tensors._reductions import prod as prod
+from tensorplay_jax.tensors._reductions import std as std
+from tensorplay_jax.tensors._reductions import sum as sum
+from tensorplay_jax.tensors._reductions import var as var
+from tensorplay_jax.tensors._shape_ops import cat as cat
+from tensorplay_jax.tensors._shape_ops import chunk as chunk
+from tensorplay_jax.tensors._shape_ops import expand as expand
+from tensorplay_jax.tensors._shape_ops import flatten as flatten
+from tensorplay_jax.tensors._shape_ops import narrow as narrow
+from tensorplay_jax.tensors._shape_ops import permute as permute
+from tensorplay_jax.tensors._shape_ops import reshape as reshape
+from tensorplay_jax.tensors._shape_ops import split as split
+from tensorplay_jax.tensors._shape_ops import squeeze as squeeze
+from tensorplay_jax.tensors._shape_ops import stack as stack
+from tensorplay_jax.tensors._shape_ops import transpose as transpose
+from tensorplay_jax.tensors._shape_ops import unbind as unbind
+from tensorplay_jax.tensors._shape_ops import unsqueeze as unsqueeze
+from tensorplay_jax.tensors._shape_ops import view as view
+from tensorplay_jax.tensors._tensor import Tensor as Tensor
+
+_attach_methods(Tensor)
+
+__all__ = [
+    "Tensor",
+    "abs",
+    "add",
+    "allclose",
+    "amax",
+    "amin",
+    "arange",
+    "argmax",
+    "argmin",
+    "cat",
+    "chunk",
+    "clamp",
+    "cos",
+    "div",
+    "eq",
+    "exp",
+    "expand",
+    "eye",
+    "flatten",
+    "full",
+    "ge",
+    "gt",
+    "initial_seed",
+    "le",
+    "log",
+    "log_softmax",
+    "logsumexp",
+    "lt",
+    "manual_seed",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "mul",
+    "narrow",
+    "ne",
+    "neg",
+    "ones",
+    "ones_like",
+    "permute",
+    "pow",
+    "prod",
+    "rand",
+    "randint",
+    "randn",
+    "randn_like",
+    "relu",
+    "reshape",
+    "sigmoid",
+    "sin",
+    "softmax",
+    "split",
+    "sqrt",
+    "square",
+    "squeeze",
+    "stack",
+    "std",
+    "sub",
+    "sum",
+    "tanh",
+    "tensor",
+    "transpose",
+    "unbind",
+    "unsqueeze",
+    "var",
+    "view",
+    "where",
+    "zeros",
+    "zeros_like",
+]
