@@ -7,7 +7,8 @@ Two rules from the README's "Architecture" section:
   (``rpc/``, ``distributed/``, ``autograd/``...). Inside one folder anything
   goes. What a folder offers its siblings lives in its ``__init__`` or in a
   public-named module (``rpc/internal.py``, ``collectives/reduce_op.py``,
-  ``runtime/*``). The top-level ``tensorplay_jax/__init__.py``, the public
+  ``runtime/*``). Imports under ``if TYPE_CHECKING:`` never run and are not
+  counted. The top-level ``tensorplay_jax/__init__.py``, the public
   facade, is the one exception. Dotted module paths written as strings (for
   ``importlib``) count as imports.
 * **Layers point down.** Each folder imports only the folders listed for it in
@@ -56,7 +57,11 @@ def _imports(path: pathlib.Path) -> list[tuple[int, list[str]]]:
     rel = path.relative_to(PACKAGE).with_suffix("").parts
     package = list(rel[:-1])  # the package this module sits in, below tensorplay_jax
     found: list[tuple[int, list[str]]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for block in ast.walk(tree):  # imports for type checkers only never run: skip them
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test):
+            block.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]

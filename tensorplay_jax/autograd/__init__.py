@@ -5,9 +5,9 @@ What it owns and may import
 This folder is the lower layer under the tensor library
 (``tensorplay_jax.tensors``, which holds ``Tensor`` and the operations and
 records each operation through ``call_op``). It imports JAX, NumPy and its
-own modules only; the one reference upward, the ``Tensor`` class the tape
-wraps values in, is a documented lazy import in ``_tensor_class`` (so
-``tensorplay_jax.autograd.Tensor`` still works, resolved on first access).
+own modules only. The ``Tensor`` class the tape wraps values in is handed down
+by the tensor library when it is imported (``set_tensor_class``, see
+``_tensor_class``), so ``tensorplay_jax.autograd.Tensor`` still works.
 
 How it works
 ------------
@@ -78,6 +78,7 @@ from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
 from tensorplay_jax.autograd._node import GradientEdge as GradientEdge
 from tensorplay_jax.autograd._node import Node as Node
 from tensorplay_jax.autograd._node import VJPNode as VJPNode
+from tensorplay_jax.autograd._tensor_class import set_tensor_class as set_tensor_class
 
 __all__ = [
     "AccumulateGrad",
@@ -107,7 +108,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # ``tensorplay_jax.autograd.Tensor``: the class lives in ``tensorplay_jax.tensors``
-    # (the layer above); resolved lazily through ``_tensor_class``, never at import time.
+    # (the layer above), which registers it with ``_tensor_class`` when imported.
     if name == "Tensor":
         return _tensor_class.Tensor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

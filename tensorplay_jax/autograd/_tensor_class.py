@@ -1,13 +1,14 @@
-"""The tape's one reference upward: the ``Tensor`` class, imported lazily from ``tensors``.
+"""The ``Tensor`` class as the tape knows it: registered by the tensor library above.
 
-``autograd`` is the lower layer: the tensor library imports it (``call_op``,
-grad mode, the node types, ``run_backward``), never the other way round at
-import time. The tape still wraps values in Tensors (``call_op``,
-``attach_outputs``, ``grad``, ``accumulate_into_grad``) and recognises them,
-so this module resolves ``Tensor`` on first use (a module ``__getattr__``,
-PEP 562) and keeps it in its globals: later reads of ``_tensor_class.Tensor``
-are a plain attribute lookup. This is the only import of ``tensorplay_jax.tensors``
-inside ``autograd``.
+``autograd`` is the lower layer: the tensor library (``tensorplay_jax.tensors``)
+imports it (``call_op``, grad mode, the node types, ``run_backward``), never the
+other way round. The tape still wraps values in Tensors (``call_op``,
+``attach_outputs``, ``grad``, ``accumulate_into_grad``) and recognises them, so
+the tensor library hands its class down once, when it is imported, through
+:func:`set_tensor_class` (dependency inversion: no import of ``tensors`` here).
+Later reads of ``_tensor_class.Tensor`` are a plain attribute lookup.
+``import tensorplay_jax`` (which any of our imports runs first) imports the
+tensor library, so the class is set before any operation runs.
 
 Example:
     >>> import tensorplay_jax as tp
@@ -20,11 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+Tensor: Any = None  # the class, once tensorplay_jax.tensors has set it
 
-def __getattr__(name: str) -> Any:
-    if name != "Tensor":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from tensorplay_jax.tensors import Tensor
 
-    globals()["Tensor"] = Tensor
-    return Tensor
+def set_tensor_class(cls: type) -> None:
+    """Tell the tape which class wraps its values (called by ``tensorplay_jax.tensors``)."""
+    global Tensor
+    Tensor = cls

@@ -22,9 +22,8 @@ What it may import
 JAX, NumPy, ``tensorplay_jax._device`` and the public names of
 ``tensorplay_jax.autograd`` (the lower layer: ``call_op`` records an operation,
 plus grad mode, ``GradientEdge``/``AccumulateGrad`` and ``run_backward``).
-Nothing in ``autograd`` imports this package at import time; the tape reaches
-the ``Tensor`` class through one documented lazy import
-(``tensorplay_jax.autograd._tensor_class``).
+Nothing in ``autograd`` imports this package; this package hands the tape its
+``Tensor`` class (``autograd.set_tensor_class``) when it is imported.
 
 Example:
     >>> import tensorplay_jax.tensors as tt
@@ -34,6 +33,7 @@ Example:
     tensor([2., 4.])
 """
 
+from tensorplay_jax.autograd import set_tensor_class as _set_tensor_class
 from tensorplay_jax.tensors import _interop as _interop
 from tensorplay_jax.tensors._factories import arange as arange
 from tensorplay_jax.tensors._factories import eye as eye
@@ -112,6 +112,7 @@ from tensorplay_jax.tensors._shape_ops import view as view
 from tensorplay_jax.tensors._tensor import Tensor as Tensor
 
 _attach_methods(Tensor)
+_set_tensor_class(Tensor)
 
 __all__ = [
     "Tensor",
