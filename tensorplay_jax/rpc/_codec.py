@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
-from tensorplay_jax._device import to_device
+from tensorplay_jax.runtime.device import to_device
 
 __all__ = [
     "DecodeError",

@@ -32,6 +32,7 @@ import jax
 from tensorplay_jax.autograd import Tensor, attach_outputs, make_node
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import CallInfo, RpcHooks, get_worker_info
+from tensorplay_jax.runtime import ids
 
 __all__ = ["AutogradHooks", "message_key"]
 
@@ -47,7 +48,7 @@ _INTERNAL = frozenset(
 
 def message_key(caller: int, message_id: int, direction: int) -> int:
     """The context-wide key of the Tensors of one message (see the module docstring)."""
-    return (caller << 41) | (message_id << 1) | direction
+    return ids.message_key(caller, message_id, direction)
 
 
 # --------------------------------------------------------------------- finding Tensors
