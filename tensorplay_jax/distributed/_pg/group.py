@@ -129,7 +129,10 @@ def init_process_group(
       timeout: seconds (or a timedelta) any wait may take before it raises; default
         300 s.
       world_size: number of processes (default: ``WORLD_SIZE``).
-      rank: this process's rank (default: ``RANK``).
+      rank: this process's rank (default: ``RANK``). Unset variables come from
+        SLURM's, and a world of one with ``env://`` and no ``MASTER_ADDR`` /
+        ``MASTER_PORT`` runs on a free loopback port, as for ``init_rpc``
+        (``tensorplay_jax.runtime.init_method``).
       engine: ``"auto"``, ``"shm"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
         or auto): how groups move data; see the module docstring.
       secret: the job secret that signs the group's values in the coordination

@@ -1,4 +1,4 @@
-"""Shared-memory primitives for same-host ranks: mapped segments, a tick barrier, aligned buffers.
+"""Shared-memory primitives for same-host ranks: mapped segments and a tick barrier.
 
 A segment is a file in ``/dev/shm`` mapped by every rank of a group; its name is
 unlinked as soon as every rank has mapped it, so nothing is left behind when a
