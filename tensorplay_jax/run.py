@@ -22,13 +22,13 @@ Example::
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from collections.abc import Sequence
 
-from tensorplay_jax.rpc._launch import WorkerProcesses, free_port, launch_secret_env, worker_env
-from tensorplay_jax.rpc._rendezvous import slurm_env
+from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.init_method import slurm_env
+from tensorplay_jax.runtime.launch import WorkerProcesses, free_port, launch_secret_env, worker_env
 
 __all__ = ["main", "parse_args"]
 
@@ -93,10 +93,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (0 when every worker succeeded)."""
     a = parse_args(argv)
-    slurm = os.environ
-    nnodes = a.nnodes or int(slurm.get("SLURM_NNODES", "1"))
-    node_rank = a.node_rank if a.node_rank is not None else int(slurm.get("SLURM_NODEID", "0"))
-    nproc = a.nproc or int(slurm.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0])
+    nnodes = a.nnodes or settings.get_int("SLURM_NNODES")
+    node_rank = a.node_rank if a.node_rank is not None else settings.get_int("SLURM_NODEID")
+    nproc = a.nproc or int(settings.get_str("SLURM_NTASKS_PER_NODE").split("(")[0])
     if nproc < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
         print(
             f"tensorplay-jax-run: bad sizes --nproc {nproc} --nnodes {nnodes} "
@@ -106,9 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     derived = slurm_env()
     master_addr = (
-        a.master_addr or os.environ.get("MASTER_ADDR") or derived.get("MASTER_ADDR") or "127.0.0.1"
+        a.master_addr or settings.raw("MASTER_ADDR") or derived.get("MASTER_ADDR") or "127.0.0.1"
     )
-    port_env = os.environ.get("MASTER_PORT") or derived.get("MASTER_PORT")
+    port_env = settings.raw("MASTER_PORT") or derived.get("MASTER_PORT")
     if a.master_port is not None:
         master_port = a.master_port
     elif port_env:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,14 +19,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tensorplay_jax.runtime.launch import free_port as free_port
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    """Return a TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 import importlib
 
 from tensorplay_jax.collectives import ReduceOp as ReduceOp
+from tensorplay_jax.distributed._pg import group as _group
 from tensorplay_jax.distributed._pg.collectives import all_gather as all_gather
 from tensorplay_jax.distributed._pg.collectives import all_reduce as all_reduce
 from tensorplay_jax.distributed._pg.collectives import all_to_all as all_to_all
@@ -46,23 +47,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# The group's names are listed once, in ``_pg.group.__all__``.
 __all__ = [
-    "ProcessGroup",
+    *_group.__all__,
     "ReduceOp",
     "all_gather",
     "all_reduce",
     "all_to_all",
     "all_to_all_single",
-    "barrier",
     "broadcast",
-    "destroy_process_group",
     "gather",
-    "get_backend",
-    "get_rank",
-    "get_world_size",
-    "init_process_group",
-    "is_initialized",
-    "new_group",
     "recv",
     "reduce",
     "reduce_scatter",

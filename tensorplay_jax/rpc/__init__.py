@@ -29,7 +29,6 @@ from tensorplay_jax.rpc._errors import RpcPeerError as RpcPeerError
 from tensorplay_jax.rpc._errors import RpcTimeoutError as RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future as Future
 from tensorplay_jax.rpc._futures import wait_all as wait_all
-from tensorplay_jax.rpc._launch import spawn as spawn
 from tensorplay_jax.rpc._rref import RRef as RRef
 from tensorplay_jax.rpc._types import BackendType as BackendType
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions as GrpcRpcBackendOptions
@@ -43,6 +42,7 @@ from tensorplay_jax.rpc.api import remote as remote
 from tensorplay_jax.rpc.api import rpc_async as rpc_async
 from tensorplay_jax.rpc.api import rpc_sync as rpc_sync
 from tensorplay_jax.rpc.api import shutdown as shutdown
+from tensorplay_jax.runtime.launch import spawn as spawn
 
 __all__ = [
     "BackendType",

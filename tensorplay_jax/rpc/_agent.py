@@ -37,19 +37,20 @@ import traceback
 import warnings
 from typing import Any
 
-from tensorplay_jax._constants import (
-    RPC_SERVER_STOP_GRACE_S,
-    RPC_SHUTDOWN_EXIT_WAIT_S,
-    RPC_STORE_REPLY_GRACE_S,
-)
-from tensorplay_jax._secret import job_secret
 from tensorplay_jax.rpc import _codec, _context, _local, _rref
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer, resolve_init
+from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._service import Link, Server, TlsConfig, connect
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime.init_method import resolve_init
+from tensorplay_jax.runtime.secret import job_secret
+from tensorplay_jax.runtime.settings import (
+    RPC_SERVER_STOP_GRACE_S,
+    RPC_SHUTDOWN_EXIT_WAIT_S,
+    RPC_STORE_REPLY_GRACE_S,
+)
 
 __all__ = ["Agent", "current_agent", "get_agent"]
 

@@ -32,9 +32,9 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
-from tensorplay_jax._device import to_device
 from tensorplay_jax.rpc import _objref, _registry
 from tensorplay_jax.rpc._registry import DecodeError, current_peer, register_type
+from tensorplay_jax.runtime.device import to_device
 
 __all__ = [
     "DecodeError",

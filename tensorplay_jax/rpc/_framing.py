@@ -39,7 +39,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tensorplay_jax._constants import RPC_BATCH_BYTES, RPC_CHUNK_BYTES, RPC_SMALL_MESSAGE_BYTES
+from tensorplay_jax.runtime.device import aligned_empty
+from tensorplay_jax.runtime.settings import (
+    RPC_BATCH_BYTES,
+    RPC_CHUNK_BYTES,
+    RPC_SMALL_MESSAGE_BYTES,
+)
 
 __all__ = ["FramingError", "Inbox", "Message", "Outbox", "pack_message", "unpack_message"]
 
@@ -48,7 +53,6 @@ _U32 = struct.Struct("<I")
 _PRELUDE = struct.Struct("<III")  # envelope length, header length, buffer count
 _BEGIN_HDR = struct.Struct("<BQ")
 _CHUNK_HDR = struct.Struct("<BQIQ")
-_ALIGN = 64
 _POPULATE_MIN = 1 << 20
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 # A buffer whose first chunk does not hold all of it is allocated once this much of it
@@ -218,9 +222,7 @@ def _aligned(n: int) -> np.ndarray:
     if n >= _POPULATE_MIN and _MAP_POPULATE:
         m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_POPULATE)
         return np.frombuffer(m, dtype=np.uint8)
-    raw = np.empty(n + _ALIGN, dtype=np.uint8)
-    off = (-raw.ctypes.data) % _ALIGN
-    return raw[off : off + n]
+    return aligned_empty((n,), np.uint8)
 
 
 def _lazy(n: int) -> tuple[np.ndarray, mmap.mmap]:

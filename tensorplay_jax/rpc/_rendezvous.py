@@ -1,4 +1,7 @@
-"""Rendezvous: how workers find each other (env:// or tcp://), and the store that rank 0 hosts.
+"""Rendezvous store: the store that rank 0 hosts, where RPC workers find each other.
+
+Where it listens (``env://`` or ``tcp://``, RANK and WORLD_SIZE, SLURM) is
+``tensorplay_jax.runtime.init_method``.
 
 The store is a small line-oriented JSON protocol over TCP, served by rank 0 on
 MASTER_ADDR:MASTER_PORT for the life of the RPC session. It holds worker
@@ -7,7 +10,7 @@ connection that closes without saying goodbye marks its rank dead, so
 barriers never wait for a killed worker.
 
 Every connection first runs a mutual challenge keyed by the job secret
-(``tensorplay_jax._secret``), before the store reads a single request:
+(``tensorplay_jax.runtime.secret``), before the store reads a single request:
 
 1. the store sends ``MAGIC`` and a random 16-byte nonce;
 2. the client answers ``HMAC(secret, "store-client" + nonce)`` and its own nonce;
@@ -18,10 +21,6 @@ Every connection first runs a mutual challenge keyed by the job secret
 When rank 0 gives up waiting (a rank never came), it first tells every waiting
 rank which ranks were missing (:meth:`StoreServer.abort`), so each one reports
 the real cause rather than "the store closed".
-
-Environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (and
-SLURM's ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_JOB_NODELIST`` when those
-are missing).
 """
 
 from __future__ import annotations
@@ -30,26 +29,23 @@ import contextlib
 import hmac
 import json
 import logging
-import os
-import re
 import secrets
 import socket
 import socketserver
 import threading
 import time
 from typing import Any
-from urllib.parse import urlparse
 
-from tensorplay_jax._constants import (
+from tensorplay_jax.runtime.secret import mac
+from tensorplay_jax.runtime.settings import (
     RPC_STORE_ABORT_GRACE_S,
     RPC_STORE_AUTH_TIMEOUT_S,
     RPC_STORE_CONNECT_RETRY_S,
     RPC_STORE_MAX_LINE,
     RPC_STORE_POLL_S,
 )
-from tensorplay_jax._secret import mac
 
-__all__ = ["StoreAborted", "StoreClient", "StoreServer", "resolve_init", "slurm_env"]
+__all__ = ["StoreAborted", "StoreClient", "StoreServer"]
 
 log = logging.getLogger(__name__)
 
@@ -60,93 +56,6 @@ _MAC = 32
 
 class StoreAborted(ConnectionError):
     """Rank 0 gave up on the rendezvous; the message says why (e.g. the missing ranks)."""
-
-
-def _first_slurm_host(nodelist: str) -> str:
-    """First host of a SLURM node list: ``"n[01-04],m"`` -> ``"n01"``."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if not m:
-        return nodelist
-    prefix, ranges = m.group(1), m.group(2)
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
-
-
-def slurm_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT derived from SLURM's variables (if any).
-
-    Example:
-      >>> slurm_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "gpu[07-08]",
-      ...            "SLURM_JOB_ID": "1234"})["MASTER_ADDR"]
-      'gpu07'
-    """
-    env = os.environ if environ is None else environ
-    out: dict[str, str] = {}
-    if "SLURM_PROCID" in env:
-        out["RANK"] = env["SLURM_PROCID"]
-    if "SLURM_NTASKS" in env:
-        out["WORLD_SIZE"] = env["SLURM_NTASKS"]
-    if "SLURM_LOCALID" in env:
-        out["LOCAL_RANK"] = env["SLURM_LOCALID"]
-    nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-    if nodes:
-        out["MASTER_ADDR"] = _first_slurm_host(nodes)
-    if "SLURM_JOB_ID" in env:
-        out["MASTER_PORT"] = str(20000 + int(env["SLURM_JOB_ID"]) % 20000)
-    return out
-
-
-def _env(name: str) -> str | None:
-    v = os.environ.get(name)
-    return v if v else slurm_env().get(name)
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def resolve_init(init_method: str, rank: int, world_size: int | None) -> tuple[str, int, int, int]:
-    """Return (store host, store port, rank, world_size) from the init method and environment."""
-    if rank is None or rank < 0:
-        r = _env("RANK")
-        if r is None:
-            raise ValueError("init_rpc: rank was not given and RANK is not set in the environment")
-        rank = int(r)
-    if world_size is None:
-        w = _env("WORLD_SIZE")
-        if w is None:
-            raise ValueError(
-                "init_rpc: world_size was not given and WORLD_SIZE is not set in the environment"
-            )
-        world_size = int(w)
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"init_rpc: rank={rank} is not in [0, world_size={world_size})")
-    if init_method.startswith("env://"):
-        host, port = _env("MASTER_ADDR"), _env("MASTER_PORT")
-        if world_size == 1 and not (host or port):
-            # A single worker (a notebook, a quick test) needs no shared address: rendezvous
-            # with itself on a free loopback port.
-            return "127.0.0.1", _free_loopback_port(), rank, world_size
-        if not host or not port:
-            raise ValueError(
-                "init_rpc: init_method='env://' needs MASTER_ADDR and MASTER_PORT in the "
-                "environment "
-                "(or use init_method='tcp://host:port')"
-            )
-        return host, int(port), rank, world_size
-    if init_method.startswith("tcp://"):
-        u = urlparse(init_method)
-        if not u.hostname or not u.port:
-            raise ValueError(
-                f"init_rpc: init_method={init_method!r} must look like 'tcp://host:port'"
-            )
-        return u.hostname, u.port, rank, world_size
-    raise ValueError(
-        f"init_rpc: init_method={init_method!r} is not supported; use 'env://' or 'tcp://host:port'"
-    )
 
 
 class _State:

@@ -51,12 +51,12 @@ from tensorplay_jax.rpc import _codec
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._types import WorkerInfo
+from tensorplay_jax.runtime.ids import RREF_ID
 
 __all__ = ["RRef", "RRefTable"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_ID_BITS = 40
 
 
 class _OwnerRecord:
@@ -104,7 +104,7 @@ class RRefTable:
         threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
 
     def new_id(self) -> int:
-        return (self._agent.rank << _ID_BITS) | next(self._ids)
+        return RREF_ID.pack(self._agent.rank, next(self._ids))
 
     # owner side
     def add_fork(

@@ -32,9 +32,9 @@ from typing import Any
 
 import grpc
 
-from tensorplay_jax._constants import RPC_STREAM_AUTH_WINDOW_S
-from tensorplay_jax._secret import mac
 from tensorplay_jax.rpc._framing import FramingError, Inbox, Message, Outbox
+from tensorplay_jax.runtime.secret import mac
+from tensorplay_jax.runtime.settings import RPC_STREAM_AUTH_WINDOW_S
 
 __all__ = ["METHOD_PATH", "Link", "Server", "TlsConfig", "auth_metadata", "connect"]
 

@@ -6,13 +6,13 @@ import dataclasses
 import enum
 from pathlib import Path
 
-from tensorplay_jax._constants import (
+from tensorplay_jax.rpc import _codec
+from tensorplay_jax.runtime.settings import (
     DEFAULT_INIT_METHOD,
     DEFAULT_NUM_WORKER_THREADS,
     DEFAULT_RPC_TIMEOUT_S,
     RPC_INIT_TIMEOUT_S,
 )
-from tensorplay_jax.rpc import _codec
 
 __all__ = ["BackendType", "GrpcRpcBackendOptions", "WorkerInfo"]
 

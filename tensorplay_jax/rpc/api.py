@@ -8,12 +8,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tensorplay_jax._constants import RPC_SHUTDOWN_TIMEOUT_S
 from tensorplay_jax.rpc import _agent
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
 from tensorplay_jax.rpc._types import BackendType, GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime.settings import RPC_SHUTDOWN_TIMEOUT_S
 
 __all__ = [
     "get_debug_info",

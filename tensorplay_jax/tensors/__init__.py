@@ -19,7 +19,7 @@ they are not part of ``tp``.
 
 What it may import
 ------------------
-JAX, NumPy, ``tensorplay_jax._device`` and the public names of
+JAX, NumPy, ``tensorplay_jax.runtime`` and the public names of
 ``tensorplay_jax.autograd`` (the lower layer: ``call_op`` records an operation,
 plus grad mode, ``GradientEdge``/``AccumulateGrad`` and ``run_backward``).
 Nothing in ``autograd`` imports this package; this package hands the tape its

@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax._device import to_device
 from tensorplay_jax.autograd import (
     AccumulateGrad,
     GradientEdge,
@@ -28,6 +27,7 @@ from tensorplay_jax.autograd import (
     is_grad_enabled,
     run_backward,
 )
+from tensorplay_jax.runtime.device import to_device
 
 _DEFAULT_DTYPES = (np.dtype("float32"), np.dtype("int32"), np.dtype("int64"), np.dtype("bool"))
 

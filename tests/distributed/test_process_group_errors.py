@@ -61,7 +61,7 @@ import os, sys
 import numpy as np
 import jax.numpy as jnp
 import tensorplay_jax.distributed as dist
-from tensorplay_jax._constants import PG_SHM_DEPTH
+from tensorplay_jax.runtime.settings import PG_SHM_DEPTH
 
 port = int(sys.argv[1])
 r = int(os.environ["RANK"])

@@ -8,7 +8,7 @@ import sys
 import time
 
 from tensorplay_jax.rpc import spawn
-from tensorplay_jax.rpc._rendezvous import resolve_init, slurm_env
+from tensorplay_jax.runtime.init_method import resolve_init, slurm_env
 from tests._procs import REPO_ROOT, free_port
 
 WORKER = """

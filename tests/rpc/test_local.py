@@ -180,7 +180,7 @@ def test_codec_holds_no_reference_cycles_to_arrays():
 
 def test_reader_does_frame_work_inline_and_is_relieved_when_it_blocks():
     """Quick frames run on the reading thread; one that blocks gets reading handed on."""
-    from tensorplay_jax._constants import RPC_INLINE_DETACH_S
+    from tensorplay_jax.runtime.settings import RPC_INLINE_DETACH_S
 
     gate = threading.Event()
     seen: queue.Queue = queue.Queue()

@@ -22,8 +22,8 @@ import cloudpickle
 import grpc
 import pytest
 
-from tensorplay_jax import _secret
 from tensorplay_jax.rpc import _codec, _framing, _local, _rendezvous, _service
+from tensorplay_jax.runtime import secret as _secret
 from tests._procs import run_workers
 from tests.security import _rendezvous_workers as W
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tensorplay_jax import _secret
 from tensorplay_jax.distributed import rpc
+from tensorplay_jax.runtime import secret as _secret
 from tests._procs import REPO_ROOT
 from tests.security import _rendezvous_workers as W
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tensorplay_jax._constants import RPC_SHUTDOWN_TIMEOUT_S
 from tensorplay_jax.distributed import rpc
+from tensorplay_jax.runtime.settings import RPC_SHUTDOWN_TIMEOUT_S
 from tests._procs import WorkerResult
 from tests.security import _shutdown_workers as W
 

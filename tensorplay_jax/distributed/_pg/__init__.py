@@ -3,6 +3,7 @@
 Private: users import from ``tensorplay_jax.distributed``. Modules:
 
 - ``group``: ``init_process_group``, groups, ranks, barrier; each group owns an engine.
+- ``startup``: the backend, the JAX runtime and its coordinator, for ``init_process_group``.
 - ``collectives``: the blocking collectives (validate, describe, hand to the engine).
 - ``engine``: the ``Engine`` protocol the engines implement.
 - ``engine_shm`` / ``shared_memory``: the same-host engine and its segments and barrier.
@@ -10,5 +11,4 @@ Private: users import from ``tensorplay_jax.distributed``. Modules:
 - ``descriptor``: per-call descriptors compared across ranks before data moves.
 - ``kv``: the signed key-value store of JAX's coordination service.
 - ``coordinator``: the coordination service's own process (started by ``kv``).
-- ``transfer``: host numpy results to ``jax.Array`` without a copy.
 """

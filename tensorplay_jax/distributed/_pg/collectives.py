@@ -19,10 +19,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from tensorplay_jax._constants import PG_MAX_NDIM
 from tensorplay_jax.collectives.reduce_op import ReduceOp, check_op_dtype, normalize_op
 from tensorplay_jax.distributed._pg import descriptor
 from tensorplay_jax.distributed._pg.group import ProcessGroup, pair_engine, resolve, world
+from tensorplay_jax.runtime.settings import PG_MAX_NDIM
 
 __all__ = [
     "all_gather",

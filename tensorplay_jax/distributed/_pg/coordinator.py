@@ -49,9 +49,10 @@ def start(
     Raises:
       RuntimeError: it could not listen (e.g. the port is taken) or did not answer.
     """
-    from tensorplay_jax._constants import PG_COORDINATOR_START_S
+    from tensorplay_jax.runtime import settings
+    from tensorplay_jax.runtime.settings import PG_COORDINATOR_START_S
 
-    log = os.environ.get(LOG_ENV)
+    log = settings.raw(LOG_ENV)
     err = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
     args = [bind, address, str(world_size), str(heartbeat_s), str(init_timeout_s)]
     try:

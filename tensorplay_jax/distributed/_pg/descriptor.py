@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorplay_jax._constants import PG_MAX_NDIM
 from tensorplay_jax.collectives.reduce_op import ReduceOp
+from tensorplay_jax.runtime.settings import PG_MAX_NDIM
 
 __all__ = ["OPS", "check", "decode", "dtype_of", "encode", "length"]
 

@@ -39,10 +39,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from tensorplay_jax._constants import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
 from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
-from tensorplay_jax.distributed._pg import descriptor, kv, transfer
-from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier, aligned_empty
+from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier
+from tensorplay_jax.runtime.device import aligned_empty, to_device
+from tensorplay_jax.runtime.settings import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
 
 __all__ = ["ShmEngine"]
 
@@ -61,7 +62,7 @@ def _on_host(method: Callable[..., np.ndarray | None]) -> Callable[..., jax.Arra
         y = method(self, np.asarray(x, order="C"), *args)
         if y is None:
             y = x
-        return y if isinstance(y, jax.Array) else transfer.to_device(np.asarray(y), self.device)
+        return y if isinstance(y, jax.Array) else to_device(np.asarray(y), self.device)
 
     return run
 

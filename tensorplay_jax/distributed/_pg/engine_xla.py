@@ -26,7 +26,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
-from tensorplay_jax.distributed._pg import descriptor, kv, transfer
+from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.runtime.device import to_device
 
 __all__ = ["XlaEngine"]
 
@@ -177,7 +178,7 @@ class XlaEngine:
             shape = {"all_gather": (self.n, *x.shape), "gather": (self.n, *x.shape)}.get(
                 op, x.shape[1:] if op in ("scatter", "reduce_scatter") else x.shape
             )
-            return jax.device_put(np.zeros(shape, x.dtype), self.device)
+            return to_device(np.zeros(shape, x.dtype), self.device)
         k = (op, x.shape, x.dtype, static)
         prog = self.programs.get(k)
         if prog is None:
@@ -196,15 +197,9 @@ class XlaEngine:
         )
         return prog(g).addressable_data(0)
 
-    def to_device(self, x) -> jax.Array:
-        """``x`` as an array on this process's device (no copy when it already is)."""
-        if isinstance(x, jax.Array) and x.committed and x.devices() == {self.device}:
-            return x
-        return jax.device_put(x, self.device)
-
     # -------------------------------------------------------------- collectives
     def _lift(self, x) -> tuple[jax.Array, bool]:
-        x = self.to_device(x)
+        x = to_device(x, self.device)
         return (x.reshape(1), True) if x.ndim == 0 else (x, False)
 
     def _go(self, fn: str, desc: np.ndarray, x, *static) -> jax.Array:
@@ -224,23 +219,23 @@ class XlaEngine:
 
     def all_gather(self, x, desc: np.ndarray) -> jax.Array:
         self.exchange("all_gather", desc)
-        return self.run("all_gather", self.to_device(x))
+        return self.run("all_gather", to_device(x, self.device))
 
     def gather(self, x, dst: int, desc: np.ndarray) -> jax.Array:
         self.exchange("gather", desc)
-        return self.run("gather", self.to_device(x), dst)
+        return self.run("gather", to_device(x, self.device), dst)
 
     def scatter(self, x, src: int, desc: np.ndarray) -> jax.Array:
         self.exchange("scatter", desc)
-        return self.run("scatter", self.to_device(x), src)
+        return self.run("scatter", to_device(x, self.device), src)
 
     def reduce_scatter(self, x, op: ReduceOp, desc: np.ndarray) -> jax.Array:
         self.exchange("reduce_scatter", desc)
-        return self.run("reduce_scatter", self.to_device(x), op)
+        return self.run("reduce_scatter", to_device(x, self.device), op)
 
     def all_to_all(self, x, desc: np.ndarray) -> jax.Array:
         self.exchange("all_to_all", desc)
-        return self.run("all_to_all", self.to_device(x))
+        return self.run("all_to_all", to_device(x, self.device))
 
     def all_to_all_single(self, x, desc: np.ndarray) -> jax.Array:
         """Uneven pieces travel padded to the longest piece, then are cut on arrival."""
@@ -254,9 +249,9 @@ class XlaEngine:
         for j, k in enumerate(rows[me]["in_splits"]):
             padded[j, :k] = xs[at : at + k]
             at += k
-        y = np.asarray(self.run("all_to_all", self.to_device(padded)))
+        y = np.asarray(self.run("all_to_all", to_device(padded, self.device)))
         y = np.concatenate([y[j, :k] for j, k in enumerate(rows[me]["out_splits"])], axis=0)
-        return transfer.to_device(y, self.device)
+        return to_device(y, self.device)
 
     def send_recv(self, fn: str, x, src: int, dst: int, desc: np.ndarray) -> jax.Array:
         """Move ``x`` from member ``src`` to member ``dst`` (this engine's group is the pair)."""

@@ -18,30 +18,22 @@ raises within the group's timeout and then exits at once with its own status:
 it neither waits at JAX's shutdown barrier for the dead peer nor is aborted by
 JAX's runtime. For a same-host job (loopback ``MASTER_ADDR``) the service listens
 on loopback only, and every value the group puts in its key-value store is signed
-with the job secret (``tensorplay_jax._secret``); see ``kv``.
+with the job secret (``tensorplay_jax.runtime.secret``); see ``kv``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
-import socket
-import urllib.parse
 from typing import Any
 
 import jax
 
-from tensorplay_jax import _secret
-from tensorplay_jax._constants import (
-    DEFAULT_INIT_METHOD,
-    DEFAULT_PG_TIMEOUT_S,
-    PG_COORDINATOR_PORT_OFFSET,
-    PG_HEARTBEAT_MAX_S,
-    PG_HEARTBEAT_MIN_S,
-)
-from tensorplay_jax.distributed._pg import kv
+from tensorplay_jax.distributed._pg import kv, startup
 from tensorplay_jax.distributed._pg.engine import Engine
+from tensorplay_jax.runtime import secret as _secret
+from tensorplay_jax.runtime.init_method import resolve_init
+from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD
 
 __all__ = [
     "ProcessGroup",
@@ -54,10 +46,6 @@ __all__ = [
     "is_initialized",
     "new_group",
 ]
-
-BACKENDS = ("gloo", "nccl")
-ENGINES = ("auto", "shm", "xla")
-ENGINE_ENV = "TENSORPLAY_JAX_PG_ENGINE"
 
 
 @dataclasses.dataclass(eq=False)
@@ -117,77 +105,6 @@ def _state(fn: str = "this call") -> _World:
     return _WORLD
 
 
-def _timeout_s(fn: str, timeout: Any) -> float:
-    if timeout is None:
-        return DEFAULT_PG_TIMEOUT_S
-    if isinstance(timeout, datetime.timedelta):
-        timeout = timeout.total_seconds()
-    if not isinstance(timeout, int | float) or timeout <= 0:
-        raise ValueError(
-            f"{fn}: timeout={timeout!r} must be a positive number of seconds or a timedelta."
-        )
-    return float(timeout)
-
-
-def _default_backend() -> str:
-    """nccl when a JAX GPU plugin is installed and JAX_PLATFORMS allows GPUs, else gloo."""
-    import importlib.util
-
-    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
-    if platforms and not ({"cuda", "gpu", "rocm"} & set(platforms.split(","))):
-        return "gloo"
-    for plugin in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin"):
-        try:
-            if importlib.util.find_spec(plugin) is not None:
-                return "nccl"
-        except (ImportError, ValueError):
-            continue
-    return "gloo"
-
-
-def _rendezvous(init_method: str, rank: int, world_size: int) -> tuple[str, int, int, int]:
-    """``(host, port, rank, world_size)`` from ``env://`` or ``tcp://host:port``."""
-    fn = "init_process_group"
-    url = urllib.parse.urlparse(init_method)
-    env = os.environ
-    if url.scheme == "env":
-        missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if v not in env]
-        if missing:
-            raise ValueError(
-                f"{fn}: init_method='env://' needs {' and '.join(missing)} in the environment "
-                "(or pass init_method='tcp://host:port')."
-            )
-        host, port = env["MASTER_ADDR"], env["MASTER_PORT"]
-    elif url.scheme == "tcp":
-        if not url.hostname or not url.port:
-            raise ValueError(f"{fn}: init_method={init_method!r} must look like 'tcp://host:port'.")
-        host, port = url.hostname, url.port
-    else:
-        raise ValueError(
-            f"{fn}: init_method={init_method!r} is not supported; use 'env://' or 'tcp://host:port'."
-        )
-    if rank < 0:
-        rank = int(env.get("RANK", -1))
-    if world_size < 0:
-        world_size = int(env.get("WORLD_SIZE", -1))
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(
-            f"{fn}: need 0 <= rank < world_size, got rank={rank}, world_size={world_size}; "
-            "pass them or set RANK and WORLD_SIZE."
-        )
-    return host, int(port), rank, world_size
-
-
-def _host_id() -> str:
-    boot = ""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        pass
-    return f"{socket.gethostname()}/{boot}"
-
-
 def init_process_group(
     backend: str | None = None,
     init_method: str | None = None,
@@ -212,12 +129,15 @@ def init_process_group(
       timeout: seconds (or a timedelta) any wait may take before it raises; default
         300 s.
       world_size: number of processes (default: ``WORLD_SIZE``).
-      rank: this process's rank (default: ``RANK``).
+      rank: this process's rank (default: ``RANK``). Unset variables come from
+        SLURM's, and a world of one with ``env://`` and no ``MASTER_ADDR`` /
+        ``MASTER_PORT`` runs on a free loopback port, as for ``init_rpc``
+        (``tensorplay_jax.runtime.init_method``).
       engine: ``"auto"``, ``"shm"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
         or auto): how groups move data; see the module docstring.
       secret: the job secret that signs the group's values in the coordination
         store; default: ``TENSORPLAY_JAX_RPC_SECRET``, ``TENSORPLAY_JAX_RPC_SECRET_FILE``,
-        or for a same-host job the per-user secret file (``tensorplay_jax._secret``).
+        or for a same-host job the per-user secret file (``tensorplay_jax.runtime.secret``).
 
     Raises:
       RuntimeError: already initialized, JAX computations already ran, or the
@@ -237,14 +157,10 @@ def init_process_group(
     fn = "init_process_group"
     if _WORLD is not None:
         raise RuntimeError(f"{fn}: already initialized; call destroy_process_group() first.")
-    backend = _default_backend() if backend is None else str(backend).lower()
-    if backend not in BACKENDS:
-        raise ValueError(f"{fn}: backend={backend!r} is not supported; use one of {BACKENDS}.")
-    engine = (engine or os.environ.get(ENGINE_ENV) or "auto").lower()
-    if engine not in ENGINES:
-        raise ValueError(f"{fn}: engine={engine!r} is not one of {ENGINES}.")
-    timeout_s = _timeout_s(fn, timeout)
-    host, port, rank, world_size = _rendezvous(init_method or DEFAULT_INIT_METHOD, rank, world_size)
+    backend, engine, timeout_s = startup.options(fn, backend, engine, timeout)
+    host, port, rank, world_size = resolve_init(
+        init_method or DEFAULT_INIT_METHOD, rank, None if world_size < 0 else world_size, fn=fn
+    )
     kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
 
     if kv.is_runtime_initialized():
@@ -255,7 +171,7 @@ def init_process_group(
                 f"not rank {rank} of {world_size}."
             )
     else:
-        _start_runtime(backend, host, port, rank, world_size, timeout_s)
+        startup.start_runtime(backend, host, port, rank, world_size, timeout_s)
 
     platform = "cpu" if backend == "gloo" else None
     all_devs = jax.devices(platform) if platform else jax.devices()
@@ -268,7 +184,7 @@ def init_process_group(
 
     _EPOCH += 1
     prefix = f"tpjax/pg/{_EPOCH}"
-    kv.set(f"{prefix}/host/{rank}", _host_id().encode())
+    kv.set(f"{prefix}/host/{rank}", startup.host_id().encode())
     hosts = [kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
     _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
     try:
@@ -278,48 +194,6 @@ def init_process_group(
         _close_all()
         _WORLD = None
         raise
-
-
-def _hostport(host: str, port: int) -> str:
-    host = host.strip("[]")
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _bind_address(host: str, port: int) -> str:
-    """Where the coordinator listens: loopback only for a same-host job, else everywhere.
-
-    ``JAX_COORDINATOR_BIND_ADDRESS`` overrides it, as it does for ``jax.distributed``.
-    """
-    if os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
-        return os.environ["JAX_COORDINATOR_BIND_ADDRESS"]
-    if _secret.is_loopback(host):
-        return _hostport(host, port)
-    return f"[::]:{port}"
-
-
-def _start_runtime(
-    backend: str, host: str, port: int, rank: int, world_size: int, timeout_s: float
-) -> None:
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_collective_timeout_seconds" not in flags:
-        # Backstop for a peer lost *inside* an XLA program (gloo waits this long).
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_collective_timeout_seconds={int(timeout_s)}"
-    if backend == "gloo":
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    local = None
-    if backend == "nccl" and "LOCAL_RANK" in os.environ:
-        local = [int(os.environ["LOCAL_RANK"])]
-    wait_s = max(1, int(timeout_s))
-    kv.start_runtime(
-        _hostport(host, port + PG_COORDINATOR_PORT_OFFSET),
-        _bind_address(host, port + PG_COORDINATOR_PORT_OFFSET),
-        rank,
-        world_size,
-        init_timeout_s=wait_s,
-        heartbeat_s=min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
-        shutdown_timeout_s=wait_s,
-        local_device_ids=local,
-    )
 
 
 def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
@@ -411,8 +285,8 @@ def new_group(
     w = _state("new_group")
     if ranks is None:
         ranks = list(range(w.world_size))
-    if engine is not None and engine not in ENGINES:
-        raise ValueError(f"new_group: engine={engine!r} is not one of {ENGINES}.")
+    if engine is not None and engine not in startup.ENGINES:
+        raise ValueError(f"new_group: engine={engine!r} is not one of {startup.ENGINES}.")
     ranks_t = tuple(sorted(int(r) for r in ranks))
     bad = [r for r in ranks_t if not 0 <= r < w.world_size]
     if not ranks_t or bad or len(set(ranks_t)) != len(ranks_t):
@@ -471,7 +345,7 @@ def barrier(group: ProcessGroup | None = None, timeout: Any = None) -> None:
     fn = "barrier"
     w = _state(fn)
     g = resolve(fn, group)
-    t = w.timeout_s if timeout is None else _timeout_s(fn, timeout)
+    t = w.timeout_s if timeout is None else startup.timeout_s(fn, timeout)
     g.barriers += 1
     try:
         kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)

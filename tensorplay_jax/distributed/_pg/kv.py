@@ -10,7 +10,7 @@ package touches ``jax._src.distributed``.
 
 The store has no authentication: anyone who reaches the coordinator port can read,
 write and delete any key. So every value written here carries an HMAC-SHA256 of
-the key and the value under the job secret (``tensorplay_jax._secret``), and
+the key and the value under the job secret (``tensorplay_jax.runtime.secret``), and
 :func:`get` refuses, with :class:`ForgedValue`, a value without a valid one; a value
 cannot be moved to another key either, since the key is part of what is signed.
 """
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from jax._src import distributed as _jax_distributed
 
-from tensorplay_jax import _secret
+from tensorplay_jax.runtime import secret as _secret
 
 __all__ = [
     "ForgedValue",

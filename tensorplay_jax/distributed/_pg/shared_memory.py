@@ -1,4 +1,4 @@
-"""Shared-memory primitives for same-host ranks: mapped segments, a tick barrier, aligned buffers.
+"""Shared-memory primitives for same-host ranks: mapped segments and a tick barrier.
 
 A segment is a file in ``/dev/shm`` mapped by every rank of a group; its name is
 unlinked as soon as every rank has mapped it, so nothing is left behind when a
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import math
 import mmap
 import os
 import platform
@@ -29,14 +28,15 @@ import time
 
 import numpy as np
 
-from tensorplay_jax._constants import (
-    PG_ALIGN,
+from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.settings import (
     PG_LIVENESS_CHECK_S,
     PG_SHM_MAX_SLEEP_S,
-    PG_SHM_SPIN_S,
+    SHM_NO_FUTEX_ENV,
+    SHM_SPIN_ENV,
 )
 
-__all__ = ["PeerDied", "Segment", "TickBarrier", "WaitTimeout", "aligned_empty", "shm_dir"]
+__all__ = ["PeerDied", "Segment", "TickBarrier", "WaitTimeout", "shm_dir"]
 
 
 class WaitTimeout(TimeoutError):
@@ -177,8 +177,8 @@ def _futex_api():
     return wait, wake
 
 
-_FUTEX = None if os.environ.get("TENSORPLAY_JAX_SHM_NO_FUTEX") else _futex_api()
-_SPIN_S = float(os.environ.get("TENSORPLAY_JAX_SHM_SPIN_S", PG_SHM_SPIN_S))
+_FUTEX = None if settings.raw(SHM_NO_FUTEX_ENV) else _futex_api()
+_SPIN_S = settings.get_float(SHM_SPIN_ENV)
 
 
 class TickBarrier:
@@ -270,15 +270,3 @@ class TickBarrier:
     def sync(self, deadline: float, what: str) -> None:
         """``arrive`` then ``wait``."""
         self.wait(self.arrive(), deadline, what)
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, *, zero: bool = False) -> np.ndarray:
-    """A fresh C-contiguous array whose data is ``PG_ALIGN``-byte aligned.
-
-    ``jax.device_put`` of such a host array aliases it instead of copying.
-    """
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = (np.zeros if zero else np.empty)(nbytes + PG_ALIGN, np.uint8)
-    off = (-raw.ctypes.data) % PG_ALIGN
-    return raw[off : off + nbytes].view(dtype).reshape(shape)

@@ -32,7 +32,6 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax._device import on_device
 from tensorplay_jax.autograd import GradientEdge, Node, release_graph
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
@@ -43,6 +42,8 @@ from tensorplay_jax.rpc.internal import (
     internal_target,
     not_initialized,
 )
+from tensorplay_jax.runtime.device import on_device
+from tensorplay_jax.runtime.ids import CONTEXT_ID
 from tensorplay_jax.tensors import Tensor
 
 __all__ = [
@@ -65,7 +66,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CONTEXT_ID_SHIFT = 48  # the creating worker's rank sits above this bit
+CONTEXT_ID_SHIFT = CONTEXT_ID.low_bits  # the creating worker's rank sits above this bit
 META_KEY = "tpj_autograd_ctx"  # RPC metadata key carrying the context id
 RELEASE_KEY = "tpj_autograd_release"  # RPC metadata key carrying context ids to release
 RELEASE_FLUSH_S = 0.1  # queued releases not carried by a call by then get an RPC of their own
@@ -297,7 +298,7 @@ def carried_id(metadata: Any) -> int | None:
 def new_context_id() -> int:
     """A fresh context id of this worker (rank in the high 16 bits)."""
     rank = _rpc_worker_info().id
-    return (rank << CONTEXT_ID_SHIFT) | (next(_counter) & ((1 << CONTEXT_ID_SHIFT) - 1))
+    return CONTEXT_ID.pack(rank, next(_counter))
 
 
 class context:  # the tensorplay spelling (a lowercase class)

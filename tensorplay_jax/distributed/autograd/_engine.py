@@ -43,6 +43,7 @@ from tensorplay_jax.rpc import Future, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc.functions import async_execution
 from tensorplay_jax.rpc.internal import current_caller, internal_target, not_initialized
+from tensorplay_jax.runtime.ids import PASS_ID
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
@@ -307,7 +308,7 @@ def run_pass(
     accumulate: Callable[[Tensor, jax.Array], None] | None = None,
 ) -> None:
     """One whole distributed backward pass from ``roots`` (with cotangents ``grads``), here."""
-    pass_id = (get_worker_info().id << 48) | next(_pass_ids)
+    pass_id = PASS_ID.pack(get_worker_info().id, next(_pass_ids))
     task = _Task(ctx, pass_id, retain_graph, None, accumulate)
     task.start(roots, grads)
     task.run_inline()

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax._device import on_device
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import WorkerInfo, rpc_sync
+from tensorplay_jax.runtime.device import on_device
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["differentiable_rpc"]

@@ -37,6 +37,7 @@ from tensorplay_jax.autograd import attach_outputs, make_node
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import CallInfo, RpcHooks, is_internal_target
+from tensorplay_jax.runtime import ids
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["AutogradHooks", "message_key"]
@@ -46,7 +47,7 @@ _REQUEST, _REPLY = 0, 1
 
 def message_key(caller: int, message_id: int, direction: int) -> int:
     """The context-wide key of the Tensors of one message (see the module docstring)."""
-    return (caller << 41) | (message_id << 1) | direction
+    return ids.message_key(caller, message_id, direction)
 
 
 # --------------------------------------------------------------------- finding Tensors

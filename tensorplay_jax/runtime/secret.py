@@ -35,6 +35,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.settings import INSECURE_ENV, SECRET_ENV, SECRET_FILE_ENV
+
 __all__ = [
     "INSECURE_ENV",
     "INSECURE_SECRET",
@@ -50,9 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SECRET_ENV = "TENSORPLAY_JAX_RPC_SECRET"
-SECRET_FILE_ENV = "TENSORPLAY_JAX_RPC_SECRET_FILE"
-INSECURE_ENV = "TENSORPLAY_JAX_RPC_INSECURE"
 # The key an explicitly insecure job uses: public, so it authenticates nothing.
 INSECURE_SECRET = "tensorplay-jax-insecure-no-authentication"
 
@@ -147,7 +147,7 @@ def read_secret_file(path: str | os.PathLike[str], where: str) -> str:
 
 def user_secret_file() -> Path:
     """The per-user secret file for same-host jobs started by hand."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    base = settings.raw("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "tensorplay_jax" / "rpc_secret"
 
 
@@ -167,7 +167,7 @@ def _user_secret(where: str) -> str:
 
 
 def _insecure_env() -> bool:
-    return os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return settings.get_flag(INSECURE_ENV)
 
 
 def job_secret(
@@ -191,10 +191,10 @@ def job_secret(
     """
     if given is not None:
         return _check(given, where)
-    env = os.environ.get(SECRET_ENV)
+    env = settings.raw(SECRET_ENV)
     if env is not None:
         return _check(env, f"{where}: {SECRET_ENV}")
-    path = os.environ.get(SECRET_FILE_ENV)
+    path = settings.raw(SECRET_FILE_ENV)
     if path:
         return read_secret_file(path, f"{where}: {SECRET_FILE_ENV}")
     if insecure or _insecure_env():

@@ -1,5 +1,7 @@
 """Start local worker processes: the launcher's engine and ``spawn`` (for notebooks and scripts).
 
+Used by ``python -m tensorplay_jax.run`` and re-exported as ``rpc.spawn``.
+
 Each worker gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT``; every line it prints is forwarded with a
 ``[rank N]`` prefix; if one worker fails, the others are stopped (SIGTERM,
@@ -23,14 +25,32 @@ from typing import IO, Any
 
 import cloudpickle
 
-from tensorplay_jax._constants import LAUNCH_KILL_GRACE_S
-from tensorplay_jax._secret import INSECURE_ENV, SECRET_ENV, SECRET_FILE_ENV, new_secret
+from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.secret import new_secret
+from tensorplay_jax.runtime.settings import (
+    INSECURE_ENV,
+    LAUNCH_KILL_GRACE_S,
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+)
 
-__all__ = ["LocalWorkers", "WorkerProcesses", "free_port", "launch_secret_env", "spawn"]
+__all__ = [
+    "LocalWorkers",
+    "WorkerProcesses",
+    "free_port",
+    "launch_secret_env",
+    "spawn",
+    "worker_env",
+]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
+    """A TCP port that is free on ``host`` right now.
+
+    Example:
+      >>> 0 < free_port() < 65536
+      True
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -50,7 +70,7 @@ def launch_secret_env(where: str, multi_node: bool, insecure: bool = False) -> d
       >>> sorted(env) == ["TENSORPLAY_JAX_RPC_SECRET"] or env == {}
       True
     """
-    given = os.environ.get(SECRET_ENV)
+    given = settings.raw(SECRET_ENV)
     if given is not None:
         if not given.strip():
             raise ValueError(
@@ -58,7 +78,7 @@ def launch_secret_env(where: str, multi_node: bool, insecure: bool = False) -> d
                 "authentication' (unset it for a fresh per-job secret)"
             )
         return {}
-    if os.environ.get(SECRET_FILE_ENV):
+    if settings.raw(SECRET_FILE_ENV):
         return {}
     if insecure:
         print(
@@ -182,6 +202,13 @@ def worker_env(
     master_port: int,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
+    """This process's environment plus the rendezvous variables of one worker, and ``extra``.
+
+    Example:
+      >>> env = worker_env(1, 1, 2, 2, "127.0.0.1", 29500)
+      >>> env["RANK"], env["LOCAL_WORLD_SIZE"], env["MASTER_PORT"]
+      ('1', '2', '29500')
+    """
     env = dict(os.environ)
     env.update(
         RANK=str(rank),
@@ -308,7 +335,7 @@ def spawn(
     ranks = [rank_offset + i for i in range(nprocs)]
     here = str(Path(__file__).resolve().parents[2])
     extra = {**secret_env, **(env or {})}
-    extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, settings.raw("PYTHONPATH")) if p)
     envs = [worker_env(r, i, ws, nprocs, master_addr, port, extra) for i, r in enumerate(ranks)]
     cmds = [[sys.executable, "-c", _BOOT, str(blob), str(r)] for r in ranks]
     group = WorkerProcesses(cmds, envs, ranks)

@@ -1,0 +1,158 @@
+"""Start-up of the default process group: its options, and the JAX runtime with its coordinator.
+
+``init_process_group`` checks its options here (:func:`options`), finds the job
+through ``tensorplay_jax.runtime.init_method`` (the parser RPC uses too), and
+starts JAX's multi-process runtime (:func:`start_runtime`): the coordination
+service listens on the rendezvous port plus ``PG_COORDINATOR_PORT_OFFSET``
+(the RPC store owns the port itself), on loopback only for a loopback host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import socket
+from typing import Any
+
+import jax
+
+from tensorplay_jax.distributed._pg import kv
+from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.init_method import coordinator_port, local_rank
+from tensorplay_jax.runtime.secret import is_loopback
+from tensorplay_jax.runtime.settings import (
+    DEFAULT_PG_TIMEOUT_S,
+    PG_ENGINE_ENV,
+    PG_HEARTBEAT_MAX_S,
+    PG_HEARTBEAT_MIN_S,
+)
+
+__all__ = [
+    "BACKENDS",
+    "ENGINES",
+    "default_backend",
+    "host_id",
+    "options",
+    "start_runtime",
+    "timeout_s",
+]
+
+BACKENDS = ("gloo", "nccl")
+ENGINES = ("auto", "shm", "xla")
+
+
+def options(fn: str, backend: Any, engine: Any, timeout: Any) -> tuple[str, str, float]:
+    """``(backend, engine, timeout in seconds)`` of ``init_process_group``, checked.
+
+    Raises:
+      ValueError: an unknown backend or engine, or a timeout that is not positive.
+
+    Example:
+      >>> options("init_process_group", "gloo", "xla", 5)
+      ('gloo', 'xla', 5.0)
+    """
+    backend = default_backend() if backend is None else str(backend).lower()
+    if backend not in BACKENDS:
+        raise ValueError(f"{fn}: backend={backend!r} is not supported; use one of {BACKENDS}.")
+    engine = (engine or settings.raw(PG_ENGINE_ENV) or "auto").lower()
+    if engine not in ENGINES:
+        raise ValueError(f"{fn}: engine={engine!r} is not one of {ENGINES}.")
+    return backend, engine, timeout_s(fn, timeout)
+
+
+def timeout_s(fn: str, timeout: Any) -> float:
+    """``timeout`` (seconds or a timedelta; None: the default) in seconds, checked.
+
+    Example:
+      >>> timeout_s("barrier", datetime.timedelta(seconds=2))
+      2.0
+    """
+    if timeout is None:
+        return DEFAULT_PG_TIMEOUT_S
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        raise ValueError(
+            f"{fn}: timeout={timeout!r} must be a positive number of seconds or a timedelta."
+        )
+    return float(timeout)
+
+
+def default_backend() -> str:
+    """nccl when a JAX GPU plugin is installed and JAX_PLATFORMS allows GPUs, else gloo.
+
+    Example:
+      >>> default_backend() in BACKENDS
+      True
+    """
+    platforms = (settings.raw("JAX_PLATFORMS") or "").strip().lower()
+    if platforms and not ({"cuda", "gpu", "rocm"} & set(platforms.split(","))):
+        return "gloo"
+    for plugin in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin"):
+        try:
+            if importlib.util.find_spec(plugin) is not None:
+                return "nccl"
+        except (ImportError, ValueError):
+            continue
+    return "gloo"
+
+
+def host_id() -> str:
+    """This host's name and boot id: equal ids mean the same machine (and shared memory).
+
+    Example:
+      >>> host_id().startswith(socket.gethostname())
+      True
+    """
+    boot = ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        pass
+    return f"{socket.gethostname()}/{boot}"
+
+
+def _hostport(host: str, port: int) -> str:
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind_address(host: str, port: int) -> str:
+    """Where the coordinator listens: loopback only for a same-host job, else everywhere.
+
+    ``JAX_COORDINATOR_BIND_ADDRESS`` overrides it, as it does for ``jax.distributed``.
+    """
+    given = settings.raw("JAX_COORDINATOR_BIND_ADDRESS")
+    if given:
+        return given
+    if is_loopback(host):
+        return _hostport(host, port)
+    return f"[::]:{port}"
+
+
+def start_runtime(
+    backend: str, host: str, port: int, rank: int, world_size: int, timeout_s: float
+) -> None:
+    """Start (rank 0: and serve) JAX's multi-process runtime for a job found at ``host:port``."""
+    flags = settings.raw("XLA_FLAGS") or ""
+    if "xla_cpu_collective_timeout_seconds" not in flags:
+        # Backstop for a peer lost *inside* an XLA program (gloo waits this long).
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_collective_timeout_seconds={int(timeout_s)}"
+    if backend == "gloo":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    local = None
+    if backend == "nccl" and local_rank() is not None:
+        local = [local_rank()]
+    wait_s = max(1, int(timeout_s))
+    kv.start_runtime(
+        _hostport(host, coordinator_port(port)),
+        _bind_address(host, coordinator_port(port)),
+        rank,
+        world_size,
+        init_timeout_s=wait_s,
+        heartbeat_s=min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
+        shutdown_timeout_s=wait_s,
+        local_device_ids=local,
+    )

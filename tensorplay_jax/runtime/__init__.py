@@ -1,0 +1,31 @@
+"""The shared base layer: settings, the job secret, ids, device placement, launch and rendezvous.
+
+Every other folder of ``tensorplay_jax`` may import these modules; this folder
+imports no other folder of the package. Its modules are an internal API for the
+sibling folders (their names are public so that any folder may import them);
+the user-facing parts are the settings table (:data:`settings.SETTINGS`, the
+README's "Configuration" section) and the environment variables it lists.
+
+- ``settings``: timeouts, sizes and defaults, and every environment variable read.
+- ``secret``: the job secret and the challenge built on it.
+- ``ids``: job-unique ids (rank above a serial), packed and unpacked in one place.
+- ``device``: host arrays to ``jax.Array`` (``jax.device_put``), aligned host buffers.
+- ``init_method``: ``env://`` / ``tcp://``, RANK and WORLD_SIZE, SLURM, a world of one.
+- ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
+
+Example:
+    >>> from tensorplay_jax.runtime import settings
+    >>> settings.DEFAULT_RPC_TIMEOUT_S
+    60.0
+"""
+
+import importlib
+
+__all__ = ["device", "ids", "init_method", "launch", "secret", "settings"]
+
+
+def __getattr__(name: str):
+    # Modules load on first use, so the launcher and settings readers do not import JAX.
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,69 @@
+"""One init-method parser for RPC and process groups; ids packed one way; one device helper."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from tensorplay_jax.runtime import ids
+from tensorplay_jax.runtime.device import aligned_empty, to_device
+from tensorplay_jax.runtime.init_method import resolve_init
+
+VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+        "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID")  # fmt: skip
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for v in VARS:
+        monkeypatch.delenv(v, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("fn", ["init_rpc", "init_process_group"])
+def test_a_world_of_one_meets_itself_on_loopback(clean_env, fn):
+    host, port, rank, ws = resolve_init("env://", 0, 1, fn=fn)
+    assert (host, rank, ws) == ("127.0.0.1", 0, 1) and port > 0
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (("file:///x", 0, 2), "init_process_group: init_method='file:///x' is not supported"),
+        (("tcp://h", 0, 2), "must look like 'tcp://host:port'"),
+        (("env://", None, None), "needs MASTER_ADDR and MASTER_PORT in the environment"),
+        (("tcp://h:1", None, 2), "rank was not given and RANK is not set"),
+        (("tcp://h:1", 0, None), "world_size was not given and WORLD_SIZE is not set"),
+        (("tcp://h:1", 2, 2), "need 0 <= rank < world_size, got rank=2, world_size=2"),
+    ],
+)
+def test_errors_name_the_caller_and_the_fix(clean_env, args, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        resolve_init(*args, fn="init_process_group")
+
+
+def test_env_reads_the_variables_then_slurm(clean_env):
+    clean_env.setenv("MASTER_ADDR", "a")
+    clean_env.setenv("MASTER_PORT", "5")
+    clean_env.setenv("SLURM_PROCID", "1")
+    clean_env.setenv("SLURM_NTASKS", "3")
+    assert resolve_init("env://", -1, None) == ("a", 5, 1, 3)
+
+
+def test_ids_keep_their_bit_layouts():
+    assert ids.CONTEXT_ID.pack(7, 9) == (7 << 48) | 9
+    assert ids.PASS_ID.pack(7, 9) == (7 << 48) | 9
+    assert ids.RREF_ID.pack(7, 9) == (7 << 40) | 9
+    assert ids.message_key(7, 9, 1) == (7 << 41) | (9 << 1) | 1
+    assert ids.CONTEXT_ID.rank(ids.CONTEXT_ID.pack(3, (1 << 48) + 5)) == 3  # serial masked
+
+
+def test_to_device_places_and_keeps():
+    dev = jax.devices()[0]
+    x = np.arange(4, dtype=np.float32)
+    y = to_device(x)
+    assert not y.committed and y.tolist() == x.tolist()
+    z = to_device(x, dev)
+    assert z.committed and to_device(z, dev) is z
+    assert aligned_empty((3, 5), np.float64).ctypes.data % 64 == 0
