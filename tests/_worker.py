@@ -3,7 +3,8 @@
 A worker function lives in a module next to its tests (``tests/rpc/_workers.py`` ...);
 :func:`tests._procs.run_workers` starts N processes that import and call it. They share
 these helpers: the rank and world size from the environment, RPC start-up with the
-usual ``w{rank}`` names, an error check by substring and a bounded wait.
+usual ``w{rank}`` names, an error check by substring, a bounded wait and a tape
+Tensor as numpy.
 """
 
 from __future__ import annotations
@@ -26,13 +27,6 @@ def init_rpc(prefix: str = "w", **kwargs: Any) -> tuple[int, int]:
     rank, ws = rank_and_world_size()
     rpc.init_rpc(f"{prefix}{rank}", rank=rank, world_size=ws, **kwargs)
     return rank, ws
-
-
-def shutdown() -> None:
-    """``rpc.shutdown()``: the graceful end of every RPC worker."""
-    from tensorplay_jax.distributed import rpc
-
-    rpc.shutdown()
 
 
 def expect(exc_type: type[BaseException], substrings, fn: Callable, *args, **kwargs):

@@ -11,13 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.distributed import rpc
-from tests._worker import expect, rank_and_world_size, wait_until
+from tests._worker import expect, init_rpc, rank_and_world_size, wait_until
 from tests.rpc import _targets as T
 
 
 def api() -> None:
-    rank, ws = rank_and_world_size()
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    rank = rank_and_world_size()[0]
+    init_rpc()
     assert rpc.get_worker_info() == rpc.WorkerInfo(f"w{rank}", rank)
     assert rpc.get_worker_info("w1").id == 1
     rpc.rpc_sync("w1", T.install_hooks) if rank == 0 else None
@@ -154,7 +154,7 @@ def duplicate() -> None:
 # w1 returns from the rendezvous late: w0 calls it (and w1 calls on from inside) before
 # w1's init_rpc has returned. The request waits for it instead of finding no agent.
 def late_init() -> None:
-    rank, ws = rank_and_world_size()
+    rank = rank_and_world_size()[0]
     if rank == 1:
         from tensorplay_jax.rpc import _agent
 
@@ -165,7 +165,7 @@ def late_init() -> None:
             time.sleep(3.0)  # rendezvous done, init_rpc not returned yet
 
         _agent.Agent.start = late_start
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    init_rpc()
     if rank == 0:
         t0 = time.monotonic()
         assert list(rpc.rpc_sync("w1", T.relay_caller, args=("w2",))) == ["w1", "w1"]
@@ -174,9 +174,9 @@ def late_init() -> None:
 
 
 def timeouts_and_kill() -> None:
-    rank, ws = rank_and_world_size()
+    rank = rank_and_world_size()[0]
     opts = rpc.GrpcRpcBackendOptions(rpc_timeout=1.5)
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)
+    init_rpc(rpc_backend_options=opts)
     if rank == 0:
         t = time.monotonic()
         e = expect(
@@ -281,7 +281,7 @@ def raw() -> None:
 
 
 def tls() -> None:
-    rank, ws = rank_and_world_size()
+    rank = rank_and_world_size()[0]
     d = os.environ["TPJ_CERTS"]
     opts = rpc.GrpcRpcBackendOptions(
         tls_cert_chain=f"{d}/cert.pem",
@@ -289,7 +289,7 @@ def tls() -> None:
         tls_root_certs=f"{d}/cert.pem",
         tls_require_client_auth=True,
     )
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)
+    init_rpc(rpc_backend_options=opts)
     if rank == 0:
         x = np.arange(3 << 18, dtype=np.float32)  # large enough to be chunked
         assert (rpc.rpc_sync("w1", T.identity, args=(x,)) == x).all()
@@ -310,9 +310,9 @@ def tls() -> None:
 
 
 def large() -> None:
-    rank, ws = rank_and_world_size()
+    rank = rank_and_world_size()[0]
     mib = int(os.environ["TPJ_MIB"])
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    init_rpc()
     if rank == 0:
         x = (np.arange(mib << 20, dtype=np.uint32) % 251).astype(np.uint8)
         base1 = rpc.rpc_sync("w1", T.maxrss_mib)
@@ -329,8 +329,8 @@ def large() -> None:
 
 
 def transport() -> None:
-    rank, ws = rank_and_world_size()
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    rank = rank_and_world_size()[0]
+    init_rpc()
     if rank == 0:
         from tensorplay_jax.rpc import _agent, _local
 
@@ -348,8 +348,8 @@ def transport() -> None:
 
 
 def counting() -> None:
-    rank, ws = rank_and_world_size()
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    rank = rank_and_world_size()[0]
+    init_rpc()
     if rank == 0:
         owned = lambda: rpc.rpc_sync("w1", T.num_owned)
         alive = lambda: rpc.rpc_sync("w1", T.tracked_alive)
@@ -389,8 +389,8 @@ def counting() -> None:
 
 
 def leak() -> None:
-    rank, ws = rank_and_world_size()
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    rank = rank_and_world_size()[0]
+    init_rpc()
     if rank == 0:
         rpc.rpc_sync("w1", T.keep, args=(rpc.remote("w0", T.make_tracked, args=(5,)),))
         gc.collect()
@@ -407,8 +407,8 @@ def leak() -> None:
 
 
 def fresh_rref_to_third_worker() -> None:
-    rank, ws = rank_and_world_size()
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
+    rank = rank_and_world_size()[0]
+    init_rpc()
     if rank == 0:
         # remote() on w1, then at once hand the RRef to w2, which fetches it from w1: w2's
         # fetch can reach w1 before the remote() call does; the owner must wait for the
