@@ -1,18 +1,10 @@
-"""The seed example of issue 4 as written, RPC-not-initialized errors, docstring examples."""
+"""The seed example of issue 4 as written, RPC-not-initialized errors.
+
+The docstring examples run in ``tests/test_doctests.py``."""
 
 from __future__ import annotations
 
 from tests.distributed.autograd import _workers as W
-
-DOCS = """
-import doctest, importlib
-mods = ["", "._context", "._engine", ".api", "._wire", "._functional"]
-for m in mods:
-    mod = importlib.import_module("tensorplay_jax.distributed.autograd" + m)
-    res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.failed == 0, (m, res)
-    print(m or "package", res.attempted, flush=True)
-"""
 
 
 def test_seed_example_one_worker(workers):
@@ -23,8 +15,3 @@ def test_seed_example_one_worker(workers):
 def test_seed_example_three_workers(workers):
     out = workers(W.seed_multi, 3, timeout=120)
     assert "[4. 4. 4. 4.]" in out[0].stdout, out[0]
-
-
-def test_docstring_examples(workers):
-    out = workers(DOCS, 1, timeout=120)
-    assert "package" in out[0].stdout and "._engine" in out[0].stdout, out[0]
