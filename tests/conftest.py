@@ -35,6 +35,7 @@ _PROCESS_TESTS = (
     "test_multihost",
     "test_demo",
     "test_readme",
+    "test_doctests",
 )
 
 

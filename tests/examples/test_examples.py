@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from tests._procs import REPO_ROOT
-
-RUN_EXAMPLE = """
-import runpy, sys
-sys.argv = [sys.argv[1], *sys.argv[2:]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+from tests.examples import _workers as W
 
 
 def _run(workers, name: str, nprocs: int, *args: str):
     path = str(REPO_ROOT / "examples" / name)
-    return workers(RUN_EXAMPLE, nprocs, args=(path, *args), timeout=180)
+    return workers(W.run_example, nprocs, args=(path, *args), timeout=180)
 
 
 def test_pipeline_parallel(workers):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tensorplay_jax.rpc import _codec, _local
-from tests.rpc._scripts import script
+from tests.rpc import _workers as W
 
 pytestmark = pytest.mark.skipif(not _local.available(), reason="needs Linux memfd + Unix sockets")
 
@@ -108,26 +108,6 @@ def test_many_senders_interleave_whole_messages(server):
     link.close()
 
 
-TRANSPORT = script(
-    """
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
-    if rank == 0:
-        from tensorplay_jax.rpc import _agent, _local
-        x = np.arange(4 << 20, dtype=np.float32)
-        assert np.array_equal(rpc.rpc_sync("w1", T.identity, args=(x,)), x)
-        assert rpc.rpc_sync("w1", T.add, args=(1, 2)) == 3
-        # a served call that blocks must not hold up the requests behind it on the link
-        gates = [rpc.rpc_async("w1", T.wait_gate, args=(30,)) for _ in range(3)]
-        time.sleep(0.2)
-        rpc.rpc_sync("w1", T.open_gate, timeout=10)
-        assert rpc.wait_all(gates) == [True] * 3
-        print("LINK", type(_agent.current_agent()._links[1]).__name__)
-        print("SPIN", _local._SPIN is not None)
-    rpc.shutdown()
-    """
-)
-
-
 @pytest.mark.parametrize(
     "switch, spin_us, link, spins",
     [("1", None, "LocalLink", True), ("1", "0", "LocalLink", False), ("0", None, "Link", True)],
@@ -138,7 +118,7 @@ def test_same_host_peers_use_the_local_transport_unless_switched_off(
     env = {"TENSORPLAY_JAX_RPC_LOCAL": switch}
     if spin_us is not None:  # readers sleep at once: the link works the same, only slower
         env["TENSORPLAY_JAX_RPC_SPIN_US"] = spin_us
-    res = workers(TRANSPORT, 2, timeout=120, env=env)
+    res = workers(W.transport, 2, timeout=120, env=env)
     assert f"LINK {link}\n" in res[0].stdout, res[0]
     assert f"SPIN {spins}\n" in res[0].stdout, res[0]
 

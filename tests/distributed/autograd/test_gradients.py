@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.distributed.autograd._scripts import script
-
-CASES = script(
-    """
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
-    if rank == 0:
-        for case in T.CASES:
-            T.check_case(case)
-            print("ok", case.name, flush=True)
-        T.check_rref_case()
-        print("ok rref", flush=True)
-    rpc.shutdown()
-    """
-)
+from tests.distributed.autograd import _workers as W
 
 
 @pytest.mark.parametrize("transport", ["grpc", "local"])
 def test_gradients_match_jax_grad(workers, transport):
     # grpc: real gRPC on loopback; local: the same-host Unix-socket/shared-memory transport.
     env = {"JAX_ENABLE_X64": "1", "TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
-    out = workers(CASES, 4, timeout=240, env=env)
+    out = workers(W.cases, 4, timeout=240, env=env)
     printed = out[0].stdout
     from tests.distributed.autograd._targets import CASES as cases
 
