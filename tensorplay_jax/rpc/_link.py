@@ -26,7 +26,7 @@ arrives. The contract:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from tensorplay_jax.rpc._framing import Message
@@ -100,6 +100,11 @@ class LinkSet:
         with self._lock:
             self._links.discard(link)
         self._inbound.on_closed(link, reason)
+
+    def __iter__(self) -> Iterator[Any]:
+        """The links open now (a snapshot)."""
+        with self._lock:
+            return iter(list(self._links))
 
     def stop(self) -> list[Any]:
         """Take no more links; those still open (for the server to close)."""
