@@ -29,7 +29,14 @@ def current_agent() -> Agent | None:
 
 
 def get_agent(what: str) -> Agent:
-    """The running agent; raises ``RpcNotInitializedError`` naming ``what`` without one."""
+    """The running agent; raises ``RpcNotInitializedError`` naming ``what`` without one.
+
+    Example:
+      >>> get_agent("rpc_sync")  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+      ...
+      tensorplay_jax.rpc._errors.RpcNotInitializedError: rpc_sync: RPC has not been initialized...
+    """
     agent = _current
     if agent is None:
         raise not_initialized(what)
@@ -37,6 +44,12 @@ def get_agent(what: str) -> Agent:
 
 
 def set_current(agent: Agent | None) -> None:
-    """Make ``agent`` the running one (None: none)."""
+    """Make ``agent`` the running one (None: none).
+
+    Example:
+      >>> set_current(None)
+      >>> current_agent() is None
+      True
+    """
     global _current
     _current = agent

@@ -31,7 +31,12 @@ _ENV_SWITCH = "TENSORPLAY_JAX_RPC_LOCAL"  # "0" turns this transport off
 
 
 def available() -> bool:
-    """True where this transport works (Linux: abstract sockets, memfd, fd passing)."""
+    """True where this transport works (Linux: abstract sockets, memfd, fd passing).
+
+    Example:
+      >>> isinstance(available(), bool)  # False off Linux or with TENSORPLAY_JAX_RPC_LOCAL=0
+      True
+    """
     return (
         sys.platform.startswith("linux")
         and hasattr(os, "memfd_create")
@@ -43,7 +48,12 @@ def available() -> bool:
 
 
 def host_id() -> str:
-    """Names this host (kernel boot id + hostname); equal ids mean the socket is reachable."""
+    """Names this host (kernel boot id + hostname); equal ids mean the socket is reachable.
+
+    Example:
+      >>> host_id() == host_id() and host_id().endswith(socket.gethostname())
+      True
+    """
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()

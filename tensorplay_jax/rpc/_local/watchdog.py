@@ -30,7 +30,12 @@ _reading = threading.local()
 
 
 def on_reader_thread() -> bool:
-    """True in a thread doing a frame's work for a link (the watchdog detaches it if slow)."""
+    """True in a thread doing a frame's work for a link (the watchdog detaches it if slow).
+
+    Example:
+      >>> on_reader_thread()  # not a link's reading thread
+      False
+    """
     return getattr(_reading, "active", False)
 
 
