@@ -63,10 +63,9 @@ def host_id() -> str:
 
 
 class LocalServer:
-    """Accepts same-host connections; reports each message on an authenticated one.
+    """Accepts same-host connections; reports what arrives on each to ``inbound``.
 
-    Takes the owner's ``inbound``, or its three callbacks by keyword
-    (``on_message=``, ``on_malformed=``, ``on_closed=``).
+    Raw clients and tests may pass the three ``Inbound`` callbacks by keyword instead.
     """
 
     def __init__(
