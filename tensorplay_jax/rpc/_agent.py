@@ -1,16 +1,13 @@
 """The RPC agent: one per process; sends and serves requests, keeps timeouts, stops with the rest.
 
-Message envelopes (small msgpack lists, decoded in the stream reader thread):
-
-- requests ``[kind, message id, metadata, *extra]`` with kind CALL (body:
-  ``[func, [args...], kwargs]``), REMOTE (extra: rref id, fork id; same body),
-  FETCH (extra: rref id), FORK_ADD / FORK_DEL (extra: rref id, fork id);
-- replies ``[OK or ERR, message id, response metadata]``; an ERR body is an
-  exception record (class reference + message with the remote traceback).
+Message kinds and envelopes: see ``_protocol``.
 
 Transports: peers on this host are reached over ``_local`` (Unix socket +
 shared memory) unless TLS is on or ``TENSORPLAY_JAX_RPC_LOCAL=0``; others,
 and any peer ``_local`` cannot reach, over the gRPC stream of ``_service``.
+The agent holds both kinds of connection as ``_link.Link`` and hands every
+transport one ``Inbound`` (its ``_on_message``, ``_on_malformed`` and
+``_on_closed``).
 
 Calls run in a thread pool of ``num_worker_threads``; on a ``_local`` link the
 reading thread serves the call itself, and reply callbacks run there too (a
@@ -24,7 +21,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import gc
-import heapq
 import itertools
 import logging
 import queue
@@ -38,11 +34,24 @@ import warnings
 from typing import Any
 
 from tensorplay_jax.rpc import _codec, _context, _local, _rref
+from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
+from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._link import Inbound, Link
+from tensorplay_jax.rpc._protocol import (
+    CALL,
+    ERR,
+    FETCH,
+    FORK_ADD,
+    FORK_DEL,
+    KIND_NAMES,
+    OK,
+    REMOTE,
+)
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
-from tensorplay_jax.rpc._service import Link, Server, TlsConfig, connect
+from tensorplay_jax.rpc._service import Server, TlsConfig, connect
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
@@ -52,29 +61,25 @@ from tensorplay_jax.runtime.settings import (
     RPC_STORE_REPLY_GRACE_S,
 )
 
-__all__ = ["Agent", "current_agent", "get_agent"]
+# current_agent, get_agent, set_current and the kinds (CALL, ...) stay importable from
+# here: api and the tests use them by these names.
+__all__ = [
+    "CALL",
+    "ERR",
+    "FETCH",
+    "FORK_ADD",
+    "FORK_DEL",
+    "OK",
+    "REMOTE",
+    "Agent",
+    "current_agent",
+    "get_agent",
+    "set_current",
+]
 
 log = logging.getLogger(__name__)
 
-CALL, REMOTE, FETCH, FORK_ADD, FORK_DEL = 1, 2, 3, 4, 5
-OK, ERR = 16, 17
-_KIND_NAMES = {CALL: "call", REMOTE: "remote", FETCH: "fetch", FORK_ADD: "fork", FORK_DEL: "unfork"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
-
-AnyLink = Link | _local.LocalLink  # gRPC stream, or the same-host transport
-
-_current: Agent | None = None
-
-
-def current_agent() -> Agent | None:
-    return _current
-
-
-def get_agent(what: str) -> Agent:
-    agent = _current
-    if agent is None:
-        raise not_initialized(what)
-    return agent
 
 
 def func_name(fn: Any) -> str:
@@ -92,43 +97,7 @@ class _Pending:
         self, fut: Future, to: WorkerInfo, info: _context.CallInfo, timeout: float
     ) -> None:
         self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
-        self.link: AnyLink | None = None
-
-
-class _Deadlines:
-    """One thread that fails calls whose timeout passed."""
-
-    def __init__(self, expire: Any, pending: dict[int, Any]) -> None:
-        self._pending = pending  # finished calls stay in the heap until pruned or due
-        self._heap: list[tuple[float, int]] = []
-        self._cv = threading.Condition()
-        self._expire = expire
-        self._stopped = False
-        threading.Thread(target=self._run, name="tpj-rpc-timeouts", daemon=True).start()
-
-    def add(self, deadline: float, mid: int) -> None:
-        with self._cv:
-            if len(self._heap) > 4096 and len(self._heap) > 4 * len(self._pending):
-                self._heap = [e for e in self._heap if e[1] in self._pending]
-                heapq.heapify(self._heap)
-            heapq.heappush(self._heap, (deadline, mid))
-            if self._heap[0][1] == mid:
-                self._cv.notify()
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._cv.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cv.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
-                if self._stopped:
-                    return
-                _, mid = heapq.heappop(self._heap)
-            self._expire(mid)
+        self.link: Link | None = None
 
 
 class _Pool(concurrent.futures.Executor):
@@ -213,7 +182,7 @@ class Agent:
         self.by_id: dict[int, WorkerInfo] = {}
         self._addresses: dict[int, str] = {}
         self._local_addresses: dict[int, str] = {}
-        self._links: dict[int, AnyLink] = {}
+        self._links: dict[int, Link] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -236,8 +205,10 @@ class Agent:
                 options.tls_server_name,
                 options.tls_require_client_auth,
             )
+        # What every link reports to: one bundle for both transports (see _link).
+        self._inbound = Inbound(self._on_message, self._on_malformed, self._on_closed)
         self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
-        self._deadlines = _Deadlines(self._expire, self._pending)
+        self._deadlines = Deadlines(self._expire, self._pending)
         self.rrefs = _rref.RRefTable(self)
 
     # ------------------------------------------------------------------ startup
@@ -278,7 +249,7 @@ class Agent:
 
     def _at_exit(self) -> None:
         if not self.stopped:
-            if _current is self:
+            if current_agent() is self:
                 set_current(None)
             self.stop(leak_check=False, graceful=False)
 
@@ -294,9 +265,7 @@ class Agent:
         self._secret = secret
         self._server = Server(
             secret=secret,
-            on_message=self._on_message,
-            on_malformed=self._on_malformed,
-            on_closed=self._on_closed,
+            inbound=self._inbound,
             max_streams=4 * self.world_size + 16,
             tls=self._tls,
         )
@@ -314,9 +283,7 @@ class Agent:
             # Same-host peers skip gRPC (see _local); TLS keeps every byte on gRPC.
             self._local_server = _local.LocalServer(
                 secret=secret,
-                on_message=self._on_message,
-                on_malformed=self._on_malformed,
-                on_closed=self._on_closed,
+                inbound=self._inbound,
                 max_threads=self.options.num_worker_threads + 1,
             )
             mine["local"] = [_local.host_id(), self._local_server.address]
@@ -382,37 +349,23 @@ class Agent:
 
     # ------------------------------------------------------------------ calling
 
-    def _link_for(self, to: WorkerInfo) -> AnyLink:
+    def _link_for(self, to: WorkerInfo) -> Link:
         link = self._links.get(to.id)
         if link is None or not link.alive:
-            link = None
-            local = self._local_addresses.get(to.id)
-            if local is not None:
-                try:
-                    link = _local.connect_local(
-                        local,
-                        peer=to.name,
-                        secret=self._secret,
-                        me=self.name,
-                        on_message=self._on_message,
-                        on_malformed=self._on_malformed,
-                        on_closed=self._on_closed,
-                        max_threads=self.options.num_worker_threads + 1,
-                    )
-                except OSError as e:
-                    log.debug("rpc: no same-host link to %s (%s); using gRPC", to.name, e)
-            link = link or connect(
-                self._addresses[to.id],
-                peer=to.name,
-                secret=self._secret,
-                me=self.name,
-                on_message=self._on_message,
-                on_malformed=self._on_malformed,
-                on_closed=self._on_closed,
-                tls=self._tls,
-            )
-            self._links[to.id] = link
+            link = self._links[to.id] = self._connect(to)
         return link
+
+    def _connect(self, to: WorkerInfo) -> Link:
+        """A new link to ``to``: same-host where it can be, else (or failing that) gRPC."""
+        ends = {"peer": to.name, "secret": self._secret, "me": self.name, "inbound": self._inbound}
+        local = self._local_addresses.get(to.id)
+        if local is not None:
+            try:
+                threads = self.options.num_worker_threads + 1
+                return _local.connect_local(local, max_threads=threads, **ends)
+            except OSError as e:
+                log.debug("rpc: no same-host link to %s (%s); using gRPC", to.name, e)
+        return connect(self._addresses[to.id], tls=self._tls, **ends)
 
     def timeout_of(self, timeout: float) -> float:
         if timeout is None or timeout < 0:
@@ -431,13 +384,13 @@ class Agent:
     ) -> Future:
         """Send one request; the Future gets the reply (or the error)."""
         if self.stopped:
-            raise not_initialized(_KIND_NAMES.get(kind, "rpc"))
+            raise not_initialized(KIND_NAMES.get(kind, "rpc"))
         kwargs = kwargs or {}
         timeout = self.timeout_of(timeout)
         mid = next(self._ids)
         meta = _context.outgoing_metadata()
         info = _context.CallInfo(
-            to, _KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta, func
+            to, KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta, func
         )
         hooks = _context.active_hooks()
         if kind in (CALL, REMOTE):
@@ -477,7 +430,7 @@ class Agent:
                 ),
             )
 
-    def _on_closed(self, link: AnyLink, reason: str) -> None:
+    def _on_closed(self, link: Link, reason: str) -> None:
         with self._lock:
             for wid, ln in list(self._links.items()):
                 if ln is link:
@@ -499,7 +452,7 @@ class Agent:
 
     # ------------------------------------------------------------------ receiving
 
-    def _on_message(self, link: AnyLink, msg: Message) -> None:
+    def _on_message(self, link: Link, msg: Message) -> None:
         try:
             env = _codec.loads_small(msg.envelope)
             kind, mid, meta = env[0], env[1], env[2]
@@ -513,7 +466,7 @@ class Agent:
         else:
             self._on_request(link, kind, mid, meta, env[3:], msg)
 
-    def _on_malformed(self, link: AnyLink, err: Exception) -> None:
+    def _on_malformed(self, link: Link, err: Exception) -> None:
         log.warning("rpc: malformed message from %s: %s", link.peer, err)
         exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
         self._send_error(link, 0, exc, "")
@@ -536,7 +489,7 @@ class Agent:
             pend.fut._try_set_exception(e)
 
     def _on_request(
-        self, link: AnyLink, kind: int, mid: int, meta: dict, extra: list, msg: Message
+        self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
     ) -> None:
         if not self._open.is_set():
             try:
@@ -552,8 +505,7 @@ class Agent:
             if kind in (FORK_ADD, FORK_DEL):
                 if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
                     raise _codec.DecodeError(
-                        f"{_KIND_NAMES[kind]}: expected an RRef id and a fork id, "
-                        f"got {extra!r:.200}"
+                        f"{KIND_NAMES[kind]}: expected an RRef id and a fork id, got {extra!r:.200}"
                     )
                 # An id never created leaves nothing for ever: see _rref.
                 if kind == FORK_ADD:
@@ -573,7 +525,7 @@ class Agent:
             # On the same-host transport the reading thread serves the call itself (a
             # thread hand-off costs more than a small call; a slow call gets reading
             # handed on, see _local); else the worker pool serves it.
-            inline = isinstance(link, _local.LocalLink) and link.serves_inline()
+            inline = link.serves_inline()
             if not inline:
                 self._executor.submit(
                     self._serve, link, kind, mid, meta, msg, caller, record, extra
@@ -591,7 +543,7 @@ class Agent:
 
     def _serve(
         self,
-        link: AnyLink,
+        link: Link,
         kind: int,
         mid: int,
         meta: dict,
@@ -600,7 +552,7 @@ class Agent:
         record: Any,
         extra: list,
     ) -> None:
-        info = _context.CallInfo(caller, _KIND_NAMES[kind], "", mid, meta)
+        info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
         try:
             with _context.serving(meta, caller):
                 try:
@@ -635,7 +587,7 @@ class Agent:
             self._done_serving()
 
     def _reply_when_done(
-        self, link: AnyLink, mid: int, info: Any, value: Future, remote: bool = False
+        self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
     ) -> None:
         with self._lock:
             self._inflight += 1
@@ -654,7 +606,7 @@ class Agent:
 
         value.add_done_callback(done)
 
-    def _reply(self, link: AnyLink, mid: int, info: Any, result: Any) -> None:
+    def _reply(self, link: Link, mid: int, info: Any, result: Any) -> None:
         resp_meta: dict[str, Any] = {}
         try:
             for h in _context.active_hooks():
@@ -663,11 +615,11 @@ class Agent:
         except BaseException as e:
             self._send_error(link, mid, e, info.func_name)
 
-    def _send_ok(self, link: AnyLink, mid: int, result: Any, meta: dict) -> None:
+    def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
         enc = _codec.encode(result)
         link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
 
-    def _send_error(self, link: AnyLink, mid: int, exc: BaseException, fname: str) -> None:
+    def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
         tb = "".join(traceback.format_exception(exc)).rstrip()
         where = f" while running {fname}" if fname else ""
         message = (
@@ -802,8 +754,3 @@ class Agent:
             self.store.close(clean=graceful)
         if self._store_server is not None:
             self._store_server.close()
-
-
-def set_current(agent: Agent | None) -> None:
-    global _current
-    _current = agent

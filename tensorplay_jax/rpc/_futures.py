@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
-from tensorplay_jax.rpc import _local
+from tensorplay_jax.rpc._local.watchdog import on_reader_thread
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Future(Generic[T]):
 
     def _run(self, cb: Callable[[Future[T]], None]) -> None:
         if self._executor is not None:
-            if _local.on_reader_thread():
+            if on_reader_thread():
                 # A same-host link's reading thread runs callbacks itself (the watchdog
                 # hands its reading on if one runs long); an error stays with the
                 # callback, as it would in the pool, so the others still run.

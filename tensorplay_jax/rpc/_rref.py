@@ -46,10 +46,11 @@ import time
 import weakref
 from typing import Any, Generic, TypeVar
 
-from tensorplay_jax.rpc import _agent as agent_mod
-from tensorplay_jax.rpc import _codec
+from tensorplay_jax.rpc import _codec, _current
+from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._protocol import FETCH, FORK_ADD, FORK_DEL
 from tensorplay_jax.rpc._types import WorkerInfo
 from tensorplay_jax.runtime.ids import RREF_ID
 
@@ -98,7 +99,7 @@ class RRefTable:
         # Placeholder records and parked FORK_DELs with a deadline, by key.
         self._expiring: dict[int, _OwnerRecord | tuple[int, int, Any, float]] = {}
         self._keys = itertools.count(1)  # deadline keys of both
-        self._deadlines = agent_mod._Deadlines(
+        self._deadlines = Deadlines(
             self._expired, collections.ChainMap(self._fetches, self._expiring)
         )
         threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
@@ -335,7 +336,7 @@ class RRefTable:
 
     def _send_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
         try:
-            self._agent.call(owner, agent_mod.FORK_DEL, extra=(rref_id, fork))
+            self._agent.call(owner, FORK_DEL, extra=(rref_id, fork))
         except Exception as e:  # shutting down
             log.debug("rpc: could not release RRef %#x on %s: %s", rref_id, owner.name, e)
 
@@ -361,7 +362,7 @@ def _from(sender: Any) -> str:
 
 
 def _agent_for(what: str) -> Any:
-    return agent_mod.get_agent(what)
+    return _current.get_agent(what)
 
 
 class RRef(Generic[T]):
@@ -467,7 +468,7 @@ class RRef(Generic[T]):
           RuntimeError: called on a worker that is not the owner.
         """
         if self._record is None:
-            me = agent_mod.current_agent()
+            me = _current.current_agent()
             here = f" and this is {me.name!r}" if me is not None else ""
             raise RuntimeError(
                 f"local_value() can only be called on the owner of an RRef: this RRef is owned by "
@@ -488,7 +489,7 @@ class RRef(Generic[T]):
             return self._record.value.wait()
         self._check_created()
         agent = self._live_agent("to_here")
-        value = agent.call(self._owner, agent_mod.FETCH, timeout=timeout, extra=(self._id,)).wait()
+        value = agent.call(self._owner, FETCH, timeout=timeout, extra=(self._id,)).wait()
         self._confirmed = True
         return value
 
@@ -557,7 +558,7 @@ def _encode_rref(r: RRef[Any]) -> list[Any]:
     if r._record is not None:
         agent.rrefs.add_fork(r._id, fork, r._record)
     else:
-        agent.call(r._owner, agent_mod.FORK_ADD, extra=(r._id, fork))
+        agent.call(r._owner, FORK_ADD, extra=(r._id, fork))
     return [r._owner.id, r._owner.name, r._id, fork]
 
 

@@ -25,14 +25,14 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from tensorplay_jax.rpc._framing import FramingError, Inbox, Message, Outbox
+from tensorplay_jax.rpc._framing import FramingError, Inbox, Outbox
+from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
 from tensorplay_jax.runtime.secret import mac
 from tensorplay_jax.runtime.settings import RPC_STREAM_AUTH_WINDOW_S
 
@@ -143,14 +143,8 @@ class TlsConfig:
     require_client_auth: bool = False
 
 
-# Callbacks from a link to its owner (the agent).
-OnMessage = Callable[["Link", Message], None]
-OnMalformed = Callable[["Link", Exception], None]
-OnClosed = Callable[["Link", str], None]
-
-
 class Link:
-    """One stream end: ``send`` queues a message; callbacks report what arrives."""
+    """One stream end (a ``_link.Link``): ``send`` queues; its ``Inbound`` gets what arrives."""
 
     def __init__(self, peer: str, outbox: Outbox) -> None:
         self.peer = peer
@@ -168,15 +162,13 @@ class Link:
         if self._call is not None:
             self._call.cancel()
 
+    def serves_inline(self) -> bool:
+        """Never: the stream's reader only reads; the agent's pool serves the requests."""
+        return False
 
-def _pump(
-    link: Link,
-    packets: Any,
-    on_message: OnMessage,
-    on_malformed: OnMalformed,
-    on_closed: OnClosed,
-    close_on_end: bool = True,
-) -> None:
+
+def _pump(link: Link, packets: Any, inbound: Inbound, close_on_end: bool = True) -> None:
+    on_message, on_malformed, on_closed = inbound
     inbox = Inbox()
     reason = "stream closed"
     try:
@@ -216,22 +208,23 @@ def _pump(
 
 
 class Server:
-    """The worker's grpc server; calls ``on_link`` for each authenticated incoming stream."""
+    """The worker's grpc server; reads each authenticated incoming stream as a ``Link``.
+
+    Takes the owner's ``inbound``, or its three callbacks by keyword
+    (``on_message=``, ``on_malformed=``, ``on_closed=``).
+    """
 
     def __init__(
         self,
         *,
         secret: str,
-        on_message: OnMessage,
-        on_malformed: OnMalformed,
-        on_closed: OnClosed,
         max_streams: int,
+        inbound: Inbound | None = None,
         tls: TlsConfig | None = None,
+        **callbacks: Any,
     ) -> None:
         self._credentials = _Credentials(secret.encode())
-        self._on_message = on_message
-        self._on_malformed = on_malformed
-        self._on_closed = on_closed
+        self._links = LinkSet(inbound_of(inbound, callbacks))
         self._tls = tls
         handler = grpc.method_handlers_generic_handler(
             _SERVICE, {_METHOD: grpc.stream_stream_rpc_method_handler(self._stream)}
@@ -243,8 +236,6 @@ class Server:
             handlers=[handler],
             options=_OPTIONS,
         )
-        self._links: set[Link] = set()
-        self._lock = threading.Lock()
 
     def start(self, host: str, port: int) -> int:
         """Bind ``host:port`` (port 0 picks a free one), start serving, return the port."""
@@ -270,9 +261,7 @@ class Server:
         self._credentials.target = address
 
     def stop(self, grace: float) -> None:
-        with self._lock:
-            links = list(self._links)
-        for link in links:
+        for link in self._links.stop():
             link.outbox.close()
         self._server.stop(grace).wait(grace + 1.0)
 
@@ -285,18 +274,13 @@ class Server:
             log.warning("rpc: refused a gRPC stream from %s: %s", context.peer(), e)
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
         link = Link(peer or context.peer(), Outbox())
-        with self._lock:
-            self._links.add(link)
-
-        def on_closed(link: Link, reason: str) -> None:
-            with self._lock:
-                self._links.discard(link)
-            self._on_closed(link, reason)
-
+        inbound = self._links.add(link)
+        if inbound is None:  # stop() has run: end this stream as it ended the others
+            context.abort(grpc.StatusCode.UNAVAILABLE, "rpc: this worker is shutting down")
         context.add_callback(link.outbox.close)
         threading.Thread(
             target=_pump,
-            args=(link, request_iterator, self._on_message, self._on_malformed, on_closed, False),
+            args=(link, request_iterator, inbound, False),
             name=f"tpj-rpc-serve-{link.peer}",
             daemon=True,
         ).start()
@@ -309,12 +293,15 @@ def connect(
     peer: str,
     secret: str,
     me: str,
-    on_message: OnMessage,
-    on_malformed: OnMalformed,
-    on_closed: OnClosed,
+    inbound: Inbound | None = None,
     tls: TlsConfig | None = None,
+    **callbacks: Any,
 ) -> Link:
-    """Open a stream to the server at ``target`` ("host:port") and start reading its replies."""
+    """Open a stream to the server at ``target`` ("host:port") and start reading its replies.
+
+    Takes the owner's ``inbound``, or its three callbacks by keyword.
+    """
+    inbound = inbound_of(inbound, callbacks)
     options = list(_OPTIONS)
     if tls is None:
         channel = grpc.insecure_channel(target, options=options)
@@ -334,13 +321,13 @@ def connect(
 
     def on_closed_and_release(link: Link, reason: str) -> None:
         try:
-            on_closed(link, reason)
+            inbound.on_closed(link, reason)
         finally:
             channel.close()
 
     threading.Thread(
         target=_pump,
-        args=(link, call, on_message, on_malformed, on_closed_and_release),
+        args=(link, call, inbound._replace(on_closed=on_closed_and_release)),
         name=f"tpj-rpc-link-{peer}",
         daemon=True,
     ).start()

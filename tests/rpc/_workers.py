@@ -332,7 +332,8 @@ def transport() -> None:
     rank = rank_and_world_size()[0]
     init_rpc()
     if rank == 0:
-        from tensorplay_jax.rpc import _agent, _local
+        from tensorplay_jax.rpc import _agent
+        from tensorplay_jax.rpc._local import spinner
 
         x = np.arange(4 << 20, dtype=np.float32)
         assert np.array_equal(rpc.rpc_sync("w1", T.identity, args=(x,)), x)
@@ -343,7 +344,7 @@ def transport() -> None:
         rpc.rpc_sync("w1", T.open_gate, timeout=10)
         assert rpc.wait_all(gates) == [True] * 3
         print("LINK", type(_agent.current_agent()._links[1]).__name__)
-        print("SPIN", _local._SPIN is not None)
+        print("SPIN", spinner._SPIN is not None)
     rpc.shutdown()
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tensorplay_jax.rpc import _local
+from tensorplay_jax.rpc._local import spinner
 from tests._procs import REPO_ROOT
 
 try:
@@ -35,7 +35,7 @@ def test_the_extension_is_built_where_a_compiler_is():
             "reinstall with `pip install -e .` and read the build output"
         )
         pytest.skip("no C compiler: the optional extension is not built")
-    assert _local._SPIN is _spin.spin_readable
+    assert spinner._SPIN is _spin.spin_readable
 
 
 needs_spin = pytest.mark.skipif(_spin is None, reason="optional extension not built")
@@ -152,9 +152,9 @@ def test_at_most_max_spinners_spin_at_once():
 )
 def test_spin_budget_from_the_environment(monkeypatch, value, expect_ns):
     monkeypatch.setenv("TENSORPLAY_JAX_RPC_SPIN_US", value)
-    fn, ns = _local._spinner()
+    fn, ns = spinner._spinner()
     if expect_ns is None:  # not a number: the default, with a warning
-        expect_ns = int(_local.RPC_SPIN_US * 1000)
+        expect_ns = int(spinner.RPC_SPIN_US * 1000)
     if _spin is None:
         assert (fn, ns) == (None, 0)
     else:

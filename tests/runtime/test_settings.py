@@ -16,12 +16,7 @@ from tests._procs import REPO_ROOT
 PACKAGE = REPO_ROOT / "tensorplay_jax"
 TABLE = {s.env for s in settings.SETTINGS}
 
-# TODO(issue 12, lead): rpc/_local.py is being split on another branch; switch its two
-# reads to runtime.settings there and drop this allowance.
-ALLOWED = {
-    ("rpc/_local.py", "TENSORPLAY_JAX_RPC_SPIN_US"),
-    ("rpc/_local.py", "TENSORPLAY_JAX_RPC_LOCAL"),
-}
+ALLOWED: set[tuple[str, str]] = set()  # (module, variable) pairs read outside runtime/
 
 
 def _readme_variables() -> list[str]:

@@ -32,7 +32,8 @@ import msgpack
 import numpy as np
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.rpc import _agent, _codec, _framing, _local
+from tensorplay_jax.rpc import _agent, _codec, _framing
+from tensorplay_jax.rpc._local import frames, segments
 from tests.security import _memory_workers as M
 from tests.security import _shutdown_workers as S
 from tests.security._common import wait_until
@@ -44,7 +45,7 @@ CALL_WAIT_S = 8.0  # w1's own limits on its call, and on w0 forgetting the ids
 INLINE_CALLS = 50  # calls that come with descriptors they do not take
 FDS_PER_FRAME = 4
 REFUSED_SEGMENTS = 20  # shared-memory frames whose message is malformed
-MID_FRAME_PIECES = 64  # pieces of one frame's body, each sent with _local._MAX_FDS descriptors
+MID_FRAME_PIECES = 64  # pieces of one frame's body, each sent with frames._MAX_FDS descriptors
 SEGMENT_FLOATS = 100_000  # 400 KB: a real same-host call sends it through a segment
 FD_SLACK = 8  # descriptors the victim may open for itself meanwhile
 REPLY_WAIT_S = 10.0  # the victim answers each frame within this
@@ -110,12 +111,12 @@ def _send_with_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
 
 
 def _frame(kind: int, body: bytes) -> bytes:
-    return _local._FRAME.pack(len(body), kind) + body
+    return frames._FRAME.pack(len(body), kind) + body
 
 
 def _call_frame(mid: int) -> bytes:
     env, header = M._request(mid)
-    return _frame(_local._INLINE, b"".join(_framing.pack_message(env, header, [])))
+    return _frame(frames._INLINE, b"".join(_framing.pack_message(env, header, [])))
 
 
 def _replies(peer: M._LocalPeer, n: int) -> list[tuple[int, int]]:
@@ -151,13 +152,13 @@ def _attack_fds() -> None:
     # the calls and keeps none of the descriptors.
     for mid in range(1, INLINE_CALLS + 1):
         _send_with_fds(peer.sock, _call_frame(mid), [spare] * FDS_PER_FRAME)
-    _send_with_fds(peer.sock, _frame(_local._RELEASE, _local._U64.pack(12345)), [spare] * 2)
+    _send_with_fds(peer.sock, _frame(frames._RELEASE, frames._U64.pack(12345)), [spare] * 2)
     # 2. Shared-memory frames with their segment, whose message is malformed: refused,
     # and their segment's descriptor closed.
     for sid in range(REFUSED_SEGMENTS):
-        body = _local._U64.pack(sid) + b"not a message"
-        _send_with_fds(peer.sock, _frame(_local._SHM, body), [sealed])
-    _send_with_fds(peer.sock, _frame(_local._SHM, b"short"), [sealed])  # no segment id
+        body = frames._U64.pack(sid) + b"not a message"
+        _send_with_fds(peer.sock, _frame(frames._SHM, body), [sealed])
+    _send_with_fds(peer.sock, _frame(frames._SHM, b"short"), [sealed])  # no segment id
     peer.frame(99, 4, b"junk")  # as M._LocalPeer.probe: its error comes after all the above
     got = _replies(peer, INLINE_CALLS + REFUSED_SEGMENTS + 2)
     # 3. Descriptors in the middle of one frame's body: past a few, the victim drops
@@ -166,9 +167,9 @@ def _attack_fds() -> None:
     other.probe()
     piece = b"\0" * 1024
     with contextlib.suppress(OSError):  # the victim may have hung up already
-        other.sock.sendall(_local._FRAME.pack(len(piece) * MID_FRAME_PIECES, 99))
+        other.sock.sendall(frames._FRAME.pack(len(piece) * MID_FRAME_PIECES, 99))
         for _ in range(MID_FRAME_PIECES):
-            _send_with_fds(other.sock, piece, [spare] * _local._MAX_FDS)
+            _send_with_fds(other.sock, piece, [spare] * frames._MAX_FDS)
     wait_until(lambda: not other.link.alive, REPLY_WAIT_S, "the victim dropping the link")
     os.close(spare)
     os.close(sealed)
@@ -201,7 +202,7 @@ def hold_then_sum(x: np.ndarray) -> float:
 def _segment(n: int, *, sealed: bool) -> int:
     flags = os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealed else 0)
     fd = os.memfd_create("tpj-test-segment", flags)
-    os.ftruncate(fd, -(-n // _local._SEGMENT_GRAIN) * _local._SEGMENT_GRAIN)
+    os.ftruncate(fd, -(-n // segments._SEGMENT_GRAIN) * segments._SEGMENT_GRAIN)
     if sealed:
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
     return fd
@@ -213,11 +214,11 @@ def _shm_call(
     """A call of ``fn(x)`` whose array travels in segment ``fd`` (written here if ``fill``)."""
     enc = _codec.encode([fn, [x], {}])
     if fill:
-        _local._fill(fd, enc.buffers)
+        segments._fill(fd, enc.buffers)
     env = _codec.dumps_small([_agent.CALL, mid, {}])
     msg = _framing.pack_message(env, enc.header, enc.buffers, with_buffers=False)
-    body = _local._U64.pack(mid) + b"".join(msg)
-    peer.frame(_local._SHM, len(body), body, fd)
+    body = frames._U64.pack(mid) + b"".join(msg)
+    peer.frame(frames._SHM, len(body), body, fd)
 
 
 def _first_reply(peer: M._LocalPeer, fd: int) -> tuple[int, int] | None:

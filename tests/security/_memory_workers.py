@@ -160,9 +160,9 @@ class _LocalPeer:
         self.sock = self.link._sock
 
     def frame(self, kind: int, length: int, body: bytes = b"", fd: int = -1) -> None:
-        from tensorplay_jax.rpc import _local
+        from tensorplay_jax.rpc._local import frames
 
-        data = _local._FRAME.pack(length, kind) + body
+        data = frames._FRAME.pack(length, kind) + body
         if fd < 0:
             self.sock.sendall(data)
         else:
@@ -242,7 +242,8 @@ def _connect() -> _LocalPeer | _GrpcPeer:
 
 
 def _attack_declared() -> None:
-    from tensorplay_jax.rpc import _framing, _local
+    from tensorplay_jax.rpc import _framing
+    from tensorplay_jax.rpc._local import frames
 
     peer = _connect()
     attack = os.environ["TPJ_ATTACK"]
@@ -252,7 +253,7 @@ def _attack_declared() -> None:
         peer.chunk(1, 0, b"\1" * 4096)
         peer.probe()
     elif attack == "frame":  # a body length of 1 GiB, and 4 KiB of the body
-        peer.frame(_local._INLINE, DECLARED, b"\1" * 4096)
+        peer.frame(frames._INLINE, DECLARED, b"\1" * 4096)
         peer.drained()
     else:  # a 1 GiB shared-memory segment with no page written
         fd = os.memfd_create("tpj-test-sparse", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -261,8 +262,8 @@ def _attack_declared() -> None:
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
         env, header = _request(7)
         msg = _framing._prelude(env, header, [DECLARED]) + env + header
-        body = _local._U64.pack(1) + msg
-        peer.frame(_local._SHM, len(body), body, fd)
+        body = frames._U64.pack(1) + msg
+        peer.frame(frames._SHM, len(body), body, fd)
         os.close(fd)
         peer.probe()
     _mark("sent")
@@ -271,7 +272,7 @@ def _attack_declared() -> None:
 
 
 def _attack_partial() -> None:
-    from tensorplay_jax.rpc import _local
+    from tensorplay_jax.rpc._local import frames
 
     peer = _connect()
     block = b"\1" * (4 * MIB)
@@ -281,7 +282,7 @@ def _attack_partial() -> None:
             peer.chunk(1, i * len(block), block)
         peer.probe()
     else:
-        peer.frame(_local._INLINE, DECLARED)
+        peer.frame(frames._INLINE, DECLARED)
         for _ in range(SENT_MIB // 4):
             peer.sock.sendall(block)
         peer.drained()

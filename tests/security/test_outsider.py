@@ -23,6 +23,7 @@ import grpc
 import pytest
 
 from tensorplay_jax.rpc import _codec, _framing, _local, _rendezvous, _service
+from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.runtime import secret as _secret
 from tests._procs import run_workers
 from tests.security import _rendezvous_workers as W
@@ -153,10 +154,11 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
             assert err is not None and err.code() == grpc.StatusCode.UNAUTHENTICATED, err
         if transport == "local":
             assert addr["local"], "the same-host server is not up"
-            for data in (pickled, b"\0" * 4096, _local._MAGIC + b"\0" * 64):
+            for data in (pickled, b"\0" * 4096, handshake._MAGIC + b"\0" * 64):
                 got = _local_probe(addr["local"], data)
                 assert (
-                    got.startswith(_local._MAGIC) and len(got) == len(_local._MAGIC) + _local._NONCE
+                    got.startswith(handshake._MAGIC)
+                    and len(got) == len(handshake._MAGIC) + handshake._NONCE
                 ), got
             for wrong in ("wrong", "", "x" * 64):
                 with pytest.raises((ConnectionError, OSError)):
