@@ -1,9 +1,9 @@
 """Distributed autograd contexts: ids, the per-worker registry, ``context()`` and release.
 
-A context id is a 64-bit int: the creating worker's rank in the high 16 bits,
-a per-worker counter in the low 48. Every worker a context reaches (through
-RPCs, ``remote()``, ``to_here()`` or backward) keeps a
-:class:`DistAutogradContext` under the same id, holding the gradients of its
+A context id packs the creating worker's rank and a counter
+(``runtime.ids.CONTEXT_ID``). Every worker a context reaches (through RPCs,
+``remote()``, ``to_here()`` or backward) keeps a :class:`DistAutogradContext`
+under the same id, holding the gradients of its
 own leaves, the send edges and recv nodes recorded in that context, and the
 workers it exchanged messages with. Leaving ``with context()`` drops it here
 and asks every known worker to drop it too; each forwards the request to the
