@@ -12,6 +12,7 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 import importlib
 
 from tensorplay_jax.collectives import ReduceOp as ReduceOp
+from tensorplay_jax.distributed._pg import collectives as _pg_collectives
 from tensorplay_jax.distributed._pg import group as _group
 from tensorplay_jax.distributed._pg.collectives import all_gather as all_gather
 from tensorplay_jax.distributed._pg.collectives import all_reduce as all_reduce
@@ -47,19 +48,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The group's names are listed once, in ``_pg.group.__all__``.
-__all__ = [
-    *_group.__all__,
-    "ReduceOp",
-    "all_gather",
-    "all_reduce",
-    "all_to_all",
-    "all_to_all_single",
-    "broadcast",
-    "gather",
-    "recv",
-    "reduce",
-    "reduce_scatter",
-    "scatter",
-    "send",
-]
+# The names are listed once, in ``_pg.group.__all__`` and ``_pg.collectives.__all__``.
+__all__ = [*_group.__all__, "ReduceOp", *_pg_collectives.__all__]

@@ -1,4 +1,4 @@
-"""The RPC agent: one per process; sends and serves requests, keeps timeouts, stops with the rest.
+"""The RPC agent: one per process; starts, sends requests and keeps their timeouts.
 
 Message kinds and envelopes: see ``_protocol``.
 
@@ -9,35 +9,29 @@ The agent holds both kinds of connection as ``_link.Link`` and hands every
 transport one ``Inbound`` (its ``_on_message``, ``_on_malformed`` and
 ``_on_closed``).
 
-Calls run in a thread pool of ``num_worker_threads``; on a ``_local`` link the
-reading thread serves the call itself, and reply callbacks run there too (a
-watchdog hands reading to a spare thread when such work runs long; at most
-``num_worker_threads`` spares per link, then the pool). RRef
-bookkeeping (REMOTE's owner record, FORK_ADD/DEL) happens in the reader thread
-so it keeps the order in which each peer sent it.
+:class:`Agent` ties the parts of a worker's RPC together. Here: start-up
+(rendezvous with the store, the peer table), lookups, connecting, and the
+calling side (``call``, timeouts, calls failed by a lost link). Its base
+classes hold the rest: ``_serve.Serving`` what arrives (replies, serving
+requests, the worker pool), ``_shutdown.Shutdown`` the graceful barrier and
+``stop``. The RRef bookkeeping is ``_rref_table.RRefTable`` (``agent.rrefs``).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import gc
 import itertools
 import logging
-import queue
 import re
 import secrets
 import socket
 import threading
 import time
-import traceback
-import warnings
 from typing import Any
 
-from tensorplay_jax.rpc import _codec, _context, _local, _rref
+from tensorplay_jax.rpc import _codec, _context, _local
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
-from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._link import Inbound, Link
 from tensorplay_jax.rpc._protocol import (
@@ -51,15 +45,13 @@ from tensorplay_jax.rpc._protocol import (
     REMOTE,
 )
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
+from tensorplay_jax.rpc._rref_table import RRefTable
+from tensorplay_jax.rpc._serve import Serving, _Pool, func_name
 from tensorplay_jax.rpc._service import Server, TlsConfig, connect
+from tensorplay_jax.rpc._shutdown import Shutdown
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
-from tensorplay_jax.runtime.settings import (
-    RPC_SERVER_STOP_GRACE_S,
-    RPC_SHUTDOWN_EXIT_WAIT_S,
-    RPC_STORE_REPLY_GRACE_S,
-)
 
 # current_agent, get_agent, set_current and the kinds (CALL, ...) stay importable from
 # here: api and the tests use them by these names.
@@ -82,14 +74,6 @@ log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
 
 
-def func_name(fn: Any) -> str:
-    mod = getattr(fn, "__module__", None)
-    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if qual is None:
-        return repr(fn)
-    return f"{mod}.{qual}" if mod else qual
-
-
 class _Pending:
     __slots__ = ("fut", "info", "link", "timeout", "to")
 
@@ -98,63 +82,6 @@ class _Pending:
     ) -> None:
         self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
         self.link: Link | None = None
-
-
-class _Pool(concurrent.futures.Executor):
-    """The worker threads that serve calls: a ThreadPoolExecutor whose threads are daemons.
-
-    The interpreter joins a ThreadPoolExecutor's threads at exit, so one served call
-    that never returns would keep the process alive for ever after shutdown gave up.
-    """
-
-    def __init__(self, max_workers: int, name: str) -> None:
-        self._max, self._name = max_workers, name
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._closed = False
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            self._q.put((fut, fn, args, kwargs))
-            if not self._idle.acquire(blocking=False) and self._threads < self._max:
-                self._threads += 1
-                threading.Thread(
-                    target=self._work, name=f"{self._name}_{self._threads}", daemon=True
-                ).start()
-        return fut
-
-    def _work(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                self._q.put(None)  # wake the next thread: all of them end
-                return
-            fut, fn, args, kwargs = item
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn(*args, **kwargs))
-                except BaseException as e:
-                    fut.set_exception(e)
-            item = fut = fn = args = kwargs = None  # hold nothing while idle
-            self._idle.release()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._lock:
-            self._closed = True
-        if cancel_futures:
-            while True:
-                try:
-                    item = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    item[0].cancel()
-        self._q.put(None)
 
 
 def validate_name(name: Any) -> str:
@@ -166,8 +93,8 @@ def validate_name(name: Any) -> str:
     return name
 
 
-class Agent:
-    """Everything one worker needs to call and serve the others."""
+class Agent(Serving, Shutdown):
+    """Everything one worker needs to call and serve the others (see the module docstring)."""
 
     def __init__(
         self, name: str, rank: int, world_size: int | None, options: GrpcRpcBackendOptions
@@ -209,7 +136,7 @@ class Agent:
         self._inbound = Inbound(self._on_message, self._on_malformed, self._on_closed)
         self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
         self._deadlines = Deadlines(self._expire, self._pending)
-        self.rrefs = _rref.RRefTable(self)
+        self.rrefs = RRefTable(self)
 
     # ------------------------------------------------------------------ startup
 
@@ -236,16 +163,6 @@ class Agent:
     def open(self) -> None:
         """Start running requests (init_rpc calls this once the agent is current)."""
         self._open.set()
-
-    def _wait_open(self) -> None:
-        """Hold a request that arrived before this worker's init_rpc returned."""
-        if self._open.wait(self.options.init_timeout) and not self.stopped:
-            return
-        state = "is shutting down" if self.stopped else "did not finish init_rpc"
-        raise RpcPeerError(
-            f"worker {self.name!r} {state} within init_timeout={self.options.init_timeout}s; "
-            "the request was not run"
-        )
 
     def _at_exit(self) -> None:
         if not self.stopped:
@@ -343,9 +260,6 @@ class Agent:
 
     def _known(self) -> str:
         return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in self.by_id.values())
-
-    def _peer_info(self, name: str) -> WorkerInfo:
-        return self.workers.get(name) or WorkerInfo(name, -1)
 
     # ------------------------------------------------------------------ calling
 
@@ -449,308 +363,3 @@ class Agent:
                     "been killed"
                 )
             p.fut._try_set_exception(RpcPeerError(msg))
-
-    # ------------------------------------------------------------------ receiving
-
-    def _on_message(self, link: Link, msg: Message) -> None:
-        try:
-            env = _codec.loads_small(msg.envelope)
-            kind, mid, meta = env[0], env[1], env[2]
-            if not isinstance(kind, int) or not isinstance(mid, int) or not isinstance(meta, dict):
-                raise _codec.DecodeError("bad envelope")
-        except Exception as e:
-            self._on_malformed(link, e)
-            return
-        if kind in (OK, ERR):
-            self._on_reply(kind, mid, meta, msg)
-        else:
-            self._on_request(link, kind, mid, meta, env[3:], msg)
-
-    def _on_malformed(self, link: Link, err: Exception) -> None:
-        log.warning("rpc: malformed message from %s: %s", link.peer, err)
-        exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
-        self._send_error(link, 0, exc, "")
-
-    def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
-        with self._lock:
-            pend = self._pending.pop(mid, None)
-            self.activity += 1
-        if pend is None:
-            return  # timed out or cancelled already
-        try:
-            value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
-            if kind == OK:
-                for h in _context.active_hooks():
-                    value = h.on_receive_response(pend.info, value, meta)
-                pend.fut._try_set_result(value)
-            else:
-                pend.fut._try_set_exception(_codec.rebuild_exception(value))
-        except BaseException as e:
-            pend.fut._try_set_exception(e)
-
-    def _on_request(
-        self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
-    ) -> None:
-        if not self._open.is_set():
-            try:
-                self._wait_open()
-            except RpcPeerError as e:
-                self._send_error(link, mid, e, "")
-                return
-        caller = self._peer_info(link.peer)
-        with self._lock:
-            self._inflight += 1
-            self.activity += 1
-        try:
-            if kind in (FORK_ADD, FORK_DEL):
-                if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
-                    raise _codec.DecodeError(
-                        f"{KIND_NAMES[kind]}: expected an RRef id and a fork id, got {extra!r:.200}"
-                    )
-                # An id never created leaves nothing for ever: see _rref.
-                if kind == FORK_ADD:
-                    self.rrefs.add_fork(extra[0], extra[1], sender=caller)
-                else:
-                    self.rrefs.del_fork(extra[0], extra[1], sender=caller)
-                self._send_ok(link, mid, None, {})
-                self._done_serving()
-                return
-            record = None
-            if kind == REMOTE:
-                record = self.rrefs.create_owned(extra[0], extra[1])
-            elif kind == FETCH:
-                record = self.rrefs.lookup_or_pending(extra[0])
-            elif kind != CALL:
-                raise _codec.DecodeError(f"unknown request kind {kind}")
-            # On the same-host transport the reading thread serves the call itself (a
-            # thread hand-off costs more than a small call; a slow call gets reading
-            # handed on, see _local); else the worker pool serves it.
-            inline = link.serves_inline()
-            if not inline:
-                self._executor.submit(
-                    self._serve, link, kind, mid, meta, msg, caller, record, extra
-                )
-        except BaseException as e:
-            self._send_error(link, mid, e, "")
-            self._done_serving()
-            return
-        if inline:
-            self._serve(link, kind, mid, meta, msg, caller, record, extra)
-
-    def _done_serving(self) -> None:
-        with self._lock:
-            self._inflight -= 1
-
-    def _serve(
-        self,
-        link: Link,
-        kind: int,
-        mid: int,
-        meta: dict,
-        msg: Message,
-        caller: WorkerInfo,
-        record: Any,
-        extra: list,
-    ) -> None:
-        info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
-        try:
-            with _context.serving(meta, caller):
-                try:
-                    if kind == FETCH:
-                        # Parked while the value is not there yet; ends with the value, with
-                        # the link, or (if never created) after rpc_timeout: see _rref.
-                        value = self.rrefs.fetch(record, link, self.options.rpc_timeout)
-                        self._reply_when_done(link, mid, info, value)
-                        return
-                    fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
-                    args = tuple(args)
-                    info = info._replace(func_name=func_name(fn), func=fn)
-                    for h in _context.active_hooks():
-                        args, kwargs = h.on_receive_request(info, args, kwargs)
-                    result = fn(*args, **kwargs)
-                    if isinstance(result, Future) and getattr(fn, "_tpj_async_execution", False):
-                        if kind == REMOTE:
-                            result.add_done_callback(record.value._copy_from)
-                            result = record.value
-                        self._reply_when_done(link, mid, info, result, remote=kind == REMOTE)
-                        return
-                except BaseException as e:
-                    if record is not None and kind == REMOTE:
-                        record.value._try_set_exception(e)
-                    self._send_error(link, mid, e, info.func_name)
-                    return
-                if kind == REMOTE:
-                    record.value._try_set_result(result)
-                    result = None
-                self._reply(link, mid, info, result)
-        finally:
-            self._done_serving()
-
-    def _reply_when_done(
-        self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
-    ) -> None:
-        with self._lock:
-            self._inflight += 1
-
-        def done(f: Future) -> None:
-            try:
-                with _context.serving(info.metadata, info.peer):
-                    try:
-                        result = f.wait()
-                    except BaseException as e:
-                        self._send_error(link, mid, e, info.func_name)
-                        return
-                    self._reply(link, mid, info, None if remote else result)
-            finally:
-                self._done_serving()
-
-        value.add_done_callback(done)
-
-    def _reply(self, link: Link, mid: int, info: Any, result: Any) -> None:
-        resp_meta: dict[str, Any] = {}
-        try:
-            for h in _context.active_hooks():
-                result = h.on_send_response(info, result, resp_meta)
-            self._send_ok(link, mid, result, resp_meta)
-        except BaseException as e:
-            self._send_error(link, mid, e, info.func_name)
-
-    def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
-        enc = _codec.encode(result)
-        link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
-
-    def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
-        tb = "".join(traceback.format_exception(exc)).rstrip()
-        where = f" while running {fname}" if fname else ""
-        message = (
-            f"{exc}\n\nRemote traceback from worker {self.name!r} (rank {self.rank}){where}:\n{tb}"
-        )
-        body = _codec.encode(_codec.exception_record(exc, message))
-        link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
-
-    # ------------------------------------------------------------------ shutdown
-
-    def outstanding(self) -> int:
-        return len(self._pending) + self._inflight + self.rrefs.queued_deletes
-
-    def _outstanding_detail(self) -> str:
-        return (
-            f"{len(self._pending)} call(s) waiting for a reply, {self._inflight} request(s) "
-            f"being served, {self.rrefs.queued_deletes} RRef release(s) queued"
-        )
-
-    def wait_for_all_workers(self, timeout: float) -> None:
-        """Graceful shutdown barrier: return once no worker has work left or in flight.
-
-        Each round, every worker waits until its own calls and served requests
-        are done, then publishes how many messages it has handled. Two rounds in
-        a row with identical counts on every worker mean nothing moved in
-        between. The first time that happens every worker releases the RRefs it
-        still uses; the second time, everyone can stop.
-
-        Raises:
-          TimeoutError: not done within ``timeout`` seconds (0: no limit); the message
-            names the ranks that did not arrive, or this worker's own unfinished work.
-          ConnectionError: the store (rank 0) went away.
-        """
-        deadline = None if not timeout else time.monotonic() + timeout
-        assert self.store is not None
-        prev: dict[int, Any] | None = None
-        released = False
-        for k in itertools.count():
-            while self.outstanding():
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"shutdown: worker {self.name!r} still has {self.outstanding()} RPCs "
-                        f"outstanding after {timeout:g} s ({self._outstanding_detail()}); "
-                        "pass a larger timeout= to wait longer"
-                    )
-                time.sleep(0.002)
-            keys = {f"shutdown/{k}/{r}": r for r in range(self.world_size)}
-            try:
-                if deadline is not None:
-                    # A stopped or cut-off rank 0 never answers: give up on it at the deadline.
-                    left = max(deadline - time.monotonic(), 0.001)
-                    self.store.reply_timeout = left + RPC_STORE_REPLY_GRACE_S
-                self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
-                left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-                vals, _ = self.store.wait(keys, left)
-            except TimeoutError as e:
-                raise TimeoutError(
-                    f"shutdown: worker {self.name!r} waited timeout={timeout:g} s for every "
-                    f"worker to finish its work: {e} (stopped, hung, or cut off from this "
-                    "one?); pass a larger timeout= to wait longer"
-                ) from None
-            except ConnectionError as e:
-                if deadline is None or time.monotonic() < deadline:
-                    raise  # rank 0 is gone
-                raise TimeoutError(
-                    f"shutdown: worker {self.name!r} waited timeout={timeout:g} s for every "
-                    f"worker to finish its work: ranks [0] did not arrive (its rendezvous "
-                    f"store does not answer: {e}; stopped, hung, or cut off from this one?)"
-                ) from None
-            cur = {r: vals.get(f"shutdown/{k}/{r}") for r in range(self.world_size)}
-            if cur == prev:
-                if released:
-                    return
-                # Everyone is in shutdown and quiet: now users let go of their RRefs
-                # (every worker decides this in the same round), then settle again.
-                released = True
-                gc.collect()
-                self.rrefs.release_users()
-                cur = None
-            prev = cur
-
-    def stop(
-        self, *, leak_check: bool = True, graceful: bool = True, deadline: float | None = None
-    ) -> None:
-        """Stop serving and close every connection (local; see wait_for_all_workers).
-
-        Every wait here is bounded, and cut short at ``deadline`` (``time.monotonic()``):
-        grpc's grace for open streams (RPC_SERVER_STOP_GRACE_S), rank 0 keeping the store
-        up for the others to leave (RPC_SHUTDOWN_EXIT_WAIT_S, graceful only), and each
-        store reply (RPC_STORE_REPLY_GRACE_S, also past the deadline: a stopped rank 0
-        costs that much once).
-        """
-
-        def left(most: float) -> float:
-            if deadline is None:
-                return most
-            return min(most, max(deadline - time.monotonic(), 0.0))
-
-        with self._lock:
-            self.stopped = True
-            links = list(self._links.values())
-        self._open.set()  # release requests held for init_rpc (they get an error)
-        if leak_check:
-            leaks = self.rrefs.owned_ids()
-            if leaks:
-                warnings.warn(
-                    f"RRef leak check: worker {self.name!r} still owns {len(leaks)} value(s) that "
-                    f"other workers referenced at shutdown: "
-                    + ", ".join(f"{i:#x}" for i in leaks[:10]),
-                    stacklevel=3,
-                )
-        for link in links:
-            link.close()
-        if self._local_server is not None:
-            self._local_server.stop()
-        if self._server is not None:
-            self._server.stop(left(RPC_SERVER_STOP_GRACE_S))
-        self._deadlines.stop()
-        self.rrefs.stop()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        if self.store is not None:
-            try:
-                self.store.reply_timeout = RPC_STORE_REPLY_GRACE_S
-                self.store.add("shutdown/exit", 1)
-                if self._store_server is not None and graceful:
-                    wait = left(RPC_SHUTDOWN_EXIT_WAIT_S)
-                    self.store.reply_timeout = wait + RPC_STORE_REPLY_GRACE_S
-                    self.store.wait_count("shutdown/exit", self.world_size, wait)
-            except (ConnectionError, OSError):
-                pass
-            self.store.reply_timeout = RPC_STORE_REPLY_GRACE_S
-            self.store.close(clean=graceful)
-        if self._store_server is not None:
-            self._store_server.close()

@@ -1,7 +1,7 @@
 """Deadlines: one thread that calls back for each id whose deadline passed.
 
 The agent fails calls whose timeout passed with it, and the RRef table drops
-placeholders and parked messages that waited too long (see ``_rref``).
+placeholders and parked messages that waited too long (see ``_rref_table``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ thread), a codec header and buffers (``_codec``), framed by the transport
   An ERR for message id 0 answers a message that could not be read.
 
 ``REMOTE``, ``FETCH`` and the fork messages are the RRef protocol (see
-``_rref``); the agent serves all of them.
+``_rref``, ``_rref_table``); the agent serves all of them.
 """
 
 from __future__ import annotations

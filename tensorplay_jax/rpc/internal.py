@@ -37,6 +37,7 @@ Example:
     'my_fn'
 """
 
+from tensorplay_jax.rpc import _context
 from tensorplay_jax.rpc._codec import register_type as register_type
 from tensorplay_jax.rpc._context import CallInfo as CallInfo
 from tensorplay_jax.rpc._context import RpcHooks as RpcHooks
@@ -48,15 +49,5 @@ from tensorplay_jax.rpc._context import is_internal_target as is_internal_target
 from tensorplay_jax.rpc._context import register_hooks as register_hooks
 from tensorplay_jax.rpc._errors import not_initialized as not_initialized
 
-__all__ = [
-    "CallInfo",
-    "RpcHooks",
-    "call_metadata",
-    "current_call_metadata",
-    "current_caller",
-    "internal_target",
-    "is_internal_target",
-    "not_initialized",
-    "register_hooks",
-    "register_type",
-]
+# The hooks API is listed once, in ``_context.__all__``.
+__all__ = [*_context.__all__, "not_initialized", "register_type"]

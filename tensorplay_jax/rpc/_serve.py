@@ -1,0 +1,322 @@
+"""The agent's receiving side: what it does with each message a link hands it.
+
+A reply (``OK``/``ERR``) completes the pending call it answers. A request is
+served: the RRef bookkeeping of ``FORK_ADD``/``FORK_DEL``, ``REMOTE``'s owner
+record and ``FETCH``'s lookup happens in the link's reading thread, so it keeps
+the order in which each peer sent it; then the call itself runs, hooks around
+it, and its reply (or error, with the remote traceback) goes back on the link.
+
+Calls run in :class:`_Pool`, ``num_worker_threads`` daemon threads; on a
+``_local`` link the reading thread serves the call itself, and reply
+callbacks run there too (a watchdog hands reading to a spare thread when such
+work runs long; at most ``num_worker_threads`` spares per link, then the
+pool).
+
+:class:`Serving` is a part of ``_agent.Agent`` (a base class of it), not an
+object of its own: it works on the agent's state, listed in its class body.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from tensorplay_jax.rpc import _codec, _context
+from tensorplay_jax.rpc._errors import RpcPeerError
+from tensorplay_jax.rpc._framing import Message
+from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._link import Link
+from tensorplay_jax.rpc._protocol import (
+    CALL,
+    ERR,
+    FETCH,
+    FORK_ADD,
+    FORK_DEL,
+    KIND_NAMES,
+    OK,
+    REMOTE,
+)
+from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+
+if TYPE_CHECKING:
+    from tensorplay_jax.rpc._rref_table import RRefTable
+
+__all__ = ["Serving", "func_name"]
+
+log = logging.getLogger(__name__)
+
+
+def func_name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return repr(fn)
+    return f"{mod}.{qual}" if mod else qual
+
+
+class _Pool(concurrent.futures.Executor):
+    """The worker threads that serve calls: a ThreadPoolExecutor whose threads are daemons.
+
+    The interpreter joins a ThreadPoolExecutor's threads at exit, so one served call
+    that never returns would keep the process alive for ever after shutdown gave up.
+    """
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._max, self._name = max_workers, name
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._closed = False
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._q.put((fut, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and self._threads < self._max:
+                self._threads += 1
+                threading.Thread(
+                    target=self._work, name=f"{self._name}_{self._threads}", daemon=True
+                ).start()
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                self._q.put(None)  # wake the next thread: all of them end
+                return
+            fut, fn, args, kwargs = item
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args, **kwargs))
+                except BaseException as e:
+                    fut.set_exception(e)
+            item = fut = fn = args = kwargs = None  # hold nothing while idle
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        self._q.put(None)
+
+
+class Serving:
+    """The agent's receiving side (see the module docstring); ``Agent`` sets its state."""
+
+    # The agent's state this side reads and updates (set in ``Agent.__init__``).
+    name: str
+    rank: int
+    stopped: bool
+    workers: dict[str, WorkerInfo]
+    options: GrpcRpcBackendOptions
+    rrefs: RRefTable
+    activity: int
+    _lock: threading.Lock
+    _pending: dict[int, Any]  # message id -> _agent._Pending
+    _inflight: int
+    _open: threading.Event
+    _executor: concurrent.futures.Executor
+
+    def _wait_open(self) -> None:
+        """Hold a request that arrived before this worker's init_rpc returned."""
+        if self._open.wait(self.options.init_timeout) and not self.stopped:
+            return
+        state = "is shutting down" if self.stopped else "did not finish init_rpc"
+        raise RpcPeerError(
+            f"worker {self.name!r} {state} within init_timeout={self.options.init_timeout}s; "
+            "the request was not run"
+        )
+
+    def _peer_info(self, name: str) -> WorkerInfo:
+        return self.workers.get(name) or WorkerInfo(name, -1)
+
+    def _on_message(self, link: Link, msg: Message) -> None:
+        try:
+            env = _codec.loads_small(msg.envelope)
+            kind, mid, meta = env[0], env[1], env[2]
+            if not isinstance(kind, int) or not isinstance(mid, int) or not isinstance(meta, dict):
+                raise _codec.DecodeError("bad envelope")
+        except Exception as e:
+            self._on_malformed(link, e)
+            return
+        if kind in (OK, ERR):
+            self._on_reply(kind, mid, meta, msg)
+        else:
+            self._on_request(link, kind, mid, meta, env[3:], msg)
+
+    def _on_malformed(self, link: Link, err: Exception) -> None:
+        log.warning("rpc: malformed message from %s: %s", link.peer, err)
+        exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
+        self._send_error(link, 0, exc, "")
+
+    def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
+        with self._lock:
+            pend = self._pending.pop(mid, None)
+            self.activity += 1
+        if pend is None:
+            return  # timed out or cancelled already
+        try:
+            value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
+            if kind == OK:
+                for h in _context.active_hooks():
+                    value = h.on_receive_response(pend.info, value, meta)
+                pend.fut._try_set_result(value)
+            else:
+                pend.fut._try_set_exception(_codec.rebuild_exception(value))
+        except BaseException as e:
+            pend.fut._try_set_exception(e)
+
+    def _on_request(
+        self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
+    ) -> None:
+        if not self._open.is_set():
+            try:
+                self._wait_open()
+            except RpcPeerError as e:
+                self._send_error(link, mid, e, "")
+                return
+        caller = self._peer_info(link.peer)
+        with self._lock:
+            self._inflight += 1
+            self.activity += 1
+        try:
+            if kind in (FORK_ADD, FORK_DEL):
+                if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
+                    raise _codec.DecodeError(
+                        f"{KIND_NAMES[kind]}: expected an RRef id and a fork id, got {extra!r:.200}"
+                    )
+                # An id never created leaves nothing for ever: see _rref_table.
+                if kind == FORK_ADD:
+                    self.rrefs.add_fork(extra[0], extra[1], sender=caller)
+                else:
+                    self.rrefs.del_fork(extra[0], extra[1], sender=caller)
+                self._send_ok(link, mid, None, {})
+                self._done_serving()
+                return
+            record = None
+            if kind == REMOTE:
+                record = self.rrefs.create_owned(extra[0], extra[1])
+            elif kind == FETCH:
+                record = self.rrefs.lookup_or_pending(extra[0])
+            elif kind != CALL:
+                raise _codec.DecodeError(f"unknown request kind {kind}")
+            # On the same-host transport the reading thread serves the call itself (a
+            # thread hand-off costs more than a small call; a slow call gets reading
+            # handed on, see _local); else the worker pool serves it.
+            inline = link.serves_inline()
+            if not inline:
+                self._executor.submit(
+                    self._serve, link, kind, mid, meta, msg, caller, record, extra
+                )
+        except BaseException as e:
+            self._send_error(link, mid, e, "")
+            self._done_serving()
+            return
+        if inline:
+            self._serve(link, kind, mid, meta, msg, caller, record, extra)
+
+    def _done_serving(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+
+    def _serve(
+        self,
+        link: Link,
+        kind: int,
+        mid: int,
+        meta: dict,
+        msg: Message,
+        caller: WorkerInfo,
+        record: Any,
+        extra: list,
+    ) -> None:
+        info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
+        try:
+            with _context.serving(meta, caller):
+                try:
+                    if kind == FETCH:
+                        # Parked while the value is not there yet; ends with the value, with
+                        # the link, or (if never created) after rpc_timeout: see _rref_table.
+                        value = self.rrefs.fetch(record, link, self.options.rpc_timeout)
+                        self._reply_when_done(link, mid, info, value)
+                        return
+                    fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
+                    args = tuple(args)
+                    info = info._replace(func_name=func_name(fn), func=fn)
+                    for h in _context.active_hooks():
+                        args, kwargs = h.on_receive_request(info, args, kwargs)
+                    result = fn(*args, **kwargs)
+                    if isinstance(result, Future) and getattr(fn, "_tpj_async_execution", False):
+                        if kind == REMOTE:
+                            result.add_done_callback(record.value._copy_from)
+                            result = record.value
+                        self._reply_when_done(link, mid, info, result, remote=kind == REMOTE)
+                        return
+                except BaseException as e:
+                    if record is not None and kind == REMOTE:
+                        record.value._try_set_exception(e)
+                    self._send_error(link, mid, e, info.func_name)
+                    return
+                if kind == REMOTE:
+                    record.value._try_set_result(result)
+                    result = None
+                self._reply(link, mid, info, result)
+        finally:
+            self._done_serving()
+
+    def _reply_when_done(
+        self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
+    ) -> None:
+        with self._lock:
+            self._inflight += 1
+
+        def done(f: Future) -> None:
+            try:
+                with _context.serving(info.metadata, info.peer):
+                    try:
+                        result = f.wait()
+                    except BaseException as e:
+                        self._send_error(link, mid, e, info.func_name)
+                        return
+                    self._reply(link, mid, info, None if remote else result)
+            finally:
+                self._done_serving()
+
+        value.add_done_callback(done)
+
+    def _reply(self, link: Link, mid: int, info: Any, result: Any) -> None:
+        resp_meta: dict[str, Any] = {}
+        try:
+            for h in _context.active_hooks():
+                result = h.on_send_response(info, result, resp_meta)
+            self._send_ok(link, mid, result, resp_meta)
+        except BaseException as e:
+            self._send_error(link, mid, e, info.func_name)
+
+    def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
+        enc = _codec.encode(result)
+        link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
+
+    def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
+        tb = "".join(traceback.format_exception(exc)).rstrip()
+        where = f" while running {fname}" if fname else ""
+        message = (
+            f"{exc}\n\nRemote traceback from worker {self.name!r} (rank {self.rank}){where}:\n{tb}"
+        )
+        body = _codec.encode(_codec.exception_record(exc, message))
+        link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
