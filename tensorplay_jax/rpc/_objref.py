@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import importlib
-import sys
 from typing import Any
 
 import cloudpickle
@@ -21,7 +20,9 @@ _FUNC_CACHE_SIZE = 256
 
 
 def resolve(module: str, qualname: str) -> Any:
-    obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    # import_module, not a sys.modules lookup: a module another thread is still
+    # importing is in sys.modules half-initialized; import_module waits for it.
+    obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj

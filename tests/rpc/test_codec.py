@@ -189,3 +189,35 @@ def test_registering_a_type_keeps_earlier_registrations():
     assert _roundtrip(info) == info
     assert type(_roundtrip(info)) is WorkerInfo
     assert _roundtrip(Late(3)).v == 3
+
+
+def test_a_function_resolves_while_another_thread_imports_its_module(tmp_path, monkeypatch):
+    """Two reader threads decoding the first calls to a module's functions at once:
+    the second must wait for the first's import, not see the module half-initialized."""
+    import sys
+    import threading
+    import time
+
+    from tensorplay_jax.rpc import _objref
+
+    (tmp_path / "tpj_slow_module.py").write_text(
+        "import time\ntime.sleep(0.3)\n\ndef f():\n    return 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tpj_slow_module", raising=False)
+    results, errors = [], []
+
+    def resolve():
+        try:
+            results.append(_objref.resolve("tpj_slow_module", "f")())
+        except Exception as e:
+            errors.append(e)
+
+    first = threading.Thread(target=resolve)
+    first.start()
+    time.sleep(0.05)  # the first thread is inside the module's body now
+    second = threading.Thread(target=resolve)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert errors == [] and results == [1, 1]
