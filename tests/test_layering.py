@@ -38,6 +38,7 @@ LAYERS: dict[str, set[str]] = {
     "distributed": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc"},
     "demo": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
     "run": {"runtime"},
+    "testing": {"runtime"},
 }
 
 _DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")
