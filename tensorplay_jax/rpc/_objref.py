@@ -226,11 +226,18 @@ _FIXED = (type(None), bool, int, float, complex, str, bytes, types.ModuleType)
 _MISSING = object()
 
 
-def _code_names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            names += _code_names(c)
+_names: weakref.WeakKeyDictionary[types.CodeType, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _code_names(code: types.CodeType) -> tuple[str, ...]:
+    """The global names ``code`` and the functions nested in it may read (cached)."""
+    names = _names.get(code)
+    if names is None:
+        found = list(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                found += _code_names(c)
+        names = _names[code] = tuple(dict.fromkeys(found))
     return names
 
 
