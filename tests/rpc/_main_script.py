@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tensorplay_jax as tp
+import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.distributed.nn import RemoteModule
 
@@ -134,6 +135,10 @@ class Scale(tp.nn.Module):
         return x * self.factor + self.rank
 
 
+def scale_by_rank(t):
+    return t * (RANK + 2.0)
+
+
 def check(name: str, cond: bool, detail: object = "") -> None:
     if not cond:
         raise AssertionError(f"rank {RANK}: {name} failed: {detail}")
@@ -170,6 +175,14 @@ def same_script_checks() -> None:
     module = RemoteModule(f"{PEER}/cpu", Scale, args=(2.0,))
     out = module.forward(tp.ones(3))
     check("remote-module", np.allclose(np.asarray(out.detach().value), 2.0 + PEER_RANK), out)
+
+    # Distributed autograd through a script function: d(sum(t * (r + 2)))/dt = r + 2 (callee's r).
+    with dist_autograd.context() as ctx_id:
+        t = tp.ones(3, requires_grad=True)
+        loss = rpc.rpc_sync(PEER, scale_by_rank, args=(t,)).sum()
+        dist_autograd.backward(ctx_id, [loss])
+        grad = np.asarray(dist_autograd.get_gradients(ctx_id)[t])
+    check("dist-autograd", np.allclose(grad, PEER_RANK + 2.0), grad)
 
 
 def other_script_checks() -> None:

@@ -16,7 +16,7 @@ from tests.rpc import _workers as W
 
 SCRIPT = Path(__file__).with_name("_main_script.py")
 SAME_CHECKS = ["rank-is-callee", "globals-persist", "custom-vjp-and-jit", "jit-by-name",
-               "remote-class", "class-comes-back", "remote-module"]  # fmt: skip
+               "remote-class", "class-comes-back", "remote-module", "dist-autograd"]  # fmt: skip
 
 
 def _env() -> dict[str, str]:
