@@ -164,8 +164,8 @@ def load_objref(rec: list[Any]) -> Any:
             if rec[0] in _MAIN_NAMES:
                 raise DecodeError(
                     f"cannot find {rec[1]} in this worker's main script ({type(e).__name__}: "
-                    f"{e}); define it at the top level of the script, outside "
-                    "`if __name__ == '__main__':`"
+                    f"{e}); define it at the top level of the script, before init_rpc and "
+                    "outside `if __name__ == '__main__':`"
                 ) from None
             raise DecodeError(
                 f"cannot import {rec[0]}.{rec[1]} on this worker ({type(e).__name__}: {e}); "
