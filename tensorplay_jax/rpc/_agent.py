@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from tensorplay_jax.rpc import _codec, _context, _local
+from tensorplay_jax.rpc import _codec, _context, _local, _objref
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
@@ -109,6 +109,8 @@ class Agent(Serving, Shutdown):
         self.by_id: dict[int, WorkerInfo] = {}
         self._addresses: dict[int, str] = {}
         self._local_addresses: dict[int, str] = {}
+        # Workers that run this worker's main script: its functions go to them by name.
+        self.same_main: set[str] = set()
         self._links: dict[int, Link] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
@@ -199,7 +201,8 @@ class Agent(Serving, Shutdown):
         self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
         self._server.expect_target(self.address)
         nonce = secrets.token_hex(8)
-        mine = {"name": self.name, "addr": self.address, "nonce": nonce}
+        main = _objref.main_identity()
+        mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
         if self._tls is None and _local.available():
             # Same-host peers skip gRPC (see _local); TLS keeps every byte on gRPC.
             self._local_server = _local.LocalServer(
@@ -238,6 +241,8 @@ class Agent(Serving, Shutdown):
             self.workers[info.name] = info
             self.by_id[r] = info
             self._addresses[r] = ent["addr"]
+            if r == self.rank or (main is not None and ent.get("main") == main):
+                self.same_main.add(info.name)
             local = ent.get("local")
             if self._local_server is not None and local and local[0] == _local.host_id():
                 self._local_addresses[r] = local[1]
@@ -315,7 +320,7 @@ class Agent(Serving, Shutdown):
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)
             # A list, not a tuple, at the top: one msgpack level less per call.
-            enc = _codec.encode([func, list(args), kwargs])
+            enc = _codec.encode([func, list(args), kwargs], main=to.name in self.same_main)
         else:
             if kind == FETCH:
                 for h in hooks:
