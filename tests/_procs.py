@@ -11,6 +11,7 @@ timeout, kills the rest as soon as one fails, and returns their outputs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import signal
@@ -176,37 +177,39 @@ def run_workers(
 
 def run_on_hosts(
     cluster: Cluster,
-    script: str | Callable[[], object],
+    script: str | Callable[[], object] | None,
     hosts: Sequence[int],
     *,
     commands: Sequence[Sequence[str]] | None = None,
     env: Mapping[str, str] | None = None,
+    per_rank_env: Sequence[Mapping[str, str]] | None = None,
     **kwargs: object,
 ) -> list[WorkerResult]:
     """:func:`run_workers` with rank ``r`` on simulated host ``hosts[r]`` of ``cluster``.
 
     Rank 0's host is ``MASTER_ADDR``; every worker gets ``LOCAL_RANK`` and
     ``LOCAL_WORLD_SIZE`` (its place among the ranks on its host), the job's secret
-    (a fresh ``TENSORPLAY_JAX_RPC_SECRET``, as a multi-node job needs) and nothing
-    that chooses an address. ``commands[r]``, when given, replaces rank ``r``'s
-    ``python -c`` command line (e.g. a launcher). On a failure, a timeout or an
-    interrupt everything on those hosts is killed. Other arguments: :func:`run_workers`.
+    (a fresh ``TENSORPLAY_JAX_RPC_SECRET``, as a multi-node job needs), ``TPJ_HOSTS``
+    (a JSON list: every rank's host name) and nothing that chooses an address.
+    ``commands[r]``, when given, is rank ``r``'s command line (e.g. a launcher) and
+    ``script`` is None. On a failure, a timeout or an interrupt everything on those
+    hosts is killed. Other arguments: :func:`run_workers`.
 
     Example: ``run_on_hosts(cluster, W.rpc_calls, [0, 0, 1, 1], timeout=120)``.
     """
-    local: list[int] = []
-    for r, h in enumerate(hosts):
-        local.append(list(hosts[:r]).count(h))
+    hosts = list(hosts)
     per_rank = [
-        {"LOCAL_RANK": str(local[r]), "LOCAL_WORLD_SIZE": str(list(hosts).count(h))}
+        {
+            "LOCAL_RANK": str(hosts[:r].count(h)),
+            "LOCAL_WORLD_SIZE": str(hosts.count(h)),
+            **(per_rank_env[r] if per_rank_env else {}),
+        }
         for r, h in enumerate(hosts)
     ]
-    extra = kwargs.pop("per_rank_env", None)
-    for mine, more in zip(per_rank, extra or [{}] * len(hosts), strict=True):
-        mine.update(more)  # type: ignore[arg-type]
     base = {
         "MASTER_ADDR": cluster.addresses[hosts[0]],
         "TENSORPLAY_JAX_RPC_SECRET": secrets.token_hex(16),
+        "TPJ_HOSTS": json.dumps([cluster.hosts[h] for h in hosts]),
         **(env or {}),
     }
 
@@ -218,7 +221,7 @@ def run_on_hosts(
             cluster.kill(h)
 
     return run_workers(
-        script,
+        "" if script is None else script,
         len(hosts),
         env=base,
         per_rank_env=per_rank,

@@ -1,6 +1,6 @@
 """Worker code for the multi-host tests: each function runs in every rank, on its simulated host.
 
-``tests._procs.run_on_hosts`` starts them; ``TPJ_HOSTS`` (a JSON list) names the
+``tests._procs.run_on_hosts`` starts them; its ``TPJ_HOSTS`` (a JSON list) names the
 host of every rank, so a worker knows which peers share its host. No worker
 chooses an address: the defaults must work across hosts.
 """

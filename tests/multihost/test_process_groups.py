@@ -7,7 +7,6 @@ process.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -18,9 +17,8 @@ from tests.multihost import _workers as W
 @pytest.mark.parametrize(
     ("hosts", "devices"), [([0, 1], 2), ([0, 0, 1, 1], 1)], ids=["1-per-host", "2-per-host"]
 )
-def test_collectives_across_hosts(cluster, on_hosts, hosts, devices):
-    env = {"TPJ_HOSTS": json.dumps([cluster.hosts[h] for h in hosts])}
-    res = on_hosts(W.process_groups, hosts, timeout=180, env=env, devices_per_process=devices)
+def test_collectives_across_hosts(on_hosts, hosts, devices):
+    res = on_hosts(W.process_groups, hosts, timeout=180, devices_per_process=devices)
     n = len(hosts)
     for r in res:
         assert f"PG-OK {r.rank}" in r.stdout, str(r)

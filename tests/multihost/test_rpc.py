@@ -6,7 +6,6 @@ host, gRPC between hosts (TLS keeps everything on gRPC).
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -24,13 +23,9 @@ def _links(results) -> dict[tuple[int, int], str]:
     return out
 
 
-def _hosts_env(cluster, hosts: list[int]) -> dict[str, str]:
-    return {"TPJ_HOSTS": json.dumps([cluster.hosts[h] for h in hosts])}
-
-
 @pytest.mark.parametrize("hosts", [[0, 1], [0, 0, 1, 1]], ids=["1-per-host", "2-per-host"])
-def test_rpc_between_hosts(cluster, on_hosts, hosts):
-    res = on_hosts(W.rpc_calls, hosts, timeout=150, env=_hosts_env(cluster, hosts))
+def test_rpc_between_hosts(on_hosts, hosts):
+    res = on_hosts(W.rpc_calls, hosts, timeout=150)
     n = len(hosts)
     for r in res:
         assert f"RPC-OK {r.rank}" in r.stdout, str(r)
@@ -43,9 +38,9 @@ def test_rpc_between_hosts(cluster, on_hosts, hosts):
     assert _links(res) == want
 
 
-def test_dist_autograd_and_distributed_optimizer_across_hosts(cluster, on_hosts):
+def test_dist_autograd_and_distributed_optimizer_across_hosts(on_hosts):
     hosts = [0, 1]
-    res = on_hosts(W.autograd_and_optimizer, hosts, timeout=150, env=_hosts_env(cluster, hosts))
+    res = on_hosts(W.autograd_and_optimizer, hosts, timeout=150)
     assert "AUTOGRAD-OK" in res[0].stdout, str(res[0])
 
 
@@ -59,8 +54,7 @@ def test_tls_across_hosts(cluster, on_hosts, tmp_path):
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     hosts = [0, 1]
-    env = {"TPJ_CERTS": str(tmp_path), **_hosts_env(cluster, hosts)}
-    res = on_hosts(W.tls, hosts, timeout=150, env=env)
+    res = on_hosts(W.tls, hosts, timeout=150, env={"TPJ_CERTS": str(tmp_path)})
     for r in res:
         assert f"TLS-OK {r.rank}" in r.stdout, str(r)
     assert _links(res) == {(0, 1): "grpc", (1, 0): "grpc"}
