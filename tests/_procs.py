@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tensorplay_jax.runtime.launch import free_port as free_port
+from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
 from tensorplay_jax.testing.netns import Cluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ADDRESS_CHOICES = (LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV, "GLOO_SOCKET_IFNAME")
 
 
 @dataclasses.dataclass
@@ -63,7 +65,7 @@ def run_workers(
     nprocs: int,
     *,
     timeout: float = 120.0,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     per_rank_env: Sequence[Mapping[str, str]] | None = None,
     args: Sequence[str] = (),
     check: bool = True,
@@ -80,7 +82,7 @@ def run_workers(
         worker imports and calls; either reads its rank from ``RANK``.
       nprocs: number of processes.
       timeout: seconds for the whole group; on expiry every worker is killed.
-      env: extra environment for every worker.
+      env: extra environment for every worker (a None value unsets the variable).
       per_rank_env: extra environment per rank.
       args: command-line arguments passed to the script (``sys.argv[1:]``).
       check: raise :class:`WorkersFailed` with every worker's output unless all exit 0.
@@ -114,8 +116,11 @@ def run_workers(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    if env:
-        base.update(env)
+    for key, value in (env or {}).items():
+        if value is None:
+            base.pop(key, None)
+        else:
+            base[key] = value
     procs: list[subprocess.Popen] = []
     for rank in range(nprocs):
         penv = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
@@ -181,7 +186,7 @@ def run_on_hosts(
     hosts: Sequence[int],
     *,
     commands: Sequence[Sequence[str]] | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     per_rank_env: Sequence[Mapping[str, str]] | None = None,
     **kwargs: object,
 ) -> list[WorkerResult]:
@@ -190,7 +195,8 @@ def run_on_hosts(
     Rank 0's host is ``MASTER_ADDR``; every worker gets ``LOCAL_RANK`` and
     ``LOCAL_WORLD_SIZE`` (its place among the ranks on its host), the job's secret
     (a fresh ``TENSORPLAY_JAX_RPC_SECRET``, as a multi-node job needs), ``TPJ_HOSTS``
-    (a JSON list: every rank's host name) and nothing that chooses an address.
+    (a JSON list: every rank's host name), and none of the variables that choose an
+    address (``ADDRESS_CHOICES``, unset even when the test process has them).
     ``commands[r]``, when given, is rank ``r``'s command line (e.g. a launcher) and
     ``script`` is None. On a failure, a timeout or an interrupt everything on those
     hosts is killed. Other arguments: :func:`run_workers`.
@@ -206,7 +212,8 @@ def run_on_hosts(
         }
         for r, h in enumerate(hosts)
     ]
-    base = {
+    base: dict[str, str | None] = {
+        **dict.fromkeys(ADDRESS_CHOICES),  # unset: the defaults must work
         "MASTER_ADDR": cluster.addresses[hosts[0]],
         "TENSORPLAY_JAX_RPC_SECRET": secrets.token_hex(16),
         "TPJ_HOSTS": json.dumps([cluster.hosts[h] for h in hosts]),
