@@ -5,12 +5,15 @@ collectives) goes through :func:`run_workers`: it starts ``nprocs`` Python
 processes running a script, with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` set, waits for all of them with a hard
 timeout, kills the rest as soon as one fails, and returns their outputs.
+:func:`run_on_hosts` runs them on simulated hosts (``tensorplay_jax.testing.netns``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,8 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tensorplay_jax.runtime.launch import free_port as free_port
+from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
+from tensorplay_jax.testing.netns import Cluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ADDRESS_CHOICES = (LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV, "GLOO_SOCKET_IFNAME")
 
 
 @dataclasses.dataclass
@@ -59,13 +65,15 @@ def run_workers(
     nprocs: int,
     *,
     timeout: float = 120.0,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     per_rank_env: Sequence[Mapping[str, str]] | None = None,
     args: Sequence[str] = (),
     check: bool = True,
     devices_per_process: int = 1,
     master_port: int | None = None,
     allow_exit: Mapping[int, int] | None = None,
+    wrap: Callable[[int, list[str]], list[str]] | None = None,
+    on_stop: Callable[[], object] | None = None,
 ) -> list[WorkerResult]:
     """Run ``script`` (Python source, dedented, or a module-level function) in N processes.
 
@@ -74,7 +82,7 @@ def run_workers(
         worker imports and calls; either reads its rank from ``RANK``.
       nprocs: number of processes.
       timeout: seconds for the whole group; on expiry every worker is killed.
-      env: extra environment for every worker.
+      env: extra environment for every worker (a None value unsets the variable).
       per_rank_env: extra environment per rank.
       args: command-line arguments passed to the script (``sys.argv[1:]``).
       check: raise :class:`WorkersFailed` with every worker's output unless all exit 0.
@@ -83,6 +91,10 @@ def run_workers(
       allow_exit: ``{rank: returncode}`` for workers expected to die (e.g. ``{1: -9}``
         for a peer a test kills with SIGKILL): that exit neither stops the others
         nor fails ``check``.
+      wrap: ``wrap(rank, argv)`` is the command line rank ``rank`` runs instead of
+        ``argv`` (e.g. ``argv`` on a simulated host).
+      on_stop: called after the workers are killed on a failure, a timeout or an
+        interrupt (e.g. to kill what they started).
 
     Returns:
       One :class:`WorkerResult` per rank, in rank order.
@@ -104,16 +116,20 @@ def run_workers(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    if env:
-        base.update(env)
+    for key, value in (env or {}).items():
+        if value is None:
+            base.pop(key, None)
+        else:
+            base[key] = value
     procs: list[subprocess.Popen] = []
     for rank in range(nprocs):
         penv = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
         if per_rank_env:
             penv.update(per_rank_env[rank])
+        argv = [sys.executable, "-c", src, *args]
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-c", src, *args],
+                wrap(rank, argv) if wrap else argv,
                 env=penv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -126,25 +142,34 @@ def run_workers(
     def bad(rank: int, code: int | None) -> bool:
         return code not in (None, 0) and allowed.get(rank) != code
 
-    deadline = time.monotonic() + timeout
-    timed_out = False
-    failed = False
-    while any(p.poll() is None for p in procs):
-        if any(bad(r, p.returncode) for r, p in enumerate(procs)):
-            failed = True
-            break
-        if time.monotonic() > deadline:
-            timed_out = True
-            break
-        time.sleep(0.05)
-    if timed_out or failed:
-        # Give the others a moment to report their own error, then stop them.
-        grace = time.monotonic() + (0 if timed_out else 5.0)
-        while any(p.poll() is None for p in procs) and time.monotonic() < grace:
-            time.sleep(0.05)
+    def stop() -> None:
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
+        if on_stop is not None:
+            on_stop()
+
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    failed = False
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(bad(r, p.returncode) for r, p in enumerate(procs)):
+                failed = True
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.05)
+        if timed_out or failed:
+            # Give the others a moment to report their own error, then stop them.
+            grace = time.monotonic() + (0 if timed_out else 5.0)
+            while any(p.poll() is None for p in procs) and time.monotonic() < grace:
+                time.sleep(0.05)
+            stop()
+    except BaseException:  # an interrupt, or the test's own timeout: leave nothing running
+        stop()
+        raise
     results = []
     for rank, p in enumerate(procs):
         out, err = p.communicate()
@@ -153,3 +178,61 @@ def run_workers(
         head = f"workers timed out after {timeout}s" if timed_out else "a worker failed"
         raise WorkersFailed(head + "\n" + "\n".join(str(r) for r in results))
     return results
+
+
+def run_on_hosts(
+    cluster: Cluster,
+    script: str | Callable[[], object] | None,
+    hosts: Sequence[int],
+    *,
+    commands: Sequence[Sequence[str]] | None = None,
+    env: Mapping[str, str | None] | None = None,
+    per_rank_env: Sequence[Mapping[str, str]] | None = None,
+    **kwargs: object,
+) -> list[WorkerResult]:
+    """:func:`run_workers` with rank ``r`` on simulated host ``hosts[r]`` of ``cluster``.
+
+    Rank 0's host is ``MASTER_ADDR``; every worker gets ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE`` (its place among the ranks on its host), the job's secret
+    (a fresh ``TENSORPLAY_JAX_RPC_SECRET``, as a multi-node job needs), ``TPJ_HOSTS``
+    (a JSON list: every rank's host name), and none of the variables that choose an
+    address (``ADDRESS_CHOICES``, unset even when the test process has them).
+    ``commands[r]``, when given, is rank ``r``'s command line (e.g. a launcher) and
+    ``script`` is None. On a failure, a timeout or an interrupt everything on those
+    hosts is killed. Other arguments: :func:`run_workers`.
+
+    Example: ``run_on_hosts(cluster, W.rpc_calls, [0, 0, 1, 1], timeout=120)``.
+    """
+    hosts = list(hosts)
+    per_rank = [
+        {
+            "LOCAL_RANK": str(hosts[:r].count(h)),
+            "LOCAL_WORLD_SIZE": str(hosts.count(h)),
+            **(per_rank_env[r] if per_rank_env else {}),
+        }
+        for r, h in enumerate(hosts)
+    ]
+    base: dict[str, str | None] = {
+        **dict.fromkeys(ADDRESS_CHOICES),  # unset: the defaults must work
+        "MASTER_ADDR": cluster.addresses[hosts[0]],
+        "TENSORPLAY_JAX_RPC_SECRET": secrets.token_hex(16),
+        "TPJ_HOSTS": json.dumps([cluster.hosts[h] for h in hosts]),
+        **(env or {}),
+    }
+
+    def wrap(rank: int, argv: list[str]) -> list[str]:
+        return cluster.command(hosts[rank], list(commands[rank]) if commands else argv)
+
+    def kill_hosts() -> None:
+        for h in sorted(set(hosts)):
+            cluster.kill(h)
+
+    return run_workers(
+        "" if script is None else script,
+        len(hosts),
+        env=base,
+        per_rank_env=per_rank,
+        wrap=wrap,
+        on_stop=kill_hosts,
+        **kwargs,  # type: ignore[arg-type]
+    )

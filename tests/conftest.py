@@ -33,6 +33,7 @@ _PROCESS_TESTS = (
     "/examples/",
     "/security/",
     "test_multihost",
+    "/multihost/",
     "test_demo",
     "test_readme",
     "test_doctests",

@@ -1,0 +1,262 @@
+"""Worker code for the multi-host tests: each function runs in every rank, on its simulated host.
+
+``tests._procs.run_on_hosts`` starts them; its ``TPJ_HOSTS`` (a JSON list) names the
+host of every rank, so a worker knows which peers share its host. No worker
+chooses an address: the defaults must work across hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import tensorplay_jax as tp
+import tensorplay_jax.distributed as dist
+import tensorplay_jax.distributed.autograd as dist_autograd
+from tensorplay_jax.distributed import rpc
+from tensorplay_jax.distributed.nn import RemoteModule
+from tensorplay_jax.distributed.optim import DistributedOptimizer
+from tests._worker import init_rpc, npa, rank_and_world_size, wait_until
+
+
+def _hosts() -> list[str]:
+    return json.loads(os.environ["TPJ_HOSTS"])
+
+
+# ---------------------------------------------------------------- targets (run on the callee)
+
+
+def where() -> tuple[int, str]:
+    """The callee's rank and host name."""
+    return int(os.environ["RANK"]), socket.gethostname()
+
+
+def identity(x: object) -> object:
+    return x
+
+
+def rref_sum(rref: rpc.RRef) -> float:
+    """Fetch an RRef the caller owns (a second hop back across the link) and sum it."""
+    return float(np.asarray(rref.to_here()).sum())
+
+
+def squash(x: tp.Tensor, w: tp.Tensor) -> tp.Tensor:
+    return (x * w).tanh()
+
+
+def sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+# ---------------------------------------------------------------- RPC
+
+
+def _link_kind(peer: int) -> str:
+    from tensorplay_jax.rpc import _agent
+
+    link = _agent.current_agent()._links[peer]
+    return "socket" if type(link).__name__ == "LocalLink" else "grpc"
+
+
+def rpc_calls() -> None:
+    """Every rank calls every other one (sync, async, remote, RRefs both ways, 4 MiB)."""
+    rank, ws = rank_and_world_size()
+    hosts = _hosts()
+    init_rpc()
+    x = np.arange(6.0, dtype=np.float32)
+    big = np.random.default_rng(rank).standard_normal(1 << 20).astype(np.float32)
+    for peer in range(ws):
+        if peer == rank:
+            continue
+        to = f"w{peer}"
+        assert rpc.rpc_sync(to, where) == (peer, hosts[peer]), rpc.rpc_sync(to, where)
+        y = rpc.rpc_sync(to, jnp.add, args=(jnp.asarray(x), peer))
+        np.testing.assert_array_equal(np.asarray(y), x + peer)
+        futs = [rpc.rpc_async(to, np.multiply, args=(x, k)) for k in range(8)]
+        for k, f in enumerate(futs):
+            np.testing.assert_array_equal(f.wait(), x * k)
+        rref = rpc.remote(to, np.arange, args=(peer + 3,))
+        assert rref.owner().name == to and not rref.is_owner()
+        np.testing.assert_array_equal(rref.to_here(), np.arange(peer + 3))
+        assert rpc.rpc_sync(to, rref_sum, args=(rpc.RRef(x + rank),)) == float((x + rank).sum())
+        np.testing.assert_array_equal(rpc.rpc_sync(to, identity, args=(big,)), big)
+        print(f"LINK {rank}->{peer} {_link_kind(peer)}", flush=True)
+    rpc.shutdown()
+    print(f"RPC-OK {rank}", flush=True)
+
+
+def autograd_and_optimizer() -> None:
+    """Rank 0 drives the last rank (on another host): one dist-autograd hop, then a
+    RemoteModule trained by a DistributedOptimizer, each against a local JAX oracle."""
+    rank, ws = rank_and_world_size()
+    hosts = _hosts()
+    init_rpc()
+    if rank == 0:
+        peer = f"w{ws - 1}"
+        assert hosts[ws - 1] != hosts[0]
+        rng = np.random.default_rng(0)
+        x0, w0 = rng.standard_normal((2, 5, 3)).astype(np.float32)
+        x, w = tp.tensor(x0, requires_grad=True), tp.tensor(w0, requires_grad=True)
+        with dist_autograd.context() as ctx:
+            out = rpc.rpc_sync(peer, squash, args=(x, w))
+            dist_autograd.backward(ctx, [(out * out).sum()])
+            grads = dist_autograd.get_gradients(ctx)
+        want = jax.grad(lambda a, b: jnp.sum(jnp.tanh(a * b) ** 2), argnums=(0, 1))(x0, w0)
+        np.testing.assert_allclose(npa(grads[x]), want[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(npa(grads[w]), want[1], rtol=1e-5, atol=1e-6)
+
+        rm = RemoteModule(f"{peer}/cpu", tp.nn.Linear, args=(4, 3))
+        rrefs = rm.remote_parameters()
+        start = [jnp.asarray(npa(r.to_here())) for r in rrefs]
+        assert [p.shape for p in start] == [(3, 4), (3,)], [p.shape for p in start]
+        opt = DistributedOptimizer(optax.adam(0.05), rrefs)
+        batches = rng.standard_normal((3, 5, 4)).astype(np.float32)
+        for xb in batches:
+            with dist_autograd.context() as ctx:
+                y = rm(tp.tensor(xb))
+                dist_autograd.backward(ctx, [(y * y).sum()])
+                opt.step(ctx)
+
+        def loss(params, xb):
+            wt, b = params
+            y = xb @ wt.T + b
+            return jnp.sum(y * y)
+
+        tx = optax.adam(0.05)
+        params, state = start, tx.init(start)
+        for xb in batches:
+            updates, state = tx.update(jax.grad(loss)(params, xb), state, params)
+            params = optax.apply_updates(params, updates)
+        got = [npa(r.to_here()) for r in rrefs]
+        for g, want_p, s in zip(got, params, start, strict=True):
+            np.testing.assert_allclose(g, np.asarray(want_p), rtol=1e-5, atol=1e-6)
+            assert np.abs(g - np.asarray(s)).max() > 1e-3  # the steps moved it
+        print("AUTOGRAD-OK", flush=True)
+    rpc.shutdown()
+
+
+def tls() -> None:
+    """gRPC with mutual TLS between hosts; the certificate names the hosts' addresses."""
+    rank, ws = rank_and_world_size()
+    d = os.environ["TPJ_CERTS"]
+    opts = rpc.GrpcRpcBackendOptions(
+        tls_cert_chain=f"{d}/cert.pem",
+        tls_private_key=f"{d}/key.pem",
+        tls_root_certs=f"{d}/cert.pem",
+        tls_require_client_auth=True,
+    )
+    init_rpc(rpc_backend_options=opts)
+    peer = (rank + 1) % ws
+    x = np.arange(3 << 18, dtype=np.float32)  # large enough to be chunked
+    np.testing.assert_array_equal(rpc.rpc_sync(f"w{peer}", identity, args=(x,)), x)
+    assert rpc.remote(f"w{peer}", where).to_here() == (peer, _hosts()[peer])
+    print(f"LINK {rank}->{peer} {_link_kind(peer)}", flush=True)
+    rpc.shutdown()
+    print(f"TLS-OK {rank}", flush=True)
+
+
+# ---------------------------------------------------------------- faults
+
+
+def _await(path: Path, timeout: float) -> None:
+    wait_until(path.exists, timeout=timeout)
+
+
+def faults() -> None:
+    """Rank 0 on host 0; the test kills host 1 (rank 1) and cuts host 2 (rank 2) off."""
+    rank = rank_and_world_size()[0]
+    tmp = Path(os.environ["TPJ_TMP"])
+    init_rpc()
+    if rank == 0:
+        assert rpc.rpc_sync("w1", where)[0] == 1 and rpc.rpc_sync("w2", where)[0] == 2
+        pending = rpc.rpc_async("w1", sleep, args=(120,))
+        (tmp / "kill-now").write_text("")
+        t0 = time.monotonic()
+        try:
+            pending.wait()
+            raise AssertionError("a call to a killed host returned")
+        except rpc.RpcPeerError as e:
+            took = time.monotonic() - t0
+            assert "w1" in str(e), e
+            print(f"KILLED {took:.2f}s {type(e).__name__}: {e}", flush=True)
+        (tmp / "cut-now").write_text("")
+        _await(tmp / "cut", 30)
+        t0 = time.monotonic()
+        try:
+            rpc.rpc_sync("w2", where, timeout=4)
+            raise AssertionError("a call to a host that is cut off returned")
+        except (rpc.RpcTimeoutError, rpc.RpcPeerError) as e:
+            took = time.monotonic() - t0
+            assert "w2" in str(e), e
+            print(f"CUT {took:.2f}s {type(e).__name__}: {e}", flush=True)
+        print("FAULTS-OK", flush=True)
+        (tmp / "checked").write_text("")
+    else:
+        _await(tmp / "checked", 100)
+    os._exit(0)  # the peers are dead or unreachable: no graceful shutdown to wait for
+
+
+# ---------------------------------------------------------------- process groups and SPMD
+
+
+def process_groups() -> None:
+    """Blocking collectives across hosts (and within a host), then a shard_map psum over
+    the devices of every process, each against numpy."""
+    dist.init_process_group("gloo", timeout=60)
+    r, n = dist.get_rank(), dist.get_world_size()
+    hosts = _hosts()
+    xs = [np.arange(12, dtype=np.float32).reshape(3, 4) * (k + 1) + k for k in range(n)]
+    mine = jnp.asarray(xs[r])
+
+    def close(got: object, want: object) -> None:
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+    close(dist.all_reduce(mine), np.sum(xs, 0))
+    close(dist.all_reduce(mine, op="max"), np.max(xs, 0))
+    for root in range(n):
+        close(dist.broadcast(mine, src=root), xs[root])
+    close(dist.all_gather(mine), np.stack(xs))
+    dist.barrier()
+    # A group of the ranks on each host (every process makes every group, in order).
+    for host in sorted(set(hosts)):
+        members = [k for k in range(n) if hosts[k] == host]
+        g = dist.new_group(members)
+        if hosts[r] == host:
+            close(dist.all_reduce(mine, group=g), np.sum([xs[k] for k in members], 0))
+            print(f"GROUP host {_engine(g)}", flush=True)
+    print(f"GROUP world {_engine(None)}", flush=True)
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    nd = jax.device_count()
+    assert nd == n * jax.local_device_count(), (nd, jax.local_device_count())
+    mesh = jax.make_mesh((nd,), ("i",))
+    blocks = np.arange(nd * 6, dtype=np.float32).reshape(nd, 2, 3)
+    arr = jax.make_array_from_callback(
+        blocks.shape, NamedSharding(mesh, P("i")), lambda idx: blocks[idx]
+    )
+    f = jax.jit(
+        jax.shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    )
+    out = f(arr)
+    for shard in out.addressable_shards:
+        close(shard.data, blocks.sum(0, keepdims=True))
+    print(f"SPMD {r} {nd} devices", flush=True)
+    dist.destroy_process_group()
+    print(f"PG-OK {r}", flush=True)
+
+
+def _engine(group: object) -> str:
+    from tensorplay_jax.distributed._pg import group as pg
+
+    return (group or pg.world().world).engine.name
