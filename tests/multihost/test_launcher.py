@@ -11,7 +11,6 @@ import re
 import sys
 
 import jax.numpy as jnp
-import pytest
 
 from tests._procs import REPO_ROOT, free_port
 
@@ -85,7 +84,6 @@ rpc.shutdown()
 """
 
 
-@pytest.mark.xfail(strict=False, reason="issue 15 main-script by name")
 def test_main_script_function_runs_with_the_callees_globals(cluster, on_hosts, tmp_path):
     script = tmp_path / "main_rank.py"
     script.write_text(MAIN_SCRIPT)
