@@ -221,8 +221,7 @@ def differentiable_rpc(
         if mode == "jax":
             (a, k), _ = assemble(vals, None)
             fwd_args = (func, a, k, diff, batch_of(vals), False)
-            out, _ = rpc_sync(to, _remote_vjp.forward, args=fwd_args, timeout=timeout)
-            return _arrays(out)
+            return rpc_sync(to, _remote_vjp.forward, args=fwd_args, timeout=timeout)[0]
         (a, k), _ = assemble(vals, False)
         return _arrays(
             rpc_sync(to, _remote_vjp.tape_call, args=(func, *a), kwargs=k, timeout=timeout)
@@ -236,7 +235,7 @@ def differentiable_rpc(
             fwd_args = (func, a, k, diff, batch_of(vals), True)
             out, handle = rpc_sync(to, _remote_vjp.forward, args=fwd_args, timeout=timeout)
             made.append(handle)
-            return _arrays(out), handle
+            return out, handle  # NumPy arrays, as they came
         private = cid is None
         if cid is None:
             cid = _context.new_context_id()
@@ -262,8 +261,7 @@ def differentiable_rpc(
 
     def host_bwd(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         if mode == "jax":
-            grads = rpc_sync(to, _remote_vjp.backward, args=(handle, cts), timeout=timeout)
-            return tuple(jnp.asarray(g) for g in grads)
+            return tuple(rpc_sync(to, _remote_vjp.backward, args=(handle, cts), timeout=timeout))
         with _records_lock:
             ctx, private, wrappers, outs = _records.pop(handle)
         roots, grads = [], []
@@ -334,7 +332,7 @@ def differentiable_rpc(
     def call(*vals: Any) -> Any:
         vals, _ = vals[:nd], vals[nd:]
         if not _traced(vals):
-            return host_call(vals)
+            return _arrays(host_call(vals))
         specs, otree = out_specs()
 
         def run(*v: Any) -> list[np.ndarray]:
@@ -347,7 +345,7 @@ def differentiable_rpc(
         vals, ops = vals[:nd], vals[nd:]
         if not _traced(vals) and not _traced(ops):
             out, handle = host_fwd(vals, tape_cid(ops, True))
-            return out, jnp.asarray(handle, jnp.int32)
+            return _arrays(out), jnp.asarray(handle, jnp.int32)
         specs, otree = out_specs()
 
         def run(*v: Any) -> list[np.ndarray]:
@@ -366,7 +364,7 @@ def differentiable_rpc(
         cts = jax.tree_util.tree_leaves(ct)
         nones = (None,) * len(ctx_ops)
         if not isinstance(handle, jax.core.Tracer) and not _traced(tuple(cts)):
-            return (*host_bwd(int(handle), cts), *nones)
+            return (*_arrays(host_bwd(int(handle), cts)), *nones)
 
         def run(h: Any, *c: Any) -> list[np.ndarray]:
             return [np.asarray(g) for g in host_bwd(int(np.asarray(h).flat[0]), list(c))]

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.rpc import get_worker_info
@@ -116,9 +115,9 @@ def _program(
 def _broadcast(vals: list[Any], batch: int) -> tuple[list[Any], tuple[int, ...]]:
     """Broadcast the leading ``batch`` dimensions of ``vals`` to their common shape."""
     if not batch:
-        return [jnp.asarray(v) for v in vals], ()
+        return vals, ()
     shape = np.broadcast_shapes(*[np.shape(v)[:batch] for v in vals])
-    return [jnp.broadcast_to(v, shape + np.shape(v)[batch:]) for v in vals], tuple(shape)
+    return [np.broadcast_to(v, shape + np.shape(v)[batch:]) for v in vals], tuple(shape)
 
 
 @internal_target
@@ -176,7 +175,10 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         )
     pullback, shape, outs, tree = rec
     full = [
-        jnp.broadcast_to(jnp.asarray(c, o.dtype), o.shape) for c, o in zip(cts, outs, strict=True)
+        c
+        if np.shape(c) == o.shape and np.result_type(c) == o.dtype
+        else np.broadcast_to(np.asarray(c, o.dtype), o.shape)
+        for c, o in zip(cts, outs, strict=True)
     ]
     return tuple(_applier(len(shape))(pullback, jax.tree_util.tree_unflatten(tree, full)))
 
