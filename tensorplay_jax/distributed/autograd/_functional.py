@@ -20,7 +20,14 @@ inputs; what ``func`` is decides the mode, chosen by the caller:
   read from an RRef) accumulate in the context on their owners, as in tape
   mode, for ``get_gradients`` and ``DistributedOptimizer.step``.
 
-A private context whose backward never runs stays until process exit.
+A private context whose backward never runs stays until process exit. In
+mode ``"jax"`` an unused pullback (``jax.vjp`` never applied; under
+``jax.checkpoint`` the forward runs again in the backward pass, so the first
+run's pullback waits unused) stays on the callee until ``MAX_PENDING`` newer
+ones push it out. The callee compiles once per function object: a function
+that travels by value (a lambda, a closure, a notebook cell's function the
+callee cannot import) arrives as a new object each call and is compiled each
+call.
 """
 
 from __future__ import annotations
