@@ -320,15 +320,15 @@ def differentiable_rpc(
         )
 
     def host_flat(out: Any, specs: list[jax.ShapeDtypeStruct], batch: int) -> list[np.ndarray]:
-        flat = jax.tree_util.tree_leaves(out)
-        got = [(tuple(np.shape(x))[batch:], np.result_type(x)) for x in flat]
+        flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+        got = [(tuple(x.shape)[batch:], x.dtype) for x in flat]
         want = [(tuple(sp.shape), np.dtype(sp.dtype)) for sp in specs]
         if got != want:
             raise ValueError(
                 f"differentiable_rpc: {_name(func)} returned {got} (shape, dtype), "
                 f"but out_shape declares {want}"
             )
-        return [np.asarray(x) for x in flat]
+        return flat
 
     def tape_cid(ops: tuple[Any, ...], eager: bool) -> int | None:
         if ops:

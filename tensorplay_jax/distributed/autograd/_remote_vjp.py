@@ -176,7 +176,7 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
     pullback, shape, outs, tree = rec
     full = [
         c
-        if np.shape(c) == o.shape and np.result_type(c) == o.dtype
+        if np.shape(c) == o.shape and getattr(c, "dtype", None) == o.dtype
         else np.broadcast_to(np.asarray(c, o.dtype), o.shape)
         for c, o in zip(cts, outs, strict=True)
     ]

@@ -233,6 +233,19 @@ def tape_jit() -> None:
         with dist_autograd.context() as cid:
             jax.grad(loss)(x, cid)
             assert rpc.rpc_sync("w1", T.param_grad, args=(cid, rref))[1] == 1
+        # vmap of tape code: one call per example (tape code is written per example)
+        xs = _data(8, 3, 4)
+        per_ex = jax.vmap(jax.grad(lambda x: loss(x, None)))
+        close(per_ex(xs), jax.vmap(jax.grad(oracle, 1), (None, 0))(w, xs))
+        # forward mode: a clear error, and no context left behind
+        expect(
+            TypeError,
+            ["forward-mode", "jax.grad"],
+            jax.jvp,
+            lambda x: drpc("w1", T.double, args=(x,)),
+            (x,),
+            (x,),
+        )
         wait_until(lambda: rpc.rpc_sync("w1", T.context_count) == 0, timeout=10)
         del rref
         print("tape jit ok", flush=True)
