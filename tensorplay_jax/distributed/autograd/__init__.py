@@ -10,8 +10,11 @@ is done; leaf gradients accumulate in the context on the leaf's owner
 context on every worker it reached.
 
 Functional mode: ``differentiable_rpc(to, func, args)`` is an RPC that
-``jax.grad``/``jax.vjp``/``jax.value_and_grad`` differentiate (a
-``custom_vjp`` over the same machinery; eager JAX only, not under ``jit``).
+``jax.grad``/``jax.vjp``/``jax.value_and_grad`` differentiate, under ``jit``
+and ``vmap`` too (a ``custom_vjp``): a plain JAX function by default (the
+callee keeps its VJP), or tape code with ``mode="tape"`` over the machinery
+below (``context_id=``, with ``context_id_array`` under ``jit``, names the
+context its remote leaves' gradients go to).
 
 Semantics worth knowing (see ``_engine`` and ``_sendrecv``):
 
@@ -55,6 +58,7 @@ from tensorplay_jax.distributed.autograd import _sendrecv, _wire
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext as DistAutogradContext
 from tensorplay_jax.distributed.autograd._context import context as context
 from tensorplay_jax.distributed.autograd._engine import backward as backward
+from tensorplay_jax.distributed.autograd._functional import context_id_array as context_id_array
 from tensorplay_jax.distributed.autograd._functional import differentiable_rpc as differentiable_rpc
 from tensorplay_jax.distributed.autograd.api import _current_context as _current_context
 from tensorplay_jax.distributed.autograd.api import _retrieve_context as _retrieve_context
@@ -67,6 +71,7 @@ __all__ = [
     "DistAutogradContext",
     "backward",
     "context",
+    "context_id_array",
     "differentiable_rpc",
     "get_gradients",
     "is_available",

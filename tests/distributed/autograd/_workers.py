@@ -77,7 +77,7 @@ def functional() -> None:
     rank = rank_and_world_size()[0]
     init_rpc()
     if rank == 0:
-        drpc = dist_autograd.differentiable_rpc
+        drpc = functools.partial(dist_autograd.differentiable_rpc, mode="tape")
         x0 = jnp.asarray(np.random.default_rng(0).standard_normal(4).astype(np.float32))
 
         # a parameter held in an RRef on w1: x's gradient comes back to JAX, the
