@@ -165,7 +165,7 @@ def errors() -> None:
             return
         raise AssertionError(f"{fn.__name__} did not raise {exc.__name__}({text!r})")
 
-    for i, engine in enumerate(("shm", "xla")):
+    for i, engine in enumerate(("shm", "xla", "tcp")):
         if i == 0:
             dist.init_process_group("gloo", f"tcp://127.0.0.1:{port}", 30, 2, r, engine=engine)
         else:
@@ -197,7 +197,7 @@ def errors() -> None:
             x,
             dst=r,
         )
-        if engine == "xla":
+        if engine in ("xla", "tcp"):
             expect(
                 ValueError,
                 "broadcast: ranks disagree on src/dst (rank 0: 0, rank 1: 1)",
@@ -359,6 +359,8 @@ def missing() -> None:
     assert took < 5.0, took
     if mode == "exit" and engine == "shm":
         assert "all_reduce: rank 1 (pid" in msg and "exited" in msg, msg
+    elif mode == "exit" and engine == "tcp":
+        assert "all_reduce: lost the connection to rank 1" in msg, msg
     else:
         assert "all_reduce: timed out" in msg and "rank(s) [1]" in msg, msg
     try:

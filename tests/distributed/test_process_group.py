@@ -10,7 +10,7 @@ from tests._procs import run_workers
 from tests.distributed import _pg_workers as W
 
 
-@pytest.mark.parametrize("engine", ["shm", "xla"])
+@pytest.mark.parametrize("engine", ["shm", "xla", "tcp"])
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_collectives_match_numpy(engine, nprocs):
     res = run_workers(W.values, nprocs, args=[engine], timeout=240)
