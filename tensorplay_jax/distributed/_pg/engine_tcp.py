@@ -17,7 +17,12 @@ with ``recv_into`` straight into the result (no copies), so sends and receives t
 all peers overlap. all_reduce is a direct exchange for two members (each sends
 its whole input once and reduces what arrives, chunk by chunk, while the rest is
 still on the wire) and a ring reduce-scatter + all-gather for more; the other
-collectives send each peer exactly what it needs. Every wait is bounded by the
+collectives send each peer exactly what it needs. A group with several members
+on each of several hosts (the same number on each) runs all_reduce
+hierarchically: a shared-memory reduce-scatter within each host (``engine_shm``),
+then each local member all-reduces its slice with its counterparts on the other
+hosts over their connections (so every core and one connection per member share
+the link), then a shared-memory all-gather. Every wait is bounded by the
 group's timeout; a lost peer or a timeout names the rank and leaves the group
 unusable (its streams are then out of step).
 
@@ -38,7 +43,7 @@ import numpy as np
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.distributed._pg import descriptor, kv
-from tensorplay_jax.distributed._pg.engine_shm import _bounds, _on_host
+from tensorplay_jax.distributed._pg.engine_shm import ShmEngine, _bounds, _on_host
 from tensorplay_jax.runtime import handshake
 from tensorplay_jax.runtime.device import aligned_empty
 from tensorplay_jax.runtime.secret import is_loopback
@@ -157,6 +162,8 @@ class TcpEngine:
       master: the rendezvous host (the engine listens on the interface routing to it).
       secret: the job secret every connection proves.
       fn: the public function creating the group (named in errors).
+      hosts: each member's host id (``startup.host_id``); with several members on each
+        of several hosts, all_reduce runs hierarchically (see the module docstring).
 
     Example:
       >>> TcpEngine.name
@@ -175,6 +182,7 @@ class TcpEngine:
         master: str,
         secret: str,
         fn: str = "new_group",
+        hosts: list[str] | None = None,
     ):
         self.device = device
         self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
@@ -195,9 +203,24 @@ class TcpEngine:
             self.socks = connect_mesh(me, self.n, lst, addrs, secret.encode(), deadline, fn)
         self.fd_peer = {s.fileno(): j for j, s in self.socks.items()}
         self.peers = [j for j in range(self.n) if j != me]
+        self.local: ShmEngine | None = None
+        self.across: list[int] = []  # my counterparts on every host (me included), in host order
+        order = list(dict.fromkeys(hosts or []))
+        on = [[j for j in range(self.n) if hosts[j] == h] for h in order]
+        if len(on) > 1 and len({len(m) for m in on}) == 1 and len(on[0]) > 1:
+            mine = next(m for m in on if me in m)
+            p = mine.index(me)
+            self.across = [m[p] for m in on]
+            local = tuple(ranks[j] for j in mine)
+            self.local = ShmEngine(
+                f"{key}/local{order.index(hosts[me])}", local, p, timeout_s, device, fn
+            )
 
     def close(self) -> None:
-        """Close this member's connections."""
+        """Close this member's connections (and its shared-memory engine, if any)."""
+        if self.local is not None:
+            self.local.close()
+            self.local = None
         for s in self.socks.values():
             with contextlib.suppress(OSError):
                 s.close()
@@ -304,9 +327,7 @@ class TcpEngine:
             self.scratch = aligned_empty((nbytes,), np.uint8)
         return self.scratch[:nbytes].view(dtype)
 
-    def _reducer(
-        self, acc: np.ndarray, first: np.ndarray, tmp: np.ndarray, op: ReduceOp, mine_first
-    ):
+    def _reducer(self, acc, first, tmp, op: ReduceOp, mine_first: bool, n: int):
         """``on_recv`` that reduces ``acc = first op tmp`` as ``tmp`` fills, in steps."""
         size = tmp.dtype.itemsize
         step = max(1, _REDUCE_STEP // size)
@@ -317,7 +338,7 @@ class TcpEngine:
             if got - done[0] >= step or got == tmp.size:
                 a, b = done[0], got
                 parts = [first[a:b], tmp[a:b]] if mine_first else [tmp[a:b], first[a:b]]
-                reduce_into(acc[a:b], parts, op, self.n)
+                reduce_into(acc[a:b], parts, op, n)
                 done[0] = got
 
         return on_recv
@@ -349,39 +370,69 @@ class TcpEngine:
     def all_reduce(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         fn = "all_reduce"
         deadline, _ = self._begin(fn, desc)
+        if self.local is not None and x.size >= self.local.n:
+            return self._hierarchical(fn, deadline, x, op)
         out = aligned_empty(x.shape, x.dtype)
-        flat, acc = x.reshape(-1), out.reshape(-1)
-        n, me = self.n, self.me
-        if n == 1:
-            reduce_into(acc, [flat], op, 1)
+        self._ring(fn, deadline, x.reshape(-1), out.reshape(-1), op, list(range(self.n)))
+        return out
+
+    def _ring(self, fn, deadline, flat: np.ndarray, acc: np.ndarray, op: ReduceOp, members):
+        """``acc`` = the reduction of ``flat`` over ``members`` (group indices, me among them).
+
+        Two members exchange their whole inputs; more run a ring reduce-scatter, then
+        a ring all-gather (each chunk is reduced on one member: identical results).
+        """
+        n = len(members)
         if n == 1 or flat.size == 0:
-            return out
+            reduce_into(acc, [flat], op, 1)
+            return
+        k = members.index(self.me)
         if n == 2:
-            peer = 1 - me
+            peer = members[1 - k]
             tmp = self._tmp(flat.size, flat.dtype)
-            on_recv = self._reducer(acc, flat, tmp, op, me == 0)
+            on_recv = self._reducer(acc, flat, tmp, op, k == 0, n)
             self._exchange(fn, deadline, {peer: _raw(flat)}, {peer: _raw(tmp)}, on_recv)
-            return out
-        # Ring: reduce-scatter (n - 1 steps), then all-gather (n - 1 steps).
+            return
         base = ReduceOp.SUM if op is ReduceOp.AVG else op
         bounds = _bounds(flat.size, n)
-        right, left = (me + 1) % n, (me - 1) % n
+        right, left = members[(k + 1) % n], members[(k - 1) % n]
         acc[...] = flat
         tmp = self._tmp(max(b - a for a, b in bounds), flat.dtype)
         for s in range(n - 1):
-            si, ri = (me - s) % n, (me - s - 1) % n
-            (sa, sb), (ra, rb) = bounds[si], bounds[ri]
-            chunk = acc[ra:rb]
-            t = tmp[: rb - ra]
-            on_recv = self._reducer(chunk, chunk, t, base, False)
+            (sa, sb), (ra, rb) = bounds[(k - s) % n], bounds[(k - s - 1) % n]
+            chunk, t = acc[ra:rb], tmp[: rb - ra]
+            on_recv = self._reducer(chunk, chunk, t, base, False, n)
             self._exchange(fn, deadline, {right: _raw(acc[sa:sb])}, {left: _raw(t)}, on_recv)
         if op is ReduceOp.AVG:
-            a, b = bounds[(me + 1) % n]
+            a, b = bounds[(k + 1) % n]
             np.divide(acc[a:b], n, out=acc[a:b], casting="unsafe")
         for s in range(n - 1):
-            (sa, sb), (ra, rb) = bounds[(me + 1 - s) % n], bounds[(me - s) % n]
+            (sa, sb), (ra, rb) = bounds[(k + 1 - s) % n], bounds[(k - s) % n]
             self._exchange(fn, deadline, {right: _raw(acc[sa:sb])}, {left: _raw(acc[ra:rb])})
-        return out
+
+    def _hierarchical(self, fn, deadline, x: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """all_reduce as shm reduce-scatter, a ring over my counterparts, shm all-gather."""
+        shm = self.local
+        p, flat = shm.n, x.reshape(-1)
+        chunk = -(-flat.size // p)
+        if flat.size == p * chunk:
+            rows = flat.reshape(p, chunk)
+        else:
+            rows = np.zeros((p, chunk), x.dtype)
+            rows.reshape(-1)[: flat.size] = flat
+        base = ReduceOp.SUM if op is ReduceOp.AVG else op
+        code = descriptor.dtype_code(fn, x.dtype)
+        d = descriptor.encode(p, "reduce_scatter", code, rows.shape, reduce_op=base)
+        part = ShmEngine.reduce_scatter.__wrapped__(shm, rows, base, d)
+        total = aligned_empty(part.shape, part.dtype)
+        self._ring(fn, deadline, part, total, base, self.across)
+        if op is ReduceOp.AVG:
+            np.divide(total, self.n, out=total, casting="unsafe")
+        d = descriptor.encode(p, "all_gather", code, total.shape)
+        out = ShmEngine.all_gather.__wrapped__(shm, total, d).reshape(-1)
+        if out.size != flat.size:
+            out = out[: flat.size].copy()
+        return out.reshape(x.shape)
 
     @_on_host
     def broadcast(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray | None:

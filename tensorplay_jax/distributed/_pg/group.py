@@ -237,7 +237,8 @@ def _make_group(
             g.engine = ShmEngine(key, ranks, me, w.timeout_s, w.devices[w.rank], fn)
         elif choice == "tcp":
             dev, secret = w.devices[w.rank], kv.job_secret()
-            g.engine = TcpEngine(key, ranks, me, w.timeout_s, dev, w.master, secret, fn)
+            hosts = [w.hosts[r] for r in ranks]
+            g.engine = TcpEngine(key, ranks, me, w.timeout_s, dev, w.master, secret, fn, hosts)
         else:
             g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
     w.groups.append(g)
