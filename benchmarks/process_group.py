@@ -20,6 +20,15 @@ What is timed, per call:
 Usage:
   python benchmarks/process_group.py [--nprocs 2 4] [--sizes 4K 1M 16M 64M]
                                      [--ops all_reduce all_gather broadcast] [--no-xla]
+  python benchmarks/process_group.py --crosshost [--rounds 5] [--sizes 1M 64M] [--no-xla]
+
+--crosshost (root, Linux): all_reduce across two simulated hosts
+(``tensorplay_jax.testing.netns.Cluster(2)``, network namespaces on a bridge), with
+1 and 2 workers per host. Each round starts one job per library on the cluster,
+one after the other (ours with the default engine, ours on the XLA engine, torch
+gloo with ``GLOO_SOCKET_IFNAME=eth0``; torch from ``--torch-python``); a job's
+time is the median of its trials (a trial lasting as long as its slowest rank),
+and the table shows the median over the rounds.
 """
 
 from __future__ import annotations
@@ -148,6 +157,144 @@ def worker(argv: list[str]) -> None:
     dist.destroy_process_group()
 
 
+def crosshost_worker(spec: dict) -> None:
+    """One rank of a cross-host job: median seconds per all_reduce per size; rank 0 prints them."""
+    import os
+    import statistics
+
+    import numpy as np
+
+    rank = int(os.environ["RANK"])
+    if spec["lib"] == "torch":
+        import torch
+        import torch.distributed as tdist
+
+        tdist.init_process_group("gloo")
+
+        def run(x):
+            tdist.all_reduce(x)
+
+        def slowest(v):
+            t = torch.tensor(v, dtype=torch.float64)
+            tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+            return t.tolist()
+
+        make, barrier = (lambda count: torch.full((count,), rank + 1.0)), tdist.barrier
+    else:
+        import jax
+
+        import tensorplay_jax.distributed as dist
+
+        dist.init_process_group("gloo", timeout=300, engine=spec["engine"])
+
+        def run(x):
+            dist.all_reduce(x).block_until_ready()
+
+        def slowest(v):
+            return np.asarray(dist.all_reduce(np.asarray(v), op="max")).tolist()
+
+        def make(count):
+            return jax.device_put(np.full(count, rank + 1.0, np.float32))
+
+        barrier = dist.barrier
+    out = {}
+    for label in spec["sizes"]:
+        count = SIZES[label] // 4
+        x = make(count)
+        calls, trials = (10, 5) if count <= 1 << 18 else (2, 3)
+        run(x)
+        run(x)
+        times = []
+        for _ in range(trials):
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                run(x)
+            times.append((time.perf_counter() - t0) / calls)
+        out[label] = statistics.median(slowest(times))
+        del x
+    if rank == 0:
+        print("TIMES " + json.dumps(out), flush=True)
+
+
+def _crosshost_job(cluster, per_host: int, spec: dict, python: str, port: int, timeout: float):
+    """Run one job of ``crosshost_worker`` on both hosts; rank 0's times."""
+    import os
+    import subprocess
+
+    n = 2 * per_host
+    procs = []
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "MASTER"))}
+    for rank in range(n):
+        host = rank // per_host
+        env = dict(env0, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank % per_host))
+        env.update(LOCAL_WORLD_SIZE=str(per_host), MASTER_ADDR=cluster.addresses[0])
+        env.update(MASTER_PORT=str(port), PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+        env.update(GLOO_SOCKET_IFNAME="eth0", TENSORPLAY_JAX_RPC_SECRET="crosshost-bench")
+        argv = [python, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+        procs.append(
+            subprocess.Popen(
+                cluster.command(host, argv),
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (so, se) in zip(procs, outs, strict=True):
+        if p.returncode != 0:
+            raise RuntimeError(f"{spec} failed ({p.returncode}):\n{so}\n{se[-3000:]}")
+    line = next(ln for ln in outs[0][0].splitlines() if ln.startswith("TIMES "))
+    return json.loads(line[6:])
+
+
+def crosshost(a: argparse.Namespace) -> None:
+    """The cross-host table: all_reduce on 2 simulated hosts, ours beside torch gloo."""
+    import random
+    import statistics
+
+    from tensorplay_jax.testing.netns import Cluster, unavailable
+
+    why = unavailable()
+    if why:
+        raise SystemExit(f"--crosshost: {why}")
+    libs = {"ours": (sys.executable, "auto"), "torch": (a.torch_python, "")}
+    if not a.no_xla:
+        libs["xla"] = (sys.executable, "xla")
+    got = {}  # (per_host, lib, size) -> [seconds per round]
+    with Cluster(2) as c:
+        for rnd in range(a.rounds):
+            for per_host in (1, 2):
+                for lib, (python, engine) in libs.items():
+                    spec = {"lib": lib, "engine": engine, "sizes": a.sizes}
+                    port = random.randint(20000, 40000)
+                    t = _crosshost_job(c, per_host, spec, python, port, a.timeout)
+                    for size, sec in t.items():
+                        got.setdefault((per_host, lib, size), []).append(sec)
+                    print(f"round {rnd} {per_host}/host {lib}: {t}", flush=True)
+    print()
+    head = "workers/host  size   ours(ms)  torch(ms)  speed ours/torch"
+    print(head + ("  xla(ms)  xla/torch" if not a.no_xla else ""))
+    for per_host in (1, 2):
+        for size in a.sizes:
+            m = {lib: statistics.median(got[(per_host, lib, size)]) for lib in libs}
+            row = f"{per_host:>12}  {size:>4}  {m['ours'] * 1e3:9.2f} {m['torch'] * 1e3:9.2f}"
+            row += f"  {m['torch'] / m['ours']:8.2f}x"
+            if "xla" in m:
+                row += f"        {m['xla'] * 1e3:9.2f} {m['torch'] / m['xla']:6.2f}x"
+            print(row)
+    print(f"medians of {a.rounds} rounds; speed = torch time / our time (>= 1.0: as fast).")
+
+
 def _fmt_row(r: dict) -> str:
     def gbs(sec):
         return r["bytes"] / sec / 1e9
@@ -174,7 +321,19 @@ def main() -> None:
     )
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA-engine column")
     ap.add_argument("--timeout", type=float, default=1200.0)
+    ap.add_argument("--crosshost", action="store_true", help="2 simulated hosts (root)")
+    ap.add_argument("--rounds", type=int, default=5, help="--crosshost: rounds per library")
+    ap.add_argument("--torch-python", default="/tmp/benchvenv/bin/python")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker:
+        crosshost_worker(json.loads(a.worker))
+        return
+    if a.crosshost:
+        if a.sizes == list(SIZES):
+            a.sizes = ["1M", "64M"]
+        crosshost(a)
+        return
 
     from tests._procs import run_workers
 
