@@ -411,7 +411,11 @@ class TcpEngine:
             self._exchange(fn, deadline, {right: _raw(acc[sa:sb])}, {left: _raw(acc[ra:rb])})
 
     def _hierarchical(self, fn, deadline, x: np.ndarray, op: ReduceOp) -> np.ndarray:
-        """all_reduce as shm reduce-scatter, a ring over my counterparts, shm all-gather."""
+        """all_reduce as shm reduce-scatter, a ring over my counterparts, shm all-gather.
+
+        The ring writes this member's slice of the result in place, and the
+        all-gather fills in the other slices: no copy of the whole result.
+        """
         shm = self.local
         p, flat = shm.n, x.reshape(-1)
         chunk = -(-flat.size // p)
@@ -424,14 +428,13 @@ class TcpEngine:
         code = descriptor.dtype_code(fn, x.dtype)
         d = descriptor.encode(p, "reduce_scatter", code, rows.shape, reduce_op=base)
         part = ShmEngine.reduce_scatter.__wrapped__(shm, rows, base, d)
-        total = aligned_empty(part.shape, part.dtype)
-        self._ring(fn, deadline, part, total, base, self.across)
+        out = aligned_empty((p, chunk), x.dtype)
+        self._ring(fn, deadline, part, out[shm.me], base, self.across)
         if op is ReduceOp.AVG:
-            np.divide(total, self.n, out=total, casting="unsafe")
-        d = descriptor.encode(p, "all_gather", code, total.shape)
-        out = ShmEngine.all_gather.__wrapped__(shm, total, d).reshape(-1)
+            np.divide(out[shm.me], self.n, out=out[shm.me], casting="unsafe")
+        shm.all_gather_into(out[shm.me], out, descriptor.encode(p, "all_gather", code, (chunk,)))
         if out.size != flat.size:
-            out = out[: flat.size].copy()
+            return out.reshape(-1)[: flat.size].reshape(x.shape).copy()
         return out.reshape(x.shape)
 
     @_on_host
