@@ -23,12 +23,11 @@ import itertools
 import logging
 import re
 import secrets
-import socket
 import threading
 import time
 from typing import Any
 
-from tensorplay_jax.rpc import _codec, _context, _local
+from tensorplay_jax.rpc import _codec, _context, _local, _objref
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
@@ -50,6 +49,7 @@ from tensorplay_jax.rpc._serve import Serving, _Pool, func_name
 from tensorplay_jax.rpc._service import Server, TlsConfig, connect
 from tensorplay_jax.rpc._shutdown import Shutdown
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime.address import local_address, store_bind_host
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
 
@@ -109,6 +109,8 @@ class Agent(Serving, Shutdown):
         self.by_id: dict[int, WorkerInfo] = {}
         self._addresses: dict[int, str] = {}
         self._local_addresses: dict[int, str] = {}
+        # Workers that run this worker's main script: its functions go to them by name.
+        self.same_main: set[str] = set()
         self._links: dict[int, Link] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
@@ -177,7 +179,7 @@ class Agent(Serving, Shutdown):
             "init_rpc", given=opts.secret, rendezvous_host=host, insecure=opts.insecure
         )
         if self.rank == 0:
-            self._store_server = StoreServer(host, port, secret)
+            self._store_server = StoreServer(store_bind_host(host), port, secret)
         self.store = StoreClient(host, port, self.rank, opts.init_timeout, secret)
         self._secret = secret
         self._server = Server(
@@ -186,16 +188,21 @@ class Agent(Serving, Shutdown):
             max_streams=4 * self.world_size + 16,
             tls=self._tls,
         )
-        bound = self._server.start(opts.listen_addr, opts.port)
+        try:
+            # Loopback for a one-host job; across hosts, an address the peers reach.
+            chosen = local_address(host, port)
+        except ValueError as e:
+            raise ValueError(f"init_rpc: {e}") from None
+        listen = chosen if opts.listen_addr is None else opts.listen_addr
+        bound = self._server.start(listen, opts.port)
         adv = opts.advertise_addr
         if adv is None:
-            adv = opts.listen_addr
-            if adv in ("0.0.0.0", "::", ""):
-                adv = socket.gethostname()
+            adv = chosen if listen in ("0.0.0.0", "::", "") else listen
         self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
         self._server.expect_target(self.address)
         nonce = secrets.token_hex(8)
-        mine = {"name": self.name, "addr": self.address, "nonce": nonce}
+        main = _objref.main_identity()
+        mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
         if self._tls is None and _local.available():
             # Same-host peers skip gRPC (see _local); TLS keeps every byte on gRPC.
             self._local_server = _local.LocalServer(
@@ -234,6 +241,8 @@ class Agent(Serving, Shutdown):
             self.workers[info.name] = info
             self.by_id[r] = info
             self._addresses[r] = ent["addr"]
+            if r == self.rank or (main is not None and ent.get("main") == main):
+                self.same_main.add(info.name)
             local = ent.get("local")
             if self._local_server is not None and local and local[0] == _local.host_id():
                 self._local_addresses[r] = local[1]
@@ -311,7 +320,7 @@ class Agent(Serving, Shutdown):
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)
             # A list, not a tuple, at the top: one msgpack level less per call.
-            enc = _codec.encode([func, list(args), kwargs])
+            enc = _codec.encode([func, list(args), kwargs], main=to.name in self.same_main)
         else:
             if kind == FETCH:
                 for h in hooks:

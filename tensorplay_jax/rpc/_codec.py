@@ -12,8 +12,10 @@ Built in: None, bool, int (any size), float, complex, str, bytes (bytearray and
 memoryview arrive as bytes), list, tuple, dict, set, frozenset, namedtuples,
 dataclasses, numpy scalars,
 classes and functions. Functions and classes travel by reference (module +
-qualname) when the receiver can import them, else by value with cloudpickle.
-Anything else falls back to cloudpickle. Pickled records are only ever decoded
+qualname) when the receiver can import them, else by value with cloudpickle;
+those of the main script go by name when the receiver runs the same script
+(``encode(..., main=True)``, see ``_objref``). Anything else falls back to
+cloudpickle. Pickled records are only ever decoded
 after the transport has authenticated the peer (see ``_service``).
 
 Other packages teach it their types with :func:`register_type` (see ``_registry``).
@@ -87,6 +89,7 @@ class Encoded(NamedTuple):
 _CACHE_LIMIT = 4096
 _array_bodies: dict[tuple[int, np.dtype, tuple[int, ...], int], bytes] = {}
 _objref_exts: dict[Any, msgpack.ExtType] = {}
+_main_exts: dict[Any, msgpack.ExtType] = {}  # by name, for a same-script receiver
 
 
 def _ext_type(code: int, data: bytes) -> msgpack.ExtType:
@@ -160,11 +163,13 @@ def _registered_array_record(
     return _ext_type(_EXT_REGISTERED_ARRAY, body)
 
 
-def encode(obj: Any) -> Encoded:
+def encode(obj: Any, *, main: bool = False) -> Encoded:
     """Encode ``obj`` into a msgpack header plus out-of-band array buffers.
 
     Args:
       obj: any value (see the module docstring for what travels how).
+      main: the receiver runs this process's main script: the script's functions and
+        classes go by name (else by value).
 
     Returns:
       The :class:`Encoded` message; its buffers alias the arrays' memory.
@@ -178,22 +183,22 @@ def encode(obj: Any) -> Encoded:
     buffers: list[memoryview] = []
 
     header = msgpack.packb(
-        obj, default=_Hook(_default, buffers), strict_types=True, use_bin_type=True
+        obj, default=_Hook(_default, buffers, main), strict_types=True, use_bin_type=True
     )
     return Encoded(header, buffers)
 
 
 class _Hook:
-    """msgpack's ``default`` / ``ext_hook`` bound to one message's buffers.
+    """msgpack's ``default`` / ``ext_hook`` bound to one message's buffers (and destination).
 
     (A closure that passed itself on would be a reference cycle, keeping the
     message's arrays alive until the garbage collector runs.)
     """
 
-    __slots__ = ("buffers", "fn")
+    __slots__ = ("buffers", "fn", "main")
 
-    def __init__(self, fn: Callable[..., Any], buffers: list[Any]) -> None:
-        self.fn, self.buffers = fn, buffers
+    def __init__(self, fn: Callable[..., Any], buffers: list[Any], main: bool = False) -> None:
+        self.fn, self.buffers, self.main = fn, buffers, main
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args, self.buffers, self)
@@ -203,7 +208,7 @@ def _pack(o: Any, default: Callable[[Any], Any]) -> bytes:
     return msgpack.packb(o, default=default, strict_types=True, use_bin_type=True)
 
 
-def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -> Any:
+def _default(o: Any, buffers: list[memoryview], default: _Hook) -> Any:
     t = type(o)
     entry = _registry.lookup(t)
     if entry is not None:
@@ -219,16 +224,17 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
         try:
             return _array_record(o, _NUMPY, buffers)
         except TypeError:
-            return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+            return msgpack.ExtType(_EXT_PICKLE, _objref.dumps(o))
     if t is tuple:
         return _ext_type(_EXT_TUPLE, _pack(list(o), default))
     if t is types.FunctionType:
-        ext = _objref_exts.get(o)
-        if ext is not None:
+        ext = _objref_exts.get(o) or (default.main and _main_exts.get(o))
+        if ext:
             return ext
-        ref = _objref.importable(o)
-        if ref is not None:
-            return _remember(_objref_exts, o, _ext_type(_EXT_OBJREF, _pack(list(ref), default)))
+        ref = _objref.importable(o) or (default.main and ("__main__", _objref.main_name(o)))
+        if ref and ref[1]:
+            cache = _objref_exts if ref[0] != "__main__" else _main_exts
+            return _remember(cache, o, _ext_type(_EXT_OBJREF, _pack(list(ref), default)))
     if isinstance(o, jax.Array):
         if isinstance(o, jax.core.Tracer):
             raise TypeError(
@@ -241,7 +247,7 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
         try:
             return _array_record(np.asarray(o), _NUMPY_SCALAR, buffers)
         except TypeError:
-            return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+            return msgpack.ExtType(_EXT_PICKLE, _objref.dumps(o))
     if t is complex:
         return msgpack.ExtType(_EXT_COMPLEX, _pack([o.real, o.imag], default))
     if t is int:
@@ -250,15 +256,17 @@ def _default(o: Any, buffers: list[memoryview], default: Callable[[Any], Any]) -
         code = _EXT_SET if t is set else _EXT_FROZENSET
         return msgpack.ExtType(code, _pack(list(o), default))
     if isinstance(o, tuple) and hasattr(t, "_fields"):
-        return msgpack.ExtType(_EXT_NAMEDTUPLE, _pack([_objref.objref(t), list(o)], default))
+        ref = _objref.objref(t, default.main)
+        return msgpack.ExtType(_EXT_NAMEDTUPLE, _pack([ref, list(o)], default))
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
         fields = {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
-        return msgpack.ExtType(_EXT_DATACLASS, _pack([_objref.objref(t), fields], default))
+        ref = _objref.objref(t, default.main)
+        return msgpack.ExtType(_EXT_DATACLASS, _pack([ref, fields], default))
     if isinstance(o, type | types.FunctionType | types.BuiltinFunctionType) or (
-        callable(o) and _objref.importable(o) is not None
+        callable(o) and (_objref.importable(o) or (default.main and _objref.main_name(o)))
     ):
-        return msgpack.ExtType(_EXT_OBJREF, _pack(_objref.objref(o), default))
-    return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(o))
+        return msgpack.ExtType(_EXT_OBJREF, _pack(_objref.objref(o, default.main), default))
+    return msgpack.ExtType(_EXT_PICKLE, _objref.dumps(o, default.main))
 
 
 # ---------------------------------------------------------------------------

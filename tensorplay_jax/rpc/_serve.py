@@ -128,6 +128,7 @@ class Serving:
     activity: int
     _lock: threading.Lock
     _pending: dict[int, Any]  # message id -> _agent._Pending
+    same_main: set[str]  # workers running this worker's main script (see _objref)
     _inflight: int
     _open: threading.Event
     _executor: concurrent.futures.Executor
@@ -309,7 +310,7 @@ class Serving:
             self._send_error(link, mid, e, info.func_name)
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
-        enc = _codec.encode(result)
+        enc = _codec.encode(result, main=link.peer in self.same_main)
         link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
 
     def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:

@@ -424,3 +424,36 @@ def fresh_rref_to_third_worker() -> None:
         wait_until(lambda: rpc.rpc_sync("w1", T.num_owned) == 0)
         print("RACE-OK")
     rpc.shutdown()
+
+
+# A notebook cell: run in ``__main__``, which has no file (as in a notebook or a REPL).
+NOTEBOOK_CELL = """
+import os, threading
+RANK = int(os.environ["RANK"])
+cell_lock = threading.Lock()
+
+def cell_rank():
+    return RANK
+
+def cell_locked_rank():
+    with cell_lock:
+        return RANK
+"""
+
+
+def notebook_cells() -> None:
+    import __main__
+
+    rank = init_rpc()[0]
+    exec(compile(NOTEBOOK_CELL, "<cell>", "exec"), __main__.__dict__)  # what a notebook does
+    if rank == 0:
+        # No main file to compare: cell functions go by value, with the caller's globals.
+        assert rpc.rpc_sync("w1", __main__.cell_rank) == 0
+        cell_rank = __main__.cell_rank
+        assert rpc.rpc_sync("w1", lambda: cell_rank() + 10) == 10  # a closure over it too
+        # To this worker itself they go by name (the lock is no obstacle).
+        assert rpc.rpc_sync("w0", __main__.cell_locked_rank) == 0
+        why = ["cell_locked_rank", "no main script file", "pickling it failed", "can import"]
+        expect(TypeError, why, rpc.rpc_sync, "w1", __main__.cell_locked_rank)
+        print("CELLS-OK")
+    rpc.shutdown()
