@@ -45,32 +45,15 @@ from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.distributed._pg import descriptor, kv
 from tensorplay_jax.distributed._pg.engine_shm import ShmEngine, _bounds, _on_host
 from tensorplay_jax.runtime import handshake
+from tensorplay_jax.runtime.address import local_address
 from tensorplay_jax.runtime.device import aligned_empty
-from tensorplay_jax.runtime.secret import is_loopback
 
-__all__ = ["MAGIC", "TcpEngine", "connect_mesh", "route_address"]
+__all__ = ["MAGIC", "TcpEngine", "connect_mesh"]
 
 MAGIC = b"TPJPGTC1"
 _RECV_MAX = 4 << 20  # bytes one recv_into may take
 _REDUCE_STEP = 256 << 10  # reduce what arrived once this many bytes are in
 _ERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
-
-
-def route_address(host: str) -> str:
-    """This machine's address on the route to ``host`` (loopback for a loopback host).
-
-    No packet is sent: a UDP socket is only connected, so the kernel picks the route.
-
-    Example:
-      >>> route_address("127.0.0.1")
-      '127.0.0.1'
-    """
-    if is_loopback(host):
-        return "::1" if ":" in host.strip("[]") else "127.0.0.1"
-    family, _, _, _, sockaddr = socket.getaddrinfo(host.strip("[]"), 9, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect(sockaddr)
-        return s.getsockname()[0]
 
 
 def connect_mesh(
@@ -150,16 +133,17 @@ def _raw(a: np.ndarray) -> memoryview:
 class TcpEngine:
     """Collectives of one group over a full mesh of authenticated TCP connections.
 
-    Created collectively by every member: each listens on its address on the route
-    to ``master``, publishes it (signed) in the coordination store, and joins the
-    mesh (:func:`connect_mesh`).
+    Created collectively by every member: each listens on the address the job's
+    other channels use (``runtime.address.local_address``: the route to ``master``
+    unless ``TENSORPLAY_JAX_LISTEN_ADDR`` or an interface variable says), publishes
+    it (signed) in the coordination store, and joins the mesh (:func:`connect_mesh`).
 
     Args:
       key: a coordination-store key prefix unique to this group.
       ranks: the members' global ranks; ``me`` is this process's index in it.
       timeout_s: the deadline of every wait.
       device: this process's device (results are jax.Arrays on it).
-      master: the rendezvous host (the engine listens on the interface routing to it).
+      master: the rendezvous host (``MASTER_ADDR``).
       secret: the job secret every connection proves.
       fn: the public function creating the group (named in errors).
       hosts: each member's host id (``startup.host_id``); with several members on each
@@ -190,7 +174,7 @@ class TcpEngine:
         self.broken: str | None = None
         self.scratch = np.empty(0, np.uint8)
         deadline = time.monotonic() + timeout_s
-        addr = route_address(master)
+        addr = local_address(master)
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as lst:
             lst.bind((addr, 0))
