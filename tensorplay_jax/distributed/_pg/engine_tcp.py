@@ -32,6 +32,7 @@ collective runs on, and the nine collectives, which share those two pieces.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import math
 import select
@@ -54,6 +55,9 @@ MAGIC = b"TPJPGTC1"
 _RECV_MAX = 4 << 20  # bytes one recv_into may take
 _REDUCE_STEP = 256 << 10  # reduce what arrived once this many bytes are in
 _ERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
+_DIRECT_MAX = 1 << 20  # two members exchange whole inputs up to this many bytes
+_THREAD_MIN = 256 << 10  # calls sending this much send from a second thread
+_POLL_MAX_MS = 200  # a sending thread checks this often whether the call failed
 
 
 def connect_mesh(
@@ -173,6 +177,8 @@ class TcpEngine:
         self.dlen = descriptor.length(self.n)
         self.broken: str | None = None
         self.scratch = np.empty(0, np.uint8)
+        self.sender: concurrent.futures.ThreadPoolExecutor | None = None
+        self.stop = False  # tells the sending thread that the call failed
         deadline = time.monotonic() + timeout_s
         addr = local_address(master)
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -202,6 +208,9 @@ class TcpEngine:
 
     def close(self) -> None:
         """Close this member's connections (and its shared-memory engine, if any)."""
+        if self.sender is not None:
+            self.sender.shutdown(wait=False)
+            self.sender = None
         if self.local is not None:
             self.local.close()
             self.local = None
@@ -222,7 +231,27 @@ class TcpEngine:
         """Send ``sends[j]`` to and receive ``recvs[j]`` from each peer j, all at once.
 
         ``on_recv(j, nbytes)`` runs after each receive with the bytes from j so far.
+        A large call sends from a second thread while this one receives and reduces:
+        the kernel's copies of both directions then run on two cores.
         """
+        if not recvs or sum(b.nbytes for b in sends.values()) < _THREAD_MIN:
+            self._pump(fn, deadline, sends, recvs, on_recv)
+            return
+        if self.sender is None:
+            self.sender = concurrent.futures.ThreadPoolExecutor(1, "tpjax-pg-send")
+        sending = self.sender.submit(self._pump, fn, deadline, sends, {})
+        try:
+            self._pump(fn, deadline, {}, recvs, on_recv)
+        except BaseException:
+            self.stop = True
+            with contextlib.suppress(Exception):
+                sending.result()
+            self.stop = False
+            raise
+        sending.result()
+
+    def _pump(self, fn: str, deadline: float, sends, recvs, on_recv: Any = None) -> None:
+        """:meth:`_exchange` in this thread (a poll loop over the call's sockets)."""
         out = {j: 0 for j, b in sends.items() if b.nbytes}
         inn = {j: 0 for j, b in recvs.items() if b.nbytes}
         poller = select.poll()
@@ -240,7 +269,9 @@ class TcpEngine:
                         f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) "
                         f"{waiting} (they did not send or take their data)."
                     )
-                for fd, ev in poller.poll(max(1, int(left * 1000))):
+                if self.stop:
+                    raise RuntimeError(f"{fn}: stopped, because the call failed (see above)")
+                for fd, ev in poller.poll(min(_POLL_MAX_MS, max(1, int(left * 1000)))):
                     j = self.fd_peer[fd]
                     s = self.socks[j]
                     try:
@@ -363,15 +394,16 @@ class TcpEngine:
     def _ring(self, fn, deadline, flat: np.ndarray, acc: np.ndarray, op: ReduceOp, members):
         """``acc`` = the reduction of ``flat`` over ``members`` (group indices, me among them).
 
-        Two members exchange their whole inputs; more run a ring reduce-scatter, then
-        a ring all-gather (each chunk is reduced on one member: identical results).
+        Two members with small inputs exchange them whole (one step); otherwise a ring
+        reduce-scatter, then a ring all-gather (each chunk is reduced on one member:
+        identical results, and each member reduces 1/n of the data, not all of it).
         """
         n = len(members)
         if n == 1 or flat.size == 0:
             reduce_into(acc, [flat], op, 1)
             return
         k = members.index(self.me)
-        if n == 2:
+        if n == 2 and flat.nbytes <= _DIRECT_MAX:
             peer = members[1 - k]
             tmp = self._tmp(flat.size, flat.dtype)
             on_recv = self._reducer(acc, flat, tmp, op, k == 0, n)
