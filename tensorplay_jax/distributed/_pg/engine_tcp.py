@@ -1,10 +1,15 @@
 """TCP engine: process-group collectives across hosts, in numpy over authenticated sockets.
 
 Why it exists: across hosts, XLA's CPU collectives (gloo inside XLA) ran all_reduce
-at 0.56x the speed of ``torch.distributed`` gloo on the same link (two network
-namespaces, 1 and 64 MiB; see ``benchmarks/process_group.py --crosshost``). The
-data moves over the same kind of TCP link either way, so the gap is overhead, not
-the wire: this engine keeps the wire busy from Python with few, large syscalls.
+at 0.21x-0.41x the speed of ``torch.distributed`` gloo on the same link (two network
+namespace hosts, 1 and 64 MiB, 1 and 2 ranks per host, trials interleaved in the
+same processes; ``benchmarks/process_group.py --crosshost``, 2026-12-01). The data
+moves over the same kind of TCP link either way, so the gap is overhead, not the
+wire: this engine keeps the wire busy from Python with few, large syscalls. Same
+run, this engine: 1.35x / 1.07x of torch at 1 MiB (1 / 2 ranks per host), 0.79x /
+0.87x at 64 MiB, where both hosts share one 2-core machine and every copy (the
+kernel's socket copies, the reduction, faulting in the fresh result) competes for
+those cores.
 
 Design: each group builds a full mesh of TCP connections between its members
 (member i connects to every lower member; addresses travel through the group's
@@ -16,7 +21,9 @@ the call are driven by one ``poll`` loop, sending with ``send`` and receiving
 with ``recv_into`` straight into the result (no copies), so sends and receives to
 all peers overlap. all_reduce is a direct exchange for two members (each sends
 its whole input once and reduces what arrives, chunk by chunk, while the rest is
-still on the wire) and a ring reduce-scatter + all-gather for more; the other
+still on the wire) up to 1 MiB, else a ring reduce-scatter + all-gather (each
+member reduces 1/n of the data); a call sending 256 KiB or more sends from a
+second thread while the caller receives and reduces. The other
 collectives send each peer exactly what it needs. A group with several members
 on each of several hosts (the same number on each) runs all_reduce
 hierarchically: a shared-memory reduce-scatter within each host (``engine_shm``),
