@@ -20,6 +20,15 @@ What is timed, per call:
 Usage:
   python benchmarks/process_group.py [--nprocs 2 4] [--sizes 4K 1M 16M 64M]
                                      [--ops all_reduce all_gather broadcast] [--no-xla]
+  python benchmarks/process_group.py --crosshost [--rounds 3] [--trials 5] [--sizes 1M 64M]
+
+--crosshost (root, Linux): all_reduce across two simulated hosts
+(``tensorplay_jax.testing.netns.Cluster(2)``, network namespaces on a bridge), with
+1 and 2 workers per host. Each round starts one job per layout on the cluster, run
+by ``--torch-python`` (a venv with torch and jax): in every rank, ours (default
+engine), ours on the XLA engine and torch gloo (``GLOO_SOCKET_IFNAME=eth0``)
+alternate trial by trial; a job's time is the median of its trials (a trial
+lasting as long as its slowest rank), and the table shows the median over rounds.
 """
 
 from __future__ import annotations
@@ -148,6 +157,145 @@ def worker(argv: list[str]) -> None:
     dist.destroy_process_group()
 
 
+def crosshost_worker(spec: dict) -> None:
+    """One rank of a cross-host job: each library's median seconds per all_reduce per size.
+
+    Both libraries run in this process (the torch venv has jax too), their trials
+    alternating, so a change in the machine's load falls on both alike.
+    """
+    import os
+    import statistics
+
+    import jax
+    import numpy as np
+    import torch
+    import torch.distributed as tdist
+
+    import tensorplay_jax.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", timeout=300)
+    groups = {"ours": dist.new_group()}  # default engine
+    if spec["xla"]:
+        groups["xla"] = dist.new_group(engine="xla")
+    tdist.init_process_group("gloo")
+    out = {}
+    for label in spec["sizes"]:
+        count = SIZES[label] // 4
+        x = jax.device_put(np.full(count, rank + 1.0, np.float32))
+        t = torch.full((count,), rank + 1.0)
+        libs = {
+            name: (lambda g=g, x=x: dist.all_reduce(x, group=g).block_until_ready(), dist.barrier)
+            for name, g in groups.items()
+        }
+        libs["torch"] = (lambda t=t: tdist.all_reduce(t), tdist.barrier)
+        calls, trials = (10, spec["trials"]) if count <= 1 << 18 else (2, spec["trials"])
+        times = {name: [] for name in libs}
+        for fn, _ in libs.values():
+            fn()
+            fn()
+        for _ in range(trials):
+            for name, (fn, sync) in libs.items():
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                times[name].append((time.perf_counter() - t0) / calls)
+        for name, v in times.items():  # a trial lasts as long as its slowest rank
+            slowest = np.asarray(dist.all_reduce(np.asarray(v), op="max"))
+            out.setdefault(name, {})[label] = statistics.median(slowest.tolist())
+        y = np.asarray(dist.all_reduce(x))
+        n = dist.get_world_size()
+        assert float(y[0]) == n * (n + 1) / 2 == float(y[-1]), y[:2]
+        del x, t
+    tdist.destroy_process_group()
+    dist.destroy_process_group()
+    if rank == 0:
+        print("TIMES " + json.dumps(out), flush=True)
+
+
+def _crosshost_job(cluster, per_host: int, spec: dict, python: str, port: int, timeout: float):
+    """Run one job of ``crosshost_worker`` on both hosts; rank 0's times."""
+    import os
+    import subprocess
+
+    n = 2 * per_host
+    procs = []
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "MASTER"))}
+    for rank in range(n):
+        host = rank // per_host
+        env = dict(env0, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank % per_host))
+        env.update(LOCAL_WORLD_SIZE=str(per_host), MASTER_ADDR=cluster.addresses[0])
+        env.update(MASTER_PORT=str(port), PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+        env.update(GLOO_SOCKET_IFNAME="eth0", TENSORPLAY_JAX_RPC_SECRET="crosshost-bench")
+        argv = [python, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+        procs.append(
+            subprocess.Popen(
+                cluster.command(host, argv),
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (so, se) in zip(procs, outs, strict=True):
+        if p.returncode != 0:
+            raise RuntimeError(f"{spec} failed ({p.returncode}):\n{so}\n{se[-3000:]}")
+    line = next(ln for ln in outs[0][0].splitlines() if ln.startswith("TIMES "))
+    return json.loads(line[6:])
+
+
+def crosshost(a: argparse.Namespace) -> None:
+    """The cross-host table: all_reduce on 2 simulated hosts, ours beside torch gloo."""
+    import random
+    import statistics
+
+    from tensorplay_jax.testing.netns import Cluster, unavailable
+
+    why = unavailable()
+    if why:
+        raise SystemExit(f"--crosshost: {why}")
+    spec = {"sizes": a.sizes, "xla": not a.no_xla, "trials": a.trials}
+    got = {}  # (per_host, lib, size) -> [seconds per round]
+    with Cluster(2) as c:
+        for rnd in range(a.rounds):
+            for per_host in (1, 2):
+                port = random.randint(20000, 40000)
+                t = _crosshost_job(c, per_host, spec, a.torch_python, port, a.timeout)
+                for lib, sizes in t.items():
+                    for size, sec in sizes.items():
+                        got.setdefault((per_host, lib, size), []).append(sec)
+                print(f"round {rnd} {per_host}/host: {json.dumps(t)}", flush=True)
+    print()
+    head = "workers/host  size   ours(ms)  torch(ms)  speed ours/torch"
+    print(head + ("    xla(ms)  xla/torch" if not a.no_xla else ""))
+    for per_host in (1, 2):
+        for size in a.sizes:
+            m = {
+                lib: statistics.median(v)
+                for (ph, lib, sz), v in got.items()
+                if (ph, sz) == (per_host, size)
+            }
+            row = f"{per_host:>12}  {size:>4}  {m['ours'] * 1e3:9.2f} {m['torch'] * 1e3:9.2f}"
+            row += f"  {m['torch'] / m['ours']:15.2f}x"
+            if "xla" in m:
+                row += f"  {m['xla'] * 1e3:9.2f} {m['torch'] / m['xla']:9.2f}x"
+            print(row)
+    print(
+        f"medians over {a.rounds} jobs x {a.trials} interleaved trials; speed = torch time / "
+        "our time (>= 1.0: as fast)."
+    )
+
+
 def _fmt_row(r: dict) -> str:
     def gbs(sec):
         return r["bytes"] / sec / 1e9
@@ -174,7 +322,20 @@ def main() -> None:
     )
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA-engine column")
     ap.add_argument("--timeout", type=float, default=1200.0)
+    ap.add_argument("--crosshost", action="store_true", help="2 simulated hosts (root)")
+    ap.add_argument("--rounds", type=int, default=3, help="--crosshost: jobs per layout")
+    ap.add_argument("--trials", type=int, default=5, help="--crosshost: trials per job")
+    ap.add_argument("--torch-python", default="/tmp/benchvenv/bin/python")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker:
+        crosshost_worker(json.loads(a.worker))
+        return
+    if a.crosshost:
+        if a.sizes == list(SIZES):
+            a.sizes = ["1M", "64M"]
+        crosshost(a)
+        return
 
     from tests._procs import run_workers
 

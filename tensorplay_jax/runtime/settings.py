@@ -177,7 +177,9 @@ SETTINGS: tuple[Setting, ...] = (
         "microseconds a same-host reader spins before it sleeps; 0 never spins",
     ),
     # process groups (distributed)
-    Setting(PG_ENGINE_ENV, "auto", str, "default engine of init_process_group: auto, shm, xla"),
+    Setting(
+        PG_ENGINE_ENV, "auto", str, "default engine of init_process_group: auto, shm, tcp, xla"
+    ),
     Setting(PG_COORDINATOR_LOG_ENV, None, str, "a file for the coordination service's own log"),
     Setting(
         SHM_SPIN_ENV,

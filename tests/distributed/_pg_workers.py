@@ -165,7 +165,7 @@ def errors() -> None:
             return
         raise AssertionError(f"{fn.__name__} did not raise {exc.__name__}({text!r})")
 
-    for i, engine in enumerate(("shm", "xla")):
+    for i, engine in enumerate(("shm", "xla", "tcp")):
         if i == 0:
             dist.init_process_group("gloo", f"tcp://127.0.0.1:{port}", 30, 2, r, engine=engine)
         else:
@@ -197,7 +197,7 @@ def errors() -> None:
             x,
             dst=r,
         )
-        if engine == "xla":
+        if engine in ("xla", "tcp"):
             expect(
                 ValueError,
                 "broadcast: ranks disagree on src/dst (rank 0: 0, rank 1: 1)",
@@ -359,6 +359,8 @@ def missing() -> None:
     assert took < 5.0, took
     if mode == "exit" and engine == "shm":
         assert "all_reduce: rank 1 (pid" in msg and "exited" in msg, msg
+    elif mode == "exit" and engine == "tcp":
+        assert "all_reduce: lost the connection to rank 1" in msg, msg
     else:
         assert "all_reduce: timed out" in msg and "rank(s) [1]" in msg, msg
     try:
@@ -370,3 +372,40 @@ def missing() -> None:
     print("MISSING-OK", flush=True)
     if mode == "exit":
         os._exit(0)
+
+
+def tcp_hierarchical() -> None:
+    # The tcp engine with members on two "hosts" (two per host, faked on loopback):
+    # all_reduce runs as shm reduce-scatter, a ring across hosts, shm all-gather.
+    from tensorplay_jax.distributed._pg import descriptor, kv
+    from tensorplay_jax.distributed._pg.engine_tcp import TcpEngine
+
+    dist.init_process_group("gloo", timeout=60, engine="tcp")
+    r, n = dist.get_rank(), dist.get_world_size()
+    hosts = ["a"] * (n // 2) + ["b"] * (n - n // 2)
+    w = pg.world()
+    eng = TcpEngine(
+        f"{w.prefix}/hier", tuple(range(n)), r, 60, pg.device(), "127.0.0.1",
+        kv.job_secret(), hosts=hosts,
+    )  # fmt: skip
+    assert eng.local is not None and eng.local.n == n // 2, eng.local
+    for dtype in (np.float32, np.int32, ml_dtypes.bfloat16):
+        for shape in ((1,), (7,), (3, 5), (1001, 3), (1 << 19,)):
+            base = np.arange(np.prod(shape)).reshape(shape) % 11
+            xs = [(base + k + 1).astype(dtype) for k in range(n)]
+            stack = np.stack(xs)
+            ops = {"sum": stack.sum(0), "max": stack.max(0), "min": stack.min(0)}
+            if dtype != np.int32:
+                ops["avg"] = stack.astype(np.float64).mean(0)
+            for name, want in ops.items():
+                op = dist.ReduceOp[name.upper()]
+                d = descriptor.encode(
+                    n, "all_reduce", descriptor.dtype_code("t", dtype), shape, reduce_op=op
+                )
+                got = np.asarray(eng.all_reduce(xs[r], op, d))
+                assert got.shape == shape and got.dtype == dtype, (got.shape, got.dtype)
+                tol = 2e-2 if dtype == ml_dtypes.bfloat16 else 1e-6
+                np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol)
+    eng.close()
+    dist.destroy_process_group()
+    print("HIER-OK", r, flush=True)

@@ -64,7 +64,7 @@ def test_mismatches_and_bad_arguments_raise_on_every_rank():
         assert f"ERRORS-OK {w.rank}" in w.stdout, str(w)
 
 
-@pytest.mark.parametrize("engine", ["shm", "xla"])
+@pytest.mark.parametrize("engine", ["shm", "xla", "tcp"])
 @pytest.mark.parametrize("mode", ["stuck", "exit"])
 def test_missing_peer_fails_within_timeout(engine, mode):
     res = run_workers(W.missing, 2, args=[engine, mode], timeout=60, check=False)

@@ -366,12 +366,20 @@ class ShmEngine:
 
     @_on_host
     def all_gather(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
+        out = aligned_empty((self.n, *x.shape), x.dtype)
+        out[self.me] = x
+        self.all_gather_into(x, out, desc)
+        return out
+
+    def all_gather_into(self, x: np.ndarray, out: np.ndarray, desc: np.ndarray) -> None:
+        """Every member's ``x`` into rows of the host array ``out``, except ``out[me]``."""
         deadline, inputs = self._begin("all_gather", desc, x)
         if inputs is None:
             self._slot(self.me, x.shape, x.dtype)[...] = x
             self._data_ready(deadline, "all_gather")
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
-        return self._stack(inputs)
+        for j in (j for j in range(self.n) if j != self.me):
+            out[j] = inputs[j]
 
     @_on_host
     def gather(self, x: np.ndarray, dst: int, desc: np.ndarray) -> np.ndarray:

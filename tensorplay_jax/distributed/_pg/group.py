@@ -6,10 +6,13 @@ owns an *engine* that moves its data (see ``engine_shm`` and ``engine_xla``):
 
 - ``"shm"``: shared memory, for a CPU (gloo) group whose members share a host;
   the fastest engine on one machine (see ``benchmarks/process_group.py``).
+- ``"tcp"``: numpy over a mesh of authenticated TCP connections, for a CPU
+  (gloo) group across hosts, where it beats XLA's gloo (see ``engine_tcp``).
 - ``"xla"``: compiled, cached XLA programs over the group's mesh; gloo on CPU,
   NCCL on GPU; any number of hosts.
 
-``engine="auto"`` (the default) picks ``"shm"`` where it applies, else ``"xla"``.
+``engine="auto"`` (the default) picks ``"shm"`` for a gloo group on one host,
+``"tcp"`` for a gloo group across hosts, else ``"xla"``.
 Point-to-point ``send``/``recv`` always run as XLA programs over the pair.
 
 The runtime's coordination service runs in a small process that rank 0 starts
@@ -90,6 +93,7 @@ class _World:
     next_gid: int = 0
     groups: list[ProcessGroup] = dataclasses.field(default_factory=list)
     pairs: dict = dataclasses.field(default_factory=dict)
+    master: str = "127.0.0.1"  # the rendezvous host (the tcp engine routes to it)
 
 
 _WORLD: _World | None = None
@@ -133,7 +137,7 @@ def init_process_group(
         SLURM's, and a world of one with ``env://`` and no ``MASTER_ADDR`` /
         ``MASTER_PORT`` runs on a free loopback port, as for ``init_rpc``
         (``tensorplay_jax.runtime.init_method``).
-      engine: ``"auto"``, ``"shm"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
+      engine: ``"auto"``, ``"shm"``, ``"tcp"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
         or auto): how groups move data; see the module docstring.
       secret: the job secret that signs the group's values in the coordination
         store; default: ``TENSORPLAY_JAX_RPC_SECRET``, ``TENSORPLAY_JAX_RPC_SECRET_FILE``,
@@ -187,6 +191,7 @@ def init_process_group(
     kv.set(f"{prefix}/host/{rank}", startup.host_id().encode())
     hosts = [kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
     _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
+    _WORLD.master = host
     try:
         _WORLD.world = _make_group(tuple(range(world_size)), fn=fn)
         kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
@@ -206,15 +211,18 @@ def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
             f"group {list(ranks)} has backend {w.backend!r} and "
             f"{len({w.hosts[r] for r in ranks})} host(s). Use engine='xla' or 'auto'."
         )
-    if pref == "xla":
+    if pref in ("xla", "tcp"):
+        return pref
+    if w.backend != "gloo":
         return "xla"
-    return "shm" if w.backend == "gloo" and same_host else "xla"
+    return "shm" if same_host else "tcp"
 
 
 def _make_group(
     ranks: tuple[int, ...], engine: str | None = None, fn: str = "new_group"
 ) -> ProcessGroup:
     from tensorplay_jax.distributed._pg.engine_shm import ShmEngine
+    from tensorplay_jax.distributed._pg.engine_tcp import TcpEngine
     from tensorplay_jax.distributed._pg.engine_xla import XlaEngine
 
     w = _state()
@@ -224,8 +232,13 @@ def _make_group(
     if w.rank in ranks:
         me = ranks.index(w.rank)
         key = f"{w.prefix}/g{gid}"
-        if _engine_for(ranks, engine) == "shm":
+        choice = _engine_for(ranks, engine)
+        if choice == "shm":
             g.engine = ShmEngine(key, ranks, me, w.timeout_s, w.devices[w.rank], fn)
+        elif choice == "tcp":
+            dev, secret = w.devices[w.rank], kv.job_secret()
+            hosts = [w.hosts[r] for r in ranks]
+            g.engine = TcpEngine(key, ranks, me, w.timeout_s, dev, w.master, secret, fn, hosts)
         else:
             g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
     w.groups.append(g)
@@ -271,7 +284,7 @@ def new_group(
       ranks: global ranks of the members (any order; None means all).
       timeout: unused, accepted for tensorplay compatibility (the group keeps the
         default group's timeout).
-      engine: ``"auto"``, ``"shm"`` or ``"xla"``; default: the one given to
+      engine: ``"auto"``, ``"shm"``, ``"tcp"`` or ``"xla"``; default: the one given to
         :func:`init_process_group`.
 
     Returns:

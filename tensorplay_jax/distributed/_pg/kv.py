@@ -33,6 +33,7 @@ __all__ = [
     "delete",
     "get",
     "is_runtime_initialized",
+    "job_secret",
     "missing",
     "runtime_rank_and_size",
     "set",
@@ -146,6 +147,13 @@ def use_secret(secret: str) -> None:
     """Sign and check every value from now on with ``secret`` (the job secret)."""
     global _SECRET
     _SECRET = secret
+
+
+def job_secret() -> str:
+    """The job secret given to :func:`use_secret` (engines authenticate their sockets with it)."""
+    if _SECRET is None:
+        raise RuntimeError("tensorplay_jax.distributed._pg.kv: no job secret (call use_secret)")
+    return _SECRET
 
 
 def _mac(key: str, payload: bytes) -> bytes:

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 BACKENDS = ("gloo", "nccl")
-ENGINES = ("auto", "shm", "xla")
+ENGINES = ("auto", "shm", "tcp", "xla")
 
 
 def options(fn: str, backend: Any, engine: Any, timeout: Any) -> tuple[str, str, float]:

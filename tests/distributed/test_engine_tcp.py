@@ -1,0 +1,78 @@
+"""The tcp engine's own pieces: its authenticated mesh, and all_reduce across "hosts".
+
+Its collectives on 2, 3 and 4 processes, mismatches and lost peers are tested with
+the other engines' (``test_process_group.py``, ``test_process_group_errors.py``).
+"""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from tensorplay_jax.distributed._pg.engine_tcp import MAGIC, connect_mesh
+from tensorplay_jax.runtime import handshake
+from tests._procs import run_workers
+from tests.distributed import _pg_workers as W
+
+
+def test_mesh_rejects_a_connection_without_the_secret():
+    lst = socket.create_server(("127.0.0.1", 0))
+    addr = lst.getsockname()
+    got, errors = {}, []
+
+    def serve():
+        try:
+            got.update(connect_mesh(0, 2, lst, {}, b"job", time.monotonic() + 20))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    rogue = socket.create_connection(addr, timeout=10)
+    with pytest.raises(ConnectionError):
+        handshake.authenticate(rogue, b"not-the-job", "1", MAGIC)
+    rogue.close()
+    # The mesh still waits for (and takes) the real member 1.
+    real = connect_mesh(1, 2, socket.create_server(("127.0.0.1", 0)), {0: addr}, b"job",
+                        time.monotonic() + 20)  # fmt: skip
+    t.join(timeout=30)
+    assert not errors and list(got) == [1] and list(real) == [0], (errors, got, real)
+    for s in [*got.values(), *real.values(), lst]:
+        s.close()
+
+
+def test_member_with_another_secret_cannot_join():
+    lst = socket.create_server(("127.0.0.1", 0))
+    waited = []
+
+    def serve():
+        try:
+            connect_mesh(0, 2, lst, {}, b"job", time.monotonic() + 3)
+        except TimeoutError as e:
+            waited.append(e)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    with pytest.raises(RuntimeError, match="could not join member 0 of the group"):
+        connect_mesh(1, 2, socket.create_server(("127.0.0.1", 0)),
+                     {0: lst.getsockname()}, b"other", time.monotonic() + 5)  # fmt: skip
+    t.join(timeout=30)
+    assert waited, "member 0 accepted a member without the secret"
+    lst.close()
+
+
+def test_mesh_times_out_naming_the_missing_members():
+    lst = socket.create_server(("127.0.0.1", 0))
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"no connection from \[1, 2\]"):
+        connect_mesh(0, 3, lst, {}, b"job", time.monotonic() + 0.5)
+    assert time.monotonic() - t0 < 5
+    lst.close()
+
+
+@pytest.mark.parametrize("nprocs", [4])
+def test_hierarchical_all_reduce_matches_numpy(nprocs):
+    res = run_workers(W.tcp_hierarchical, nprocs, timeout=240)
+    for w in res:
+        assert f"HIER-OK {w.rank}" in w.stdout, str(w)
