@@ -234,6 +234,15 @@ def process_groups() -> None:
             close(dist.all_reduce(mine, group=g), np.sum([xs[k] for k in members], 0))
             print(f"GROUP host {_engine(g)}", flush=True)
     print(f"GROUP world {_engine(None)}", flush=True)
+    # XLA's own collectives (gloo on the routable address) across hosts, chosen explicitly,
+    # and send/recv, which always run on them, between the first and the last rank.
+    gx = dist.new_group(list(range(n)), engine="xla")
+    close(dist.all_reduce(mine, group=gx), np.sum(xs, 0))
+    print(f"GROUP explicit {_engine(gx)}", flush=True)
+    if r == 0:
+        dist.send(mine, dst=n - 1)
+    elif r == n - 1:
+        close(dist.recv(jnp.zeros_like(mine), src=0), xs[0])
 
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

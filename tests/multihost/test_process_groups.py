@@ -1,8 +1,9 @@
 """Process groups and SPMD programs over ``jax.distributed`` across simulated hosts.
 
-A world that spans hosts runs the compiled XLA engine; a group of the ranks on one
-host, the shared-memory one. Then a ``shard_map`` psum over the devices of every
-process.
+A world that spans hosts runs the TCP engine (``engine="auto"``); a group of the
+ranks on one host, the shared-memory one; a group made with ``engine="xla"``, and
+send/recv, XLA's gloo collectives on the routable address. Then a ``shard_map`` psum
+over the devices of every process.
 """
 
 from __future__ import annotations
@@ -24,4 +25,4 @@ def test_collectives_across_hosts(on_hosts, hosts, devices):
         assert f"PG-OK {r.rank}" in r.stdout, str(r)
         assert f"SPMD {r.rank} {n * devices} devices" in r.stdout, str(r)
         groups = dict(re.findall(r"^GROUP (\S+) (\w+)$", r.stdout, re.M))
-        assert groups == {"world": "xla", "host": "shm"}, str(r)
+        assert groups == {"world": "tcp", "host": "shm", "explicit": "xla"}, str(r)
