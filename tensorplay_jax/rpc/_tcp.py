@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplay_jax.rpc._framing import pack_message
+from tensorplay_jax.rpc._framing import _PRELUDE, pack_message
 from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
 from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _Reader
 from tensorplay_jax.rpc._local.link import _NOSIGNAL, LocalLink
@@ -61,7 +61,7 @@ _STEP = 4 << 20  # a long body is received (and its fresh pages taken) this much
 _ROUND = 1 << 20  # receive mappings are made in multiples of this
 # Mappings whose arrays are all gone wait here for the next long body (at most _POOL of
 # them, none over _POOL_MAX_BYTES): faulting in fresh pages costs as much as the copy.
-_POOL, _POOL_MAX_BYTES = 4, 256 << 20
+_POOL, _POOL_MAX_BYTES = 2, 256 << 20
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 _MADV_POPULATE_WRITE = getattr(
     mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None
@@ -151,18 +151,22 @@ class _TcpReader(_Reader):
     once none is left."""
 
     def _large(self, n: int) -> Any:  # type: ignore[override]
-        m, ready = _take(n)
-        base = np.frombuffer(m, np.uint8, count=n)
-        view = memoryview(base)
         have = self._hi - self._lo  # < n: the read buffer is shorter than a long body
+        pad = 0
+        if have >= _PRELUDE.size:  # start the body so that its first buffer is 64-byte aligned
+            env_len, hdr_len, nbufs = _PRELUDE.unpack_from(self._buf, self._lo)
+            pad = -(_PRELUDE.size + 8 * nbufs + env_len + hdr_len) % 64
+        m, ready = _take(n + pad)
+        base = np.frombuffer(m, np.uint8, count=n, offset=pad)
+        view = memoryview(base)
         view[:have] = self._buf[self._lo : self._hi]
         self._lo = self._hi = 0
         while have < n:
             stop = min(n, have + _STEP)
             if not ready and _MADV_POPULATE_WRITE is not None:
-                start = have - have % mmap.PAGESIZE
+                start = pad + have - (pad + have) % mmap.PAGESIZE
                 with contextlib.suppress(OSError):  # only advice: the copy faults pages in
-                    m.madvise(_MADV_POPULATE_WRITE, start, stop - start)
+                    m.madvise(_MADV_POPULATE_WRITE, start, pad + stop - start)
             got = self._sock.recv_into(view[have:stop], stop - have, _WAITALL)
             if not got:
                 raise EOFError("stream closed")
