@@ -211,7 +211,20 @@ class TcpLink(LocalLink):
 
 class TcpServer:
     """Accepts TCP connections on ``host`` (any free port: ``port``), authenticates each, and
-    reports what arrives on it to ``inbound`` (or the three callbacks given by keyword)."""
+    reports what arrives on it to ``inbound`` (or the three callbacks given by keyword).
+
+    Example:
+      >>> import queue
+      >>> got = queue.Queue()
+      >>> cb = dict(on_message=lambda link, m: got.put(m), on_malformed=print,
+      ...           on_closed=lambda link, reason: None)
+      >>> srv = TcpServer(secret="s3cret", host="127.0.0.1", **cb)
+      >>> link = connect_tcp("127.0.0.1", srv.port, peer="srv", secret="s3cret", me="w0", **cb)
+      >>> link.send(b"env", b"hdr", [memoryview(bytes(100_000))])
+      >>> m = got.get(timeout=10); bytes(m.envelope), m.buffers[0].nbytes
+      (b'env', 100000)
+      >>> link.close(); srv.stop()
+    """
 
     def __init__(
         self,
