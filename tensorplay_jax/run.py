@@ -4,8 +4,11 @@ Sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT for each worker, prefixes every output line with ``[rank N]``,
 and if one worker fails stops the others and exits with its code. torchrun's
 spellings are accepted (``--nproc-per-node``, ``--nnodes``, ``--node-rank``,
-``--master-addr``, ``--master-port``, also with underscores); under SLURM the
-node count, node rank and master address default to SLURM's values.
+``--master-addr``, ``--master-port``, ``--local-addr``, also with underscores);
+under SLURM the node count, node rank and master address default to SLURM's
+values. ``--listen-addr`` / ``--ifname`` choose the address this node's workers
+bind and advertise to other nodes (default: the interface that routes to the
+master address; see ``tensorplay_jax.runtime.address``).
 
 A one-node job gets a fresh random job secret (``TENSORPLAY_JAX_RPC_SECRET``)
 unless the environment already has one. A multi-node job needs the same secret
@@ -29,6 +32,7 @@ from collections.abc import Sequence
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.init_method import slurm_env
 from tensorplay_jax.runtime.launch import WorkerProcesses, free_port, launch_secret_env, worker_env
+from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
 
 __all__ = ["main", "parse_args"]
 
@@ -75,6 +79,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="rendezvous port (default: MASTER_PORT or a free port on a single node)",
     )
     p.add_argument(
+        "--listen-addr",
+        "--local-addr",
+        "--local_addr",
+        dest="listen_addr",
+        default=None,
+        help="the address this node's workers bind and advertise to the other nodes "
+        "(sets TENSORPLAY_JAX_LISTEN_ADDR; default: the one routing to the master address)",
+    )
+    p.add_argument(
+        "--ifname",
+        default=None,
+        help="the interface whose address this node's workers bind and advertise "
+        "(sets TENSORPLAY_JAX_SOCKET_IFNAME)",
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         help="run a multi-node job with no job secret, unauthenticated (a warning is printed)",
@@ -118,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("tensorplay-jax-run: --master-port is required with --nnodes > 1", file=sys.stderr)
         return 2
     extra = {"NODE_RANK": str(node_rank)}
+    if a.listen_addr:
+        extra[LISTEN_ADDR_ENV] = a.listen_addr
+    if a.ifname:
+        extra[SOCKET_IFNAME_ENV] = a.ifname
     try:
         extra.update(launch_secret_env("tensorplay-jax-run", nnodes > 1, a.insecure))
     except ValueError as e:

@@ -24,7 +24,6 @@ import itertools
 import logging
 import re
 import secrets
-import socket
 import threading
 import time
 from typing import Any
@@ -51,6 +50,7 @@ from tensorplay_jax.rpc._serve import Serving, _Pool, func_name
 from tensorplay_jax.rpc._service import Server, TlsConfig, connect
 from tensorplay_jax.rpc._shutdown import Shutdown
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime.address import local_address, store_bind_host
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
 
@@ -180,7 +180,7 @@ class Agent(Serving, Shutdown):
             "init_rpc", given=opts.secret, rendezvous_host=host, insecure=opts.insecure
         )
         if self.rank == 0:
-            self._store_server = StoreServer(host, port, secret)
+            self._store_server = StoreServer(store_bind_host(host), port, secret)
         self.store = StoreClient(host, port, self.rank, opts.init_timeout, secret)
         self._secret = secret
         self._server = Server(
@@ -189,12 +189,16 @@ class Agent(Serving, Shutdown):
             max_streams=4 * self.world_size + 16,
             tls=self._tls,
         )
-        bound = self._server.start(opts.listen_addr, opts.port)
+        try:
+            # Loopback for a one-host job; across hosts, an address the peers reach.
+            chosen = local_address(host, port)
+        except ValueError as e:
+            raise ValueError(f"init_rpc: {e}") from None
+        listen = chosen if opts.listen_addr is None else opts.listen_addr
+        bound = self._server.start(listen, opts.port)
         adv = opts.advertise_addr
         if adv is None:
-            adv = opts.listen_addr
-            if adv in ("0.0.0.0", "::", ""):
-                adv = socket.gethostname()
+            adv = chosen if listen in ("0.0.0.0", "::", "") else listen
         self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
         self._server.expect_target(self.address)
         nonce = secrets.token_hex(8)

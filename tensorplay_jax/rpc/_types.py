@@ -50,10 +50,13 @@ class GrpcRpcBackendOptions:
       rpc_timeout: default timeout in seconds of every RPC (0 = no limit).
       init_method: ``"env://"`` (MASTER_ADDR/MASTER_PORT) or ``"tcp://host:port"``.
       num_worker_threads: threads that run incoming calls.
-      listen_addr: interface the gRPC server binds; loopback unless told otherwise
-        (``"0.0.0.0"`` to accept other hosts).
+      listen_addr: the address the server binds. None (the default): loopback for a
+        job on one host; for a job that spans hosts, ``TENSORPLAY_JAX_LISTEN_ADDR``,
+        else the address of ``TENSORPLAY_JAX_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME``,
+        else the one that routes to MASTER_ADDR (see ``tensorplay_jax.runtime.address``).
       advertise_addr: address the other workers use to reach this one; by default
-        ``listen_addr``, or this host's name when ``listen_addr`` is a wildcard.
+        ``listen_addr``, or the address chosen as above when ``listen_addr`` is a
+        wildcard (``"0.0.0.0"``, ``"::"``).
       port: server port (0 = any free port).
       secret: the job secret every connection proves before it is read (the
         rendezvous store, gRPC, the same-host socket). By default
@@ -77,7 +80,7 @@ class GrpcRpcBackendOptions:
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
     init_method: str = DEFAULT_INIT_METHOD
     num_worker_threads: int = DEFAULT_NUM_WORKER_THREADS
-    listen_addr: str = "127.0.0.1"
+    listen_addr: str | None = None
     advertise_addr: str | None = None
     port: int = 0
     secret: str | None = None

@@ -89,6 +89,8 @@ PG_ENGINE_ENV = "TENSORPLAY_JAX_PG_ENGINE"
 PG_COORDINATOR_LOG_ENV = "TENSORPLAY_JAX_PG_COORDINATOR_LOG"
 SHM_SPIN_ENV = "TENSORPLAY_JAX_SHM_SPIN_S"
 SHM_NO_FUTEX_ENV = "TENSORPLAY_JAX_SHM_NO_FUTEX"
+LISTEN_ADDR_ENV = "TENSORPLAY_JAX_LISTEN_ADDR"
+SOCKET_IFNAME_ENV = "TENSORPLAY_JAX_SOCKET_IFNAME"
 SLURM_VARS = (
     "SLURM_PROCID",
     "SLURM_NTASKS",
@@ -122,6 +124,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RANK", None, int, "this process's rank when none is passed"),
     Setting("WORLD_SIZE", None, int, "number of processes when none is passed"),
     Setting("LOCAL_RANK", None, int, "rank on this node; picks the GPU of an nccl group"),
+    Setting(
+        "LOCAL_WORLD_SIZE",
+        None,
+        int,
+        "processes on this node; fewer than WORLD_SIZE means the job spans hosts",
+    ),
+    # addresses of a job that spans hosts (runtime.address)
+    Setting(
+        LISTEN_ADDR_ENV,
+        None,
+        str,
+        "the address this worker binds and advertises (RPC, gloo); default: see "
+        "'Running on several hosts'",
+    ),
+    Setting(
+        SOCKET_IFNAME_ENV,
+        None,
+        str,
+        "the interface (e.g. eth0) whose address this worker binds and advertises",
+    ),
+    Setting("GLOO_SOCKET_IFNAME", None, str, f"as {SOCKET_IFNAME_ENV} (torch's name)"),
     Setting("SLURM_PROCID", None, int, "SLURM: RANK when RANK is unset"),
     Setting("SLURM_NTASKS", None, int, "SLURM: WORLD_SIZE when WORLD_SIZE is unset"),
     Setting("SLURM_LOCALID", None, int, "SLURM: LOCAL_RANK when LOCAL_RANK is unset"),

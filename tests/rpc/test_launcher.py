@@ -56,6 +56,22 @@ def test_launcher_accepts_torchrun_flags(tmp_path):
     assert "[rank 1] sum 5" in p.stdout
 
 
+ADDRESS_ENV = """
+import os
+get = os.environ.get
+print("addr", get("TENSORPLAY_JAX_LISTEN_ADDR"), get("TENSORPLAY_JAX_SOCKET_IFNAME"))
+"""
+
+
+def test_launcher_address_flags_reach_the_workers(tmp_path):
+    for flag in ("--listen-addr", "--local-addr", "--local_addr"):
+        p = _launch(tmp_path, ADDRESS_ENV, "--nproc", "1", flag, "127.0.0.1", "--ifname", "lo")
+        assert p.returncode == 0, p.stderr
+        assert "[rank 0] addr 127.0.0.1 lo" in p.stdout, p.stdout
+    p = _launch(tmp_path, ADDRESS_ENV, "--nproc", "1")
+    assert "[rank 0] addr None None" in p.stdout, p.stdout
+
+
 def test_launcher_stops_the_others_when_one_fails(tmp_path):
     t = time.monotonic()
     p = _launch(tmp_path, FAILING, "--nproc", "2", timeout=60)

@@ -18,6 +18,7 @@ cannot be moved to another key either, since the key is part of what is signed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 from collections.abc import Sequence
 
@@ -85,11 +86,15 @@ def start_runtime(
     heartbeat_s: int,
     shutdown_timeout_s: int,
     local_device_ids: list[int] | None = None,
+    gloo_address: str | None = None,
 ) -> None:
     """Start JAX's multi-process runtime, as ``jax.distributed.initialize`` would.
 
     Rank 0 first starts the coordination service in its own process, listening on
-    ``bind`` (see ``coordinator``); every rank then connects to ``address``.
+    ``bind`` (see ``coordinator``); every rank then connects to ``address``. With
+    ``gloo_address``, XLA's CPU collectives (gloo) listen on and advertise that
+    address (by default gloo takes the host name's, which on a Debian host is
+    ``127.0.1.1`` and unreachable from other hosts).
 
     Raises:
       RuntimeError: JAX already ran a computation in this process, the service
@@ -122,6 +127,14 @@ def start_runtime(
         use_compression=True,
     )
     client.connect()
+    if gloo_address is not None:
+        gloo = _jax.make_gloo_tcp_collectives(distributed_client=client, hostname=gloo_address)
+        xla_bridge.register_backend_factory(
+            "cpu",
+            functools.partial(xla_bridge.make_cpu_client, collectives=gloo),
+            priority=0,
+            fail_quietly=False,
+        )
     state.coordinator_address = address
     state.process_id = rank
     state.num_processes = world_size

@@ -19,8 +19,8 @@ import jax
 
 from tensorplay_jax.distributed._pg import kv
 from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.address import local_address, net_namespace, spans_hosts
 from tensorplay_jax.runtime.init_method import coordinator_port, local_rank
-from tensorplay_jax.runtime.secret import is_loopback
 from tensorplay_jax.runtime.settings import (
     DEFAULT_PG_TIMEOUT_S,
     PG_ENGINE_ENV,
@@ -111,7 +111,7 @@ def host_id() -> str:
             boot = f.read().strip()
     except OSError:
         pass
-    return f"{socket.gethostname()}/{boot}"
+    return f"{socket.gethostname()}/{boot}/{net_namespace()}"
 
 
 def _hostport(host: str, port: int) -> str:
@@ -127,7 +127,7 @@ def _bind_address(host: str, port: int) -> str:
     given = settings.raw("JAX_COORDINATOR_BIND_ADDRESS")
     if given:
         return given
-    if is_loopback(host):
+    if not spans_hosts(host):
         return _hostport(host, port)
     return f"[::]:{port}"
 
@@ -145,6 +145,12 @@ def start_runtime(
     local = None
     if backend == "nccl" and local_rank() is not None:
         local = [local_rank()]
+    gloo_address = None
+    if backend == "gloo":
+        try:
+            gloo_address = local_address(host, port)
+        except ValueError as e:
+            raise ValueError(f"init_process_group: {e}") from None
     wait_s = max(1, int(timeout_s))
     kv.start_runtime(
         _hostport(host, coordinator_port(port)),
@@ -155,4 +161,5 @@ def start_runtime(
         heartbeat_s=min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
         shutdown_timeout_s=wait_s,
         local_device_ids=local,
+        gloo_address=gloo_address,
     )

@@ -27,6 +27,7 @@ from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.rpc._local.frames import _ANC
 from tensorplay_jax.rpc._local.link import LocalLink
 from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.address import net_namespace
 from tensorplay_jax.runtime.settings import LOCAL_TRANSPORT_ENV
 
 
@@ -48,7 +49,8 @@ def available() -> bool:
 
 
 def host_id() -> str:
-    """Names this host (kernel boot id + hostname); equal ids mean the socket is reachable.
+    """Names this host (kernel boot id, hostname, network namespace): equal ids mean the socket
+    is reachable (abstract sockets live in a network namespace).
 
     Example:
       >>> host_id() == host_id() and host_id().endswith(socket.gethostname())
@@ -59,7 +61,7 @@ def host_id() -> str:
             boot = f.read().strip()
     except OSError:
         boot = ""
-    return f"{boot}/{socket.gethostname()}"
+    return f"{boot}/{net_namespace()}/{socket.gethostname()}"
 
 
 class LocalServer:
