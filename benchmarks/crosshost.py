@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument(
         "--listen",
         choices=["explicit", "default"],
-        default="explicit",
+        default="default",
         help="ours: pass listen_addr=<host address> (explicit) or rely on the defaults",
     )
     a = ap.parse_args()

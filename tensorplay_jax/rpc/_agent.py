@@ -215,7 +215,7 @@ class Agent(Serving, Shutdown):
             # Between hosts, a plain TCP link beside gRPC (see _tcp); TLS keeps gRPC.
             self._tcp_server = _tcp.TcpServer(
                 secret=secret,
-                host=opts.listen_addr,
+                host=listen,  # the gRPC server's address
                 inbound=self._inbound,
                 max_threads=self.options.num_worker_threads + 1,
             )
