@@ -177,6 +177,9 @@ class LocalLink:
                 return
             with self._lock:
                 self._backlog.popleft()
+            # Hold nothing sent while waiting for the next: its buffers may be a reused
+            # receive mapping that the next message needs back (see _tcp).
+            item = data = None
 
     def _take_back(self, ids: Iterable[tuple[int]]) -> None:
         with self._lock:
