@@ -59,8 +59,8 @@ _JOIN_BYTES = 64 << 10  # a message up to this size is joined into one send
 _MAX_IOV = 512  # buffers per sendmsg (Linux allows 1024)
 _STEP = 4 << 20  # a long body is received (and its fresh pages taken) this much at a time
 _ROUND = 1 << 20  # receive mappings are made in multiples of this
-# Mappings whose arrays are all gone wait here for the next long body (at most _POOL of
-# them, none over _POOL_MAX_BYTES): faulting in fresh pages costs as much as the copy.
+# Mappings whose arrays are all gone wait here for the next long body (the last _POOL
+# freed, none over _POOL_MAX_BYTES): faulting in fresh pages costs as much as the copy.
 _POOL, _POOL_MAX_BYTES = 2, 256 << 20
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 _MADV_POPULATE_WRITE = getattr(
@@ -121,9 +121,12 @@ def _flat(b: Any) -> memoryview:
 
 
 def _give(m: mmap.mmap) -> None:
-    """Keep ``m`` for a later body (from a finalizer: takes no lock)."""
-    if len(m) <= _POOL_MAX_BYTES and len(_free) < _POOL:
+    """Keep ``m`` for a later body, in place of the oldest kept (from a finalizer: no lock)."""
+    if len(m) <= _POOL_MAX_BYTES:
         _free.append(m)
+        while len(_free) > _POOL:
+            with contextlib.suppress(IndexError):
+                _free.popleft()
 
 
 def _take(n: int) -> tuple[mmap.mmap, bool]:
