@@ -2,7 +2,8 @@
 
 Both workers run on this host, so ours uses its same-host transport (Unix
 socket + shared-memory segments, like TensorPipe's shm channel); pass
-``--transport grpc`` to measure the gRPC stream that other hosts use instead.
+``--transport tcp`` to measure the TCP link that other hosts use instead, or
+``--transport grpc`` for the gRPC stream (what TLS jobs use).
 
 Measures, in the same run for both:
 
@@ -16,6 +17,7 @@ Usage::
     python benchmarks/rpc.py                # both, full table
     python benchmarks/rpc.py --only ours    # skip torch
     python benchmarks/rpc.py --sizes 1 64 --repeats 3
+    python benchmarks/rpc.py --transport tcp    # ours over the cross-host TCP link
     python benchmarks/rpc.py --transport grpc   # ours over gRPC even on one host
 """
 
@@ -121,8 +123,9 @@ def run(impl: str, sizes: list[int], repeats: int, transport: str = "auto") -> d
     port = _port()
     out = f"/tmp/tpj-bench-{impl}-{os.getpid()}.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-    if transport == "grpc":
+    if transport in ("tcp", "grpc"):
         env["TENSORPLAY_JAX_RPC_LOCAL"] = "0"
+        env["TENSORPLAY_JAX_RPC_TCP"] = "1" if transport == "tcp" else "0"
     boot = (
         "import sys; from benchmarks.rpc import worker; "
         "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "
@@ -147,7 +150,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["ours", "torch"], default=None)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--transport", choices=["auto", "grpc"], default="auto")
+    ap.add_argument("--transport", choices=["auto", "tcp", "grpc"], default="auto")
     a = ap.parse_args()
     results = {}
     for impl in ("ours", "torch"):

@@ -3,8 +3,9 @@
 Message kinds and envelopes: see ``_protocol``.
 
 Transports: peers on this host are reached over ``_local`` (Unix socket +
-shared memory) unless TLS is on or ``TENSORPLAY_JAX_RPC_LOCAL=0``; others,
-and any peer ``_local`` cannot reach, over the gRPC stream of ``_service``.
+shared memory) unless TLS is on or ``TENSORPLAY_JAX_RPC_LOCAL=0``; others over
+the plain TCP link of ``_tcp`` unless TLS is on or ``TENSORPLAY_JAX_RPC_TCP=0``;
+the rest, and any peer those cannot reach, over the gRPC stream of ``_service``.
 The agent holds both kinds of connection as ``_link.Link`` and hands every
 transport one ``Inbound`` (its ``_on_message``, ``_on_malformed`` and
 ``_on_closed``).
@@ -27,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from tensorplay_jax.rpc import _codec, _context, _local, _objref
+from tensorplay_jax.rpc import _codec, _context, _local, _objref, _tcp
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
@@ -111,6 +112,7 @@ class Agent(Serving, Shutdown):
         self._local_addresses: dict[int, str] = {}
         # Workers that run this worker's main script: its functions go to them by name.
         self.same_main: set[str] = set()
+        self._tcp_ports: dict[int, int] = {}
         self._links: dict[int, Link] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
@@ -125,6 +127,7 @@ class Agent(Serving, Shutdown):
         self.store: StoreClient | None = None
         self._server: Server | None = None
         self._local_server: _local.LocalServer | None = None
+        self._tcp_server: _tcp.TcpServer | None = None
         self._tls: TlsConfig | None = None
         if options.tls_cert_chain is not None:
             self._tls = TlsConfig(
@@ -211,6 +214,15 @@ class Agent(Serving, Shutdown):
                 max_threads=self.options.num_worker_threads + 1,
             )
             mine["local"] = [_local.host_id(), self._local_server.address]
+        if self._tls is None and _tcp.enabled():
+            # Between hosts, a plain TCP link beside gRPC (see _tcp); TLS keeps gRPC.
+            self._tcp_server = _tcp.TcpServer(
+                secret=secret,
+                host=listen,  # the gRPC server's address
+                inbound=self._inbound,
+                max_threads=self.options.num_worker_threads + 1,
+            )
+            mine["tcp"] = self._tcp_server.port
         got = self.store.setnx(f"rank/{self.rank}", mine)
         if got["nonce"] != nonce:
             raise ValueError(
@@ -246,6 +258,9 @@ class Agent(Serving, Shutdown):
             local = ent.get("local")
             if self._local_server is not None and local and local[0] == _local.host_id():
                 self._local_addresses[r] = local[1]
+            tcp = ent.get("tcp")
+            if self._tcp_server is not None and isinstance(tcp, int) and 0 < tcp < 65536:
+                self._tcp_ports[r] = tcp
 
     # ------------------------------------------------------------------ lookups
 
@@ -272,22 +287,47 @@ class Agent(Serving, Shutdown):
 
     # ------------------------------------------------------------------ calling
 
-    def _link_for(self, to: WorkerInfo) -> Link:
+    def _link_for(self, to: WorkerInfo, made: Link | None = None) -> Link:
+        """The live link to ``to`` (the caller holds the lock): the one kept, else ``made``
+        (connected before the lock was taken), else a new one."""
         link = self._links.get(to.id)
-        if link is None or not link.alive:
-            link = self._links[to.id] = self._connect(to)
+        if link is not None and link.alive:
+            if made is not None:
+                made.close()  # another thread connected first
+            return link
+        link = self._links[to.id] = made if made is not None else self._connect(to)
         return link
+
+    def _premade(self, to: WorkerInfo) -> Link | None:
+        """A TCP link to ``to`` if it needs one: made outside the lock, for a connection to
+        another host takes a round trip or more (a timeout, if the host is gone)."""
+        link = self._links.get(to.id)
+        if (link is not None and link.alive) or to.id not in self._tcp_ports:
+            return None
+        if to.id in self._local_addresses:
+            return None
+        return self._connect(to)
 
     def _connect(self, to: WorkerInfo) -> Link:
         """A new link to ``to``: same-host where it can be, else (or failing that) gRPC."""
         ends = {"peer": to.name, "secret": self._secret, "me": self.name, "inbound": self._inbound}
         local = self._local_addresses.get(to.id)
+        threads = self.options.num_worker_threads + 1
         if local is not None:
             try:
-                threads = self.options.num_worker_threads + 1
                 return _local.connect_local(local, max_threads=threads, **ends)
             except OSError as e:
                 log.debug("rpc: no same-host link to %s (%s); using gRPC", to.name, e)
+        port = self._tcp_ports.get(to.id)
+        if port is not None:
+            host = _tcp.host_of(self._addresses[to.id])
+            try:
+                return _tcp.connect_tcp(host, port, max_threads=threads, **ends)
+            except OSError as e:
+                log.warning(
+                    "rpc: no TCP link to %s at %s:%s (%s); using its gRPC stream",
+                    to.name, host, port, e,
+                )  # fmt: skip
         return connect(self._addresses[to.id], tls=self._tls, **ends)
 
     def timeout_of(self, timeout: float) -> float:
@@ -329,10 +369,13 @@ class Agent(Serving, Shutdown):
         env = _codec.dumps_small([kind, mid, meta, *extra])
         fut: Future = Future(callback_executor=self._executor)
         pend = _Pending(fut, to, info, timeout)
+        made = self._premade(to)
         with self._lock:
             if self.stopped:
+                if made is not None:
+                    made.close()
                 raise not_initialized(info.kind)
-            link = self._link_for(to)
+            link = self._link_for(to, made)
             pend.link = link
             self._pending[mid] = pend
             self.activity += 1

@@ -30,7 +30,7 @@ from tensorplay_jax.runtime.settings import (
 if TYPE_CHECKING:
     import concurrent.futures
 
-    from tensorplay_jax.rpc import _local
+    from tensorplay_jax.rpc import _local, _tcp
     from tensorplay_jax.rpc._deadlines import Deadlines
     from tensorplay_jax.rpc._link import Link
     from tensorplay_jax.rpc._rendezvous import StoreClient, StoreServer
@@ -54,6 +54,7 @@ class Shutdown:
     _store_server: StoreServer | None
     _server: Server | None
     _local_server: _local.LocalServer | None
+    _tcp_server: _tcp.TcpServer | None
     _links: dict[int, Link]
     _pending: dict[int, Any]  # message id -> _agent._Pending
     _inflight: int
@@ -167,6 +168,8 @@ class Shutdown:
             link.close()
         if self._local_server is not None:
             self._local_server.stop()
+        if self._tcp_server is not None:
+            self._tcp_server.stop()
         if self._server is not None:
             self._server.stop(left(RPC_SERVER_STOP_GRACE_S))
         self._deadlines.stop()

@@ -84,6 +84,7 @@ SECRET_FILE_ENV = "TENSORPLAY_JAX_RPC_SECRET_FILE"
 INSECURE_ENV = "TENSORPLAY_JAX_RPC_INSECURE"
 SPIN_US_ENV = "TENSORPLAY_JAX_RPC_SPIN_US"
 LOCAL_TRANSPORT_ENV = "TENSORPLAY_JAX_RPC_LOCAL"
+TCP_TRANSPORT_ENV = "TENSORPLAY_JAX_RPC_TCP"
 PG_ENGINE_ENV = "TENSORPLAY_JAX_PG_ENGINE"
 PG_COORDINATOR_LOG_ENV = "TENSORPLAY_JAX_PG_COORDINATOR_LOG"
 SHM_SPIN_ENV = "TENSORPLAY_JAX_SHM_SPIN_S"
@@ -168,8 +169,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # RPC transport (rpc)
     Setting(
-        LOCAL_TRANSPORT_ENV, "1", str, "0 turns the same-host socket transport off (gRPC only)"
+        LOCAL_TRANSPORT_ENV,
+        "1",
+        str,
+        "0 turns the same-host socket transport off (peers here are reached as other hosts are)",
     ),
+    Setting(TCP_TRANSPORT_ENV, "1", str, "0 keeps RPC between hosts on gRPC (no plain TCP link)"),
     Setting(
         SPIN_US_ENV,
         f"{RPC_SPIN_US:g}",

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from tests.rpc import _transports as T
 from tests.rpc import _workers as W
 
 
-@pytest.mark.parametrize("transport", ["local", "grpc"])
+@pytest.mark.parametrize("transport", T.NAMES)
 def test_api_three_workers(workers, transport):
-    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    env = T.env_of(transport)
     res = workers(W.api, 3, timeout=150, env=env)
     assert "API-OK" in res[0].stdout
     assert all(f"DONE {r.rank}" in r.stdout for r in res)
 
 
-@pytest.mark.parametrize("transport", ["local", "grpc"])
+@pytest.mark.parametrize("transport", T.NAMES)
 def test_call_into_a_worker_still_in_init_rpc_waits(workers, transport):
-    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    env = T.env_of(transport)
     res = workers(W.late_init, 3, timeout=120, env=env)
     assert "LATE-OK" in res[0].stdout, res[0].stdout
 

@@ -7,12 +7,13 @@ import subprocess
 
 import pytest
 
+from tests.rpc import _transports as T
 from tests.rpc import _workers as W
 
 
-@pytest.mark.parametrize("transport", ["local", "grpc"])
+@pytest.mark.parametrize("transport", T.NAMES)
 def test_timeouts_and_killed_peer(workers, transport):
-    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    env = T.env_of(transport)
     res = workers(W.timeouts_and_kill, 3, timeout=120, check=False, env=env)
     assert res[2].returncode == -9, res[2]
     assert "FAULTS-OK" in res[0].stdout, res[0]

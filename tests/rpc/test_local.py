@@ -110,12 +110,18 @@ def test_many_senders_interleave_whole_messages(server):
 
 @pytest.mark.parametrize(
     "switch, spin_us, link, spins",
-    [("1", None, "LocalLink", True), ("1", "0", "LocalLink", False), ("0", None, "Link", True)],
+    [
+        ("1", None, "LocalLink", True),
+        ("1", "0", "LocalLink", False),
+        ("0", None, "TcpLink", True),  # reached as another host is: the TCP link
+        ("0/0", None, "Link", True),  # the TCP link off too: gRPC
+    ],
 )
 def test_same_host_peers_use_the_local_transport_unless_switched_off(
     workers, switch, spin_us, link, spins
 ):
-    env = {"TENSORPLAY_JAX_RPC_LOCAL": switch}
+    local, _, tcp = switch.partition("/")
+    env = {"TENSORPLAY_JAX_RPC_LOCAL": local, "TENSORPLAY_JAX_RPC_TCP": tcp or "1"}
     if spin_us is not None:  # readers sleep at once: the link works the same, only slower
         env["TENSORPLAY_JAX_RPC_SPIN_US"] = spin_us
     res = workers(W.transport, 2, timeout=120, env=env)

@@ -3,7 +3,8 @@
 Rank 0 is the victim, an RPC worker in a world of one that measures its own
 memory (``VmRSS`` and ``VmHWM`` of ``/proc/self/status``). Rank 1 holds the job
 secret (``TENSORPLAY_JAX_RPC_SECRET``) but speaks the wire format by hand, over
-``TPJ_TRANSPORT`` (``local``: the same-host socket; ``grpc``: the gRPC stream).
+``TPJ_TRANSPORT`` (``local``: the same-host socket; ``tcp``: the TCP link between
+hosts, whose frames are the same-host socket's inline ones; ``grpc``: the gRPC stream).
 They meet through marker files in ``TPJ_TMP``. The victim prints one
 ``RESULT {json}`` line with what it measured (MiB, seconds); the test checks it.
 
@@ -80,10 +81,11 @@ def _victim(measure: Callable[[float, Any], dict[str, Any]]) -> None:
     rpc.init_rpc("victim", rank=0, world_size=1)
     agent = _agent.current_agent()
     local = agent._local_server.address if agent._local_server is not None else ""
+    tcp = agent._tcp_server.port if agent._tcp_server is not None else 0
     base = _status_mib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM restarts from here: it catches a short-lived peak too
-    _mark("ready", json.dumps({"grpc": agent.address, "local": local}))
+    _mark("ready", json.dumps({"grpc": agent.address, "local": local, "tcp": tcp}))
     try:
         result = measure(base, agent)
     finally:
@@ -102,7 +104,9 @@ def _measure_release(base: float, agent: Any) -> dict[str, Any]:
     _wait_for("sent")
     # The bytes were read (the peer saw its queue drain or got a later reply): they are held.
     held = _status_mib("VmRSS") - base
-    server = agent._local_server if os.environ["TPJ_TRANSPORT"] == "local" else agent._server
+    server = {"local": agent._local_server, "tcp": agent._tcp_server, "grpc": agent._server}[
+        os.environ["TPJ_TRANSPORT"]
+    ]
     (link,) = server._links  # the peer's connection, as the victim's server knows it
     link_ref = weakref.ref(link)
     del link
@@ -188,6 +192,27 @@ class _LocalPeer:
         self.link.close()
 
 
+class _TcpPeer(_LocalPeer):
+    """An authenticated TCP link (to the victim's loopback port) whose frames are written by
+    hand: the same frames as the same-host socket's, none with a descriptor."""
+
+    def __init__(self, port: int) -> None:
+        from tensorplay_jax.rpc import _tcp
+
+        self.replies: queue.Queue = queue.Queue()
+        self.link = _tcp.connect_tcp(
+            "127.0.0.1",
+            port,
+            peer="victim",
+            secret=_secret(),
+            me="faulty",
+            on_message=lambda link, m: self.replies.put(bytes(m.envelope)),
+            on_malformed=lambda link, e: None,
+            on_closed=lambda link, reason: None,
+        )
+        self.sock = self.link._sock
+
+
 class _GrpcPeer:
     """An authenticated gRPC stream whose packets are written by hand."""
 
@@ -238,6 +263,8 @@ def _connect() -> _LocalPeer | _GrpcPeer:
     addresses = json.loads((_tmp() / "ready").read_text())
     if os.environ["TPJ_TRANSPORT"] == "local":
         return _LocalPeer(addresses["local"])
+    if os.environ["TPJ_TRANSPORT"] == "tcp":
+        return _TcpPeer(addresses["tcp"])
     return _GrpcPeer(addresses["grpc"])
 
 

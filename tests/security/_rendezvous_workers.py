@@ -45,7 +45,11 @@ def outsider_target_job() -> None:
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
     agent = _agent.current_agent()
     local = agent._local_server.address if agent._local_server is not None else None
-    _publish(tmp / f"addr{rank}", {"grpc": agent.address, "local": local, "pid": os.getpid()})
+    tcp = agent._tcp_server.port if agent._tcp_server is not None else None
+    _publish(
+        tmp / f"addr{rank}",
+        {"grpc": agent.address, "local": local, "tcp": tcp, "pid": os.getpid()},
+    )
     _wait_for(tmp / "outsider-done")
     other = f"w{1 - rank}"
     assert rpc.rpc_sync(other, T.add, args=(rank, 10)) == rank + 10

@@ -52,6 +52,7 @@ def _env(tmp_path, transport: str, **extra: str) -> dict[str, str]:
     [
         pytest.param("local", "frame", marks=local_only),
         pytest.param("local", "segment", marks=local_only),
+        ("tcp", "frame"),
         ("grpc", "frame"),
     ],
 )
@@ -67,6 +68,8 @@ def test_declared_sizes_reserve_no_memory(workers, tmp_path, transport, attack):
     [
         pytest.param("local", "close", marks=local_only),
         pytest.param("local", "kill", marks=local_only),
+        ("tcp", "close"),
+        ("tcp", "kill"),
         ("grpc", "close"),
         ("grpc", "kill"),
     ],

@@ -2,8 +2,8 @@
 
 A real two-worker job runs in OS processes; this test process plays the
 outsider against each door: the rendezvous store (read the secret, squat a
-rank), the gRPC server and the same-host socket (call with a missing, empty
-or wrong secret; send a pickled payload). Every attempt must be refused
+rank), the gRPC server, the same-host socket and the TCP link between hosts
+(call with a missing, empty or wrong secret; send a pickled payload). Every attempt must be refused
 before anything is decoded, and the workers must keep serving each other.
 """
 
@@ -22,7 +22,7 @@ import cloudpickle
 import grpc
 import pytest
 
-from tensorplay_jax.rpc import _codec, _framing, _local, _rendezvous, _service
+from tensorplay_jax.rpc import _codec, _framing, _local, _rendezvous, _service, _tcp
 from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.runtime import secret as _secret
 from tests._procs import run_workers
@@ -90,6 +90,12 @@ def _local_probe(address: str, data: bytes) -> bytes:
         return _read_until_closed(s)
 
 
+def _tcp_probe(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        return _read_until_closed(s)
+
+
 class _Sink:
     def kw(self):
         return dict(
@@ -97,13 +103,14 @@ class _Sink:
         )
 
 
-@pytest.mark.parametrize("transport", ["local", "grpc"])
+@pytest.mark.parametrize("transport", ["local", "tcp", "grpc"])
 def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
     cfg = tmp_path / "cfg"  # the per-user secret file of this same-host job lives here
     env = {
         "TPJ_TMP": str(tmp_path),
         "XDG_CONFIG_HOME": str(cfg),
         "TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0",
+        "TENSORPLAY_JAX_RPC_TCP": "0" if transport == "grpc" else "1",
     }
     for k in (_secret.SECRET_ENV, _secret.SECRET_FILE_ENV, _secret.INSECURE_ENV):
         assert k not in os.environ, f"run this test without {k} set"
@@ -165,6 +172,19 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
                     _local.connect_local(
                         addr["local"], peer="w1", secret=wrong, me="evil", **_Sink().kw()
                     )
+        if transport == "tcp":  # the TCP link between hosts: the same challenge first
+            assert addr["tcp"], "the TCP server is not up"
+            for data in (pickled, b"\0" * 4096, _tcp._MAGIC + b"\0" * 64):
+                got = _tcp_probe(addr["tcp"], data)
+                assert (
+                    got.startswith(_tcp._MAGIC) and len(got) == len(_tcp._MAGIC) + handshake._NONCE
+                ), got
+            for wrong in ("wrong", "", "x" * 64):
+                with pytest.raises((ConnectionError, OSError)):
+                    _tcp.connect_tcp(
+                        "127.0.0.1", addr["tcp"], peer="w1", secret=wrong, me="evil",
+                        **_Sink().kw(),
+                    )  # fmt: skip
         idle.close()
     finally:
         (tmp_path / "outsider-done").write_text("1")

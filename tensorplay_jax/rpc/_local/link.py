@@ -49,6 +49,8 @@ _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 class LocalLink:
     """One connection end (a ``_link.Link``): ``send`` writes; its ``Inbound`` gets what arrives."""
 
+    _reader_type = _Reader  # what takes frames off the socket (the TCP link reads its own way)
+
     def __init__(self, sock: socket.socket, peer: str, max_threads: int = 17) -> None:
         self.peer = peer
         self.alive = True
@@ -134,7 +136,7 @@ class LocalLink:
                         fd = -1
                     if sent == len(data):
                         return
-                    data = memoryview(data)[sent:]
+                    data = self._rest(data, sent)
             self._backlog.append([data, fd])
             if self._writer is None:
                 self._writer = threading.Thread(
@@ -148,6 +150,10 @@ class LocalLink:
             anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
             return self._sock.sendmsg([data], anc, flags | _NOSIGNAL)
         return self._sock.send(data, flags | _NOSIGNAL)
+
+    def _rest(self, data: Any, sent: int) -> Any:
+        """What is left of ``data`` to send after its first ``sent`` bytes."""
+        return memoryview(data)[sent:]
 
     def _drain(self) -> None:
         while True:
@@ -163,13 +169,17 @@ class LocalLink:
                 if fd >= 0:
                     os.close(fd)
                     item[1] = -1
-                if sent < len(data):
-                    self._sock.sendall(memoryview(data)[sent:], _NOSIGNAL)
+                while sent < len(data):
+                    data = self._rest(data, sent)
+                    sent = self._send_some(data, -1, 0)
             except OSError as e:
                 self._fail(f"send failed: {e}")
                 return
             with self._lock:
                 self._backlog.popleft()
+            # Hold nothing sent while waiting for the next: its buffers may be a reused
+            # receive mapping that the next message needs back (see _tcp).
+            item = data = None
 
     def _take_back(self, ids: Iterable[tuple[int]]) -> None:
         with self._lock:
@@ -225,7 +235,7 @@ class LocalLink:
 
     def read_forever(self, inbound: Inbound) -> None:
         """Read and dispatch frames until the connection ends; the caller is the first reader."""
-        self._reader = _Reader(self._sock, self.peer)
+        self._reader = self._reader_type(self._sock, self.peer)
         self._inbound = inbound
         self._threads = 1
         self._baton_free = True

@@ -1,0 +1,309 @@
+"""The link between hosts when TLS is off: one authenticated TCP connection per pair of workers.
+
+gRPC's Python stream copies every chunk of a large array (about 300 MB/s on
+a link a plain socket fills at 750), and a round trip through its threads
+costs about 0.9 ms where the socket's is 0.05. So a pair of workers on
+different hosts talks over a plain TCP connection instead, with the framing
+and reading of the same-host transport (``_local``: ``LocalLink``'s frames,
+reader baton and watchdog), minus shared memory: every message travels in an
+``INLINE`` frame, sent with ``sendmsg`` straight from the arrays' buffers (no
+join, no copy) and received with ``recv_into`` into a mapping that grows with
+the bytes that arrive (a declared length takes no memory; see
+``_local.frames``), on which the decoded arrays then sit (no copy).
+
+- Authentication first: the job-secret HMAC challenge both ways
+  (``runtime.handshake``, magic ``TPJTCP01``); nothing else on a connection is
+  read before it succeeds.
+- The listening socket binds the gRPC server's address (``listen_addr``); its
+  port travels in the rendezvous entry (``"tcp"``), and peers dial it at the
+  host of the gRPC address.
+- gRPC stays the transport with TLS (every byte on TLS), when this one is off
+  (``TENSORPLAY_JAX_RPC_TCP=0``), and when a connection to the peer's port
+  fails (a firewall that opens only the gRPC port).
+- A peer that exits closes the connection: the link reports it and the
+  agent fails the calls pending on it, as for a gRPC stream.
+
+Example:
+    >>> host_of("[::1]:5000"), host_of("10.0.0.2:5000")
+    ('::1', '10.0.0.2')
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import mmap
+import socket
+import sys
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorplay_jax.rpc._framing import _PRELUDE, pack_message
+from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
+from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _Reader
+from tensorplay_jax.rpc._local.link import _NOSIGNAL, LocalLink
+from tensorplay_jax.runtime import handshake, settings
+from tensorplay_jax.runtime.settings import TCP_TRANSPORT_ENV
+
+__all__ = ["TcpLink", "TcpServer", "connect_tcp", "enabled", "host_of"]
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"TPJTCP01"
+_JOIN_BYTES = 64 << 10  # a message up to this size is joined into one send
+_MAX_IOV = 512  # buffers per sendmsg (Linux allows 1024)
+_STEP = 4 << 20  # a long body is received (and its fresh pages taken) this much at a time
+_ROUND = 1 << 20  # receive mappings are made in multiples of this
+# Mappings whose arrays are all gone wait here for the next long body (the last _POOL
+# freed, none over _POOL_MAX_BYTES): faulting in fresh pages costs as much as the copy.
+_POOL, _POOL_MAX_BYTES = 2, 256 << 20
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+_MADV_POPULATE_WRITE = getattr(
+    mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None
+)
+_WAITALL = getattr(socket, "MSG_WAITALL", 0)
+_free: collections.deque[mmap.mmap] = collections.deque()
+
+
+def enabled() -> bool:
+    """Whether pairs on different hosts use this link (``TENSORPLAY_JAX_RPC_TCP``, default on).
+
+    Example:
+      >>> isinstance(enabled(), bool)
+      True
+    """
+    return settings.get_str(TCP_TRANSPORT_ENV) != "0"
+
+
+def host_of(address: str) -> str:
+    """The host part of a ``host:port`` or ``[v6]:port`` address.
+
+    Example:
+      >>> host_of("worker-3.example:41000")
+      'worker-3.example'
+    """
+    host = address.rsplit(":", 1)[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
+class _Parts:
+    """A message still to send, as views (its frame head, then its buffers)."""
+
+    __slots__ = ("n", "views")
+
+    def __init__(self, views: list[memoryview]) -> None:
+        self.views = views
+        self.n = sum(v.nbytes for v in views)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def after(self, sent: int) -> _Parts:
+        views = self.views
+        i = 0
+        while sent and sent >= views[i].nbytes:
+            sent -= views[i].nbytes
+            i += 1
+        rest = views[i:]
+        if sent:
+            rest = [rest[0][sent:], *rest[1:]]
+        return _Parts(rest)
+
+
+def _flat(b: Any) -> memoryview:
+    mv = b if isinstance(b, memoryview) else memoryview(b)
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def _give(m: mmap.mmap) -> None:
+    """Keep ``m`` for a later body, in place of the oldest kept (from a finalizer: no lock)."""
+    if len(m) <= _POOL_MAX_BYTES:
+        _free.append(m)
+        while len(_free) > _POOL:
+            with contextlib.suppress(IndexError):
+                _free.popleft()
+
+
+def _take(n: int) -> tuple[mmap.mmap, bool]:
+    """A mapping of at least ``n`` bytes, and whether its pages are already in (pooled)."""
+    for _ in range(len(_free)):
+        try:
+            m = _free.popleft()
+        except IndexError:
+            break
+        if n <= len(m) <= 2 * n:
+            return m, True
+        _free.append(m)
+    size = -(-n // _ROUND) * _ROUND
+    try:
+        # Lazy: the declared length takes no memory; pages come in as bytes arrive.
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+        return mmap.mmap(-1, size, flags=flags), False
+    except (OSError, OverflowError, ValueError) as e:
+        raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
+
+
+class _TcpReader(_Reader):
+    """Frames off a TCP socket; a long body goes into a (pooled) mapping, read a step at a
+    time with ``MSG_WAITALL``; its arrays sit on that mapping, which returns to the pool
+    once none is left."""
+
+    def _large(self, n: int) -> Any:  # type: ignore[override]
+        have = self._hi - self._lo  # < n: the read buffer is shorter than a long body
+        pad = 0
+        if have >= _PRELUDE.size:  # start the body so that its first buffer is 64-byte aligned
+            env_len, hdr_len, nbufs = _PRELUDE.unpack_from(self._buf, self._lo)
+            pad = -(_PRELUDE.size + 8 * nbufs + env_len + hdr_len) % 64
+        m, ready = _take(n + pad)
+        base = np.frombuffer(m, np.uint8, count=n, offset=pad)
+        view = memoryview(base)
+        view[:have] = self._buf[self._lo : self._hi]
+        self._lo = self._hi = 0
+        while have < n:
+            stop = min(n, have + _STEP)
+            if not ready and _MADV_POPULATE_WRITE is not None:
+                start = pad + have - (pad + have) % mmap.PAGESIZE
+                with contextlib.suppress(OSError):  # only advice: the copy faults pages in
+                    m.madvise(_MADV_POPULATE_WRITE, start, pad + stop - start)
+            got = self._sock.recv_into(view[have:stop], stop - have, _WAITALL)
+            if not got:
+                raise EOFError("stream closed")
+            have += got
+            self._got += got
+        weakref.finalize(base, _give, m)
+        return view
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class TcpLink(LocalLink):
+    """A ``LocalLink`` on a TCP socket: every message inline, buffers sent where they lie."""
+
+    _reader_type = _TcpReader
+
+    def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
+        """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
+        if not self.alive:
+            return
+        parts = pack_message(env, header, [_flat(b) for b in buffers])
+        size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
+        head = _FRAME.pack(size, _INLINE)
+        if size <= _JOIN_BYTES:
+            self._write(b"".join([head, *parts]), -1)
+        else:
+            first = b"".join([head, *parts[:3]])
+            self._write(_Parts([memoryview(first), *parts[3:]]), -1)  # type: ignore[arg-type]
+
+    def _send_some(self, data: Any, fd: int, flags: int) -> int:
+        if isinstance(data, _Parts):
+            return self._sock.sendmsg(data.views[:_MAX_IOV], (), flags | _NOSIGNAL)
+        return self._sock.send(data, flags | _NOSIGNAL)
+
+    def _rest(self, data: Any, sent: int) -> Any:
+        if isinstance(data, _Parts):
+            return data.after(sent)
+        return memoryview(data)[sent:]
+
+
+class TcpServer:
+    """Accepts TCP connections on ``host`` (any free port: ``port``), authenticates each, and
+    reports what arrives on it to ``inbound`` (or the three callbacks given by keyword).
+
+    Example:
+      >>> import queue
+      >>> got = queue.Queue()
+      >>> cb = dict(on_message=lambda link, m: got.put(m), on_malformed=print,
+      ...           on_closed=lambda link, reason: None)
+      >>> srv = TcpServer(secret="s3cret", host="127.0.0.1", **cb)
+      >>> link = connect_tcp("127.0.0.1", srv.port, peer="srv", secret="s3cret", me="w0", **cb)
+      >>> link.send(b"env", b"hdr", [memoryview(bytes(100_000))])
+      >>> m = got.get(timeout=10); bytes(m.envelope), m.buffers[0].nbytes
+      (b'env', 100000)
+      >>> link.close(); srv.stop()
+    """
+
+    def __init__(
+        self,
+        *,
+        secret: str,
+        host: str,
+        inbound: Inbound | None = None,
+        max_threads: int = 17,
+        **callbacks: Any,
+    ) -> None:
+        self._secret = secret.encode()
+        self._max_threads = max_threads
+        self._links = LinkSet(inbound_of(inbound, callbacks))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, 0), family=family, backlog=128)
+        self.port: int = self._sock.getsockname()[1]
+        threading.Thread(target=self._accept, name="tpj-rpc-tcp-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(
+                target=self._serve, args=(conn,), name="tpj-rpc-tcp-serve", daemon=True
+            ).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        peer = handshake.accept(conn, self._secret, _MAGIC)
+        if peer is None:
+            return
+        _tune(conn)
+        link = TcpLink(conn, peer, self._max_threads)
+        inbound = self._links.add(link)
+        if inbound is None:  # stopped meanwhile
+            conn.close()
+            return
+        link.read_forever(inbound)
+
+    def stop(self) -> None:
+        """Accept no more connections and close those open."""
+        links = self._links.stop()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        for link in links:
+            link.close()
+
+
+def connect_tcp(
+    host: str,
+    port: int,
+    *,
+    peer: str,
+    secret: str,
+    me: str,
+    inbound: Inbound | None = None,
+    max_threads: int = 17,
+    **callbacks: Any,
+) -> TcpLink:
+    """Connect to the ``TcpServer`` at ``host:port``, authenticate, and start reading replies.
+
+    Raises:
+      OSError: no server there, the connection timed out, or the handshake failed.
+    """
+    inbound = inbound_of(inbound, callbacks)
+    sock = socket.create_connection((host, port), timeout=handshake.HANDSHAKE_TIMEOUT_S)
+    try:
+        _tune(sock)
+        handshake.authenticate(sock, secret.encode(), me, _MAGIC)
+    except BaseException:
+        sock.close()
+        raise
+    link = TcpLink(sock, peer, max_threads)
+    threading.Thread(
+        target=link.read_forever, args=(inbound,), name=f"tpj-rpc-tcp-link-{peer}", daemon=True
+    ).start()
+    return link
