@@ -64,7 +64,8 @@ def _link_kind(peer: int) -> str:
     from tensorplay_jax.rpc import _agent
 
     link = _agent.current_agent()._links[peer]
-    return "socket" if type(link).__name__ == "LocalLink" else "grpc"
+    kinds = {"LocalLink": "socket", "TcpLink": "tcp"}
+    return kinds.get(type(link).__name__, "grpc")
 
 
 def rpc_calls() -> None:

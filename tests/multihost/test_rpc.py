@@ -1,7 +1,7 @@
 """RPC, distributed autograd, RemoteModule with the optimizer, and TLS across simulated hosts.
 
 Each transport is checked per pair: the same-host socket between workers on one
-host, gRPC between hosts (TLS keeps everything on gRPC).
+host, the TCP link between hosts (TLS keeps everything on gRPC).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_rpc_between_hosts(on_hosts, hosts):
     for r in res:
         assert f"RPC-OK {r.rank}" in r.stdout, str(r)
     want = {
-        (a, b): "socket" if hosts[a] == hosts[b] else "grpc"
+        (a, b): "socket" if hosts[a] == hosts[b] else "tcp"
         for a in range(n)
         for b in range(n)
         if a != b

@@ -11,6 +11,7 @@ import pytest
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.runtime.settings import RPC_SHUTDOWN_TIMEOUT_S
 from tests._procs import WorkerResult
+from tests.rpc._transports import env_of
 from tests.security import _shutdown_workers as W
 
 TRANSPORTS = ["local", "grpc"]
@@ -22,9 +23,7 @@ PROCS_TIMEOUT_S = 60
 
 
 def _env(transport: str, **extra: object) -> dict[str, str]:
-    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
+    return env_of(transport, **{k: str(v) for k, v in extra.items()})
 
 
 def _results(res: list[WorkerResult]) -> dict[int, list[dict]]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import pytest
 
 from tests.distributed.autograd import _workers as W
+from tests.rpc._transports import env_of
 
 
-@pytest.mark.parametrize("transport", ["grpc", "local"])
+@pytest.mark.parametrize("transport", ["grpc", "tcp", "local"])
 def test_gradients_match_jax_grad(workers, transport):
-    # grpc: real gRPC on loopback; local: the same-host Unix-socket/shared-memory transport.
-    env = {"JAX_ENABLE_X64": "1", "TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    # grpc: real gRPC on loopback; tcp: the TCP link between hosts; local: the same-host
+    # Unix-socket/shared-memory transport (tests/rpc/_transports.py).
+    env = env_of(transport, JAX_ENABLE_X64="1")
     out = workers(W.cases, 4, timeout=240, env=env)
     printed = out[0].stdout
     from tests.distributed.autograd._targets import CASES as cases

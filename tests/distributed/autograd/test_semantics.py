@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.distributed.autograd import _workers as W
+from tests.rpc._transports import env_of
 
 
 @pytest.mark.parametrize("transport", ["grpc", "local"])
 def test_context_release_retain_errors_concurrency(workers, transport):
-    env = {"TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0"}
+    env = env_of(transport)
     out = workers(W.semantics, 4, timeout=240, env=env)
     printed = out[0].stdout
     for line in ("single-threaded checks ok", "threads ok", "parameter server ok"):
