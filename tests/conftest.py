@@ -40,6 +40,7 @@ _PROCESS_TESTS = (
     "test_demo",
     "test_readme",
     "test_doctests",
+    "/notebooks/",
 )
 
 
