@@ -10,6 +10,10 @@ and leaves the input alone. Shapes follow the rule table in the
 before anything is exchanged, and the group's engine (``engine.Engine``) runs the
 call; what needs every rank's view (shapes, dtypes, roots)
 is compared across ranks and raises on every rank together.
+
+``async_op=True`` (every collective takes it) runs the call at once, in issue order,
+and returns a completed ``work.Work`` whose ``result()`` is what the blocking call
+returns. Point-to-point calls live in ``p2p``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import numpy as np
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, check_op_dtype, normalize_op
 from tensorplay_jax.distributed._pg import descriptor
-from tensorplay_jax.distributed._pg.group import ProcessGroup, pair_engine, resolve, world
+from tensorplay_jax.distributed._pg.group import ProcessGroup, resolve, world
+from tensorplay_jax.distributed._pg.work import Work
 from tensorplay_jax.runtime.settings import PG_MAX_NDIM
 
 __all__ = [
@@ -31,11 +36,11 @@ __all__ = [
     "all_to_all_single",
     "broadcast",
     "gather",
-    "recv",
+    "all_gather_into_tensor",
     "reduce",
     "reduce_scatter",
+    "reduce_scatter_tensor",
     "scatter",
-    "send",
 ]
 
 
@@ -91,8 +96,18 @@ def _desc(fn: str, g: ProcessGroup, x: Any, **kw) -> np.ndarray:
     return descriptor.encode(g.size(), fn, code, tuple(x.shape), **kw)
 
 
+def _done(result: Any, async_op: bool) -> Any:
+    """The blocking call's return: ``result``, or with ``async_op`` a completed Work of it."""
+    return Work.completed(result) if async_op else result
+
+
 # ----------------------------------------------------------------- collectives
-def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGroup | None = None):
+def all_reduce(
+    tensor: Any,
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+):
     """Reduce ``tensor`` across the group; every rank gets the result.
 
     Args:
@@ -115,10 +130,10 @@ def all_reduce(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGro
     x = _array(fn, tensor)
     op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, reduce_op=op)
-    return g.engine.all_reduce(x, op, d)
+    return _done(g.engine.all_reduce(x, op, d), async_op)
 
 
-def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None):
+def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None, async_op: bool = False):
     """Every rank gets ``src``'s ``tensor`` (others pass an array of the same shape).
 
     Example:
@@ -129,11 +144,15 @@ def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None):
     x = _array(fn, tensor)
     s = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=s)
-    return g.engine.broadcast(x, s, d)
+    return _done(g.engine.broadcast(x, s, d), async_op)
 
 
 def reduce(
-    tensor: Any, dst: int, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGroup | None = None
+    tensor: Any,
+    dst: int,
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
 ):
     """``dst`` gets the reduction of every rank's ``tensor``; the other ranks get zeros.
 
@@ -146,10 +165,10 @@ def reduce(
     r = _root(fn, "dst", dst, g)
     op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, root=r, reduce_op=op)
-    return g.engine.reduce(x, r, op, d)
+    return _done(g.engine.reduce(x, r, op, d), async_op)
 
 
-def all_gather(tensor: Any, group: ProcessGroup | None = None):
+def all_gather(tensor: Any, group: ProcessGroup | None = None, async_op: bool = False):
     """Every rank gets every rank's ``tensor``, stacked: shape ``(N, *tensor.shape)``.
 
     Example:
@@ -159,10 +178,10 @@ def all_gather(tensor: Any, group: ProcessGroup | None = None):
     g = resolve(fn, group)
     x = _array(fn, tensor)
     d = _desc(fn, g, x)
-    return g.engine.all_gather(x, d)
+    return _done(g.engine.all_gather(x, d), async_op)
 
 
-def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None):
+def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None, async_op: bool = False):
     """``dst`` gets every rank's ``tensor`` stacked to ``(N, ...)``; other ranks get zeros.
 
     Example:
@@ -173,10 +192,10 @@ def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None):
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
     d = _desc(fn, g, x, root=r)
-    return g.engine.gather(x, r, d)
+    return _done(g.engine.gather(x, r, d), async_op)
 
 
-def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None):
+def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None, async_op: bool = False):
     """Rank i gets slice i of ``src``'s ``tensor`` of shape ``(N, ...)``.
 
     Every rank passes an array of that shape (only ``src``'s values are read).
@@ -190,11 +209,14 @@ def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None):
     _stacked(fn, x, g.size())
     r = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=r)
-    return g.engine.scatter(x, r, d)
+    return _done(g.engine.scatter(x, r, d), async_op)
 
 
 def reduce_scatter(
-    tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: ProcessGroup | None = None
+    tensor: Any,
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
 ):
     """Rank i gets slice i of the reduction of every rank's ``(N, ...)`` ``tensor``.
 
@@ -207,10 +229,10 @@ def reduce_scatter(
     _stacked(fn, x, g.size())
     op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, reduce_op=op)
-    return g.engine.reduce_scatter(x, op, d)
+    return _done(g.engine.reduce_scatter(x, op, d), async_op)
 
 
-def all_to_all(tensor: Any, group: ProcessGroup | None = None):
+def all_to_all(tensor: Any, group: ProcessGroup | None = None, async_op: bool = False):
     """Slice j of each rank's ``(N, ...)`` ``tensor`` goes to rank j: ``y_i[j] = x_j[i]``.
 
     Example:
@@ -221,7 +243,7 @@ def all_to_all(tensor: Any, group: ProcessGroup | None = None):
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
     d = _desc(fn, g, x)
-    return g.engine.all_to_all(x, d)
+    return _done(g.engine.all_to_all(x, d), async_op)
 
 
 def _splits(fn: str, arg: str, sizes: Any, total: int, n: int) -> tuple[int, ...]:
@@ -242,6 +264,7 @@ def all_to_all_single(
     output_split_sizes: list[int] | None = None,
     input_split_sizes: list[int] | None = None,
     group: ProcessGroup | None = None,
+    async_op: bool = False,
 ):
     """Rows of ``tensor`` split by ``input_split_sizes`` go to ranks 0..N-1; received pieces
     are concatenated in rank order.
@@ -272,50 +295,94 @@ def all_to_all_single(
         )
     outs = _splits(fn, "output_split_sizes", output_split_sizes, x.shape[0], n)
     d = _desc(fn, g, x, in_splits=ins, out_splits=outs)
-    return g.engine.all_to_all_single(x, d)
+    return _done(g.engine.all_to_all_single(x, d), async_op)
 
 
-def _p2p(fn: str, tensor: Any, peer_arg: str, peer: Any, group: ProcessGroup | None):
-    g = resolve(fn, group)
-    _root(fn, peer_arg, peer, g)
-    me = world().rank
-    if peer == me:
-        raise ValueError(f"{fn}: {peer_arg}={peer} is this process's own rank.")
-    return g, _array(fn, tensor), me
+def _check_dtype(fn: str, out: Any, x: Any) -> None:
+    if np.dtype(out.dtype) != np.dtype(x.dtype):
+        raise TypeError(
+            f"{fn}: output dtype {np.dtype(out.dtype)} differs from the input's "
+            f"{np.dtype(x.dtype)}; pass arrays of one dtype."
+        )
 
 
-def send(tensor: Any, dst: int, group: ProcessGroup | None = None) -> None:
-    """Send ``tensor`` to rank ``dst``, which must call :func:`recv` with ``src`` = this rank.
+def all_gather_into_tensor(
+    output_tensor: Any,
+    input_tensor: Any,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+):
+    """Every rank's ``input_tensor``, concatenated (or stacked) into ``output_tensor``'s shape.
 
-    Blocks until ``dst`` has the data (as gloo's send does once matched).
-
-    Example:
-      >>> dist.send(x, dst=1)  # doctest: +SKIP
-    """
-    fn = "send"
-    _, x, me = _p2p(fn, tensor, "dst", dst, group)
-    eng = pair_engine(me, int(dst))
-    s, r = eng.ranks.index(me), eng.ranks.index(int(dst))
-    d = _desc("send/recv", _pair_group(eng), x, root=s)
-    eng.send_recv(fn, x, s, r, d)
-
-
-def recv(tensor: Any, src: int, group: ProcessGroup | None = None):
-    """Receive from rank ``src``; ``tensor`` gives the expected shape and dtype.
+    Args:
+      output_tensor: gives the result's shape and dtype (it is not modified):
+        ``(N * k, ...)`` for the concatenation of inputs of shape ``(k, ...)``, or
+        ``(N, k, ...)`` for them stacked.
+      input_tensor: this rank's array.
+      group: the group (default: all processes).
+      async_op: return a completed ``Work`` whose ``result()`` is the array.
 
     Returns:
-      The received array (``tensor`` itself is not modified).
+      The gathered array, of ``output_tensor``'s shape.
 
     Example:
-      >>> y = dist.recv(jnp.zeros(4), src=0)  # doctest: +SKIP
+      >>> y = dist.all_gather_into_tensor(jnp.zeros(2 * n), jnp.ones(2))  # doctest: +SKIP
     """
-    fn = "recv"
-    _, x, me = _p2p(fn, tensor, "src", src, group)
-    eng = pair_engine(me, int(src))
-    s, r = eng.ranks.index(int(src)), eng.ranks.index(me)
-    d = _desc("send/recv", _pair_group(eng), x, root=s)
-    return eng.send_recv(fn, x, s, r, d)
+    fn = "all_gather_into_tensor"
+    g = resolve(fn, group)
+    x = _array(fn, input_tensor, "input_tensor")
+    out = _array(fn, output_tensor, "output_tensor")
+    n = g.size()
+    stacked, concat = (n, *x.shape), (n * x.shape[0], *x.shape[1:]) if x.ndim else (n,)
+    if tuple(out.shape) not in (stacked, concat):
+        raise ValueError(
+            f"{fn}: output_tensor has shape {tuple(out.shape)}; for an input of shape "
+            f"{tuple(x.shape)} and a group of {n} it must be {concat} (concatenated) "
+            f"or {stacked} (stacked)."
+        )
+    _check_dtype(fn, out, x)
+    x = x.reshape(1) if x.ndim == 0 else x  # gathered as (N, 1): the same bytes as (N,)
+    y = g.engine.all_gather(x, _desc("all_gather", g, x))
+    return _done(y.reshape(out.shape), async_op)
 
 
-def _pair_group(eng: Any) -> ProcessGroup:
-    return ProcessGroup(eng.ranks, -1, eng)
+def reduce_scatter_tensor(
+    output: Any,
+    input: Any,  # tensorplay's name
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+):
+    """Rank i gets block i of the reduction of every rank's ``input``.
+
+    Args:
+      output: gives the result's shape ``(k, ...)`` and dtype (it is not modified).
+      input: ``(N * k, ...)`` (blocks of ``k`` rows, block i for rank i) or
+        ``(N, k, ...)``.
+      op: a :class:`ReduceOp` (or its name).
+      group: the group (default: all processes).
+      async_op: return a completed ``Work`` whose ``result()`` is the array.
+
+    Returns:
+      This rank's block of the reduction, of ``output``'s shape.
+
+    Example:
+      >>> y = dist.reduce_scatter_tensor(jnp.zeros(2), jnp.ones(2 * n))  # doctest: +SKIP
+    """
+    fn = "reduce_scatter_tensor"
+    g = resolve(fn, group)
+    x = _array(fn, input, "input")
+    out = _array(fn, output, "output")
+    n = g.size()
+    stacked = (n, *out.shape)
+    concat = (n * out.shape[0], *out.shape[1:]) if out.ndim else (n,)
+    if tuple(x.shape) not in (stacked, concat):
+        raise ValueError(
+            f"{fn}: input has shape {tuple(x.shape)}; for an output of shape "
+            f"{tuple(out.shape)} and a group of {n} it must be {concat} or {stacked}."
+        )
+    _check_dtype(fn, out, x)
+    x = x.reshape(stacked)
+    op = _reduce_op(fn, op, x)
+    y = g.engine.reduce_scatter(x, op, _desc("reduce_scatter", g, x, reduce_op=op))
+    return _done(y, async_op)

@@ -34,6 +34,7 @@ import jax
 
 from tensorplay_jax.distributed._pg import kv, startup
 from tensorplay_jax.distributed._pg.engine import Engine
+from tensorplay_jax.distributed._pg.work import Work
 from tensorplay_jax.runtime import secret as _secret
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD
@@ -64,6 +65,7 @@ class ProcessGroup:
     gid: int
     engine: Engine | None = None
     barriers: int = 0
+    monitored: int = 0  # monitored_barrier calls so far (``membership``)
 
     def rank(self) -> int:
         """This process's rank in the group, or -1 when it is not a member."""
@@ -94,6 +96,7 @@ class _World:
     groups: list[ProcessGroup] = dataclasses.field(default_factory=list)
     pairs: dict = dataclasses.field(default_factory=dict)
     master: str = "127.0.0.1"  # the rendezvous host (the tcp engine routes to it)
+    pending: list = dataclasses.field(default_factory=list)  # queued isend/irecv (``p2p``)
 
 
 _WORLD: _World | None = None
@@ -311,9 +314,15 @@ def new_group(
     return _make_group(ranks_t, engine)
 
 
-def resolve(fn: str, group: ProcessGroup | None) -> ProcessGroup:
-    """The group a collective runs on; raises unless this process is a member."""
+def resolve(fn: str, group: ProcessGroup | None, *, p2p: bool = False) -> ProcessGroup:
+    """The group a collective runs on; raises unless this process is a member.
+
+    Unless ``p2p`` (a send or receive), this process's queued isend/irecv run first
+    (:func:`run_pending`), so a collective never overtakes them.
+    """
     w = _state(fn)
+    if w.pending and not p2p:
+        run_pending()
     g = w.world if group is None else group
     if not isinstance(g, ProcessGroup):
         raise TypeError(f"{fn}: group={group!r} is not a ProcessGroup (from new_group).")
@@ -325,6 +334,22 @@ def resolve(fn: str, group: ProcessGroup | None) -> ProcessGroup:
             "only members may call collectives on it."
         )
     return g
+
+
+def run_pending(timeout: float | None = None) -> None:
+    """Run this process's queued isend/irecv now, in their canonical order (see ``p2p``).
+
+    Each queued call has a ``key`` (its pair of ranks, direction and issue order) and
+    is called with the timeout and the error of an earlier call of the same run,
+    returning its own error (or that one) for the next.
+    """
+    w = _state()
+    while w.pending:
+        ops = sorted(w.pending, key=lambda op: op.key)
+        w.pending.clear()
+        err = None
+        for op in ops:
+            err = op(timeout, err)
 
 
 def is_initialized() -> bool:
@@ -349,11 +374,22 @@ def get_backend(group: ProcessGroup | None = None) -> str:
     return _state("get_backend").backend
 
 
-def barrier(group: ProcessGroup | None = None, timeout: Any = None) -> None:
+def barrier(
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    device_ids: Any = None,
+    timeout: Any = None,
+) -> Any:
     """Block until every member of ``group`` (default: all processes) arrives.
+
+    ``async_op=True`` returns a completed ``Work`` (the barrier has passed);
+    ``device_ids`` is accepted for tensorplay compatibility and unused.
 
     Raises:
       TimeoutError: a member did not arrive within the timeout (default: the group's).
+
+    Example:
+      >>> dist.barrier()  # doctest: +SKIP
     """
     fn = "barrier"
     w = _state(fn)
@@ -366,12 +402,18 @@ def barrier(group: ProcessGroup | None = None, timeout: Any = None) -> None:
         raise TimeoutError(
             f"{fn}: timed out after {t:.3g}s; not every rank of {list(g.ranks)} arrived."
         ) from None
+    if async_op:
+        return Work.completed(None)
+    return None
 
 
 def _close_all() -> None:
     w = _WORLD
     if w is None:
         return
+    for op in w.pending:  # queued isend/irecv that never ran
+        op.cancel("destroy_process_group() ran first")
+    w.pending.clear()
     for g in w.groups:
         if g.engine is not None:
             g.engine.close()
