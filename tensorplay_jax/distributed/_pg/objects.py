@@ -80,9 +80,9 @@ def _ctx(kind: str, *parts: object) -> bytes:
     return f"{name}/{_SEQ[name]}".encode()
 
 
-def _group(fn: str, group: ProcessGroup | None) -> tuple[ProcessGroup, bytes]:
-    g = resolve(fn, group)
-    return g, _ctx("g", g.gid)
+def _call(g: ProcessGroup) -> bytes:
+    """The context of this rank's next object collective on ``g`` (after validation)."""
+    return _ctx("g", g.gid)
 
 
 def _sender(ctx: bytes, rank: int) -> bytes:
@@ -125,9 +125,10 @@ def all_gather_object(object_list: list[Any], obj: Any, group: ProcessGroup | No
       >>> dist.all_gather_object(out, {"rank": dist.get_rank()})  # doctest: +SKIP
     """
     fn = "all_gather_object"
-    g, ctx = _group(fn, group)
+    g = resolve(fn, group)
     n, me = g.size(), g.rank()
     _list(fn, "object_list", object_list, n)
+    ctx = _call(g)
     data = _dumps(obj, _sender(ctx, g.ranks[me]))
     sizes = np.asarray(all_gather(np.array([data.size], np.int32), group=g)).reshape(n)
     rows = np.asarray(all_gather(_padded([data], int(sizes.max()))[0], group=g))
@@ -157,10 +158,10 @@ def broadcast_object_list(
       >>> dist.broadcast_object_list(objs, src=0)  # doctest: +SKIP
     """
     fn = "broadcast_object_list"
-    g, ctx = _group(fn, group)
+    g = resolve(fn, group)
     _list(fn, "object_list", object_list)
     root = _root(fn, "src", g, src, group_src)
-    ctx = _sender(ctx, root)
+    ctx = _sender(_call(g), root)
     k, mine = len(object_list), world().rank == root
     datas = [_dumps(o, ctx + b"/%d" % i) for i, o in enumerate(object_list)] if mine else []
     sizes = np.array([d.size for d in datas] if mine else [0] * k, np.int32)
@@ -196,11 +197,12 @@ def gather_object(
       >>> dist.gather_object(dist.get_rank() ** 2, out, dst=0)  # doctest: +SKIP
     """
     fn = "gather_object"
-    g, ctx = _group(fn, group)
+    g = resolve(fn, group)
     n, me = g.size(), g.rank()
     root = _root(fn, "dst", g, dst, group_dst)
     if world().rank == root:
         _list(fn, "object_gather_list", object_gather_list, n)
+    ctx = _call(g)
     data = _dumps(obj, _sender(ctx, g.ranks[me]))
     sizes = np.asarray(all_gather(np.array([data.size], np.int32), group=g)).reshape(n)
     rows = np.asarray(gather(_padded([data], int(sizes.max()))[0], root, group=g))
@@ -232,14 +234,15 @@ def scatter_object_list(
       >>> dist.scatter_object_list(out, items, src=0)  # doctest: +SKIP
     """
     fn = "scatter_object_list"
-    g, ctx = _group(fn, group)
+    g = resolve(fn, group)
     n, me = g.size(), g.rank()
     _list(fn, "scatter_object_output_list", scatter_object_output_list, 1)
     root = _root(fn, "src", g, src, group_src)
-    ctx = _sender(ctx, root)
     mine = world().rank == root
     if mine:
         _list(fn, "scatter_object_input_list", scatter_object_input_list, n)
+    ctx = _sender(_call(g), root)
+    if mine:
         items = list(scatter_object_input_list)[:n]
         datas = [_dumps(o, ctx + b"/%d" % i) for i, o in enumerate(items)]
     sizes = np.array([d.size for d in datas] if mine else [0] * n, np.int32)
