@@ -58,6 +58,14 @@ class StoreAborted(ConnectionError):
     """Rank 0 gave up on the rendezvous; the message says why (e.g. the missing ranks)."""
 
 
+class StoreTimeout(TimeoutError):
+    """A store wait ran out of time; ``missing`` lists the ranks that never set their key."""
+
+    def __init__(self, message: str, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class _State:
     def __init__(self, secret: str) -> None:
         self.secret = secret
@@ -323,7 +331,8 @@ class StoreClient:
         """
         rep = self._call({"op": "wait", "keys": keys, "timeout": timeout})
         if rep.get("err") == "timeout":
-            raise TimeoutError(f"ranks {rep['missing']} did not arrive within {timeout:g} s")
+            missing = rep["missing"]
+            raise StoreTimeout(f"ranks {missing} did not arrive within {timeout:g} s", missing)
         if rep.get("err") == "aborted":
             raise StoreAborted(f"ranks {rep['missing']} did not arrive; {rep['why']}")
         return rep["v"], rep["dead"]

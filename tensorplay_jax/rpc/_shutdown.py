@@ -21,9 +21,13 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from tensorplay_jax.rpc._context import internal_target
+from tensorplay_jax.rpc._rendezvous import StoreTimeout
 from tensorplay_jax.runtime.settings import (
     RPC_SERVER_STOP_GRACE_S,
     RPC_SHUTDOWN_EXIT_WAIT_S,
+    RPC_SHUTDOWN_PING_EVERY_S,
+    RPC_SHUTDOWN_PING_TIMEOUT_S,
     RPC_STORE_REPLY_GRACE_S,
 )
 
@@ -37,7 +41,15 @@ if TYPE_CHECKING:
     from tensorplay_jax.rpc._rref_table import RRefTable
     from tensorplay_jax.rpc._service import Server
 
-__all__ = ["Shutdown"]
+__all__ = ["WHILE_ALIVE", "Shutdown"]
+
+WHILE_ALIVE = -1.0  # wait_for_all_workers: no time limit while the missing workers answer
+
+
+@internal_target
+def _alive() -> bool:
+    """The liveness ping of a graceful shutdown (served like any call)."""
+    return True
 
 
 class Shutdown:
@@ -81,12 +93,21 @@ class Shutdown:
         between. The first time that happens every worker releases the RRefs it
         still uses; the second time, everyone can stop.
 
+        ``timeout``: seconds (0: no limit), or :data:`WHILE_ALIVE`: no limit as
+        long as every worker that has not arrived answers a ping
+        (``RPC_SHUTDOWN_PING_EVERY_S``, each within ``RPC_SHUTDOWN_PING_TIMEOUT_S``),
+        as tensorplay waits for a trainer still training; a worker that exits is
+        skipped (the store sees its connection close), one that is stopped, hung
+        or cut off fails the wait.
+
         Raises:
-          TimeoutError: not done within ``timeout`` seconds (0: no limit); the message
-            names the ranks that did not arrive, or this worker's own unfinished work.
+          TimeoutError: not done within ``timeout`` seconds, or a missing worker did
+            not answer; the message names the ranks that did not arrive, or this
+            worker's own unfinished work.
           ConnectionError: the store (rank 0) went away.
         """
-        deadline = None if not timeout else time.monotonic() + timeout
+        alive_mode = timeout == WHILE_ALIVE
+        deadline = None if not timeout or alive_mode else time.monotonic() + timeout
         assert self.store is not None
         prev: dict[int, Any] | None = None
         released = False
@@ -100,28 +121,7 @@ class Shutdown:
                     )
                 time.sleep(0.002)
             keys = {f"shutdown/{k}/{r}": r for r in range(self.world_size)}
-            try:
-                if deadline is not None:
-                    # A stopped or cut-off rank 0 never answers: give up on it at the deadline.
-                    left = max(deadline - time.monotonic(), 0.001)
-                    self.store.reply_timeout = left + RPC_STORE_REPLY_GRACE_S
-                self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
-                left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-                vals, _ = self.store.wait(keys, left)
-            except TimeoutError as e:
-                raise TimeoutError(
-                    f"shutdown: worker {self.name!r} waited timeout={timeout:g} s for every "
-                    f"worker to finish its work: {e} (stopped, hung, or cut off from this "
-                    "one?); pass a larger timeout= to wait longer"
-                ) from None
-            except ConnectionError as e:
-                if deadline is None or time.monotonic() < deadline:
-                    raise  # rank 0 is gone
-                raise TimeoutError(
-                    f"shutdown: worker {self.name!r} waited timeout={timeout:g} s for every "
-                    f"worker to finish its work: ranks [0] did not arrive (its rendezvous "
-                    f"store does not answer: {e}; stopped, hung, or cut off from this one?)"
-                ) from None
+            vals = self._wait_round(k, keys, timeout, deadline, alive_mode)
             cur = {r: vals.get(f"shutdown/{k}/{r}") for r in range(self.world_size)}
             if cur == prev:
                 if released:
@@ -133,6 +133,77 @@ class Shutdown:
                 self.rrefs.release_users()
                 cur = None
             prev = cur
+
+    def _wait_round(
+        self, k: int, keys: dict[str, int], timeout: float, deadline: float | None, alive_mode: bool
+    ) -> dict[str, Any]:
+        """Round ``k``: publish this worker's count, wait for every key (or its rank dead)."""
+        assert self.store is not None
+        published = False
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            if alive_mode:
+                left = RPC_SHUTDOWN_PING_EVERY_S
+            try:
+                if left is not None:
+                    # A stopped or cut-off rank 0 never answers: give up on it in time.
+                    grace = RPC_SHUTDOWN_PING_TIMEOUT_S if alive_mode else RPC_STORE_REPLY_GRACE_S
+                    self.store.reply_timeout = left + grace
+                if not published:
+                    self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
+                    published = True
+                vals, _ = self.store.wait(keys, left)
+                return vals
+            except StoreTimeout as e:
+                if alive_mode:
+                    silent = self._unanswered(e.missing)
+                    if not silent:
+                        continue  # still working: wait on, as tensorplay does
+                    raise TimeoutError(
+                        f"shutdown: worker {self.name!r} waited for every worker to finish "
+                        f"its work: ranks {silent} did not arrive and do not answer a ping "
+                        f"within {RPC_SHUTDOWN_PING_TIMEOUT_S:g} s (stopped, hung, or cut off "
+                        "from this one?); pass timeout= to bound the wait instead"
+                    ) from None
+                bound = "for every" if alive_mode else f"timeout={timeout:g} s for every"
+                raise TimeoutError(
+                    f"shutdown: worker {self.name!r} waited {bound} worker to finish its "
+                    f"work: {e} (stopped, hung, or cut off from this one?); pass a larger "
+                    "timeout= to wait longer"
+                ) from None
+            except ConnectionError as e:
+                if not alive_mode and (deadline is None or time.monotonic() < deadline):
+                    raise  # rank 0 is gone
+                if alive_mode and not isinstance(e.__cause__, TimeoutError):
+                    raise
+                bound = "" if alive_mode else f"timeout={timeout:g} s "
+                raise TimeoutError(
+                    f"shutdown: worker {self.name!r} waited {bound}for every "
+                    f"worker to finish its work: ranks [0] did not arrive (its rendezvous "
+                    f"store does not answer: {e}; stopped, hung, or cut off from this one?)"
+                ) from None
+
+    def _unanswered(self, ranks: list[int]) -> list[int]:
+        """The ``ranks`` that do not answer a ping in time (a refused one is left to the store)."""
+        from tensorplay_jax.rpc._protocol import CALL
+
+        futs = {}
+        for r in ranks:
+            try:
+                to = self.resolve(r, "shutdown")
+                futs[r] = self.call(to, CALL, _alive, (), {}, RPC_SHUTDOWN_PING_TIMEOUT_S)
+            except Exception:  # gone already: the store marks it dead
+                continue
+        silent = []
+        end = time.monotonic() + RPC_SHUTDOWN_PING_TIMEOUT_S
+        for r, fut in futs.items():
+            try:
+                fut.wait(max(end - time.monotonic(), 0.001))
+            except TimeoutError:
+                silent.append(r)
+            except Exception:  # refused or reset: it is exiting, the store will know
+                continue
+        return silent
 
     def stop(
         self, *, leak_check: bool = True, graceful: bool = True, deadline: float | None = None

@@ -12,8 +12,8 @@ from tensorplay_jax.rpc import _agent
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
+from tensorplay_jax.rpc._shutdown import WHILE_ALIVE
 from tensorplay_jax.rpc._types import BackendType, GrpcRpcBackendOptions, WorkerInfo
-from tensorplay_jax.runtime.settings import RPC_SHUTDOWN_TIMEOUT_S
 
 __all__ = [
     "get_debug_info",
@@ -201,15 +201,21 @@ def shutdown(graceful: bool = True, timeout: float = -1) -> None:
       graceful: first wait until every worker's outstanding work (calls in
         flight, RRef releases) is done, then all stop together. Workers that
         died are skipped.
-      timeout: seconds for the whole shutdown, stopping included; -1 = the
-        default, ``RPC_SHUTDOWN_TIMEOUT_S`` (60 s, tensorplay's default RPC
-        timeout); 0 = no limit on the graceful wait (stopping stays bounded).
+      timeout: seconds for the whole shutdown, stopping included. -1, the
+        default: as tensorplay, no time limit on the graceful wait while the
+        workers still to arrive are alive (a parameter server waits in
+        shutdown for as long as its trainers train); a worker that exits is
+        skipped, and one that does not answer a ping within
+        ``RPC_SHUTDOWN_PING_TIMEOUT_S`` (30 s: stopped, hung or cut off) fails
+        the wait. 0 = no limit at all on the graceful wait. Stopping stays
+        bounded in every case.
 
     Raises:
       RpcNotInitializedError: RPC is not initialized.
-      TimeoutError: the graceful wait ran out of time; the message names the
-        ranks that did not arrive (stopped, hung or cut off), or this worker's
-        own unfinished work. This worker is stopped all the same.
+      TimeoutError: the graceful wait ran out of time, or a worker still to
+        arrive did not answer; the message names the ranks that did not
+        arrive (stopped, hung or cut off), or this worker's own unfinished
+        work. This worker is stopped all the same.
 
     Example:
       >>> rpc.shutdown(timeout=30)  # doctest: +SKIP
@@ -219,13 +225,14 @@ def shutdown(graceful: bool = True, timeout: float = -1) -> None:
         if agent is None:
             raise not_initialized("shutdown")
         if timeout is None or timeout < 0:
-            timeout = RPC_SHUTDOWN_TIMEOUT_S
+            timeout = WHILE_ALIVE
         deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
             if graceful:
                 try:
                     agent.wait_for_all_workers(timeout)
                 except TimeoutError:
+                    deadline = time.monotonic()  # the others are not coming: stop now
                     raise
                 except OSError as e:  # the store (rank 0) is gone
                     warnings.warn(

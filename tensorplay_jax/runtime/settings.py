@@ -59,8 +59,10 @@ RPC_STREAM_AUTH_WINDOW_S: float = 300.0  # a gRPC stream credential is fresh thi
 RPC_STORE_ABORT_GRACE_S: float = 2.0  # rank 0 giving up: time for waiters to hear the cause
 # rank 0 keeps the store up this long for the others to leave
 RPC_SHUTDOWN_EXIT_WAIT_S: float = 10.0
-# Graceful shutdown's default bound, all phases included (tensorplay's: its RPC timeout).
-RPC_SHUTDOWN_TIMEOUT_S: float = 60.0
+# Graceful shutdown's default: no time limit (as tensorplay's) while every worker that has
+# not arrived answers a ping, sent this often, each within PING_TIMEOUT.
+RPC_SHUTDOWN_PING_EVERY_S: float = 5.0
+RPC_SHUTDOWN_PING_TIMEOUT_S: float = 30.0
 # Shutdown: a store reply may come this long after its wait ends or its deadline passed
 # (a stopped or cut-off rank 0 costs this much, once).
 RPC_STORE_REPLY_GRACE_S: float = 0.5

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.rpc import _agent, _codec, _local, _service, api
+from tensorplay_jax.rpc import _agent, _codec, _local, _service, _shutdown
 from tests.security._common import wait_until
 
 # An RRef id no worker ever created (rank 0's ids start at 1; rank 0x7ff is no rank here).
@@ -59,6 +59,23 @@ def _timed_shutdown(rank: int, **extra: Any) -> None:
         _report(rank, t0, e, **extra)
     else:
         _report(rank, t0, None, **extra)
+
+
+def _shorten_pings() -> None:
+    """The default (liveness-bounded) wait with ``TPJ_PING`` = "every,timeout" seconds."""
+    if "TPJ_PING" in os.environ:
+        every, timeout = (float(v) for v in os.environ["TPJ_PING"].split(","))
+        _shutdown.RPC_SHUTDOWN_PING_EVERY_S = every
+        _shutdown.RPC_SHUTDOWN_PING_TIMEOUT_S = timeout
+
+
+def long_worker() -> None:
+    """Rank 1 keeps working (``TPJ_WORK_S``) while rank 0 waits in a default shutdown."""
+    rank, _ = _init()
+    _shorten_pings()
+    if rank == 1:
+        time.sleep(float(os.environ["TPJ_WORK_S"]))
+    _timed_shutdown(rank)
 
 
 def pid() -> int:
@@ -131,8 +148,7 @@ def frozen_peer() -> None:
         time.sleep(120)  # stopped, then killed, by the other rank
         rpc.shutdown()
         return
-    if "TPJ_DEFAULT_BOUND" in os.environ:  # the default bound, shortened for the test
-        api.RPC_SHUTDOWN_TIMEOUT_S = float(os.environ["TPJ_DEFAULT_BOUND"])
+    _shorten_pings()
     victim = rpc.rpc_sync(f"w{frozen}", pid)
     os.kill(victim, signal.SIGSTOP)
     try:

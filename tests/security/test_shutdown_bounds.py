@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.runtime.settings import RPC_SHUTDOWN_TIMEOUT_S
+from tensorplay_jax.runtime.settings import RPC_SHUTDOWN_PING_TIMEOUT_S
 from tests._procs import WorkerResult
 from tests.rpc._transports import env_of
 from tests.security import _shutdown_workers as W
@@ -44,9 +44,23 @@ def _one(res: list[WorkerResult], rank: int) -> dict:
 def test_default_bound_is_a_named_constant_in_the_docstring():
     default = inspect.signature(rpc.shutdown).parameters["timeout"].default
     assert default == -1
-    assert "RPC_SHUTDOWN_TIMEOUT_S" in rpc.shutdown.__doc__
-    assert f"{RPC_SHUTDOWN_TIMEOUT_S:g} s" in rpc.shutdown.__doc__
-    assert RPC_SHUTDOWN_TIMEOUT_S > 0
+    assert "RPC_SHUTDOWN_PING_TIMEOUT_S" in rpc.shutdown.__doc__
+    assert f"{RPC_SHUTDOWN_PING_TIMEOUT_S:g} s" in rpc.shutdown.__doc__
+    assert RPC_SHUTDOWN_PING_TIMEOUT_S > 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_default_waits_for_a_worker_that_is_still_working(workers, transport):
+    # tensorplay's shutdown waits for as long as the others work (a parameter server
+    # waits for its trainers): the default has no time limit while they answer pings.
+    # Before: the default gave up after 60 s. Here pings come every 1 s, each given 2 s,
+    # and rank 1 works for 8 s: four times the ping timeout.
+    env = _env(transport, TPJ_PING="1,2", TPJ_WORK_S=8)
+    res = workers(W.long_worker, 2, timeout=PROCS_TIMEOUT_S, check=False, env=env)
+    got = _one(res, 0)
+    assert got["error"] is None, got
+    assert got["elapsed"] > 7, got
+    assert _one(res, 1)["error"] is None, res[1]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -92,8 +106,8 @@ def test_shutdown_is_bounded_with_a_stopped_peer(workers, transport, bound, froz
     # SIGSTOP: the peer is alive (its connections stay open) but answers nothing, as
     # behind a network partition. Before: shutdown(timeout=10) took 20.4 s, the default
     # blocked for ever, and so did any timeout when the store's host was the one stopped.
-    if bound == "default":  # RPC_SHUTDOWN_TIMEOUT_S, shortened here
-        timeout, extra = 3.0, {"TPJ_DEFAULT_BOUND": 3.0}
+    if bound == "default":  # no answer to a ping: every 1 s, each given 2 s here
+        timeout, extra = 3.0, {"TPJ_PING": "1,2"}
     else:
         timeout, extra = float(bound), {"TPJ_SHUTDOWN_TIMEOUT": float(bound)}
     env = _env(transport, TPJ_FROZEN=frozen, **extra)
