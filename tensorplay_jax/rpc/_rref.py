@@ -10,13 +10,25 @@ that fork, elsewhere makes a user RRef that releases its fork when collected.
 ``confirmed_by_owner()`` is True on the owner, and on a user once the owner has
 answered a request about it (its ``remote()`` creation, ``to_here``).
 
+``remote(..., timeout=t)``: a creation not confirmed within ``t`` fails the next
+use of the RRef with an ``RpcTimeoutError`` naming the owner, the function and
+``t``. A use that finds the creation still pending goes ahead, but its result
+(``to_here``'s fetch, a proxy call, an RPC the RRef is passed to, a new RRef)
+fails all the same if the creation fails before that result comes
+(:func:`guard`; while any creation is awaited, ``api`` collects the RRefs an
+outgoing call carries with :func:`collect_pending` / :func:`take_pending`).
+The owner's value is counted as any other: it is freed when the user drops
+the RRef.
+
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _codec, _current
+from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import FETCH, FORK_ADD
 from tensorplay_jax.rpc._rref_table import _OwnerRecord
@@ -114,6 +126,22 @@ class RRef(Generic[T]):
         """True on the owning worker."""
         return self._record is not None
 
+    def _creation_error(self, what: str) -> BaseException | None:
+        """The error a use (``what``) of this RRef raises: its ``remote()`` creation failed,
+        or was not confirmed within its timeout; None while pending or once confirmed."""
+        c = self._created
+        if c is None or self._confirmed or not c.done():
+            return None
+        exc = c.exception()
+        if exc is None:
+            self._confirmed = True
+            return None
+        if isinstance(exc, RpcTimeoutError):
+            return RpcTimeoutError(
+                f"{what}: this RRef's creation was not confirmed by its owner in time: {exc}"
+            )
+        return exc
+
     def confirmed_by_owner(self) -> bool:
         """True when the owner is known to hold this reference (always on the owner)."""
         if not self._confirmed and self._created is not None and self._created.done():
@@ -153,18 +181,18 @@ class RRef(Generic[T]):
         """
         if self._record is not None:
             return self._record.value.wait()
-        self._check_created()
+        self._check_created("to_here")
         agent = self._live_agent("to_here")
-        value = agent.call(self._owner, FETCH, timeout=timeout, extra=(self._id,)).wait()
+        fetched = agent.call(self._owner, FETCH, timeout=timeout, extra=(self._id,))
+        value = guard(fetched, [self], "to_here").wait()
         self._confirmed = True
         return value
 
-    def _check_created(self) -> None:
+    def _check_created(self, what: str) -> None:
         # A remote() whose creation already failed (error, timeout) fails every later use.
-        if self._created is not None and self._created.done():
-            exc = self._created.exception()
-            if exc is not None:
-                raise exc
+        exc = self._creation_error(what)
+        if exc is not None:
+            raise exc
 
     # -- proxies
     def rpc_sync(self, timeout: float = -1) -> Any:
@@ -200,6 +228,9 @@ class _Proxy:
     def __init__(self, rref: RRef[Any], mode: str, timeout: float) -> None:
         self._rref, self._mode, self._timeout = rref, mode, timeout
 
+    def _mode_name(self) -> str:
+        return {"sync": "rpc_sync", "async": "rpc_async", "remote": "remote"}[self._mode]
+
     def __getattr__(self, method: str) -> Any:
         from tensorplay_jax.rpc import api
 
@@ -207,7 +238,7 @@ class _Proxy:
         rref, timeout = self._rref, self._timeout
 
         def invoke(*args: Any, **kwargs: Any) -> Any:
-            rref._check_created()
+            rref._check_created(f"rref.{self._mode_name()}().{method}")
             return call(
                 rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
             )
@@ -215,11 +246,88 @@ class _Proxy:
         return invoke
 
 
+# ------------------------------------------------------------- pending creations
+
+
+_carried = threading.local()  # .pending: the RRefs with pending creations a call carries
+_carried.pending = None
+# remote() creations this process still waits for: while none, calls skip the collecting.
+creations_waited = 0
+_count_lock = threading.Lock()
+
+
+def track_creation(created: Future[Any]) -> None:
+    """Count ``created`` (a ``remote()``'s creation) in ``creations_waited`` until it is done."""
+    global creations_waited
+    with _count_lock:
+        creations_waited += 1
+    created.add_done_callback(_creation_done)
+
+
+def _creation_done(_: Future[Any]) -> None:
+    global creations_waited
+    with _count_lock:
+        creations_waited -= 1
+
+
+def collect_pending() -> None:
+    """Start collecting the RRefs, with their creation pending, that this thread encodes."""
+    _carried.pending = []
+
+
+def take_pending() -> list[RRef[Any]] | None:
+    """Stop collecting; the RRefs collected since :func:`collect_pending` (None: none)."""
+    pending = getattr(_carried, "pending", None)
+    _carried.pending = None
+    return pending or None
+
+
+def guard(fut: Future[Any], rrefs: list[RRef[Any]], what: str) -> Future[Any]:
+    """``fut``'s outcome, unless the creation of one of ``rrefs`` fails before it comes.
+
+    Example:
+        >>> f = Future()
+        >>> guard(f, [], "use") is f
+        True
+    """
+    for r in rrefs:
+        r._creation_error(what)  # settles those whose creation has been confirmed
+    pending = [r for r in rrefs if r._created is not None and not r._confirmed]
+    if not pending:
+        return fut
+    out: Future[Any] = Future(callback_executor=fut._executor)
+
+    def failed() -> bool:
+        for r in pending:
+            exc = r._creation_error(what)
+            if exc is not None:
+                out._try_set_exception(exc)
+                return True
+        return False
+
+    def on_created(_: Future[Any]) -> None:
+        failed()
+
+    def on_done(f: Future[Any]) -> None:
+        if not failed():
+            out._copy_from(f)
+
+    for r in pending:
+        r._created.add_done_callback(on_created)  # type: ignore[union-attr]
+    fut.add_done_callback(on_done)
+    return out
+
+
 # ---------------------------------------------------------------- wire format
 
 
 def _encode_rref(r: RRef[Any]) -> list[Any]:
     agent = r._live_agent("sending an RRef")
+    if r._created is not None and not r._confirmed:
+        r._check_created("passing an RRef on")
+        pending = getattr(_carried, "pending", None)
+        if pending is not None and not r._created.done():
+            pending.append(r)
     fork = agent.rrefs.new_id()
     if r._record is not None:
         agent.rrefs.add_fork(r._id, fork, r._record)
