@@ -25,6 +25,7 @@ the RRef.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _codec, _current
@@ -41,6 +42,25 @@ T = TypeVar("T")
 
 def _agent_for(what: str) -> Any:
     return _current.get_agent(what)
+
+
+# RRef.backward's implementation: distributed autograd registers it when imported
+# (``internal.register_rref_backward``); RPC imports nothing of it.
+_backward_impl: Callable[[RRef[Any], int, bool], None] | None = None
+
+
+def register_backward(impl: Callable[[RRef[Any], int, bool], None]) -> None:
+    """Install what ``RRef.backward(ctx_id, retain_graph)`` runs (distributed autograd's).
+
+    Example:
+        >>> import tensorplay_jax  # registers distributed autograd's
+        >>> current = _backward_impl
+        >>> register_backward(current)  # registering it again changes nothing
+        >>> _backward_impl is current and current.__module__.endswith("_rref_backward")
+        True
+    """
+    global _backward_impl
+    _backward_impl = impl
 
 
 class RRef(Generic[T]):
@@ -193,6 +213,46 @@ class RRef(Generic[T]):
         exc = self._creation_error(what)
         if exc is not None:
             raise exc
+
+    # -- autograd
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """Run backward from this RRef's value, a scalar Tensor, on its owner.
+
+        Args:
+          dist_autograd_ctx_id: a distributed autograd context id: the distributed
+            backward pass of that context starts on the owner (read the gradients
+            with ``dist_autograd.get_gradients`` on the workers holding the leaves).
+            -1: a local autograd backward on the owner, no context (gradients go
+            to the leaves' ``.grad`` there; tensorplay allows it on the owner
+            only, here a user may ask too).
+          retain_graph: keep the graph for another backward over it.
+
+        Raises:
+          TypeError: the value is not a Tensor.
+          RuntimeError: the value is not a one-element Tensor that requires grad,
+            the context is unknown on the owner ("Could not find autograd context
+            with id: N"), or the graph was freed.
+          RpcTimeoutError: the RRef's creation was not confirmed in time.
+
+        Example:
+          >>> import tensorplay_jax as tp
+          >>> from tensorplay_jax.distributed import rpc
+          >>> rpc.init_rpc("rbdoc", rank=0, world_size=1,
+          ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
+          ...                  init_method="tcp://127.0.0.1:29576"))
+          >>> w = tp.ones(3, requires_grad=True)
+          >>> rpc.RRef((w * w).sum()).backward()
+          >>> w.grad
+          tensor([2., 2., 2.])
+          >>> rpc.shutdown()
+        """
+        self._check_created("RRef.backward")
+        if _backward_impl is None:
+            raise RuntimeError(
+                "RRef.backward needs distributed autograd: import "
+                "tensorplay_jax.distributed.autograd (tensorplay_jax imports it)"
+            )
+        _backward_impl(self, dist_autograd_ctx_id, retain_graph)
 
     # -- proxies
     def rpc_sync(self, timeout: float = -1) -> Any:
