@@ -53,9 +53,9 @@ def _move(input: Tensor, device: Any) -> Tensor:
     value = input.value
     if isinstance(value, jax.core.Tracer):  # inside a JAX transformation: JAX differentiates
         return Tensor._wrap(jax.device_put(value, device))
-    (source,) = value.devices()
-    if source == device:
+    if value.devices() == {device}:
         return input
+    source = value.sharding  # where the gradient goes back to
     out = to_device(value, device)
     if not (input.requires_grad and is_grad_enabled()):
         return Tensor._wrap(out)
