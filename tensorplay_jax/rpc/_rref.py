@@ -237,9 +237,7 @@ class RRef(Generic[T]):
         Example:
           >>> import tensorplay_jax as tp
           >>> from tensorplay_jax.distributed import rpc
-          >>> rpc.init_rpc("rbdoc", rank=0, world_size=1,
-          ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-          ...                  init_method="tcp://127.0.0.1:29576"))
+          >>> rpc.init_rpc("rbdoc", rank=0, world_size=1)
           >>> w = tp.ones(3, requires_grad=True)
           >>> rpc.RRef((w * w).sum()).backward()
           >>> w.grad

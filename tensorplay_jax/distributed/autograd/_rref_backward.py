@@ -27,9 +27,7 @@ def rref_backward(rref: RRef[Any], context_id: int, retain_graph: bool) -> None:
     Example:
         >>> import tensorplay_jax as tp
         >>> from tensorplay_jax.distributed import rpc
-        >>> rpc.init_rpc("rrbdoc", rank=0, world_size=1,
-        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-        ...                  init_method="tcp://127.0.0.1:29577"))
+        >>> rpc.init_rpc("rrbdoc", rank=0, world_size=1)
         >>> w = tp.ones(2, requires_grad=True)
         >>> rref_backward(rpc.RRef((3 * w).sum()), -1, False)
         >>> w.grad
