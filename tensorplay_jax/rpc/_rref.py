@@ -10,13 +10,26 @@ that fork, elsewhere makes a user RRef that releases its fork when collected.
 ``confirmed_by_owner()`` is True on the owner, and on a user once the owner has
 answered a request about it (its ``remote()`` creation, ``to_here``).
 
+``remote(..., timeout=t)``: a creation not confirmed within ``t`` fails the next
+use of the RRef with an ``RpcTimeoutError`` naming the owner, the function and
+``t``. A use that finds the creation still pending goes ahead, but its result
+(``to_here``'s fetch, a proxy call, an RPC the RRef is passed to, a new RRef)
+fails all the same if the creation fails before that result comes
+(:func:`guard`; while any creation is awaited, ``api`` collects the RRefs an
+outgoing call carries with :func:`collect_pending` / :func:`take_pending`).
+The owner's value is counted as any other: it is freed when the user drops
+the RRef.
+
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _codec, _current
+from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import FETCH, FORK_ADD
 from tensorplay_jax.rpc._rref_table import _OwnerRecord
@@ -29,6 +42,25 @@ T = TypeVar("T")
 
 def _agent_for(what: str) -> Any:
     return _current.get_agent(what)
+
+
+# RRef.backward's implementation: distributed autograd registers it when imported
+# (``internal.register_rref_backward``); RPC imports nothing of it.
+_backward_impl: Callable[[RRef[Any], int, bool], None] | None = None
+
+
+def register_backward(impl: Callable[[RRef[Any], int, bool], None]) -> None:
+    """Install what ``RRef.backward(ctx_id, retain_graph)`` runs (distributed autograd's).
+
+    Example:
+        >>> import tensorplay_jax  # registers distributed autograd's
+        >>> current = _backward_impl
+        >>> register_backward(current)  # registering it again changes nothing
+        >>> _backward_impl is current and current.__module__.endswith("_rref_backward")
+        True
+    """
+    global _backward_impl
+    _backward_impl = impl
 
 
 class RRef(Generic[T]):
@@ -114,6 +146,22 @@ class RRef(Generic[T]):
         """True on the owning worker."""
         return self._record is not None
 
+    def _creation_error(self, what: str) -> BaseException | None:
+        """The error a use (``what``) of this RRef raises: its ``remote()`` creation failed,
+        or was not confirmed within its timeout; None while pending or once confirmed."""
+        c = self._created
+        if c is None or self._confirmed or not c.done():
+            return None
+        exc = c.exception()
+        if exc is None:
+            self._confirmed = True
+            return None
+        if isinstance(exc, RpcTimeoutError):
+            return RpcTimeoutError(
+                f"{what}: this RRef's creation was not confirmed by its owner in time: {exc}"
+            )
+        return exc
+
     def confirmed_by_owner(self) -> bool:
         """True when the owner is known to hold this reference (always on the owner)."""
         if not self._confirmed and self._created is not None and self._created.done():
@@ -153,18 +201,56 @@ class RRef(Generic[T]):
         """
         if self._record is not None:
             return self._record.value.wait()
-        self._check_created()
+        self._check_created("to_here")
         agent = self._live_agent("to_here")
-        value = agent.call(self._owner, FETCH, timeout=timeout, extra=(self._id,)).wait()
+        fetched = agent.call(self._owner, FETCH, timeout=timeout, extra=(self._id,))
+        value = guard(fetched, [self], "to_here").wait()
         self._confirmed = True
         return value
 
-    def _check_created(self) -> None:
+    def _check_created(self, what: str) -> None:
         # A remote() whose creation already failed (error, timeout) fails every later use.
-        if self._created is not None and self._created.done():
-            exc = self._created.exception()
-            if exc is not None:
-                raise exc
+        exc = self._creation_error(what)
+        if exc is not None:
+            raise exc
+
+    # -- autograd
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """Run backward from this RRef's value, a scalar Tensor, on its owner.
+
+        Args:
+          dist_autograd_ctx_id: a distributed autograd context id: the distributed
+            backward pass of that context starts on the owner (read the gradients
+            with ``dist_autograd.get_gradients`` on the workers holding the leaves).
+            -1: a local autograd backward on the owner, no context (gradients go
+            to the leaves' ``.grad`` there; tensorplay allows it on the owner
+            only, here a user may ask too).
+          retain_graph: keep the graph for another backward over it.
+
+        Raises:
+          TypeError: the value is not a Tensor.
+          RuntimeError: the value is not a one-element Tensor that requires grad,
+            the context is unknown on the owner ("Could not find autograd context
+            with id: N"), or the graph was freed.
+          RpcTimeoutError: the RRef's creation was not confirmed in time.
+
+        Example:
+          >>> import tensorplay_jax as tp
+          >>> from tensorplay_jax.distributed import rpc
+          >>> rpc.init_rpc("rbdoc", rank=0, world_size=1)
+          >>> w = tp.ones(3, requires_grad=True)
+          >>> rpc.RRef((w * w).sum()).backward()
+          >>> w.grad
+          tensor([2., 2., 2.])
+          >>> rpc.shutdown()
+        """
+        self._check_created("RRef.backward")
+        if _backward_impl is None:
+            raise RuntimeError(
+                "RRef.backward needs distributed autograd: import "
+                "tensorplay_jax.distributed.autograd (tensorplay_jax imports it)"
+            )
+        _backward_impl(self, dist_autograd_ctx_id, retain_graph)
 
     # -- proxies
     def rpc_sync(self, timeout: float = -1) -> Any:
@@ -200,6 +286,9 @@ class _Proxy:
     def __init__(self, rref: RRef[Any], mode: str, timeout: float) -> None:
         self._rref, self._mode, self._timeout = rref, mode, timeout
 
+    def _mode_name(self) -> str:
+        return {"sync": "rpc_sync", "async": "rpc_async", "remote": "remote"}[self._mode]
+
     def __getattr__(self, method: str) -> Any:
         from tensorplay_jax.rpc import api
 
@@ -207,7 +296,7 @@ class _Proxy:
         rref, timeout = self._rref, self._timeout
 
         def invoke(*args: Any, **kwargs: Any) -> Any:
-            rref._check_created()
+            rref._check_created(f"rref.{self._mode_name()}().{method}")
             return call(
                 rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
             )
@@ -215,11 +304,88 @@ class _Proxy:
         return invoke
 
 
+# ------------------------------------------------------------- pending creations
+
+
+_carried = threading.local()  # .pending: the RRefs with pending creations a call carries
+_carried.pending = None
+# remote() creations this process still waits for: while none, calls skip the collecting.
+creations_waited = 0
+_count_lock = threading.Lock()
+
+
+def track_creation(created: Future[Any]) -> None:
+    """Count ``created`` (a ``remote()``'s creation) in ``creations_waited`` until it is done."""
+    global creations_waited
+    with _count_lock:
+        creations_waited += 1
+    created.add_done_callback(_creation_done)
+
+
+def _creation_done(_: Future[Any]) -> None:
+    global creations_waited
+    with _count_lock:
+        creations_waited -= 1
+
+
+def collect_pending() -> None:
+    """Start collecting the RRefs, with their creation pending, that this thread encodes."""
+    _carried.pending = []
+
+
+def take_pending() -> list[RRef[Any]] | None:
+    """Stop collecting; the RRefs collected since :func:`collect_pending` (None: none)."""
+    pending = getattr(_carried, "pending", None)
+    _carried.pending = None
+    return pending or None
+
+
+def guard(fut: Future[Any], rrefs: list[RRef[Any]], what: str) -> Future[Any]:
+    """``fut``'s outcome, unless the creation of one of ``rrefs`` fails before it comes.
+
+    Example:
+        >>> f = Future()
+        >>> guard(f, [], "use") is f
+        True
+    """
+    for r in rrefs:
+        r._creation_error(what)  # settles those whose creation has been confirmed
+    pending = [r for r in rrefs if r._created is not None and not r._confirmed]
+    if not pending:
+        return fut
+    out: Future[Any] = Future(callback_executor=fut._executor)
+
+    def failed() -> bool:
+        for r in pending:
+            exc = r._creation_error(what)
+            if exc is not None:
+                out._try_set_exception(exc)
+                return True
+        return False
+
+    def on_created(_: Future[Any]) -> None:
+        failed()
+
+    def on_done(f: Future[Any]) -> None:
+        if not failed():
+            out._copy_from(f)
+
+    for r in pending:
+        r._created.add_done_callback(on_created)  # type: ignore[union-attr]
+    fut.add_done_callback(on_done)
+    return out
+
+
 # ---------------------------------------------------------------- wire format
 
 
 def _encode_rref(r: RRef[Any]) -> list[Any]:
     agent = r._live_agent("sending an RRef")
+    if r._created is not None and not r._confirmed:
+        r._check_created("passing an RRef on")
+        pending = getattr(_carried, "pending", None)
+        if pending is not None and not r._created.done():
+            pending.append(r)
     fork = agent.rrefs.new_id()
     if r._record is not None:
         agent.rrefs.add_fork(r._id, fork, r._record)

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tensorplay_jax.rpc import _agent
+from tensorplay_jax.rpc import _agent, _rref
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
@@ -113,7 +113,7 @@ def rpc_async(
     agent = _agent.get_agent("rpc_async")
     dest = agent.resolve(to, "rpc_async")
     _check_func(func, "rpc_async")
-    return agent.call(dest, _agent.CALL, func, tuple(args or ()), kwargs, timeout)
+    return _call(agent, dest, _agent.CALL, func, args, kwargs, timeout, (), "rpc_async")
 
 
 def rpc_sync(
@@ -134,7 +134,7 @@ def rpc_sync(
     agent = _agent.get_agent("rpc_sync")
     dest = agent.resolve(to, "rpc_sync")
     _check_func(func, "rpc_sync")
-    return agent.call(dest, _agent.CALL, func, tuple(args or ()), kwargs, timeout).wait()
+    return _call(agent, dest, _agent.CALL, func, args, kwargs, timeout, (), "rpc_sync").wait()
 
 
 def remote(
@@ -146,8 +146,18 @@ def remote(
 ) -> RRef[Any]:
     """Run ``func`` on worker ``to`` and keep the result there; return an RRef to it.
 
-    Returns at once; an error in ``func`` (or a timeout) surfaces on the next
-    use of the RRef (``to_here``, the proxies).
+    Returns at once; an error in ``func``, or a creation not confirmed within
+    ``timeout``, surfaces on the next use of the RRef (``to_here``, the proxies,
+    passing it on): the error, or an ``RpcTimeoutError`` naming the owner, the
+    function and the timeout.
+
+    Args:
+      to: destination: worker name, rank or WorkerInfo (this worker included).
+      func: a function (by reference if importable there, else by value).
+      args: positional arguments.
+      kwargs: keyword arguments.
+      timeout: seconds for the owner to confirm the creation; -1 =
+        ``rpc_timeout`` from the options, 0 = no limit.
 
     Example:
       >>> rref = rpc.remote("worker1", jnp.zeros, args=(3,))  # doctest: +SKIP
@@ -158,10 +168,33 @@ def remote(
     dest = agent.resolve(to, "remote")
     _check_func(func, "remote")
     rref_id, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
-    created = agent.call(
-        dest, _agent.REMOTE, func, tuple(args or ()), kwargs, timeout, extra=(rref_id, fork)
+    created = _call(
+        agent, dest, _agent.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
     )
+    _rref.track_creation(created)
     return RRef._make(agent, dest, rref_id, fork, None, created)
+
+
+def _call(
+    agent: Any,
+    dest: WorkerInfo,
+    kind: int,
+    func: Any,
+    args: Any,
+    kwargs: Any,
+    timeout: float,
+    extra: tuple,
+    what: str,
+) -> Future[Any]:
+    """``agent.call``; its Future fails if an RRef argument's creation fails first."""
+    if not _rref.creations_waited:  # no RRef here awaits its creation: nothing to watch
+        return agent.call(dest, kind, func, tuple(args or ()), kwargs, timeout, extra=extra)
+    _rref.collect_pending()
+    try:
+        fut = agent.call(dest, kind, func, tuple(args or ()), kwargs, timeout, extra=extra)
+    finally:
+        pending = _rref.take_pending()
+    return fut if pending is None else _rref.guard(fut, pending, what)
 
 
 def _check_func(func: Any, what: str) -> None:

@@ -23,6 +23,8 @@ What is here:
 * the mark of a package's own RPC targets: :func:`internal_target`,
   :func:`is_internal_target` (hooks test ``info.func`` with it);
 * wire types: :func:`register_type`;
+* ``RRef.backward``'s implementation: :func:`register_rref_backward`
+  (distributed autograd's);
 * errors: :func:`not_initialized` (the "RPC has not been initialized" error,
   worded the same for every caller).
 
@@ -48,6 +50,7 @@ from tensorplay_jax.rpc._context import internal_target as internal_target
 from tensorplay_jax.rpc._context import is_internal_target as is_internal_target
 from tensorplay_jax.rpc._context import register_hooks as register_hooks
 from tensorplay_jax.rpc._errors import not_initialized as not_initialized
+from tensorplay_jax.rpc._rref import register_backward as register_rref_backward
 
 # The hooks API is listed once, in ``_context.__all__``.
-__all__ = [*_context.__all__, "not_initialized", "register_type"]
+__all__ = [*_context.__all__, "not_initialized", "register_rref_backward", "register_type"]

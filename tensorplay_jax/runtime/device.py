@@ -14,6 +14,14 @@ or fails once, every later call takes ``jax.device_put`` itself.
 :func:`aligned_empty` makes host buffers ``HOST_ALIGN``-byte aligned, so that
 placing them may alias the buffer instead of copying it.
 
+Device names, as tensorplay code writes them (``device="cuda:1"``), have one
+parser: :func:`parse_device` reads ``"kind"`` or ``"kind:index"`` (kinds in
+``DEVICE_TYPES``), :func:`resolve_device` turns such a name (or a
+``jax.Device``) into this process's JAX device: ``"cuda"`` and ``"gpu"`` are
+JAX's gpu platform, the index counts that platform's local devices (none
+given: 0). A device that is not here raises an error naming those that are.
+Factories, ``Tensor.to`` and ``RemoteModule`` all go through it.
+
 Example:
     >>> import numpy as np
     >>> to_device(np.arange(3, dtype=np.float32)).tolist()
@@ -25,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import jax
@@ -32,7 +41,17 @@ import numpy as np
 
 from tensorplay_jax.runtime.settings import HOST_ALIGN
 
-__all__ = ["HOST_ALIGN", "aligned_empty", "on_device", "to_device"]
+__all__ = [
+    "DEVICE_TYPES",
+    "HOST_ALIGN",
+    "aligned_empty",
+    "device_name",
+    "on_device",
+    "parse_device",
+    "present_devices",
+    "resolve_device",
+    "to_device",
+]
 
 try:  # the fast path's private calls; without them every call is jax.device_put
     from jax._src import core as _core
@@ -127,3 +146,106 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, *, zero: bool = False) -> 
     raw = (np.zeros if zero else np.empty)(nbytes + HOST_ALIGN, np.uint8)
     off = (-raw.ctypes.data) % HOST_ALIGN
     return raw[off : off + nbytes].view(dtype).reshape(shape)
+
+
+# ---------------------------------------------------------------- device names
+
+DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda", "gpu", "tpu")
+_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
+_DEVICE_RE = re.compile(r"^([a-z]+)(?::(\d+))?$")
+
+
+def parse_device(spec: str, what: str = "device") -> tuple[str, int | None]:
+    """``"cuda:1"`` -> ``("cuda", 1)``; ``"cpu"`` -> ``("cpu", None)``.
+
+    Raises:
+      ValueError: not ``kind`` or ``kind:index`` with a kind of ``DEVICE_TYPES``.
+
+    Example:
+        >>> parse_device("cuda:1"), parse_device("tpu")
+        (('cuda', 1), ('tpu', None))
+    """
+    m = _DEVICE_RE.match(spec) if isinstance(spec, str) else None
+    if m is None or m.group(1) not in DEVICE_TYPES:
+        raise ValueError(
+            f"{what}: unknown device type {spec!r}; expected one of "
+            f"{', '.join(DEVICE_TYPES)}, optionally with ':index' (e.g. 'cuda:0')"
+        )
+    return m.group(1), None if m.group(2) is None else int(m.group(2))
+
+
+def _local(platform: str) -> list[Any]:
+    try:
+        return list(jax.local_devices(backend=platform))
+    except RuntimeError:  # no such backend in this JAX
+        return []
+
+
+def device_name(device: Any) -> str:
+    """The name :func:`resolve_device` takes for a JAX device, e.g. ``"cpu:1"``.
+
+    Example:
+        >>> import jax
+        >>> device_name(jax.local_devices(backend="cpu")[0])
+        'cpu:0'
+    """
+    label = {"cpu": "cpu", "tpu": "tpu"}.get(device.platform, "cuda")  # gpu: cuda or rocm
+    local = _local(_PLATFORM[label])
+    index = local.index(device) if device in local else device.id
+    return f"{label}:{index}"
+
+
+def present_devices() -> str:
+    """This process's local devices by the names :func:`resolve_device` takes.
+
+    Example:
+        >>> present_devices().startswith("cpu:0")
+        True
+    """
+    names = []
+    for platform, label in (("cpu", "cpu"), ("gpu", "cuda"), ("tpu", "tpu")):
+        n = len(_local(platform))
+        if n == 1:
+            names.append(f"{label}:0")
+        elif n == 2:
+            names.append(f"{label}:0, {label}:1")
+        elif n > 2:
+            names.append(f"{label}:0..{label}:{n - 1}")
+    return ", ".join(names) or "none"
+
+
+def resolve_device(device: Any, what: str = "device") -> Any:
+    """The local JAX device that ``device`` names (None stays None: JAX's default).
+
+    Args:
+      device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"gpu"``, ``"tpu"``,
+        ``"cpu:1"``, a ``jax.Device``, or None.
+      what: the caller, for errors (``"tp.randn"``).
+
+    Raises:
+      ValueError: an unknown device name.
+      TypeError: neither a string, a ``jax.Device`` nor None.
+      RuntimeError: the device is not present in this process; the message names those that are.
+
+    Example:
+        >>> import jax
+        >>> resolve_device("cpu") == jax.local_devices(backend="cpu")[0]
+        True
+        >>> resolve_device(None) is None
+        True
+    """
+    if device is None or isinstance(device, jax.Device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(
+            f"{what}: device={device!r} must be a string like 'cpu' or 'cuda:0', a jax.Device "
+            "or None"
+        )
+    kind, index = parse_device(device, what)
+    local = _local(_PLATFORM[kind])
+    i = 0 if index is None else index
+    if i >= len(local):
+        raise RuntimeError(
+            f"{what}: device {device!r} is not available here; devices: {present_devices()}"
+        )
+    return local[i]

@@ -36,6 +36,7 @@ Example:
 from tensorplay_jax.autograd import set_tensor_class as _set_tensor_class
 from tensorplay_jax.tensors import _interop as _interop
 from tensorplay_jax.tensors._factories import arange as arange
+from tensorplay_jax.tensors._factories import empty as empty
 from tensorplay_jax.tensors._factories import eye as eye
 from tensorplay_jax.tensors._factories import full as full
 from tensorplay_jax.tensors._factories import ones as ones
@@ -129,6 +130,7 @@ __all__ = [
     "clamp",
     "cos",
     "div",
+    "empty",
     "eq",
     "exp",
     "expand",

@@ -1,8 +1,11 @@
-"""Tensor factories: tensor, randn, rand, randint, ones, zeros, full, arange, eye, *_like.
+"""Tensor factories: tensor, randn, rand, randint, ones, zeros, empty, full, arange, eye, *_like.
 
 Sizes are given as ``f(2, 3)`` or ``f((2, 3))``. Floating results default to
 float32 (tensorplay's default dtype); random draws come from ``manual_seed``'s
 state. ``requires_grad=True`` makes a leaf that collects gradients.
+``device=`` places the result (``"cpu"``, ``"cuda:1"``, ``"tpu"``, a
+``jax.Device``; None: JAX's default device; ``*_like``: ``input``'s device);
+a device that is not here raises an error naming those that are.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.tensors import _random
+from tensorplay_jax.tensors._device import place
 from tensorplay_jax.tensors._tensor import Tensor
 
 DEFAULT_FLOAT = jnp.float32
@@ -29,8 +33,16 @@ def _size(fn: str, size: Sequence[Any]) -> tuple[int, ...]:
         raise TypeError(f"tp.{fn}: size must be ints, e.g. tp.{fn}(2, 3), got {size!r}") from None
 
 
-def _leaf(value: jax.Array, requires_grad: bool) -> Tensor:
-    return Tensor(value, requires_grad=requires_grad)
+def _leaf(value: jax.Array, requires_grad: bool, device: Any = None, fn: str = "") -> Tensor:
+    return Tensor(place(value, device, f"tp.{fn}"), requires_grad=requires_grad)
+
+
+def _device_of(input: Tensor) -> Any:
+    """``input``'s device when its value is committed to one (the ``*_like`` default)."""
+    v = input._value
+    if isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer) and v.committed:
+        return input.device
+    return None
 
 
 def _float_dtype(fn: str, dtype: Any) -> Any:
@@ -40,7 +52,9 @@ def _float_dtype(fn: str, dtype: Any) -> Any:
     return dtype
 
 
-def tensor(data: Any, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def tensor(
+    data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A new leaf Tensor holding (a copy of) ``data``.
 
     Python floats become float32 and Python ints the default JAX int type;
@@ -49,6 +63,8 @@ def tensor(data: Any, *, dtype: Any = None, requires_grad: bool = False) -> Tens
     Args:
         data: nested lists, a scalar, a NumPy/JAX array or a Tensor (copied, detached).
         dtype: the element type, e.g. ``jnp.float64`` (needs ``jax_enable_x64``).
+        device: where to place it: ``"cpu"``, ``"cuda:1"``, ``"tpu"``, a ``jax.Device``
+            (None: JAX's default device), as for every factory here.
         requires_grad: make the leaf collect gradients (floating dtypes only).
 
     Example:
@@ -65,10 +81,10 @@ def tensor(data: Any, *, dtype: Any = None, requires_grad: bool = False) -> Tens
         if dtype is None and arr.dtype == np.float64:
             dtype = DEFAULT_FLOAT
         value = jnp.asarray(arr, dtype=dtype)
-    return _leaf(value, requires_grad)
+    return _leaf(value, requires_grad, device, "tensor")
 
 
-def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Samples of the standard normal distribution, from ``manual_seed``'s state.
 
     Example:
@@ -79,17 +95,19 @@ def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """
     shape = _size("randn", size)
     value = jax.random.normal(_random.next_key(), shape, _float_dtype("randn", dtype))
-    return _leaf(value, requires_grad)
+    return _leaf(value, requires_grad, device, "randn")
 
 
-def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state."""
     shape = _size("rand", size)
     value = jax.random.uniform(_random.next_key(), shape, _float_dtype("rand", dtype))
-    return _leaf(value, requires_grad)
+    return _leaf(value, requires_grad, device, "rand")
 
 
-def randint(low: int, high: int, size: Sequence[int], *, dtype: Any = None) -> Tensor:
+def randint(
+    low: int, high: int, size: Sequence[int], *, dtype: Any = None, device: Any = None
+) -> Tensor:
     """Integers drawn uniformly from ``[low, high)``."""
     value = jax.random.randint(
         _random.next_key(),
@@ -98,10 +116,10 @@ def randint(low: int, high: int, size: Sequence[int], *, dtype: Any = None) -> T
         high,
         dtype or jax.dtypes.canonicalize_dtype(jnp.int64),
     )
-    return Tensor(value)
+    return _leaf(value, False, device, "randint")
 
 
-def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A Tensor of ones (float32 unless ``dtype``).
 
     Example:
@@ -109,21 +127,48 @@ def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
         >>> tp.ones(2)
         tensor([1., 1.])
     """
-    return _leaf(jnp.ones(_size("ones", size), dtype or DEFAULT_FLOAT), requires_grad)
+    value = jnp.ones(_size("ones", size), dtype or DEFAULT_FLOAT)
+    return _leaf(value, requires_grad, device, "ones")
 
 
-def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    """A Tensor of zeros (float32 unless ``dtype``)."""
-    return _leaf(jnp.zeros(_size("zeros", size), dtype or DEFAULT_FLOAT), requires_grad)
+def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A Tensor of zeros (float32 unless ``dtype``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.zeros(2, device="cpu")
+        tensor([0., 0.])
+    """
+    value = jnp.zeros(_size("zeros", size), dtype or DEFAULT_FLOAT)
+    return _leaf(value, requires_grad, device, "zeros")
+
+
+def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A Tensor to be overwritten (float32 unless ``dtype``); JAX has no uninitialised memory,
+    so it holds zeros.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.empty(2, 3).shape
+        (2, 3)
+    """
+    value = jnp.zeros(_size("empty", size), dtype or DEFAULT_FLOAT)
+    return _leaf(value, requires_grad, device, "empty")
 
 
 def full(
-    size: Sequence[int], fill_value: Any, *, dtype: Any = None, requires_grad: bool = False
+    size: Sequence[int],
+    fill_value: Any,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
     """A Tensor of ``size`` filled with ``fill_value``."""
     if dtype is None and isinstance(fill_value, float):
         dtype = DEFAULT_FLOAT
-    return _leaf(jnp.full(_size("full", (size,)), fill_value, dtype), requires_grad)
+    value = jnp.full(_size("full", (size,)), fill_value, dtype)
+    return _leaf(value, requires_grad, device, "full")
 
 
 def arange(
@@ -132,6 +177,7 @@ def arange(
     step: Any = 1,
     *,
     dtype: Any = None,
+    device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
     """Values from ``start`` (default 0) up to ``end`` (exclusive) by ``step``.
@@ -149,24 +195,43 @@ def arange(
         start, end = 0, start
     if dtype is None and any(isinstance(v, float) for v in (start, end, step)):
         dtype = DEFAULT_FLOAT
-    return _leaf(jnp.arange(start, end, step, dtype=dtype), requires_grad)
+    return _leaf(jnp.arange(start, end, step, dtype=dtype), requires_grad, device, "arange")
 
 
-def eye(n: int, m: int | None = None, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def eye(
+    n: int,
+    m: int | None = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """The ``n`` x ``m`` identity matrix."""
-    return _leaf(jnp.eye(n, m, dtype=dtype or DEFAULT_FLOAT), requires_grad)
+    return _leaf(jnp.eye(n, m, dtype=dtype or DEFAULT_FLOAT), requires_grad, device, "eye")
 
 
-def zeros_like(input: Tensor, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Zeros with ``input``'s shape (and dtype unless given)."""
-    return _leaf(jnp.zeros(input.shape, dtype or input.dtype), requires_grad)
+    device = device if device is not None else _device_of(input)
+    return _leaf(jnp.zeros(input.shape, dtype or input.dtype), requires_grad, device, "zeros_like")
 
 
-def ones_like(input: Tensor, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def ones_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Ones with ``input``'s shape (and dtype unless given)."""
-    return _leaf(jnp.ones(input.shape, dtype or input.dtype), requires_grad)
+    device = device if device is not None else _device_of(input)
+    return _leaf(jnp.ones(input.shape, dtype or input.dtype), requires_grad, device, "ones_like")
 
 
-def randn_like(input: Tensor, *, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def randn_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Standard normal samples with ``input``'s shape (and float dtype unless given)."""
-    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
+    device = device if device is not None else _device_of(input)
+    value = jax.random.normal(
+        _random.next_key(), input.shape, _float_dtype("randn_like", dtype or input.dtype)
+    )
+    return _leaf(value, requires_grad, device, "randn_like")

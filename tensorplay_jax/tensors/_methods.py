@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.tensors import _ops, _reductions, _shape_ops
+from tensorplay_jax.tensors import _device, _ops, _reductions, _shape_ops
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -126,8 +126,10 @@ _METHODS: dict[str, Any] = {
     "log_softmax": _ops.log_softmax,
     "clamp": _ops.clamp,
     "clone": _ops.clone,
-    # dtype conversions
-    "to": _ops.astype,
+    # device and dtype conversions
+    "to": _device.to,
+    "cpu": _device.cpu,
+    "cuda": _device.cuda,
     "float": _cast(jnp.float32, "Convert to float32."),
     "double": _cast(jnp.float64, "Convert to float64 (needs ``jax_enable_x64``)."),
     "long": _cast(jax.dtypes.canonicalize_dtype(jnp.int64), "Convert to the default integer type."),

@@ -382,10 +382,6 @@ class Tensor(metaclass=_TensorMeta):
     def __pos__(self) -> Tensor:
         return self
 
-    def cpu(self) -> Tensor:
-        """``self`` (values already live on the default JAX device)."""
-        return self
-
     def contiguous(self) -> Tensor:
         """``self`` (JAX arrays have no strides)."""
         return self

@@ -28,8 +28,9 @@ Semantics worth knowing (see ``_engine`` and ``_sendrecv``):
   plain leaf, and is not recorded.
 * ``get_gradients`` maps leaf Tensors to ``jax.Array`` gradients.
 
-Importing this package registers the Tensor wire type (``_wire``) and the
-RPC hooks (``_sendrecv``) in this process. The dependency runs one way
+Importing this package registers the Tensor wire type (``_wire``), the
+RPC hooks (``_sendrecv``) and ``RRef.backward`` (``_rref_backward``) in this
+process. The dependency runs one way
 (this package uses ``tensorplay_jax.rpc`` and ``tensorplay_jax.rpc.internal``;
 RPC never imports it); ``tensorplay_jax/__init__.py`` imports this package,
 so every worker takes part from its first RPC.
@@ -54,7 +55,7 @@ Example (one process, the seed example):
 
 import threading as _threading
 
-from tensorplay_jax.distributed.autograd import _sendrecv, _wire
+from tensorplay_jax.distributed.autograd import _rref_backward, _sendrecv, _wire
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext as DistAutogradContext
 from tensorplay_jax.distributed.autograd._context import context as context
 from tensorplay_jax.distributed.autograd._engine import backward as backward
@@ -66,6 +67,7 @@ from tensorplay_jax.distributed.autograd.api import get_gradients as get_gradien
 from tensorplay_jax.distributed.autograd.api import is_available as is_available
 from tensorplay_jax.distributed.autograd.api import is_initialized as is_initialized
 from tensorplay_jax.rpc import register_hooks as _register_hooks
+from tensorplay_jax.rpc.internal import register_rref_backward as _register_rref_backward
 
 __all__ = [
     "DistAutogradContext",
@@ -83,12 +85,13 @@ _installed = False
 
 
 def _install() -> None:
-    """Register the Tensor wire type and the RPC hooks in this process (once)."""
+    """Register the Tensor wire type, the RPC hooks and ``RRef.backward`` here (once)."""
     global _installed
     with _install_lock:
         if not _installed:
             _wire.register()
             _register_hooks(_sendrecv.AutogradHooks())
+            _register_rref_backward(_rref_backward.rref_backward)
             _installed = True
 
 

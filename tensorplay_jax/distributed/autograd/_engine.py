@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
@@ -254,7 +254,7 @@ def _apply_gradients(
     return task.done
 
 
-def backward(context_id: int, roots: Sequence[Tensor], retain_graph: bool = False) -> None:
+def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bool = False) -> None:
     """Run the distributed backward pass of ``context_id`` from scalar ``roots``.
 
     Every worker whose tape the gradients reach runs its part; this returns
@@ -264,7 +264,8 @@ def backward(context_id: int, roots: Sequence[Tensor], retain_graph: bool = Fals
 
     Args:
         context_id: the id from ``with dist_autograd.context() as context_id``.
-        roots: scalar (one-element) Tensors that require grad, e.g. ``[loss]``.
+        roots: a scalar (one-element) Tensor that requires grad, or a sequence
+            of them: ``loss`` or ``[loss]``.
         retain_graph: keep the graph (on every worker) for another backward
             over it; gradients then accumulate across calls.
 
@@ -319,9 +320,11 @@ def run_pass(
 
 def _check_roots(roots: Any) -> list[Tensor]:
     if isinstance(roots, Tensor):
+        roots = [roots]  # backward(ctx_id, loss), as the tensorplay docs write it
+    elif not isinstance(roots, Iterable):
         raise TypeError(
-            "dist_autograd.backward: roots must be a list of Tensors, got one Tensor; "
-            "write backward(context_id, [loss])"
+            f"dist_autograd.backward: roots is a {type(roots).__name__}; expected a Tensor or "
+            "a list of Tensors, e.g. backward(context_id, loss) or backward(context_id, [loss])"
         )
     roots = list(roots)
     if not roots:

@@ -267,7 +267,7 @@ def semantics() -> None:
                 cid,
                 [tp.tensor(1.0)],
             )
-            expect(TypeError, ["list of Tensors"], dist_autograd.backward, cid, y.sum())
+            expect(TypeError, ["roots is a float", "a Tensor or"], dist_autograd.backward, cid, 1.0)
             expect(TypeError, ["roots[1] is a float"], dist_autograd.backward, cid, [y.sum(), 1.0])
             expect(
                 RuntimeError,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from tensorplay_jax.runtime.device import DEVICE_TYPES, parse_device
+
 __all__ = ["DEVICE_TYPES", "RemoteDevice", "parse_remote_device"]
 
-DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda", "gpu", "tpu")
-_DEVICE_RE = re.compile(r"^([a-z]+)(?::(\d+))?$")
 _RANK_RE = re.compile(r"^rank:(\d+)$")
 
 
@@ -77,12 +77,7 @@ def parse_remote_device(remote_device: str) -> RemoteDevice:
         raise ValueError(f"{what} names no worker; expected 'worker/device' or 'rank:N/device'")
     if not device:
         raise ValueError(f"{what} names no device after '/'; write e.g. '{who}/cpu' or '{who}'")
-    m = _DEVICE_RE.match(device)
-    if m is None or m.group(1) not in DEVICE_TYPES:
-        raise ValueError(
-            f"{what}: unknown device type {device!r}; expected one of "
-            f"{', '.join(DEVICE_TYPES)}, optionally with ':index' (e.g. 'cuda:0')"
-        )
+    parse_device(device, what)  # the one parser of device names (tensors use it too)
     if who.startswith("rank:"):
         r = _RANK_RE.match(who)
         if r is None:

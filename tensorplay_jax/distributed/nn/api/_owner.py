@@ -10,25 +10,19 @@ from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.distributed.nn.api._interface import check_implements
 from tensorplay_jax.nn import Module
 from tensorplay_jax.rpc import RRef, get_worker_info
+from tensorplay_jax.runtime.device import present_devices, resolve_device
 
 __all__ = ["call_method", "check_module", "create_module", "parameter_rrefs", "set_training"]
 
 
 def _jax_device(device: str) -> Any:
-    kind, _, index = device.partition(":")
-    platform = {"cuda": "gpu"}.get(kind, kind)
     try:
-        devices = jax.devices(platform)
+        return resolve_device(device, "RemoteModule")
     except RuntimeError:
-        devices = []
-    i = int(index or 0)
-    if i >= len(devices):
-        have = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
         raise RuntimeError(
             f"RemoteModule: worker {get_worker_info().name!r} has no device {device!r} "
-            f"(its JAX devices: {have})"
-        )
-    return devices[i]
+            f"(its JAX devices: {present_devices()})"
+        ) from None
 
 
 def _place(module: Module, device: str) -> None:
