@@ -13,6 +13,18 @@ import pytest  # noqa: E402
 from tests._procs import free_port, run_workers  # noqa: E402
 
 
+def pytest_configure(config):
+    # Our own tests use the tensorplay_jax pytest plugin (dist_workers, @pytest.mark.workers).
+    # An installed package loads it through its pytest11 entry point; from a checkout that is
+    # not installed, register it here under the same name (``-p no:tensorplay_jax`` wins).
+    if not config.pluginmanager.has_plugin(
+        "tensorplay_jax"
+    ) and not config.pluginmanager.is_blocked("tensorplay_jax"):
+        import tensorplay_jax_pytest
+
+        config.pluginmanager.register(tensorplay_jax_pytest, "tensorplay_jax")
+
+
 @pytest.fixture
 def port() -> int:
     """A free TCP port on loopback."""
@@ -41,6 +53,7 @@ _PROCESS_TESTS = (
     "test_readme",
     "test_doctests",
     "/notebooks/",
+    "/testing/",
 )
 
 
