@@ -35,6 +35,7 @@ from tensorplay_jax.runtime.settings import SECRET_ENV
 
 __all__ = ["WorkerDied", "Workers"]
 
+_START_S = 120.0  # start-up (imports, rendezvous) may take this long even with a short timeout
 _CLOSE_GRACE_S = 10.0  # graceful RPC shutdown at close, before the workers are killed
 _PARENT_POLL_S = 0.5
 
@@ -75,8 +76,9 @@ class Workers:
     Args:
       n: workers in the job, this process included (at least 1).
       names: every worker's name, rank order (default ``worker0`` ... ``worker{n-1}``).
-      timeout: seconds any one wait may take: start-up, each ``run``, shutdown;
-        also the job's default RPC timeout.
+      timeout: seconds any one wait may take (each ``run``, ``kill``); also the
+        job's default RPC timeout. Start-up may take ``max(timeout, 120)``
+        seconds (new processes import JAX); shutdown at most 10 more.
       env: extra environment variables for the started workers.
 
     Example:
@@ -112,7 +114,7 @@ class Workers:
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> Workers:
-        """Start the workers and join the job as rank 0 (bounded by ``timeout``)."""
+        """Start the workers and join the job as rank 0 (bounded: see the class)."""
         if rpc.is_initialized():
             raise RuntimeError(
                 "Workers.start: RPC is already initialized in this process; use one "
@@ -134,7 +136,7 @@ class Workers:
         opts = rpc.GrpcRpcBackendOptions(
             init_method=f"tcp://127.0.0.1:{port}",
             rpc_timeout=self.timeout,
-            init_timeout=self.timeout,
+            init_timeout=max(self.timeout, _START_S),
             secret=secret.get(SECRET_ENV),
         )
         self._started = True
@@ -266,7 +268,7 @@ def serve() -> None:
     opts = rpc.GrpcRpcBackendOptions(
         init_method=f"tcp://127.0.0.1:{port}",
         rpc_timeout=float(timeout),
-        init_timeout=float(timeout),
+        init_timeout=max(float(timeout), _START_S),
     )
     rpc.init_rpc(
         all_names[int(rank)], rank=int(rank), world_size=len(all_names), rpc_backend_options=opts
