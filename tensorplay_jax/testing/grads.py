@@ -10,7 +10,7 @@ workers. ``fn(*args)`` runs three ways:
    from ``dist_autograd.backward`` + ``get_gradients`` (on each RRef's owner);
 2. **oracle**: the same ``fn`` with every RPC run in this process
    (:func:`in_process_rpc`), each leaf a plain JAX value (Tensors that wrap
-   ``jax.grad``'s tracers record nothing), differentiated by ``jax.grad``. It
+   ``jax.grad``'s tracers; their tape is never run), differentiated by ``jax.grad``. It
    shares with (1) only the user's code and the forward of the tensor ops:
    no tape, no send/recv edges, no distributed engine, no wire format, no
    custom backward rule, so a wrong rule in any of them shows;
@@ -156,10 +156,12 @@ def _distributed(
 
 
 def _oracle_loss(fn: Callable[..., Any], lv: _Leaves, mode: str, seed: int) -> Callable:
+    # The leaves require grad as they do under test (code may look at the flag), but no
+    # backward ever runs here: jax.grad differentiates the forward values.
     def make(i: int, v: Any) -> Any:
         if lv.kind[i] == "rref":
-            return LocalRRef(Tensor(v), lv.raw[i].owner_name())
-        return Tensor(v) if mode == "tape" else v
+            return LocalRRef(Tensor(v, requires_grad=True), lv.raw[i].owner_name())
+        return Tensor(v, requires_grad=True) if mode == "tape" else v
 
     def loss(values: dict[int, Any]) -> jax.Array:
         out = fn(*lv.build(make, values))

@@ -124,7 +124,7 @@ def _remote(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = N
 
 def _as_tensor(x: Any) -> Any:
     floating = isinstance(x, jax.Array | jax.core.Tracer) and jnp.issubdtype(x.dtype, jnp.inexact)
-    return Tensor(x) if floating else x
+    return Tensor(x, requires_grad=True) if floating else x
 
 
 def _as_array(x: Any) -> Any:
