@@ -234,7 +234,8 @@ class Workers:
         return [(r, c) for r, c in codes if c is not None]
 
     def _raise_if_dead(self, cause: BaseException) -> None:
-        deadline = time.monotonic() + 1.0  # a peer error often comes just before the exit
+        # A transport error (peer gone, timeout) often comes just before the exit shows.
+        deadline = time.monotonic() + (1.0 if isinstance(cause, rpc.RpcError | OSError) else 0)
         while not self._dead() and time.monotonic() < deadline:
             time.sleep(0.05)
         dead = self._dead()
