@@ -14,7 +14,6 @@ Example:
     True
 """
 
-from tensorplay_jax.testing import netns as netns
 from tensorplay_jax.testing.grads import check_dist_grads as check_dist_grads
 from tensorplay_jax.testing.grads import default_tolerance as default_tolerance
 from tensorplay_jax.testing.inprocess import in_process_rpc as in_process_rpc
