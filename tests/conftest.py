@@ -13,6 +13,22 @@ import pytest  # noqa: E402
 from tests._procs import free_port, run_workers  # noqa: E402
 
 
+def pytest_configure(config):
+    # Our own tests use the tensorplay_jax pytest plugin (dist_workers, @pytest.mark.workers).
+    # An installed package loads it through its pytest11 entry point; from a checkout that is
+    # not installed, register it here under the same name, unless it is there already (e.g.
+    # ``-p tensorplay_jax_pytest``) or disabled (``-p no:tensorplay_jax``).
+    import tensorplay_jax_pytest
+
+    pm = config.pluginmanager
+    if not (
+        pm.is_registered(tensorplay_jax_pytest)
+        or pm.has_plugin("tensorplay_jax")
+        or pm.is_blocked("tensorplay_jax")
+    ):
+        pm.register(tensorplay_jax_pytest, "tensorplay_jax")
+
+
 @pytest.fixture
 def port() -> int:
     """A free TCP port on loopback."""
@@ -41,6 +57,7 @@ _PROCESS_TESTS = (
     "test_readme",
     "test_doctests",
     "/notebooks/",
+    "/testing/",
 )
 
 

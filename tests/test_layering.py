@@ -38,7 +38,10 @@ LAYERS: dict[str, set[str]] = {
     "distributed": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc"},
     "demo": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
     "run": {"runtime"},
-    "testing": {"runtime"},
+    # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
+    # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
+    # imports none of it at import time.)
+    "testing": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
 }
 
 _DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")

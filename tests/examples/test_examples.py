@@ -21,3 +21,21 @@ def test_rnn_with_remote_embedding_and_decoder(workers):
     out = _run(workers, "rnn_remote.py", 2, "--steps", "15")[1].stdout
     assert "trained: embedding (on ps) True, rnn (on trainer) True, decoder (on ps) True" in out
     assert "step  10" in out, out
+
+
+def test_the_pytest_example_passes_under_pytest():
+    # The README's "Testing distributed code" example, run as a user runs it.
+    import importlib.metadata
+    import os
+    import subprocess
+    import sys
+
+    installed = importlib.metadata.entry_points(group="pytest11", name="tensorplay_jax")
+    plugin = [] if installed else ["-p", "tensorplay_jax_pytest"]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    path = REPO_ROOT / "examples" / "test_dist_grads_example.py"
+    cmd = [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", str(path)]
+    out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout + out.stderr

@@ -154,18 +154,6 @@ def functional() -> None:
     rpc.shutdown()
 
 
-def cases() -> None:
-    rank = rank_and_world_size()[0]
-    init_rpc()
-    if rank == 0:
-        for case in T.CASES:
-            T.check_case(case)
-            print("ok", case.name, flush=True)
-        T.check_rref_case()
-        print("ok rref", flush=True)
-    rpc.shutdown()
-
-
 # Four workers; w0 drives the single-threaded checks, then w0-w2 run 20 threads each at once.
 def semantics() -> None:
     rank = rank_and_world_size()[0]
