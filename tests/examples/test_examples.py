@@ -39,3 +39,9 @@ def test_the_pytest_example_passes_under_pytest():
     cmd = [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", str(path)]
     out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_readme_shows_the_pytest_example_as_it_is():
+    readme = (REPO_ROOT / "README.md").read_text()
+    example = (REPO_ROOT / "examples" / "test_dist_grads_example.py").read_text()
+    assert f"```python\n{example}```" in readme
