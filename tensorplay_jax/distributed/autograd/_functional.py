@@ -24,10 +24,11 @@ A private context whose backward never runs stays until process exit. In
 mode ``"jax"`` an unused pullback (``jax.vjp`` never applied; under
 ``jax.checkpoint`` the forward runs again in the backward pass, so the first
 run's pullback waits unused) stays on the callee until ``MAX_PENDING`` newer
-ones push it out. The callee compiles once per function object: a function
+ones push it out. The callee compiles once per function object. A function
 that travels by value (a lambda, a closure, a notebook cell's function the
-callee cannot import) arrives as a new object each call and is compiled each
-call.
+callee cannot import) is unpickled once per distinct pickle (the callee caches
+by its bytes), so it too is compiled once, unless its pickle changes from call
+to call (a closure over values that change).
 """
 
 from __future__ import annotations
