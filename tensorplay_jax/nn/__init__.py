@@ -10,6 +10,7 @@ Initialisations follow tensorplay and draw from ``tp.manual_seed``.
 from tensorplay_jax.nn import functional as functional
 from tensorplay_jax.nn import init as init
 from tensorplay_jax.nn._activation import Dropout as Dropout
+from tensorplay_jax.nn._activation import Dropout2d as Dropout2d
 from tensorplay_jax.nn._activation import Flatten as Flatten
 from tensorplay_jax.nn._activation import LogSoftmax as LogSoftmax
 from tensorplay_jax.nn._activation import ReLU as ReLU
@@ -36,6 +37,7 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Dropout2d",
     "Embedding",
     "Flatten",
     "Identity",

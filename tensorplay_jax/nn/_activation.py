@@ -111,3 +111,16 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    """Zero whole channels of ``(N, C, H, W)`` with probability ``p`` while training.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.Dropout2d(0.25).eval()(tp.ones(1, 2, 1, 1)).shape
+        (1, 2, 1, 1)
+    """
+
+    def forward(self, input: Any) -> Any:
+        return F.dropout2d(input, self.p, self.training)
