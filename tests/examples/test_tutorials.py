@@ -81,8 +81,10 @@ def test_parameter_server_with_its_global_lock():
     assert "RPC shutdown on parameter server." in ps, ps
     for out in trainers:
         assert "Training complete!" in out, out
+        first, last = (float(v) for v in re.findall(r"training batch [05] loss ([0-9.]+)", out))
+        assert last < first, out  # the shared model learns from both trainers' batches
         accuracy = float(re.search(r"Accuracy ([0-9.]+)", out).group(1))
-        assert accuracy > 0.5, out  # chance is 0.1
+        assert accuracy > 0.3, out  # chance is 0.1
 
 
 def test_batch_parameter_server_with_async_execution():
