@@ -52,14 +52,14 @@ def _run_ranks(script: str, world_size: int, *args: str, timeout: float = 240) -
         )
         for k in range(world_size)
     ]
-    outs = []
+    outs: dict[int, str] = {}
     try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
+        for k in reversed(range(world_size)):  # the server (rank 0) waits for the others
+            outs[k] = procs[k].communicate(timeout=timeout)[0]
     finally:
         for p in procs:
             p.kill()
-    return outs
+    return [outs[k] for k in range(world_size)]
 
 
 def _run_spawned(script: str, *args: str, timeout: float = 240) -> str:
