@@ -124,3 +124,20 @@ class Dropout2d(Dropout):
 
     def forward(self, input: Any) -> Any:
         return F.dropout2d(input, self.p, self.training)
+
+
+class MaxPool2d(Module):
+    """``F.max_pool2d`` as a layer.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.MaxPool2d(3, stride=2, padding=1)(tp.ones(1, 1, 8, 8)).shape
+        (1, 1, 4, 4)
+    """
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, input: Any) -> Any:
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding)

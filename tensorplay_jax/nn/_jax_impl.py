@@ -106,11 +106,14 @@ def dropout2d(x: jax.Array, key: jax.Array, p: float) -> jax.Array:
     return jnp.where(keep, x / (1.0 - p), jnp.zeros((), x.dtype))
 
 
-def max_pool2d(x: jax.Array, kernel: tuple[int, int], stride: tuple[int, int]) -> jax.Array:
-    """The maximum over each ``kernel`` window of the last two axes (no padding)."""
+def max_pool2d(
+    x: jax.Array, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+) -> jax.Array:
+    """The maximum over each ``kernel`` window of the last two axes (padding: -inf)."""
     window = (1,) * (x.ndim - 2) + kernel
     strides = (1,) * (x.ndim - 2) + stride
-    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, "VALID")
+    pads = ((0, 0),) * (x.ndim - 2) + tuple((q, q) for q in padding)
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, pads)
 
 
 def mse_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:

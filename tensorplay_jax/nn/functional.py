@@ -176,8 +176,9 @@ def dropout2d(input: Any, p: float = 0.5, training: bool = True) -> Any:
     return apply(_jax_impl.dropout2d, input, next_key(), float(p))
 
 
-def max_pool2d(input: Any, kernel_size: Any, stride: Any = None) -> Tensor:
-    """The maximum over each ``kernel_size`` window of ``(N, C, H, W)`` (stride: the kernel).
+def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
+    """The maximum over each ``kernel_size`` window of ``(N, C, H, W)`` (stride: the kernel;
+    ``padding`` pads both sides of H and W with -inf).
 
     Example:
         >>> import tensorplay_jax as tp
@@ -188,7 +189,7 @@ def max_pool2d(input: Any, kernel_size: Any, stride: Any = None) -> Tensor:
     """
     kernel = _pair("kernel_size", kernel_size)
     strides = kernel if stride is None else _pair("stride", stride)
-    return apply(_jax_impl.max_pool2d, input, kernel, strides)
+    return apply(_jax_impl.max_pool2d, input, kernel, strides, _pair("padding", padding))
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:

@@ -32,3 +32,12 @@ def test_dropout2d_zeros_whole_channels_and_scales_the_rest():
     assert np.array_equal(
         tp.nn.Dropout2d(0.5).eval()(tp.ones(2, 2, 1, 1)).numpy(), np.ones((2, 2, 1, 1))
     )
+
+
+def test_max_pool2d_padding_pads_with_minus_infinity():
+    a = -np.abs(np.random.default_rng(1).standard_normal((1, 2, 5, 5))).astype(np.float32)
+    y = tp.nn.MaxPool2d(3, stride=2, padding=1)(tp.tensor(a)).numpy()
+    padded = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    want = np.array([[[[padded[0, c, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].max()
+                        for j in range(3)] for i in range(3)] for c in range(2)]])  # fmt: skip
+    np.testing.assert_allclose(y, want)
