@@ -112,3 +112,12 @@ def test_distributed_rnn_model_parallel():
     # Labels are random among 3 classes: the loss stays near ln 3 (a broken backward
     # or optimizer step would let it wander off or become nan).
     assert all(0.5 < v < 2.0 for v in losses), out
+
+
+@NEEDS_TENSOR_TO
+def test_pipeline_parallel_resnet_through_rrefs():
+    out = _run_spawned("rpc_pipeline.py", "--splits", "2")
+    # Three batches, each as two micro-batches through both parts and back through
+    # distributed autograd and the optimizer; any failure on a worker fails the run.
+    assert all(f"Processing batch {i}" in out for i in range(3)), out
+    assert "number of splits = 2, execution time" in out, out
