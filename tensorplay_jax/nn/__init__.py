@@ -10,8 +10,10 @@ Initialisations follow tensorplay and draw from ``tp.manual_seed``.
 from tensorplay_jax.nn import functional as functional
 from tensorplay_jax.nn import init as init
 from tensorplay_jax.nn._activation import Dropout as Dropout
+from tensorplay_jax.nn._activation import Dropout2d as Dropout2d
 from tensorplay_jax.nn._activation import Flatten as Flatten
 from tensorplay_jax.nn._activation import LogSoftmax as LogSoftmax
+from tensorplay_jax.nn._activation import MaxPool2d as MaxPool2d
 from tensorplay_jax.nn._activation import ReLU as ReLU
 from tensorplay_jax.nn._activation import Sigmoid as Sigmoid
 from tensorplay_jax.nn._activation import Softmax as Softmax
@@ -36,6 +38,7 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Dropout2d",
     "Embedding",
     "Flatten",
     "Identity",
@@ -43,6 +46,7 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "MaxPool2d",
     "Module",
     "ModuleDict",
     "ModuleList",

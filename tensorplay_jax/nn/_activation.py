@@ -111,3 +111,33 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    """Zero whole channels of ``(N, C, H, W)`` with probability ``p`` while training.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.Dropout2d(0.25).eval()(tp.ones(1, 2, 1, 1)).shape
+        (1, 2, 1, 1)
+    """
+
+    def forward(self, input: Any) -> Any:
+        return F.dropout2d(input, self.p, self.training)
+
+
+class MaxPool2d(Module):
+    """``F.max_pool2d`` as a layer.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.MaxPool2d(3, stride=2, padding=1)(tp.ones(1, 1, 8, 8)).shape
+        (1, 1, 4, 4)
+    """
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, input: Any) -> Any:
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding)

@@ -98,6 +98,24 @@ def dropout(x: jax.Array, key: jax.Array, p: float) -> jax.Array:
     return jnp.where(keep, x / (1.0 - p), jnp.zeros((), x.dtype))
 
 
+def dropout2d(x: jax.Array, key: jax.Array, p: float) -> jax.Array:
+    """Zero whole channels (axis 1 of ``(N, C, ...)``) with probability ``p``, scale the rest."""
+    if p >= 1.0:
+        return jnp.zeros_like(x)
+    keep = jax.random.bernoulli(key, 1.0 - p, x.shape[:2] + (1,) * (x.ndim - 2))
+    return jnp.where(keep, x / (1.0 - p), jnp.zeros((), x.dtype))
+
+
+def max_pool2d(
+    x: jax.Array, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+) -> jax.Array:
+    """The maximum over each ``kernel`` window of the last two axes (padding: -inf)."""
+    window = (1,) * (x.ndim - 2) + kernel
+    strides = (1,) * (x.ndim - 2) + stride
+    pads = ((0, 0),) * (x.ndim - 2) + tuple((q, q) for q in padding)
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, pads)
+
+
 def mse_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:
     """Squared error, reduced."""
     return _reduce(jnp.square(input - target), reduction)

@@ -20,10 +20,12 @@ __all__ = [
     "conv2d",
     "cross_entropy",
     "dropout",
+    "dropout2d",
     "embedding",
     "layer_norm",
     "linear",
     "log_softmax",
+    "max_pool2d",
     "mse_loss",
     "nll_loss",
     "relu",
@@ -149,6 +151,45 @@ def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:
             "module.eval()"
         )
     return apply(_jax_impl.dropout, input, next_key(), float(p))
+
+
+def dropout2d(input: Any, p: float = 0.5, training: bool = True) -> Any:
+    """Zero whole channels of ``(N, C, H, W)`` with probability ``p`` when ``training``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.nn import functional as F
+        >>> F.dropout2d(tp.ones(1, 2, 1, 1), 0.5, training=False).shape
+        (1, 2, 1, 1)
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout2d: probability p={p} must be between 0 and 1")
+    if not training or p == 0.0:
+        return input
+    value = input.value if isinstance(input, Tensor) else input
+    if isinstance(value, jax.core.Tracer) and not in_key_scope():
+        raise ValueError(
+            "dropout2d: called in training mode inside a JAX transformation without a random "
+            "key; pass rng=key to nn.functional_call(module, params, ..., rng=key), or call "
+            "module.eval()"
+        )
+    return apply(_jax_impl.dropout2d, input, next_key(), float(p))
+
+
+def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
+    """The maximum over each ``kernel_size`` window of ``(N, C, H, W)`` (stride: the kernel;
+    ``padding`` pads both sides of H and W with -inf).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.nn import functional as F
+        >>> F.max_pool2d(tp.arange(16.0).reshape(1, 1, 4, 4), 2)
+        tensor([[[[ 5.,  7.],
+                  [13., 15.]]]])
+    """
+    kernel = _pair("kernel_size", kernel_size)
+    strides = kernel if stride is None else _pair("stride", stride)
+    return apply(_jax_impl.max_pool2d, input, kernel, strides, _pair("padding", padding))
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:

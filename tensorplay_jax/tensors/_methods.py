@@ -104,6 +104,13 @@ _METHODS: dict[str, Any] = {
     "__ge__": _ops.ge,
     "__getitem__": _shape_ops.getitem,
     "__setitem__": _shape_ops.setitem_,
+    # comparisons, as methods (``pred.eq(target)``)
+    "eq": _eq,
+    "ne": _ne,
+    "lt": _ops.lt,
+    "le": _ops.le,
+    "gt": _ops.gt,
+    "ge": _ops.ge,
     # math
     "add": _ops.add,
     "sub": _ops.sub,

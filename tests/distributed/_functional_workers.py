@@ -162,3 +162,101 @@ def torch_reference() -> None:
         results[name] = x.grad.double().numpy()
     np.savez(os.path.join(out_dir, f"torch-{r}.npz"), **results)
     tdist.destroy_process_group()
+
+
+def list_forms() -> None:
+    """tensorplay's list forms: lists in (``scatter``, ``all_to_all``, ``reduce_scatter``),
+    tuples out (``all_to_all``; ``gather``/``all_gather`` unpack), each list element's
+    gradient against finite differences of the whole multi-rank loss."""
+    n, r, _ = _setup()
+    dist.init_process_group("gloo", timeout=60)
+
+    def exchanged(xs):  # rank i gets piece i of every rank's list
+        return [[xs[j][i] for j in range(n)] for i in range(n)]
+
+    # name: (shapes of rank k's list, ours(list of Tensors) -> outputs, numpy reference)
+    CASES = {
+        "all_gather-unpacked": (
+            lambda k: [(2, 3)],
+            lambda ts: list(df.all_gather(ts[0])),
+            lambda xs: [[x[0] for x in xs]] * n,
+        ),
+        "all_gather-cat": (
+            lambda k: [(2, 3)],
+            lambda ts: [tp.cat(df.all_gather(ts[0]), dim=1)],
+            lambda xs: [[np.concatenate([x[0] for x in xs], axis=1)]] * n,
+        ),
+        "gather-unpacked": (
+            lambda k: [(2, 3)],
+            lambda ts: [*df.gather(ts[0], 1)],
+            lambda xs: [[x[0] * (i == 1) for x in xs] for i in range(n)],
+        ),
+        "scatter-list": (
+            lambda k: [(3,)] * n,
+            lambda ts: [df.scatter(ts, n - 1)],
+            lambda xs: [[xs[n - 1][i]] for i in range(n)],
+        ),
+        "scatter-none-on-receivers": (
+            lambda k: [(2, 3)] * n if k == 0 else [],
+            lambda ts: [df.scatter(ts or None, 0)],
+            lambda xs: [[xs[0][i]] for i in range(n)],
+        ),
+        "all_to_all-list": (lambda k: [(3,)] * n, lambda ts: df.all_to_all(ts), exchanged),
+        "all_to_all-lists": (
+            lambda k: [(2, 3)] * n,
+            lambda ts: df.all_to_all([tp.zeros(2, 3) for _ in range(n)], ts),
+            exchanged,
+        ),
+        "all_to_all-lists-uneven": (  # rank k sends rank j a (j + k + 1, 2) piece
+            lambda k: [(j + k + 1, 2) for j in range(n)],
+            lambda ts: df.all_to_all([tp.zeros(r + j + 1, 2) for j in range(n)], ts),
+            exchanged,
+        ),
+        "reduce_scatter-list": (
+            lambda k: [(3,)] * n,
+            lambda ts: [df.reduce_scatter(ts)],
+            lambda xs: [[sum(xs[k][i] for k in range(n))] for i in range(n)],
+        ),
+    }
+
+    def loss64(xs, ref):
+        return sum(np.sin(y).sum() for ys in ref(xs) for y in ys)
+
+    for name, (shapes, ours, ref) in CASES.items():
+        xs = [[inputs(10 * k + i, s) for i, s in enumerate(shapes(k))] for k in range(n)]
+        ts = [tp.tensor(a.astype(np.float32), requires_grad=True) for a in xs[r]]
+        ys = ours(ts)
+        if name.startswith("all_to_all"):
+            assert isinstance(ys, tuple), (name, type(ys))
+        want = ref(xs)[r]
+        assert len(ys) == len(want), (name, len(ys), len(want))
+        for y, w in zip(ys, want, strict=True):
+            np.testing.assert_allclose(y.numpy(), w, rtol=1e-5, atol=1e-5, err_msg=name)
+        sum(tp.sin(y).sum() for y in ys).backward()
+        for i, t in enumerate(ts):  # every list element's gradient, by finite differences
+            h, g = 1e-6, np.zeros_like(xs[r][i])
+            for e in np.ndindex(g.shape):
+                up = [[a.copy() for a in x] for x in xs]
+                dn = [[a.copy() for a in x] for x in xs]
+                up[r][i][e] += h
+                dn[r][i][e] -= h
+                g[e] = (loss64(up, ref) - loss64(dn, ref)) / (2 * h)
+            got = np.asarray(t.grad.numpy(), np.float64)
+            np.testing.assert_allclose(got, g, rtol=2e-4, atol=2e-4, err_msg=f"{name}[{i}] grad")
+
+    # Errors name the function and the argument; raised before any rank communicates.
+    for call, words in [
+        (lambda: df.all_to_all([tp.zeros(3)] * (n + 1)), "holds 3 tensors but the group has 2"),
+        (lambda: df.scatter(None, r), "tensors=None on src"),
+        (lambda: df.all_to_all([tp.zeros(2)] * (n - 1) + [tp.zeros(3)]), "differ in shape"),
+    ]:
+        try:
+            call()
+        except (ValueError, TypeError) as e:
+            assert words.replace("3 tensors", f"{n + 1} tensors").replace(
+                "has 2", f"has {n}"
+            ) in str(e), e
+        else:
+            raise AssertionError(f"no error: {words}")
+    print(f"rank {r}: {len(CASES)} list forms OK")
+    dist.destroy_process_group()

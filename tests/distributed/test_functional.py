@@ -32,3 +32,9 @@ def test_values_and_gradients_against_finite_differences_and_torch(nprocs, tmp_p
             np.testing.assert_allclose(
                 ours[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=f"{name} rank {r} vs torch"
             )
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_list_forms_values_and_every_elements_gradient(nprocs, tmp_path):
+    results = run_workers(W.list_forms, nprocs, args=[str(tmp_path)], timeout=400)
+    assert all("list forms OK" in w.stdout for w in results), "\n".join(map(str, results))

@@ -139,3 +139,12 @@ def test_pickle_and_deepcopy_as_leaves():
     assert y.is_leaf and y.requires_grad and y.tolist() == [2.0, 4.0]
     z = copy.deepcopy(x)
     assert z is not x and z.requires_grad and z.tolist() == [1.0, 2.0]
+
+
+def test_comparison_methods_match_numpy():
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 4.0])
+    x, y = tp.tensor(a), tp.tensor(b)
+    for name, want in [("eq", a == b), ("ne", a != b), ("lt", a < b), ("le", a <= b),
+                       ("gt", a > b), ("ge", a >= b)]:  # fmt: skip
+        np.testing.assert_array_equal(getattr(x, name)(y).numpy(), want, err_msg=name)
+    assert x.eq(y).sum().item() == 1  # the tutorials' accuracy count

@@ -10,6 +10,12 @@ run backward through the same calls in the same order (a rank that does not
 fails the others within the group's timeout instead of hanging them).
 
 Results are returned, never written into arguments (JAX arrays are immutable).
+tensorplay's list forms are accepted beside the stacked ``(N, ...)`` form:
+``scatter`` and ``all_to_all`` take lists of Tensors (one per rank) and
+``all_to_all`` of lists returns a tuple; ``gather`` and ``all_gather`` return one
+stacked Tensor, which unpacks, indexes and iterates as the tuple tensorplay
+returns (``a, b = all_gather(x)``, ``tp.cat(all_gather(x), dim=1)``). A list's
+elements are stacked or concatenated on the tape, so every element gets its gradient.
 Derivatives of the non-sum ops match :class:`tensorplay_jax.collectives.ReduceOp`:
 avg is the scaled sum, max/min send the gradient to the lowest rank that holds
 the extremum, prod uses the product of the other ranks' values (exact with zeros).
@@ -23,12 +29,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax import distributed as dist
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
 from tensorplay_jax.collectives import ReduceOp
 from tensorplay_jax.collectives.reduce_op import local_partials, normalize_op
-from tensorplay_jax.tensors import Tensor
+from tensorplay_jax.tensors import Tensor, cat, split, stack
 
 __all__ = [
     "all_gather",
@@ -53,6 +60,32 @@ def _value(fn: str, tensor: Any) -> jax.Array:
         raise TypeError(
             f"{fn}: expected a tensorplay_jax Tensor or an array, got {type(tensor).__name__}."
         ) from None
+
+
+# The list forms: a list of tensors, one per rank of the group, goes through the
+# stacked form by ``stack`` (or ``cat``) on the tape, so each element gets its gradient.
+_LISTS = (list, tuple)
+
+
+def _tensors(fn: str, arg: str, tensors: Sequence[Any], group: Any) -> list[Tensor]:
+    """``tensors`` as Tensors, after checking there is one per rank of ``group``."""
+    n = dist.get_world_size(group)
+    if len(tensors) != n:
+        raise ValueError(
+            f"{fn}: {arg} holds {len(tensors)} tensors but the group has {n} ranks; "
+            "pass one tensor per rank."
+        )
+    return [t if isinstance(t, Tensor) else Tensor(_value(fn, t)) for t in tensors]
+
+
+def _stacked(fn: str, arg: str, tensors: list[Tensor]) -> Tensor:
+    shapes = [tuple(t.shape) for t in tensors]
+    if len(set(shapes)) > 1:
+        raise ValueError(
+            f"{fn}: the tensors of {arg} differ in shape ({shapes}); this form needs one shape "
+            "for every rank's tensor."
+        )
+    return stack(tensors)
 
 
 def _record(
@@ -188,8 +221,12 @@ def all_gather(tensor: Any, group: Any = None) -> Tensor:
     """Every rank gets every rank's ``tensor`` stacked to ``(N, ...)``. Backward: rank j
     gets the sum over ranks of their gradient's slice j (a reduce-scatter).
 
+    The result unpacks like tensorplay's tuple: ``ys[j]`` is rank j's tensor, and
+    ``a, b = all_gather(x)``, ``list(ys)`` and ``tp.cat(ys, dim=1)`` work, with gradients.
+
     Example:
       >>> ys = df.all_gather(x)  # doctest: +SKIP
+      >>> mine, theirs = df.all_gather(x)  # two ranks  # doctest: +SKIP
     """
     return _collective("all_gather", tensor, lambda x: dist.all_gather(x, group), group=group)
 
@@ -213,7 +250,8 @@ def all_gather_single(tensor: Any, group: Any = None) -> Tensor:
 
 def gather(tensor: Any, dst: int = 0, group: Any = None) -> Tensor:
     """``dst`` gets every rank's ``tensor`` stacked to ``(N, ...)``, the others zeros.
-    Backward: rank i gets slice i of ``dst``'s gradient.
+    Backward: rank i gets slice i of ``dst``'s gradient. The result unpacks like
+    tensorplay's tuple (see :func:`all_gather`).
 
     Example:
       >>> ys = df.gather(x, dst=0)  # doctest: +SKIP
@@ -223,39 +261,145 @@ def gather(tensor: Any, dst: int = 0, group: Any = None) -> Tensor:
     )
 
 
-def scatter(tensor: Any, src: int = 0, group: Any = None) -> Tensor:
-    """Rank i gets slice i of ``src``'s ``(N, ...)`` ``tensor``. Backward: ``src`` gets
-    the stacked gradients, the others zeros.
+def scatter(tensors: Any, src: int = 0, group: Any = None) -> Tensor:
+    """Rank i gets piece i of ``src``'s tensors. Backward: ``src`` gets the stacked
+    gradients (each list element its own), the others zeros.
+
+    Args:
+      tensors: tensorplay's form, a list of N equally shaped tensors (only ``src``'s
+        values are read; the other ranks may pass None), or one ``(N, ...)`` tensor
+        on every rank.
+      src: the global rank whose tensors are scattered.
+      group: a group from ``new_group`` (default: every process).
+
+    Returns:
+      This rank's piece, a Tensor recorded on the tape when the input requires grad.
 
     Example:
-      >>> mine = df.scatter(xs, src=0)  # doctest: +SKIP
+      >>> mine = df.scatter([x0, x1], src=0)  # on rank 0; others pass None  # doctest: +SKIP
+      >>> mine = df.scatter(xs, src=0)  # xs of shape (N, ...) on every rank  # doctest: +SKIP
     """
+    if tensors is None or isinstance(tensors, _LISTS):
+        tensors = _scatter_input(tensors, src, group)
     return _collective(
-        "scatter", tensor, lambda x: dist.scatter(x, src, group), group=group, root=src
+        "scatter", tensors, lambda x: dist.scatter(x, src, group), group=group, root=src
     )
 
 
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int16", "int8",
+           "uint8", "uint32", "bool")  # fmt: skip
+_MAX_NDIM = 16
+
+
+def _scatter_input(tensors: Sequence[Any] | None, src: int, group: Any) -> Tensor:
+    """The stacked input of a list-form scatter; ``src`` broadcasts the shape, dtype and
+    whether it needs gradients first (a small fixed-size header), so receivers may pass
+    None as tensorplay documents and still take part in the backward scatter's gather."""
+    fn = "scatter"
+    mine = dist.get_rank() == src
+    if tensors is None and mine:
+        raise ValueError(
+            f"{fn}: tensors=None on src={src}, this rank; the source passes the list to "
+            "scatter, one tensor per rank."
+        )
+    x = (
+        None
+        if tensors is None
+        else _stacked(fn, "tensors", _tensors(fn, "tensors", tensors, group))
+    )
+    header = np.zeros(3 + _MAX_NDIM, np.int32)
+    if mine:
+        shape, dtype = x.shape[1:], str(x.dtype)
+        if dtype not in _DTYPES or len(shape) > _MAX_NDIM:
+            raise TypeError(
+                f"{fn}: tensors of dtype {dtype} and {len(shape)} dimensions cannot go as a "
+                f"list; supported: {', '.join(_DTYPES)}, up to {_MAX_NDIM} dimensions."
+            )
+        header[:3] = len(shape), _DTYPES.index(dtype), x.requires_grad and is_grad_enabled()
+        header[3 : 3 + len(shape)] = shape
+    header = np.asarray(dist.broadcast(jnp.asarray(header), src, group))
+    shape, dtype = tuple(int(d) for d in header[3 : 3 + header[0]]), _DTYPES[header[1]]
+    if x is None:  # a leaf needing grad when src's does: this rank's backward then takes part
+        zeros = jnp.zeros((dist.get_world_size(group), *shape), dtype)
+        return Tensor(zeros, requires_grad=bool(header[2]))
+    if (tuple(x.shape[1:]), str(x.dtype)) != (shape, dtype):
+        raise ValueError(
+            f"{fn}: this rank's tensors are {tuple(x.shape[1:])} {x.dtype} but src={src}'s are "
+            f"{shape} {dtype}; pass tensors shaped like the source's, or None."
+        )
+    return Tensor(x.value, requires_grad=True) if header[2] and not x.requires_grad else x
+
+
 def reduce_scatter(tensor: Any, op: ReduceOp | str = ReduceOp.SUM, group: Any = None) -> Tensor:
-    """Rank i gets slice i of the reduction of every rank's ``(N, ...)`` ``tensor``.
-    Backward (sum): every rank gets the stacked gradients (an all-gather).
+    """Rank i gets slice i of the reduction of every rank's ``(N, ...)`` ``tensor`` (or
+    piece i of a list of N tensors). Backward (sum): every rank gets the stacked
+    gradients (an all-gather).
 
     Example:
       >>> mine = df.reduce_scatter(xs)  # doctest: +SKIP
     """
     op = normalize_op("reduce_scatter", op)
+    if isinstance(tensor, _LISTS):
+        tensor = _stacked(
+            "reduce_scatter", "tensor", _tensors("reduce_scatter", "tensor", tensor, group)
+        )
     return _collective(
         "reduce_scatter", tensor, lambda x: dist.reduce_scatter(x, op, group), group=group, op=op
     )
 
 
-def all_to_all(tensor: Any, group: Any = None) -> Tensor:
-    """Slice j of each rank's ``(N, ...)`` ``tensor`` goes to rank j. Backward: the
+def all_to_all(
+    output_tensor_list: Any, input_tensor_list: Any = None, group: Any = None
+) -> Tensor | tuple[Tensor, ...]:
+    """Piece j of each rank's input goes to rank j: ``y_i[j] = x_j[i]``. Backward: the
     inverse all-to-all of the gradient.
 
+    Three forms: tensorplay's ``all_to_all(output_tensor_list, input_tensor_list, group)``
+    (the outputs' shapes say what arrives; pieces may differ in shape) and
+    ``all_to_all([x0, ..., xN-1], group)`` (equal shapes) return a tuple of N Tensors,
+    each input element getting its own gradient; ``all_to_all(xs, group)`` on one
+    ``(N, ...)`` tensor returns one stacked Tensor.
+
     Example:
+      >>> y0, y1 = df.all_to_all([x0, x1])  # two ranks  # doctest: +SKIP
+      >>> ys = df.all_to_all([tp.zeros(2), tp.zeros(3)], [a, b])  # doctest: +SKIP
       >>> ys = df.all_to_all(xs)  # doctest: +SKIP
     """
-    return _collective("all_to_all", tensor, lambda x: dist.all_to_all(x, group), group=group)
+    fn = "all_to_all"
+    if isinstance(input_tensor_list, _LISTS):
+        if not isinstance(output_tensor_list, _LISTS):
+            raise TypeError(
+                f"{fn}: output_tensor_list must be a list of tensors beside input_tensor_list, "
+                f"got {type(output_tensor_list).__name__}."
+            )
+        return _all_to_all_lists(output_tensor_list, input_tensor_list, group)
+    if input_tensor_list is not None:  # the group, given positionally
+        if group is not None:
+            raise TypeError(f"{fn}: group given twice (positionally and by keyword).")
+        group = input_tensor_list
+    if isinstance(output_tensor_list, _LISTS):
+        return _all_to_all_lists(None, output_tensor_list, group)
+    return _collective(fn, output_tensor_list, lambda x: dist.all_to_all(x, group), group=group)
+
+
+def _all_to_all_lists(
+    outputs: Sequence[Any] | None, inputs: Sequence[Any], group: Any
+) -> tuple[Tensor, ...]:
+    """The list forms: equal shapes go stacked; otherwise the pieces go flattened,
+    concatenated, through ``all_to_all_single`` with the sizes as split sizes."""
+    fn = "all_to_all"
+    xs = _tensors(fn, "input_tensor_list", inputs, group)
+    if outputs is None:
+        return tuple(all_to_all(_stacked(fn, "input_tensor_list", xs), group=group).unbind(0))
+    shapes = [
+        tuple(_value(fn, t).shape) for t in _tensors(fn, "output_tensor_list", outputs, group)
+    ]
+    if len({*shapes, *(tuple(x.shape) for x in xs)}) == 1:
+        return tuple(all_to_all(stack(xs), group=group).unbind(0))
+    out_sizes = [int(np.prod(s)) for s in shapes]
+    flat = cat([x.reshape(-1) for x in xs])
+    y = all_to_all_single(flat, out_sizes, [int(np.prod(x.shape)) for x in xs], group)
+    return tuple(p.reshape(s) for p, s in zip(split(y, out_sizes), shapes, strict=True))
 
 
 def all_to_all_single(

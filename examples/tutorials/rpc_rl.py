@@ -1,0 +1,304 @@
+"""PyTorch's "Getting Started with Distributed RPC Framework", part 1: distributed
+reinforcement learning with an agent and observers, ported.
+
+The tutorial's script with its imports changed and nothing in its structure: rank
+0 is the agent holding the policy; every other rank is an observer with its own
+environment. The agent asks each observer (``rpc_async`` through an RRef) to
+run an episode; observers call back ``select_action`` and ``report_reward`` on
+the agent; the agent then trains the policy with REINFORCE.
+
+Differences, each marked ``# port:`` below: gym is not installed, so a CartPole
+written in numpy stands in for ``gym.make('CartPole-v1')`` (same dynamics, 500-step
+limit, reward threshold 475); ``torch.distributions.Categorical`` is a few lines
+here; tensorplay_jax has no local ``torch.optim``, so ``Adam`` is a few lines over
+optax; ``--max-episodes`` bounds the training loop so the example can run small.
+
+Run (agent + 2 observers)::
+
+    python examples/tutorials/rpc_rl.py --world-size 3 --max-episodes 20
+"""
+
+import argparse
+import os
+from itertools import count
+from types import SimpleNamespace
+
+import numpy as np
+import optax
+
+import tensorplay_jax as torch  # port: import torch
+import tensorplay_jax.distributed.rpc as rpc
+import tensorplay_jax.nn as nn
+import tensorplay_jax.nn.functional as F
+from tensorplay_jax.distributed.rpc import RRef, remote, rpc_async, rpc_sync
+from tensorplay_jax.rpc import spawn  # port: torch.multiprocessing.spawn
+
+TOTAL_EPISODE_STEP = 5000
+AGENT_NAME = "agent"
+OBSERVER_NAME = "observer{}"
+
+parser = argparse.ArgumentParser(description="PyTorch RPC RL example")
+parser.add_argument(
+    "--world-size", type=int, default=2, metavar="W",
+    help="world size for RPC, rank 0 is the agent, others are observers",
+)  # fmt: skip
+parser.add_argument(
+    "--gamma", type=float, default=0.99, metavar="G", help="discount factor (default: 0.99)"
+)
+parser.add_argument("--seed", type=int, default=543, metavar="N", help="random seed (default: 543)")
+parser.add_argument(
+    "--log-interval", type=int, default=10, metavar="N",
+    help="interval between training status logs (default: 10)",
+)  # fmt: skip
+parser.add_argument(
+    "--max-episodes", type=int, default=None, help="port: stop after this many episodes"
+)
+args = parser.parse_args()
+
+torch.manual_seed(args.seed)
+
+
+# --------- port: stand-ins for gym, torch.distributions and torch.optim ---------
+
+
+class CartPole:
+    """CartPole-v1's dynamics (Barto, Sutton & Anderson), in numpy."""
+
+    spec = SimpleNamespace(reward_threshold=475.0, max_episode_steps=500)
+
+    def __init__(self):
+        self.rng, self.state, self.steps = np.random.default_rng(), None, 0
+
+    def seed(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self):
+        self.state, self.steps = self.rng.uniform(-0.05, 0.05, size=4), 0
+        return self.state.astype(np.float32)
+
+    def step(self, action):
+        x, x_dot, theta, theta_dot = self.state
+        force = 10.0 if action == 1 else -10.0
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + 0.05 * theta_dot**2 * sin) / 1.1
+        theta_acc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - 0.1 * cos**2 / 1.1))
+        x_acc = temp - 0.05 * theta_acc * cos / 1.1
+        x, x_dot = x + 0.02 * x_dot, x_dot + 0.02 * x_acc
+        theta, theta_dot = theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc
+        self.state, self.steps = np.array([x, x_dot, theta, theta_dot]), self.steps + 1
+        done = abs(x) > 2.4 or abs(theta) > 12 * 2 * np.pi / 360
+        done = done or self.steps >= self.spec.max_episode_steps
+        return self.state.astype(np.float32), 1.0, bool(done), {}
+
+
+gym = SimpleNamespace(make=lambda name: CartPole())
+
+
+class Categorical:
+    """``torch.distributions.Categorical(probs)``: ``sample()`` and ``log_prob(action)``."""
+
+    def __init__(self, probs):
+        self.probs = probs
+
+    def sample(self):
+        p = np.asarray(self.probs.numpy(), np.float64)[0]
+        return torch.tensor([np.random.default_rng().choice(len(p), p=p / p.sum())])
+
+    def log_prob(self, action):
+        return torch.log(self.probs[:, action.item()])
+
+
+class Adam:
+    """``torch.optim.Adam`` over optax: ``zero_grad()``, then ``backward()``, then ``step()``."""
+
+    def __init__(self, params, lr):
+        self.params = list(params)
+        self.tx = optax.adam(lr)
+        self.state = self.tx.init([p.value for p in self.params])
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        values = [p.value for p in self.params]
+        grads = [p.grad.value if p.grad is not None else 0 * p.value for p in self.params]
+        updates, self.state = self.tx.update(grads, self.state, values)
+        for p, v in zip(self.params, optax.apply_updates(values, updates), strict=True):
+            p.data = v
+
+
+optim = SimpleNamespace(Adam=Adam)
+
+# --------- the tutorial ---------
+
+
+def _call_method(method, rref, *args, **kwargs):
+    r"""
+    a helper function to call a method on the given RRef
+    """
+    return method(rref.local_value(), *args, **kwargs)
+
+
+def _remote_method(method, rref, *args, **kwargs):
+    r"""
+    a helper function to run method on the owner of rref and fetch back the
+    result using RPC
+    """
+    args = [method, rref] + list(args)  # noqa: RUF005  (the tutorial's line)
+    return rpc_sync(rref.owner(), _call_method, args=args, kwargs=kwargs)
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.affine1 = nn.Linear(4, 128)
+        self.dropout = nn.Dropout(p=0.6)
+        self.affine2 = nn.Linear(128, 2)
+
+        self.saved_log_probs = []
+        self.rewards = []
+
+    def forward(self, x):
+        x = self.affine1(x)
+        x = self.dropout(x)
+        x = F.relu(x)
+        action_scores = self.affine2(x)
+        return F.softmax(action_scores, dim=1)
+
+
+class Observer:
+    def __init__(self):
+        self.id = rpc.get_worker_info().id
+        self.env = gym.make("CartPole-v1")
+        self.env.seed(args.seed)
+
+    def run_episode(self, agent_rref, n_steps):
+        state, ep_reward = self.env.reset(), 0  # noqa: F841  (the tutorial's line)
+        for step in range(n_steps):  # noqa: B007  (the tutorial's line)
+            # send the state to the agent to get an action
+            action = _remote_method(Agent.select_action, agent_rref, self.id, state)
+
+            # apply the action to the environment, and get the reward
+            state, reward, done, _ = self.env.step(action)
+
+            # report the reward to the agent for training purpose
+            _remote_method(Agent.report_reward, agent_rref, self.id, reward)
+
+            if done:
+                break
+
+
+class Agent:
+    def __init__(self, world_size):
+        self.ob_rrefs = []
+        self.agent_rref = RRef(self)
+        self.rewards = {}
+        self.saved_log_probs = {}
+        self.policy = Policy()
+        self.optimizer = optim.Adam(self.policy.parameters(), lr=1e-2)
+        self.eps = np.finfo(np.float32).eps.item()
+        self.running_reward = 0
+        self.reward_threshold = gym.make("CartPole-v1").spec.reward_threshold
+        for ob_rank in range(1, world_size):
+            ob_info = rpc.get_worker_info(OBSERVER_NAME.format(ob_rank))
+            self.ob_rrefs.append(remote(ob_info, Observer))
+            self.rewards[ob_info.id] = []
+            self.saved_log_probs[ob_info.id] = []
+
+    def select_action(self, ob_id, state):
+        state = torch.tensor(state).float().unsqueeze(0)  # port: torch.from_numpy
+        probs = self.policy(state)
+        m = Categorical(probs)
+        action = m.sample()
+        self.saved_log_probs[ob_id].append(m.log_prob(action))
+        return action.item()
+
+    def report_reward(self, ob_id, reward):
+        self.rewards[ob_id].append(reward)
+
+    def run_episode(self, n_steps=0):
+        futs = []
+        for ob_rref in self.ob_rrefs:
+            # make async RPC to kick off an episode on all observers
+            futs.append(
+                rpc_async(
+                    ob_rref.owner(),
+                    _call_method,
+                    args=(Observer.run_episode, ob_rref, self.agent_rref, n_steps),
+                )
+            )
+
+        # wait until all obervers have finished this episode
+        for fut in futs:
+            fut.wait()
+
+    def finish_episode(self):
+        # joins probs and rewards from different observers into lists
+        R, probs, rewards = 0, [], []
+        for ob_id in self.rewards:
+            probs.extend(self.saved_log_probs[ob_id])
+            rewards.extend(self.rewards[ob_id])
+
+        # use the minimum observer reward to calculate the running reward
+        min_reward = min([sum(self.rewards[ob_id]) for ob_id in self.rewards])
+        self.running_reward = 0.05 * min_reward + (1 - 0.05) * self.running_reward
+
+        # clear saved probs and rewards
+        for ob_id in self.rewards:
+            self.rewards[ob_id] = []
+            self.saved_log_probs[ob_id] = []
+
+        policy_loss, returns = [], []
+        for r in rewards[::-1]:
+            R = r + args.gamma * R
+            returns.insert(0, R)
+        returns = torch.tensor(returns)
+        returns = (returns - returns.mean()) / (returns.std() + self.eps)
+        for log_prob, R in zip(probs, returns, strict=True):
+            policy_loss.append(-log_prob * R)
+        self.optimizer.zero_grad()
+        policy_loss = torch.cat(policy_loss).sum()
+        policy_loss.backward()
+        self.optimizer.step()
+        return min_reward
+
+
+def run_worker(rank, world_size):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "29500"
+    if rank == 0:
+        # rank0 is the agent
+        rpc.init_rpc(AGENT_NAME, rank=rank, world_size=world_size)
+
+        agent = Agent(world_size)
+        for i_episode in count(1):
+            n_steps = int(TOTAL_EPISODE_STEP / (args.world_size - 1))
+            agent.run_episode(n_steps=n_steps)
+            last_reward = agent.finish_episode()
+
+            if i_episode % args.log_interval == 0:
+                print(
+                    f"Episode {i_episode}\tLast reward: {last_reward:.2f}\t"
+                    f"Average reward: {agent.running_reward:.2f}",
+                    flush=True,
+                )
+
+            if agent.running_reward > agent.reward_threshold:
+                print(f"Solved! Running reward is now {agent.running_reward}!")
+                break
+            if args.max_episodes is not None and i_episode >= args.max_episodes:  # port
+                break
+    else:
+        # other ranks are the observer
+        rpc.init_rpc(OBSERVER_NAME.format(rank), rank=rank, world_size=world_size)
+        # observers passively waiting for instructions from agents
+    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+
+
+def main():
+    spawn(run_worker, args=(args.world_size,), nprocs=args.world_size, join=True)
+
+
+if __name__ == "__main__":
+    main()
