@@ -149,7 +149,7 @@ def run_ps(trainers):
 
 def run(rank, world_size):
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "29500"
+    os.environ.setdefault("MASTER_PORT", "29500")  # port: a test runs it on a free port
     options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16)
     if rank != 0:
         rpc.init_rpc(
@@ -161,7 +161,7 @@ def run(rank, world_size):
         run_ps([f"trainer{r}" for r in range(1, world_size)])
 
     # block until all rpcs finish
-    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+    rpc.shutdown()
 
 
 if __name__ == "__main__":

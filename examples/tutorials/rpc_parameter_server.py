@@ -153,7 +153,7 @@ def run_parameter_server(rank, world_size):
     print("PS master initializing RPC")
     rpc.init_rpc(name="parameter_server", rank=rank, world_size=world_size)
     print("RPC initialized! Running parameter server...")
-    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+    rpc.shutdown()
     print("RPC shutdown on parameter server.")
 
 
@@ -230,7 +230,7 @@ def run_worker(rank, world_size, num_gpus, train_loader, test_loader):
     print(f"Worker {rank} done initializing RPC")
 
     run_training_loop(rank, num_gpus, train_loader, test_loader)
-    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+    rpc.shutdown()
 
 
 # --------- Data (port: torchvision and torch.utils.data are not available) ----

@@ -315,7 +315,7 @@ def run_master(split_size):
 
 def run_worker(rank, world_size, num_split):
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "29500"
+    os.environ.setdefault("MASTER_PORT", "29500")  # port: a test runs it on a free port
     options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=256)  # port
 
     if rank == 0:
@@ -326,7 +326,7 @@ def run_worker(rank, world_size, num_split):
         pass
 
     # block until all rpcs finish
-    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+    rpc.shutdown()
 
 
 if __name__ == "__main__":

@@ -266,7 +266,7 @@ class Agent:
 
 def run_worker(rank, world_size):
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "29500"
+    os.environ.setdefault("MASTER_PORT", "29500")  # port: a test runs it on a free port
     if rank == 0:
         # rank0 is the agent
         rpc.init_rpc(AGENT_NAME, rank=rank, world_size=world_size)
@@ -293,7 +293,7 @@ def run_worker(rank, world_size):
         # other ranks are the observer
         rpc.init_rpc(OBSERVER_NAME.format(rank), rank=rank, world_size=world_size)
         # observers passively waiting for instructions from agents
-    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+    rpc.shutdown()
 
 
 def main():

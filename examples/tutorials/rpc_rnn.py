@@ -236,7 +236,7 @@ def run_trainer():
 
 def run_worker(rank, world_size):
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "29500"
+    os.environ.setdefault("MASTER_PORT", "29500")  # port: a test runs it on a free port
     if rank == 1:
         rpc.init_rpc("trainer", rank=rank, world_size=world_size)
         run_trainer()
@@ -246,7 +246,7 @@ def run_worker(rank, world_size):
         pass
 
     # block until all rpcs finish
-    rpc.shutdown(timeout=0)  # port: tensorplay waits without limit; we wait 60 s by default
+    rpc.shutdown()
 
 
 if __name__ == "__main__":
