@@ -6,7 +6,6 @@ One job for the module (``dist_workers_module``); this process is ``worker0``.
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from tensorplay_jax.distributed import rpc
@@ -42,14 +41,6 @@ def test_a_right_custom_backward_passes(dist_workers_module):
 
 def test_jax_mode_differentiable_rpc(dist_workers_module):
     check_dist_grads(M.functional, (M.rand(11, 3, 3), M.rand(12, 2, 3)), mode="jax")
-
-
-def test_float64(dist_workers_module):
-    import jax
-
-    if not jax.config.jax_enable_x64:
-        pytest.skip("needs JAX_ENABLE_X64=1")
-    check_dist_grads(M.two_hops, (M.rand(0, 3, 3).astype(np.float64), M.rand(1, 2, 3)))
 
 
 # ------------------------------------------------------------------ mutations: it must fail
