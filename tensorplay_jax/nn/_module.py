@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.nn._parameter import Parameter
+from tensorplay_jax.runtime.device import resolve_device, to_device
 from tensorplay_jax.tensors import Tensor
 
 _overlay = threading.local()
@@ -351,15 +352,27 @@ class Module:
         fn(self)
         return self
 
-    def to(self, dtype: Any) -> Module:
-        """Convert floating parameters and buffers to ``dtype`` (devices: JAX places arrays)."""
-        if isinstance(dtype, str) and dtype in ("cpu",):
-            return self
-        dt = jnp.dtype(dtype)
+    def to(self, *args: Any, device: Any = None, dtype: Any = None) -> Module:
+        """Move parameters and buffers to a device and/or floating ones to a dtype, in place.
+
+        As tensorplay's: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``;
+        devices as ``Tensor.to`` names them (``"cpu"``, ``"cuda:1"``, ``"cpu:1"``, a
+        ``jax.Device``); an absent device raises, naming those present.
+        """
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = next(iter(a.value.devices())), a.dtype
+            elif isinstance(a, str) or hasattr(a, "platform"):
+                device = a
+            else:
+                dtype = a
+        dev = None if device is None else resolve_device(device, "Module.to")
         with no_grad():
             for t in [*self.parameters(), *self.buffers()]:
-                if jnp.issubdtype(t.dtype, jnp.floating):
-                    t.data = t.value.astype(dt)
+                v = t.value
+                if dtype is not None and jnp.issubdtype(t.dtype, jnp.floating):
+                    v = v.astype(jnp.dtype(dtype))
+                t.data = v if dev is None else to_device(v, dev)
         return self
 
     def float(self) -> Module:
@@ -371,8 +384,12 @@ class Module:
         return self.to(jnp.float64)
 
     def cpu(self) -> Module:
-        """``self``: values live on JAX's default device."""
-        return self
+        """Move parameters and buffers to the first CPU device."""
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> Module:
+        """Move parameters and buffers to a GPU (``device``: its index; default the first)."""
+        return self.to("cuda" if device is None else f"cuda:{device}")
 
     # ----------------------------------------------------------------- calling
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -158,3 +158,24 @@ def test_no_grad_move_is_a_plain_tensor():
     with tp.no_grad():
         y = x.to("cpu:1")
     assert not y.requires_grad and y.grad_fn is None
+
+
+def test_module_to_device_and_dtype_moves_every_parameter_and_trains_there():
+    from tensorplay_jax import nn
+
+    m = nn.Linear(3, 2)
+    w0 = np.asarray(m.weight.value)
+    assert m.to("cpu:1") is m
+    assert {_on(p) for p in m.parameters()} == {CPU[1]}
+    x = tp.ones(4, 3, device="cpu:1")
+    m(x).sum().backward()
+    # d/dW sum(x @ W.T + b) = column sums of x, on every output row
+    np.testing.assert_allclose(np.asarray(m.weight.grad.value), np.full((2, 3), 4.0))
+    np.testing.assert_array_equal(np.asarray(m.weight.value), w0)  # moved, not changed
+    m.to(CPU[2], jnp.bfloat16)
+    assert m.weight.dtype == jnp.bfloat16 and _on(m.weight) == CPU[2]
+    m.to(tp.zeros(1, device="cpu:3"))  # like a tensor: its device and dtype
+    assert m.weight.dtype == jnp.float32 and _on(m.bias) == CPU[3]
+    assert m.cpu() is m and {_on(p) for p in m.parameters()} == {CPU[0]}
+    with pytest.raises(RuntimeError, match=r"Module.to: device 'cuda' is not available here"):
+        m.cuda()
