@@ -114,6 +114,12 @@ def _tensor_forms(r: int, n: int) -> None:
     _close(y, np.stack(xs))
     w = dist.all_gather_into_tensor(np.zeros(n, np.float32), np.float32(r + 0.5), async_op=True)
     _close(w.result(), np.arange(n) + 0.5)
+    _close(dist.all_gather(np.float32(r + 0.5)), np.arange(n) + 0.5)  # 0-d, every engine
+    # (N,) rows of 0-d pieces: row j of rank r is r * N + j
+    _close(dist.all_to_all(np.arange(n, dtype=np.float32) + r * n), np.arange(n) * n + r)
+    g = dist.gather(np.float32(r + 0.25), dst=0)
+    if r == 0:
+        _close(g, np.arange(n) + 0.25)
     expect(
         ValueError,
         [f"all_gather_into_tensor: output_tensor has shape (5,); for an input of shape (2, 3) "

@@ -384,7 +384,8 @@ class TcpEngine:
         out = aligned_empty((self.n, *x.shape), x.dtype)
         out[me] = x
         sends = {} if to is not None else {j: _raw(x) for j in self.peers}
-        self._exchange(fn, deadline, sends, {j: _raw(out[j]) for j in self.peers})
+        # out[j : j + 1], a view even where out[j] is a 0-d copy (a 0-d input)
+        self._exchange(fn, deadline, sends, {j: _raw(out[j : j + 1]) for j in self.peers})
         return out
 
     # -------------------------------------------------------------- collectives
@@ -517,8 +518,8 @@ class TcpEngine:
         self._exchange(
             fn,
             deadline,
-            {j: _raw(x[j]) for j in self.peers},
-            {j: _raw(out[j]) for j in self.peers},
+            {j: _raw(x[j : j + 1]) for j in self.peers},
+            {j: _raw(out[j : j + 1]) for j in self.peers},  # views, also for (n,) inputs
         )
         return out
 

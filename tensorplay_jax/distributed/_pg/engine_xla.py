@@ -219,11 +219,15 @@ class XlaEngine:
 
     def all_gather(self, x, desc: np.ndarray) -> jax.Array:
         self.exchange("all_gather", desc)
-        return self.run("all_gather", to_device(x, self.device))
+        x, scalar = self._lift(x)  # a 0-d input travels as (1,) and comes back as (N,)
+        y = self.run("all_gather", x)
+        return y.reshape(self.n) if scalar else y
 
     def gather(self, x, dst: int, desc: np.ndarray) -> jax.Array:
         self.exchange("gather", desc)
-        return self.run("gather", to_device(x, self.device), dst)
+        x, scalar = self._lift(x)
+        y = self.run("gather", x, dst)
+        return y.reshape(self.n) if scalar else y
 
     def scatter(self, x, src: int, desc: np.ndarray) -> jax.Array:
         self.exchange("scatter", desc)
