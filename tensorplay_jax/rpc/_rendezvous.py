@@ -161,7 +161,9 @@ class _Handler(socketserver.StreamRequestHandler):
 
                 while not ready():
                     left = None if deadline is None else deadline - time.monotonic()
-                    missing = sorted(r for k, r in keys.items() if k not in st.data)
+                    missing = sorted(
+                        r for k, r in keys.items() if k not in st.data and r not in st.dead
+                    )
                     if st.aborted is not None:
                         return {"err": "aborted", "why": st.aborted, "missing": missing}
                     if left is not None and left <= 0:
