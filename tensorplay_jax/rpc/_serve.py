@@ -39,8 +39,10 @@ from tensorplay_jax.rpc._protocol import (
     KIND_NAMES,
     OK,
     REMOTE,
+    TRACE_NAMES,
 )
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime import trace
 
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._rref_table import RRefTable
@@ -171,8 +173,15 @@ class Serving:
             self.activity += 1
         if pend is None:
             return  # timed out or cancelled already
+        # Recorded calls: a span over decoding the reply (the arrow from the callee's
+        # reply ends here), and the end of the call's async span before its callbacks run.
+        span = None
+        if pend.traced is not None and trace.RECORDING:
+            span = trace.begin(f"reply {pend.traced}", "rpc", trace.flow_id(self.rank, mid, True))
         try:
             value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
+            if span is not None:
+                trace.async_end(pend.traced, "rpc", trace.flow_id(self.rank, mid), ok=kind == OK)
             if kind == OK:
                 for h in _context.active_hooks():
                     value = h.on_receive_response(pend.info, value, meta)
@@ -181,6 +190,8 @@ class Serving:
                 pend.fut._try_set_exception(_codec.rebuild_exception(value))
         except BaseException as e:
             pend.fut._try_set_exception(e)
+        if span is not None:
+            span.end(**{"from": pend.to.name, "bytes": _nbytes(msg), "ok": kind == OK})
 
     def _on_request(
         self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
@@ -202,10 +213,16 @@ class Serving:
                         f"{KIND_NAMES[kind]}: expected an RRef id and a fork id, got {extra!r:.200}"
                     )
                 # An id never created leaves nothing for ever: see _rref_table.
+                span = None
+                if trace.RECORDING:
+                    name = "serve rref_fork" if kind == FORK_ADD else "serve rref_delete"
+                    span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
                 if kind == FORK_ADD:
                     self.rrefs.add_fork(extra[0], extra[1], sender=caller)
                 else:
                     self.rrefs.del_fork(extra[0], extra[1], sender=caller)
+                if span is not None:
+                    span.end(**{"from": caller.name, "kind": KIND_NAMES[kind]})
                 self._send_ok(link, mid, None, {})
                 self._done_serving()
                 return
@@ -247,6 +264,10 @@ class Serving:
         extra: list,
     ) -> None:
         info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
+        span = None
+        if trace.RECORDING:  # the arrow from the caller's send ends at this span
+            name = f"serve {TRACE_NAMES[info.kind]}"
+            span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
         try:
             with _context.serving(meta, caller):
                 try:
@@ -259,6 +280,8 @@ class Serving:
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
                     args = tuple(args)
                     info = info._replace(func_name=func_name(fn), func=fn)
+                    if span is not None:
+                        span.name = f"serve {TRACE_NAMES[info.kind]} {info.func_name}"
                     for h in _context.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)
@@ -279,6 +302,8 @@ class Serving:
                 self._reply(link, mid, info, result)
         finally:
             self._done_serving()
+            if span is not None:
+                span.end(**{"from": caller.name, "kind": info.kind, "bytes": _nbytes(msg)})
 
     def _reply_when_done(
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
@@ -310,8 +335,16 @@ class Serving:
             self._send_error(link, mid, e, info.func_name)
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
+        span = trace.begin("send reply", "rpc") if trace.RECORDING else None
         enc = _codec.encode(result, main=link.peer in self.same_main)
         link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
+        if span is not None:
+            self._trace_reply_sent(span, link, mid, enc.nbytes, True)
+
+    def _trace_reply_sent(self, span: Any, link: Link, mid: int, nbytes: int, ok: bool) -> None:
+        """End a recorded reply's span; the arrow back to the caller starts here."""
+        flow = trace.flow_id(self._peer_info(link.peer).id, mid, reply=True)
+        span.end(flow, to=link.peer, bytes=nbytes, ok=ok)
 
     def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
         tb = "".join(traceback.format_exception(exc)).rstrip()
@@ -319,5 +352,12 @@ class Serving:
         message = (
             f"{exc}\n\nRemote traceback from worker {self.name!r} (rank {self.rank}){where}:\n{tb}"
         )
+        span = trace.begin("send error", "rpc") if trace.RECORDING else None
         body = _codec.encode(_codec.exception_record(exc, message))
         link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
+        if span is not None:
+            self._trace_reply_sent(span, link, mid, body.nbytes, False)
+
+
+def _nbytes(msg: Message) -> int:
+    return len(msg.header) + sum(memoryview(b).nbytes for b in msg.buffers)

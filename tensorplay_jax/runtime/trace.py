@@ -1,0 +1,249 @@
+"""The recorder under ``tensorplay_jax.profiler``: one flag, one event buffer, spans.
+
+Every layer records through this module (``rpc/`` may import only
+``runtime/``), and ``tensorplay_jax.profiler`` turns it on, collects the
+buffers of every worker and writes them out as one Chrome-trace file.
+
+Cheap when off: a hot path tests the module attribute :data:`RECORDING` once
+(``if trace.RECORDING:``) and does nothing else; only when it is true does it
+take times and build an event. While recording, each :func:`begin` span is
+also a ``jax.profiler.TraceAnnotation``, so a ``jax.profiler.trace`` run shows
+the same spans among XLA's.
+
+An event is a tuple ``(ph, name, cat, ts_ns, dur_ns, tid, args, id)`` in this
+process's wall clock (``time.time_ns``); ``ph`` is Chrome's phase letter:
+``X`` a complete span, ``s``/``f`` a flow's start and end (``id`` joins
+them), ``b``/``e`` an async span (an RPC in flight, ``id`` joins them), ``i``
+an instant. ``tensorplay_jax.profiler`` turns them into JSON.
+
+Start-up phases (``init_rpc``'s rendezvous, the launcher) happen before anyone
+can turn recording on, so :func:`startup` keeps them always, in a short list
+of their own, and :func:`drain` hands them over with the first trace.
+
+Example:
+    >>> from tensorplay_jax.runtime import trace
+    >>> trace.RECORDING
+    False
+    >>> trace.start()
+    >>> with trace.span("step", "user", n=1):
+    ...     pass
+    >>> trace.stop()
+    >>> [(e[0], e[1], e[2], e[6]) for e in trace.drain() if e[2] == "user"]
+    [('X', 'step', 'user', {'n': 1})]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "RECORDING",
+    "Span",
+    "async_begin",
+    "async_end",
+    "begin",
+    "drain",
+    "flow_id",
+    "span",
+    "start",
+    "startup",
+    "stop",
+    "thread_names",
+]
+
+#: True while this process records. Hot paths test it once per event; only
+#: :func:`start` and :func:`stop` change it.
+RECORDING = False
+
+Event = tuple[str, str, str, int, int, int, Any, int]
+
+_events: list[Event] = []  # list.append is atomic: no lock on the recording path
+_startup: list[Event] = []  # start-up phases, kept whether recording or not
+_STARTUP_MAX = 256
+_names: dict[int, str] = {}  # native thread id -> thread name, of threads that recorded
+_annotation: Any = None  # jax.profiler.TraceAnnotation, imported by start()
+_lock = threading.Lock()
+
+_now = time.time_ns
+_tid = threading.get_native_id
+
+
+def flow_id(rank: int, message_id: int, reply: bool = False) -> int:
+    """The job-unique id of the arrow of request ``message_id`` sent by ``rank`` (or its reply).
+
+    Example:
+        >>> flow_id(2, 7) != flow_id(2, 7, reply=True) != flow_id(1, 7)
+        True
+    """
+    # 53 bits, so that JSON readers (JavaScript numbers) keep it exact: 12 for the rank,
+    # 40 for the message id, 1 for the direction.
+    return ((rank & 0xFFF) << 41) | ((message_id & (2**40 - 1)) << 1) | int(reply)
+
+
+class Span:
+    """An open span; :meth:`end` records it (with flows and arguments) and closes its annotation.
+
+    Example:
+        >>> start()
+        >>> s = begin("encode", "rpc")
+        >>> s.end(flow_out=5, bytes=10)
+        >>> stop()
+        >>> sorted(e[0] for e in drain() if e[1] == "encode")
+        ['X', 's']
+    """
+
+    __slots__ = ("_ann", "cat", "flow_in", "name", "t0", "tid")
+
+    def __init__(self, name: str, cat: str, flow_in: int | None = None) -> None:
+        self.name, self.cat, self.flow_in = name, cat, flow_in
+        self.tid = tid = _tid()
+        if tid not in _names:
+            _names[tid] = threading.current_thread().name
+        ann = _annotation
+        self._ann = None
+        if ann is not None:
+            try:
+                self._ann = ann(name)
+                self._ann.__enter__()
+            except Exception:  # a profiler that cannot annotate still records
+                self._ann = None
+        self.t0 = _now()
+
+    def end(self, flow_out: int | None = None, **args: Any) -> None:
+        """Record the span from its start until now; ``flow_out`` starts an arrow from it."""
+        t1 = _now()
+        if self._ann is not None:
+            with contextlib.suppress(Exception):
+                self._ann.__exit__(None, None, None)
+            self._ann = None
+        if not RECORDING:
+            return
+        t0, tid = self.t0, self.tid
+        _events.append(("X", self.name, self.cat, t0, t1 - t0, tid, args, 0))
+        if self.flow_in is not None:
+            _events.append(("f", self.name, "flow", t0, 0, tid, None, self.flow_in))
+        if flow_out is not None:
+            _events.append(("s", self.name, "flow", t0, 0, tid, None, flow_out))
+
+
+def begin(name: str, cat: str, flow_in: int | None = None) -> Span:
+    """Open a span on this thread (call only while :data:`RECORDING`; end it on this thread).
+
+    Example:
+        >>> start(); begin("x", "user").end(); stop(); len(drain()) > 0
+        True
+    """
+    return Span(name, cat, flow_in)
+
+
+@contextlib.contextmanager
+def span(name: str, cat: str, **args: Any) -> Iterator[None]:
+    """A span around a block; nothing at all when not recording.
+
+    Example:
+        >>> with span("nothing", "user"):
+        ...     pass
+        >>> [e for e in drain() if e[1] == "nothing"]
+        []
+    """
+    if not RECORDING:
+        yield
+        return
+    s = Span(name, cat)
+    try:
+        yield
+    finally:
+        s.end(**args)
+
+
+def async_begin(name: str, cat: str, ident: int, ts: int | None = None, **args: Any) -> None:
+    """Open an async span (one that ends on another thread, e.g. an RPC in flight).
+
+    Example:
+        >>> start(); async_begin("call f", "rpc", 3); async_end("call f", "rpc", 3); stop()
+        >>> [e[0] for e in drain() if e[1] == "call f"]
+        ['b', 'e']
+    """
+    if RECORDING:
+        _events.append(("b", name, cat, _now() if ts is None else ts, 0, _tid(), args, ident))
+
+
+def async_end(name: str, cat: str, ident: int, **args: Any) -> None:
+    """Close the async span ``ident`` opened by :func:`async_begin` (see there)."""
+    if RECORDING:
+        _events.append(("e", name, cat, _now(), 0, _tid(), args, ident))
+
+
+def startup(name: str, t0: int, t1: int, **args: Any) -> None:
+    """Keep a start-up phase (from ``t0`` to ``t1``, ``time.time_ns``), recording or not.
+
+    Example:
+        >>> import time
+        >>> t = time.time_ns(); startup("rendezvous", t, t + 1000)
+        >>> any(e[1] == "rendezvous" for e in drain())
+        True
+    """
+    if len(_startup) < _STARTUP_MAX:
+        tid = _tid()
+        _names.setdefault(tid, threading.current_thread().name)
+        _startup.append(("X", name, "startup", t0, t1 - t0, tid, args, 0))
+
+
+def start() -> None:
+    """Turn recording on in this process (idempotent).
+
+    Example:
+        >>> from tensorplay_jax.runtime import trace
+        >>> start(); trace.RECORDING
+        True
+        >>> stop(); trace.RECORDING
+        False
+    """
+    global RECORDING, _annotation
+    if _annotation is None:
+        try:
+            from jax.profiler import TraceAnnotation
+
+            _annotation = TraceAnnotation
+        except Exception:  # pragma: no cover - JAX is a dependency; spans still record
+            _annotation = None
+    RECORDING = True
+
+
+def stop() -> None:
+    """Turn recording off in this process; what was recorded stays for :func:`drain`."""
+    global RECORDING
+    RECORDING = False
+
+
+def drain() -> list[Event]:
+    """Take every event recorded so far (and the start-up phases not taken yet).
+
+    Example:
+        >>> isinstance(drain(), list)
+        True
+    """
+    global _events
+    with _lock:
+        taken, _events = _events, []
+        taken = _startup + taken
+        _startup.clear()
+    return taken
+
+
+def thread_names() -> dict[int, str]:
+    """Native thread id -> name, for every thread that recorded or is alive now.
+
+    Example:
+        >>> threading.get_native_id() in thread_names()
+        True
+    """
+    names = dict(_names)
+    for t in threading.enumerate():
+        if t.native_id is not None:
+            names[t.native_id] = t.name
+    return names
