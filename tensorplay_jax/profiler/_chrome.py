@@ -4,7 +4,8 @@ Each worker's recorder (``runtime.trace``) hands over tuples in its own wall
 clock. :func:`merge` shifts them by the clock offset measured at the start of
 the trace, puts worker ``r`` on process track ``r`` (named after the worker)
 and each of its threads on a thread track, and writes Chrome's phases as they
-are: ``X`` spans, ``s``/``f`` flow arrows (send to serve, reply to caller),
+are: ``X`` spans, ``s``/``f`` flow arrows (send to serve, reply to caller;
+an arrow missing an end is left out),
 ``b``/``e`` async spans (an RPC in flight on the caller). Times are
 microseconds from the earliest event; the origin's wall-clock time is kept in
 ``otherData``.
@@ -71,12 +72,21 @@ def merge(workers: Sequence[WorkerEvents], missing: dict[str, str] | None = None
         (int(e[3]) - w.offset_ns for w in workers for e in w.events),
         default=0,
     )
+    # An arrow with one end only (its other worker died, or its message crossed the
+    # trace's start or end) would dangle in a viewer: left out.
+    ends: dict[int, set[str]] = {}
+    for w in workers:
+        for e in w.events:
+            if e[0] in ("s", "f"):
+                ends.setdefault(e[7], set()).add(e[0])
     out: list[dict[str, Any]] = []
     for w in workers:
         out.append(_meta("process_name", w.rank, 0, {"name": f"{w.name} (rank {w.rank})"}))
         out.append(_meta("process_sort_index", w.rank, 0, {"sort_index": w.rank}))
         tids = set()
         for ph, name, cat, ts, dur, tid, args, ident in w.events:
+            if ph in ("s", "f") and len(ends[ident]) < 2:
+                continue
             tids.add(tid)
             ev: dict[str, Any] = {
                 "ph": ph,
