@@ -45,7 +45,7 @@ def _clock() -> int:
 @internal_target
 def _remote_start() -> None:
     """RPC target: drop what is left from an earlier trace (not start-up phases); record."""
-    _fresh_buffer()
+    recorder.clear()
     recorder.start()
 
 
@@ -57,12 +57,6 @@ def _remote_stop() -> dict[str, Any]:
         "events": [list(e) for e in recorder.drain()],
         "threads": [[tid, name] for tid, name in recorder.thread_names().items()],
     }
-
-
-def _fresh_buffer() -> None:
-    for e in recorder.drain():  # start-up phases stay for the trace
-        if e[2] == "startup":
-            recorder.startup(e[1], e[3], e[3] + e[4], **(e[6] or {}))
 
 
 class trace:  # a context manager named like the function users call
@@ -120,7 +114,7 @@ class trace:  # a context manager named like the function users call
                 for r in range(rpc.get_debug_info()["world_size"]):
                     if r != self._me.id:
                         self._start_peer(r)
-            _fresh_buffer()
+            recorder.clear()
             recorder.start()
         except BaseException:
             _active.remove(self)

@@ -46,6 +46,7 @@ __all__ = [
     "async_begin",
     "async_end",
     "begin",
+    "clear",
     "drain",
     "flow_id",
     "span",
@@ -233,6 +234,19 @@ def drain() -> list[Event]:
         taken = _startup + taken
         _startup.clear()
     return taken
+
+
+def clear() -> None:
+    """Drop the events recorded so far; start-up phases not taken yet stay.
+
+    Example:
+        >>> start(); begin("old", "user").end(); stop(); clear()
+        >>> [e for e in drain() if e[1] == "old"]
+        []
+    """
+    global _events
+    with _lock:
+        _events = []
 
 
 def thread_names() -> dict[int, str]:

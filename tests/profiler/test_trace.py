@@ -114,6 +114,10 @@ def test_one_file_with_every_worker(step_doc):
         *[(w, "init_rpc: rendezvous") for w in ("w0", "w1", "w2")],
     ]:
         assert want in names, (want, sorted(names))
+    # start-up phases sit on the thread that called init_rpc (the driver's main thread)
+    (step,) = [s for s in _spans(doc) if s["name"] == "step"]
+    (rdv,) = [s for s in _spans(doc) if s["name"] == "init_rpc: rendezvous" and s["pid"] == 0]
+    assert rdv["tid"] == step["tid"] and rdv["ts"] + rdv["dur"] <= step["ts"]
     # payload bytes: the 100 kB reply of big() on both ends
     (sent,) = [s for s in _spans(doc) if s["name"] == "send reply" and s["args"]["bytes"] > 1e5]
     assert _by_pid(doc)[sent["pid"]] == "w2"
