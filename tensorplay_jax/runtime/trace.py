@@ -70,7 +70,20 @@ _annotation: Any = None  # jax.profiler.TraceAnnotation, imported by start()
 _lock = threading.Lock()
 
 _now = time.time_ns
-_tid = threading.get_native_id
+_tls = threading.local()  # .tid: this thread's native id (a system call to read afresh)
+
+
+def _new_thread() -> int:
+    tid = _tls.tid = threading.get_native_id()
+    _names[tid] = threading.current_thread().name
+    return tid
+
+
+def _tid() -> int:
+    try:
+        return _tls.tid
+    except AttributeError:
+        return _new_thread()
 
 
 def flow_id(rank: int, message_id: int, reply: bool = False) -> int:
@@ -101,9 +114,10 @@ class Span:
 
     def __init__(self, name: str, cat: str, flow_in: int | None = None) -> None:
         self.name, self.cat, self.flow_in = name, cat, flow_in
-        self.tid = tid = _tid()
-        if tid not in _names:
-            _names[tid] = threading.current_thread().name
+        try:
+            self.tid = _tls.tid
+        except AttributeError:
+            self.tid = _new_thread()
         ann = _annotation
         self._ann = None
         if ann is not None:
@@ -189,9 +203,7 @@ def startup(name: str, t0: int, t1: int, **args: Any) -> None:
         True
     """
     if len(_startup) < _STARTUP_MAX:
-        tid = _tid()
-        _names.setdefault(tid, threading.current_thread().name)
-        _startup.append(("X", name, "startup", t0, t1 - t0, tid, args, 0))
+        _startup.append(("X", name, "startup", t0, t1 - t0, _tid(), args, 0))
 
 
 def start() -> None:
