@@ -213,7 +213,9 @@ def test_summary_table(step_doc):
     assert relay.worker == "w1" and relay.calls == 1 and relay.bytes > 0
     assert relay.mean_ms >= 2.0  # it sleeps 2 ms
     (call,) = summary.by_name(f"call {MOD}.relay")  # the caller's whole call
-    assert call.worker == "w0" and call.total_ms >= relay.total_ms
+    # the call holds the 2 ms sleep too (not the serve's whole span: that ends after the
+    # reply is handed to the link, which may be after the caller has it)
+    assert call.worker == "w0" and call.total_ms >= 2.0
     assert "worker" in printed and "serve call" in printed  # the table the job printed
 
 
