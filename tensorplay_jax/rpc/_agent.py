@@ -390,23 +390,15 @@ class Agent(Serving, Shutdown):
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
         if span is not None:
-            self._trace_send(span, pend, enc.nbytes)
+            pend.traced = span.name[len("send ") :]  # before the reply can arrive
         link.send(env, enc.header, enc.buffers)
-        if span is not None:
-            span.end(trace.flow_id(self.rank, mid), to=to.name, func=info.func_name)
+        if span is not None:  # the arrow to the serve, and the caller's call, start here
+            span.end(trace.flow_id(self.rank, mid), 1, to=to.name, bytes=enc.nbytes)
         return fut
 
     def _trace_begin(self, info: _context.CallInfo) -> trace.Span:
         """The span of a recorded request's send (encoding it, handing it to the link)."""
         return trace.begin(f"send {TRACE_NAMES[info.kind]} {info.func_name}".rstrip(), "rpc")
-
-    def _trace_send(self, span: trace.Span, pend: _Pending, nbytes: int) -> None:
-        """The caller's async span of a recorded call: from its send until its reply."""
-        pend.traced = name = span.name[len("send ") :]
-        trace.async_begin(
-            name, "rpc", trace.flow_id(self.rank, pend.info.message_id), span.t0,
-            to=pend.to.name, bytes=nbytes,
-        )  # fmt: skip
 
     def _expire(self, mid: int) -> None:
         with self._lock:

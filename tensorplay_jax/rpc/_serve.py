@@ -173,15 +173,13 @@ class Serving:
             self.activity += 1
         if pend is None:
             return  # timed out or cancelled already
-        # Recorded calls: a span over decoding the reply (the arrow from the callee's
-        # reply ends here), and the end of the call's async span before its callbacks run.
+        # Recorded calls: a span over decoding the reply and completing the future; the
+        # arrow from the callee's reply, and the caller's call, end here.
         span = None
         if pend.traced is not None and trace.RECORDING:
             span = trace.begin(f"reply {pend.traced}", "rpc", trace.flow_id(self.rank, mid, True))
         try:
             value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
-            if span is not None:
-                trace.async_end(pend.traced, "rpc", trace.flow_id(self.rank, mid), ok=kind == OK)
             if kind == OK:
                 for h in _context.active_hooks():
                     value = h.on_receive_response(pend.info, value, meta)
@@ -191,7 +189,7 @@ class Serving:
         except BaseException as e:
             pend.fut._try_set_exception(e)
         if span is not None:
-            span.end(**{"from": pend.to.name, "bytes": _nbytes(msg), "ok": kind == OK})
+            span.end(None, -1, **{"from": pend.to.name, "bytes": _nbytes(msg), "ok": kind == OK})
 
     def _on_request(
         self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message

@@ -10,11 +10,15 @@ take times and build an event. While recording, each :func:`begin` span is
 also a ``jax.profiler.TraceAnnotation``, so a ``jax.profiler.trace`` run shows
 the same spans among XLA's.
 
-An event is a tuple ``(ph, name, cat, ts_ns, dur_ns, tid, args, id)`` in this
-process's wall clock (``time.time_ns``); ``ph`` is Chrome's phase letter:
-``X`` a complete span, ``s``/``f`` a flow's start and end (``id`` joins
-them), ``b``/``e`` an async span (an RPC in flight, ``id`` joins them), ``i``
-an instant. ``tensorplay_jax.profiler`` turns them into JSON.
+An event is one tuple per span, ``(name, cat, t0_ns, dur_ns, tid, args,
+flow_in, flow_out, call)``, in this process's wall clock (``time.time_ns``):
+``flow_in``/``flow_out`` are the ids of the arrows that end or start at the
+span (a request's send to its serve, a reply back), or None; ``call`` is 1 on
+the span that sends an RPC (the caller's call, an async span, opens with the
+id ``flow_out``), -1 on the span that receives its reply (it closes, with the
+id of ``flow_in`` less its reply bit), else 0. One allocation per span keeps
+the recorder light on the garbage collector; ``tensorplay_jax.profiler``
+expands them into Chrome's events.
 
 Start-up phases (``init_rpc``'s rendezvous, the launcher) happen before anyone
 can turn recording on, so :func:`startup` keeps them always, in a short list
@@ -28,8 +32,8 @@ Example:
     >>> with trace.span("step", "user", n=1):
     ...     pass
     >>> trace.stop()
-    >>> [(e[0], e[1], e[2], e[6]) for e in trace.drain() if e[2] == "user"]
-    [('X', 'step', 'user', {'n': 1})]
+    >>> [(e[0], e[1], e[5]) for e in trace.drain() if e[1] == "user"]
+    [('step', 'user', {'n': 1})]
 """
 
 from __future__ import annotations
@@ -43,8 +47,6 @@ from typing import Any
 __all__ = [
     "RECORDING",
     "Span",
-    "async_begin",
-    "async_end",
     "begin",
     "clear",
     "drain",
@@ -60,7 +62,8 @@ __all__ = [
 #: :func:`start` and :func:`stop` change it.
 RECORDING = False
 
-Event = tuple[str, str, str, int, int, int, Any, int]
+# (name, cat, t0_ns, dur_ns, tid, args, flow_in, flow_out, call): see the module docstring
+Event = tuple[str, str, int, int, int, Any, int | None, int | None, int]
 
 _events: list[Event] = []  # list.append is atomic: no lock on the recording path
 _startup: list[Event] = []  # start-up phases, kept whether recording or not
@@ -106,8 +109,8 @@ class Span:
         >>> s = begin("encode", "rpc")
         >>> s.end(flow_out=5, bytes=10)
         >>> stop()
-        >>> sorted(e[0] for e in drain() if e[1] == "encode")
-        ['X', 's']
+        >>> [e[5:] for e in drain() if e[0] == "encode"]
+        [({'bytes': 10}, None, 5, 0)]
     """
 
     __slots__ = ("_ann", "cat", "flow_in", "name", "t0", "tid")
@@ -128,21 +131,22 @@ class Span:
                 self._ann = None
         self.t0 = _now()
 
-    def end(self, flow_out: int | None = None, **args: Any) -> None:
-        """Record the span from its start until now; ``flow_out`` starts an arrow from it."""
+    def end(self, flow_out: int | None = None, call: int = 0, **args: Any) -> None:
+        """Record the span from its start until now; ``flow_out`` starts an arrow from it.
+
+        ``call=1`` marks an RPC's send (its async span opens here), ``call=-1`` the
+        receipt of its reply (it closes): see the module docstring.
+        """
         t1 = _now()
         if self._ann is not None:
             with contextlib.suppress(Exception):
                 self._ann.__exit__(None, None, None)
             self._ann = None
-        if not RECORDING:
-            return
-        t0, tid = self.t0, self.tid
-        _events.append(("X", self.name, self.cat, t0, t1 - t0, tid, args, 0))
-        if self.flow_in is not None:
-            _events.append(("f", self.name, "flow", t0, 0, tid, None, self.flow_in))
-        if flow_out is not None:
-            _events.append(("s", self.name, "flow", t0, 0, tid, None, flow_out))
+        if RECORDING:
+            t0 = self.t0
+            _events.append(
+                (self.name, self.cat, t0, t1 - t0, self.tid, args, self.flow_in, flow_out, call)
+            )
 
 
 def begin(name: str, cat: str, flow_in: int | None = None) -> Span:
@@ -162,7 +166,7 @@ def span(name: str, cat: str, **args: Any) -> Iterator[None]:
     Example:
         >>> with span("nothing", "user"):
         ...     pass
-        >>> [e for e in drain() if e[1] == "nothing"]
+        >>> [e for e in drain() if e[0] == "nothing"]
         []
     """
     if not RECORDING:
@@ -175,35 +179,17 @@ def span(name: str, cat: str, **args: Any) -> Iterator[None]:
         s.end(**args)
 
 
-def async_begin(name: str, cat: str, ident: int, ts: int | None = None, **args: Any) -> None:
-    """Open an async span (one that ends on another thread, e.g. an RPC in flight).
-
-    Example:
-        >>> start(); async_begin("call f", "rpc", 3); async_end("call f", "rpc", 3); stop()
-        >>> [e[0] for e in drain() if e[1] == "call f"]
-        ['b', 'e']
-    """
-    if RECORDING:
-        _events.append(("b", name, cat, _now() if ts is None else ts, 0, _tid(), args, ident))
-
-
-def async_end(name: str, cat: str, ident: int, **args: Any) -> None:
-    """Close the async span ``ident`` opened by :func:`async_begin` (see there)."""
-    if RECORDING:
-        _events.append(("e", name, cat, _now(), 0, _tid(), args, ident))
-
-
 def startup(name: str, t0: int, t1: int, **args: Any) -> None:
     """Keep a start-up phase (from ``t0`` to ``t1``, ``time.time_ns``), recording or not.
 
     Example:
         >>> import time
         >>> t = time.time_ns(); startup("rendezvous", t, t + 1000)
-        >>> any(e[1] == "rendezvous" for e in drain())
+        >>> any(e[0] == "rendezvous" for e in drain())
         True
     """
     if len(_startup) < _STARTUP_MAX:
-        _startup.append(("X", name, "startup", t0, t1 - t0, _tid(), args, 0))
+        _startup.append((name, "startup", t0, t1 - t0, _tid(), args, None, None, 0))
 
 
 def start() -> None:
@@ -253,7 +239,7 @@ def clear() -> None:
 
     Example:
         >>> start(); begin("old", "user").end(); stop(); clear()
-        >>> [e for e in drain() if e[1] == "old"]
+        >>> [e for e in drain() if e[0] == "old"]
         []
     """
     global _events

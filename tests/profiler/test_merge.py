@@ -11,18 +11,15 @@ from tensorplay_jax.profiler import WorkerEvents
 
 
 def _two_workers():
-    # w1's clock runs 1 ms (1e6 ns) ahead of w0's.
+    # w1's clock runs 1 ms (1e6 ns) ahead of w0's. Span tuples as runtime.trace keeps them:
+    # (name, cat, t0, dur, tid, args, flow_in, flow_out, call).
     w0 = WorkerEvents(
         0,
         "w0",
         [
-            ["X", "send call f", "rpc", 10_000, 1_000, 5, {"bytes": 40}, 0],
-            ["s", "send call f", "flow", 10_000, 0, 5, None, 2],
-            ["b", "call f", "rpc", 10_000, 0, 5, {"bytes": 40}, 2],
-            ["e", "call f", "rpc", 30_000, 0, 6, {}, 2],
-            ["X", "reply f", "rpc", 29_000, 1_000, 6, {"bytes": 8}, 0],
-            ["f", "reply f", "flow", 29_000, 0, 6, None, 3],
-            ["s", "send call g", "flow", 40_000, 0, 5, None, 8],  # its serve is not here
+            ["send call f", "rpc", 10_000, 1_000, 5, {"bytes": 40}, None, 2, 1],
+            ["reply call f", "rpc", 29_000, 1_000, 6, {"bytes": 8}, 3, None, -1],
+            ["send call g", "rpc", 40_000, 1_000, 5, {}, None, 8, 1],  # its serve is not here
         ],
         {5: "MainThread", 6: "reader"},
     )
@@ -30,10 +27,8 @@ def _two_workers():
         1,
         "w1",
         [
-            ["X", "serve call f", "rpc", 1_012_000, 15_000, 9, {"bytes": 40}, 0],
-            ["f", "serve call f", "flow", 1_012_000, 0, 9, None, 2],
-            ["X", "send reply", "rpc", 1_025_000, 1_000, 9, {"bytes": 8}, 0],
-            ["s", "send reply", "flow", 1_025_000, 0, 9, None, 3],
+            ["serve call f", "rpc", 1_012_000, 15_000, 9, {"bytes": 40}, 2, None, 0],
+            ["send reply", "rpc", 1_025_000, 1_000, 9, {"bytes": 8}, None, 3, 0],
         ],
         {9: "tpj-rpc-worker"},
         offset_ns=1_000_000,
@@ -51,6 +46,8 @@ def test_merge_aligns_clocks_and_keeps_matched_flows(tmp_path):
     flows = sorted((e["ph"], e["pid"], e["id"]) for e in ev if e["ph"] in "sf")
     assert flows == [("f", 0, 3), ("f", 1, 2), ("s", 0, 2), ("s", 1, 3)]  # id 8 dangled: out
     assert all(e["bp"] == "e" for e in ev if e["ph"] == "f")
+    calls = sorted((e["ph"], e["name"], e["id"], e["ts"]) for e in ev if e["ph"] in "be")
+    assert calls == [("b", "call f", 2, 0.0), ("b", "call g", 8, 30.0), ("e", "call f", 2, 19.0)]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
     assert names == {(0, 5): "MainThread", (0, 6): "reader", (1, 9): "tpj-rpc-worker"}
     assert doc["otherData"]["missing"] == {"w2": "no events: died"}
@@ -63,8 +60,9 @@ def test_merge_aligns_clocks_and_keeps_matched_flows(tmp_path):
 def test_summary_rows_and_table():
     s = profiler.summarize(profiler.merge(_two_workers()))
     rows = {(r.worker, r.name): r for r in s}
-    call = rows[("w0", "call f")]  # the caller's whole call: b to e
-    assert call.calls == 1 and call.total_ms == pytest.approx(0.02) and call.bytes == 40
+    call = rows[("w0", "call f")]  # the caller's whole call: b (send) to e (reply)
+    assert call.calls == 1 and call.total_ms == pytest.approx(0.019) and call.bytes == 40
+    assert ("w0", "call g") not in rows  # no reply: no duration
     serve = rows[("w1", "serve call f")]
     assert serve.mean_ms == pytest.approx(0.015) and serve.p99_ms == pytest.approx(0.015)
     text = s.table(sort_by="total_ms")

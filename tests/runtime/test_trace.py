@@ -19,14 +19,12 @@ def _clean():
 
 
 def _user(events):
-    return [e for e in events if e[2] != "startup"]
+    return [e for e in events if e[1] != "startup"]
 
 
 def test_off_records_nothing():
     with trace.span("a", "user"):
         pass
-    trace.async_begin("b", "rpc", 1)
-    trace.async_end("b", "rpc", 1)
     assert _user(trace.drain()) == []
 
 
@@ -44,14 +42,21 @@ def test_span_flows_and_threads():
     th.join(timeout=10)
     trace.stop()
     ev = _user(trace.drain())
-    by = {(e[0], e[1]): e for e in ev}
-    x = by[("X", "send")]
-    assert x[6] == {"bytes": 8} and x[4] >= 0
-    assert by[("f", "send")][7] == 3 and by[("s", "send")][7] == 4
-    assert by[("f", "send")][3] == x[3] == by[("s", "send")][3]  # both bind to the span
-    side = by[("X", "worker side")]
-    assert side[5] != x[5] and side[6] == {"k": 1}
-    assert trace.thread_names()[side[5]] == "side-thread"
+    by = {e[0]: e for e in ev}
+    send = by["send"]
+    assert send[1] == "rpc" and send[3] >= 0 and send[5] == {"bytes": 8}
+    assert send[6:] == (3, 4, 0)  # the arrows that end and start here; not a call
+    side = by["worker side"]
+    assert side[4] != send[4] and side[5] == {"k": 1} and side[6:] == (None, None, 0)
+    assert trace.thread_names()[side[4]] == "side-thread"
+
+
+def test_rpc_call_marks():
+    trace.start()
+    trace.begin("send call f", "rpc").end(8, 1, to="w1")
+    trace.begin("reply call f", "rpc", 9).end(None, -1, ok=True)
+    trace.stop()
+    assert [e[6:] for e in _user(trace.drain())] == [(None, 8, 1), (9, None, -1)]
 
 
 def test_a_span_that_ends_after_stop_is_dropped():
@@ -64,9 +69,10 @@ def test_a_span_that_ends_after_stop_is_dropped():
 
 def test_startup_phases_are_kept_while_off_and_handed_over_once():
     trace.startup("init_rpc: rendezvous", 10, 30, world_size=2)
-    (e,) = [e for e in trace.drain() if e[1] == "init_rpc: rendezvous"]
-    assert e[:5] == ("X", "init_rpc: rendezvous", "startup", 10, 20) and e[6] == {"world_size": 2}
-    assert not [e for e in trace.drain() if e[1] == "init_rpc: rendezvous"]
+    (e,) = [e for e in trace.drain() if e[0] == "init_rpc: rendezvous"]
+    assert e[:4] == ("init_rpc: rendezvous", "startup", 10, 20) and e[5] == {"world_size": 2}
+    assert e[4] == threading.get_native_id()
+    assert not [e for e in trace.drain() if e[0] == "init_rpc: rendezvous"]
 
 
 def test_flow_ids_are_unique_and_carry_the_rank():
