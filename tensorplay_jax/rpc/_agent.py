@@ -362,7 +362,7 @@ class Agent(Serving, Shutdown):
         info = _context.CallInfo(
             to, KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta, func
         )
-        span = self._trace_begin(info) if trace.RECORDING else None
+        t0 = time.time_ns() if trace.RECORDING else 0  # the send's span starts here
         hooks = _context.active_hooks()
         if kind in (CALL, REMOTE):
             for h in hooks:
@@ -389,16 +389,19 @@ class Agent(Serving, Shutdown):
             self.activity += 1
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
-        if span is not None:
-            pend.traced = span.name[len("send ") :]  # before the reply can arrive
-        link.send(env, enc.header, enc.buffers)
-        if span is not None:  # the arrow to the serve, and the caller's call, start here
-            span.end(trace.flow_id(self.rank, mid), 1, to=to.name, bytes=enc.nbytes)
+        span = self._trace_send(pend, t0) if t0 and trace.RECORDING else None
+        try:
+            link.send(env, enc.header, enc.buffers)
+        finally:
+            if span is not None:  # the arrow to the serve, and the caller's call, start here
+                span.end(trace.flow_id(self.rank, mid), 1, to=to.name, bytes=enc.nbytes)
         return fut
 
-    def _trace_begin(self, info: _context.CallInfo) -> trace.Span:
+    def _trace_send(self, pend: _Pending, t0: int) -> trace.Span:
         """The span of a recorded request's send (encoding it, handing it to the link)."""
-        return trace.begin(f"send {TRACE_NAMES[info.kind]} {info.func_name}".rstrip(), "rpc")
+        name = f"{TRACE_NAMES[pend.info.kind]} {pend.info.func_name}".rstrip()
+        pend.traced = name  # before the reply can arrive: its span is named after it
+        return trace.begin(f"send {name}", "rpc", t0=t0)
 
     def _expire(self, mid: int) -> None:
         with self._lock:

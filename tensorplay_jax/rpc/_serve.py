@@ -333,11 +333,14 @@ class Serving:
             self._send_error(link, mid, e, info.func_name)
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
-        span = trace.begin("send reply", "rpc") if trace.RECORDING else None
+        t0 = trace.now() if trace.RECORDING else 0
         enc = _codec.encode(result, main=link.peer in self.same_main)
-        link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
-        if span is not None:
-            self._trace_reply_sent(span, link, mid, enc.nbytes, True)
+        span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
+        try:
+            link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
+        finally:
+            if span is not None:
+                self._trace_reply_sent(span, link, mid, enc.nbytes, True)
 
     def _trace_reply_sent(self, span: Any, link: Link, mid: int, nbytes: int, ok: bool) -> None:
         """End a recorded reply's span; the arrow back to the caller starts here."""
@@ -350,11 +353,14 @@ class Serving:
         message = (
             f"{exc}\n\nRemote traceback from worker {self.name!r} (rank {self.rank}){where}:\n{tb}"
         )
-        span = trace.begin("send error", "rpc") if trace.RECORDING else None
+        t0 = trace.now() if trace.RECORDING else 0
         body = _codec.encode(_codec.exception_record(exc, message))
-        link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
-        if span is not None:
-            self._trace_reply_sent(span, link, mid, body.nbytes, False)
+        span = trace.begin("send error", "rpc", t0=t0) if t0 and trace.RECORDING else None
+        try:
+            link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
+        finally:
+            if span is not None:
+                self._trace_reply_sent(span, link, mid, body.nbytes, False)
 
 
 def _nbytes(msg: Message) -> int:

@@ -51,6 +51,7 @@ __all__ = [
     "clear",
     "drain",
     "flow_id",
+    "now",
     "span",
     "start",
     "startup",
@@ -89,6 +90,16 @@ def _tid() -> int:
         return _new_thread()
 
 
+def now() -> int:
+    """The recorder's clock: this process's wall clock in ns (``time.time_ns``).
+
+    Example:
+        >>> now() > 0
+        True
+    """
+    return _now()
+
+
 def flow_id(rank: int, message_id: int, reply: bool = False) -> int:
     """The job-unique id of the arrow of request ``message_id`` sent by ``rank`` (or its reply).
 
@@ -115,7 +126,9 @@ class Span:
 
     __slots__ = ("_ann", "cat", "flow_in", "name", "t0", "tid")
 
-    def __init__(self, name: str, cat: str, flow_in: int | None = None) -> None:
+    def __init__(
+        self, name: str, cat: str, flow_in: int | None = None, t0: int | None = None
+    ) -> None:
         self.name, self.cat, self.flow_in = name, cat, flow_in
         try:
             self.tid = _tls.tid
@@ -129,7 +142,7 @@ class Span:
                 self._ann.__enter__()
             except Exception:  # a profiler that cannot annotate still records
                 self._ann = None
-        self.t0 = _now()
+        self.t0 = _now() if t0 is None else t0
 
     def end(self, flow_out: int | None = None, call: int = 0, **args: Any) -> None:
         """Record the span from its start until now; ``flow_out`` starts an arrow from it.
@@ -149,14 +162,17 @@ class Span:
             )
 
 
-def begin(name: str, cat: str, flow_in: int | None = None) -> Span:
+def begin(name: str, cat: str, flow_in: int | None = None, t0: int | None = None) -> Span:
     """Open a span on this thread (call only while :data:`RECORDING`; end it on this thread).
+
+    ``t0`` (``time.time_ns()``) backdates it: work that may raise before the span can
+    be named (encoding) is timed without leaving a jax annotation open if it does.
 
     Example:
         >>> start(); begin("x", "user").end(); stop(); len(drain()) > 0
         True
     """
-    return Span(name, cat, flow_in)
+    return Span(name, cat, flow_in, t0)
 
 
 @contextlib.contextmanager

@@ -29,6 +29,10 @@ def relay(to: str) -> int:
     return rpc.rpc_sync(to, add, args=(20, 22))
 
 
+def fail() -> None:
+    raise ValueError("fails on purpose")
+
+
 def big(n: int) -> bytes:
     return b"x" * n
 
@@ -51,6 +55,8 @@ def step_trace() -> None:
             with profiler.record_function("step", n=1):
                 assert rpc.rpc_sync("w1", relay, args=("w2",)) == 42
                 assert len(rpc.rpc_sync("w2", big, args=(100_000,))) == 100_000
+                expect(ValueError, ["fails on purpose"], rpc.rpc_sync, "w1", fail)
+                expect(Exception, [], rpc.rpc_sync, "w1", add, args=(threading.Lock(), 1))
                 ref = rpc.remote("w2", add, args=(1, 2))
                 assert ref.to_here() == 3
                 del ref

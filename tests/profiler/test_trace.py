@@ -99,6 +99,9 @@ def test_one_file_with_every_worker(step_doc):
         ("w1", f"serve call {MOD}.relay"),
         ("w1", f"send call {MOD}.add"),
         ("w2", f"serve call {MOD}.add"),
+        ("w0", f"send call {MOD}.fail"),
+        ("w1", "send error"),
+        ("w0", f"reply call {MOD}.fail"),
         ("w0", f"send remote {MOD}.add"),
         ("w2", f"serve remote {MOD}.add"),
         ("w0", "send to_here"),
@@ -144,9 +147,11 @@ def test_spans_nest_on_every_thread(step_doc):
     # the user's span holds the whole step on the driver's thread
     (step,) = [s for s in _spans(doc) if s["name"] == "step"]
     assert step["args"] == {"n": 1}
-    for s in _spans(doc):
-        if names[s["pid"]] == "w0" and s["tid"] == step["tid"] and s["name"].startswith("send"):
-            assert step["ts"] <= s["ts"] and s["ts"] + s["dur"] <= step["ts"] + step["dur"]
+    for s in _spans(doc):  # (an RRef's delete may leave later, when the GC frees it)
+        mine = names[s["pid"]] == "w0" and s["tid"] == step["tid"]
+        if mine and s["name"].startswith("send") and s["name"] != "send rref_delete":
+            assert step["ts"] <= s["ts"], (s, step)
+            assert s["ts"] + s["dur"] <= step["ts"] + step["dur"], (s, step)
 
 
 def test_flows_connect_the_right_pairs(step_doc):

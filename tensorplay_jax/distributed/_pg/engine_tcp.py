@@ -331,15 +331,14 @@ class TcpEngine:
         descs = np.empty((self.n, self.dlen), np.int64)
         descs[self.me] = desc
         mine = _raw(descs[self.me])
-        wait = trace.begin(f"wait {fn}", "pg") if trace.RECORDING else None
-        self._exchange(
-            fn,
-            deadline,
-            {j: mine for j in self.peers},
-            {j: _raw(descs[j]) for j in self.peers},
-        )  # meeting the others (a profile's wait); the rest is the transfer
-        if wait is not None:
-            wait.end()
+        # Meeting the others is a profile's wait; the rest is the transfer.
+        with trace.span(f"wait {fn}", "pg") if trace.RECORDING else contextlib.nullcontext():
+            self._exchange(
+                fn,
+                deadline,
+                {j: mine for j in self.peers},
+                {j: _raw(descs[j]) for j in self.peers},
+            )
         err = descriptor.check(fn, descs, self.ranks)
         if err:
             raise ValueError(err)

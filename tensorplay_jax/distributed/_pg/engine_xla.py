@@ -204,10 +204,11 @@ class XlaEngine:
         return (x.reshape(1), True) if x.ndim == 0 else (x, False)
 
     def _go(self, fn: str, desc: np.ndarray, x, *static) -> jax.Array:
-        wait = trace.begin(f"wait {fn}", "pg") if trace.RECORDING else None
-        self.exchange(fn, desc)  # meeting the others (a profile's wait); the rest is transfer
-        if wait is not None:
-            wait.end()
+        if trace.RECORDING:  # meeting the others is the wait; the rest is the transfer
+            with trace.span(f"wait {fn}", "pg"):
+                self.exchange(fn, desc)
+        else:
+            self.exchange(fn, desc)
         xd, scalar = self._lift(x)
         y = self.run(fn, xd, *static)
         return y.reshape(()) if scalar else y

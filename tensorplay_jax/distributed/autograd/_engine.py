@@ -319,10 +319,10 @@ def run_pass(
     """One whole distributed backward pass from ``roots`` (with cotangents ``grads``), here."""
     pass_id = PASS_ID.pack(get_worker_info().id, next(_pass_ids))
     span = trace.begin("dist_autograd.backward", "autograd") if trace.RECORDING else None
-    task = _Task(ctx, pass_id, retain_graph, None, accumulate)
-    task.start(roots, grads)
-    task.run_inline()
     try:
+        task = _Task(ctx, pass_id, retain_graph, None, accumulate)
+        task.start(roots, grads)
+        task.run_inline()
         task.done.wait()
     finally:
         if span is not None:

@@ -127,15 +127,16 @@ class DistributedOptimizer:
                 f"dist_autograd.context(), got {context_id!r}"
             )
         span = trace.begin("DistributedOptimizer.step", "optim") if trace.RECORDING else None
-        futs = [
-            (owner, rpc_async(owner, _local.local_step, args=(ref, context_id)))
-            for owner, ref in self.remote_optimizers
-        ]
         try:
+            futs = [
+                (owner, rpc_async(owner, _local.local_step, args=(ref, context_id)))
+                for owner, ref in self.remote_optimizers
+            ]
             _gather(futs, "running optimizer")
         finally:
             if span is not None:
-                span.end(context_id=context_id, owners=[o.name for o, _ in futs])
+                owners = [o.name for o, _ in self.remote_optimizers]
+                span.end(context_id=context_id, owners=owners)
 
     def __repr__(self) -> str:
         owners = ", ".join(o.name for o, _ in self.remote_optimizers)
