@@ -262,13 +262,15 @@ class Serving:
         extra: list,
     ) -> None:
         info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
-        span = None
-        if trace.RECORDING:  # the arrow from the caller's send ends at this span
-            name = f"serve {TRACE_NAMES[info.kind]}"
-            span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
+        # While recording, the serve's span (where the arrow from the caller's send ends)
+        # starts here and is opened, named after the function, once that is decoded.
+        t0, span = trace.now() if trace.RECORDING else 0, None
         try:
             with _context.serving(meta, caller):
                 try:
+                    if t0 and kind == FETCH:
+                        flow = trace.flow_id(caller.id, mid)
+                        span = trace.begin("serve to_here", "rpc", flow, t0=t0)
                     if kind == FETCH:
                         # Parked while the value is not there yet; ends with the value, with
                         # the link, or (if never created) after rpc_timeout: see _rref_table.
@@ -278,8 +280,8 @@ class Serving:
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
                     args = tuple(args)
                     info = info._replace(func_name=func_name(fn), func=fn)
-                    if span is not None:
-                        span.name = f"serve {TRACE_NAMES[info.kind]} {info.func_name}"
+                    if t0 and trace.RECORDING:
+                        span = self._trace_serve(info, t0)
                     for h in _context.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)
@@ -302,6 +304,10 @@ class Serving:
             self._done_serving()
             if span is not None:
                 span.end(**{"from": caller.name, "kind": info.kind, "bytes": _nbytes(msg)})
+
+    def _trace_serve(self, info: Any, t0: int) -> trace.Span:
+        name = f"serve {TRACE_NAMES[info.kind]} {info.func_name}"
+        return trace.begin(name, "rpc", trace.flow_id(info.peer.id, info.message_id), t0=t0)
 
     def _reply_when_done(
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
