@@ -19,11 +19,13 @@ Usage::
     python benchmarks/rpc.py --sizes 1 64 --repeats 3
     python benchmarks/rpc.py --transport tcp    # ours over the cross-host TCP link
     python benchmarks/rpc.py --transport grpc   # ours over gRPC even on one host
+    python benchmarks/rpc.py --only ours --profile  # ours inside profiler.trace (its cost)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -77,7 +79,9 @@ def _measure(rpc_sync, rpc_async, wait_all, make, sizes, repeats, n_lat, n_pipe)
     return res
 
 
-def worker(impl: str, rank: int, port: int, sizes: list[int], repeats: int, out: str) -> None:
+def worker(
+    impl: str, rank: int, port: int, sizes: list[int], repeats: int, out: str, profile: bool = False
+) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     n_lat, n_pipe = 2000, 5000
     if impl == "torch":
@@ -101,25 +105,30 @@ def worker(impl: str, rank: int, port: int, sizes: list[int], repeats: int, out:
     else:
         import numpy as np
 
+        from tensorplay_jax import profiler
         from tensorplay_jax.distributed import rpc
 
         rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
         if rank == 0:
-            res = _measure(
-                rpc.rpc_sync,
-                rpc.rpc_async,
-                rpc.wait_all,
-                lambda n: np.ones(n, dtype=np.float32),
-                sizes,
-                repeats,
-                n_lat,
-                n_pipe,
-            )
+            tracing = profiler.trace() if profile else contextlib.nullcontext()
+            with tracing:  # --profile: both workers record every call (kept in memory)
+                res = _measure(
+                    rpc.rpc_sync,
+                    rpc.rpc_async,
+                    rpc.wait_all,
+                    lambda n: np.ones(n, dtype=np.float32),
+                    sizes,
+                    repeats,
+                    n_lat,
+                    n_pipe,
+                )
             Path(out).write_text(json.dumps(res))
         rpc.shutdown()
 
 
-def run(impl: str, sizes: list[int], repeats: int, transport: str = "auto") -> dict:
+def run(
+    impl: str, sizes: list[int], repeats: int, transport: str = "auto", profile: bool = False
+) -> dict:
     port = _port()
     out = f"/tmp/tpj-bench-{impl}-{os.getpid()}.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
@@ -129,9 +138,10 @@ def run(impl: str, sizes: list[int], repeats: int, transport: str = "auto") -> d
     boot = (
         "import sys; from benchmarks.rpc import worker; "
         "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "
-        "[int(s) for s in sys.argv[4].split(',')], int(sys.argv[5]), sys.argv[6])"
+        "[int(s) for s in sys.argv[4].split(',')], int(sys.argv[5]), sys.argv[6], "
+        "sys.argv[7] == '1')"
     )
-    args = [impl, None, str(port), ",".join(map(str, sizes)), str(repeats), out]
+    args = [impl, None, str(port), ",".join(map(str, sizes)), str(repeats), out, str(int(profile))]
     procs = []
     for rank in (0, 1):
         a = list(args)
@@ -151,11 +161,12 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--transport", choices=["auto", "tcp", "grpc"], default="auto")
+    ap.add_argument("--profile", action="store_true", help="run ours inside profiler.trace()")
     a = ap.parse_args()
     results = {}
     for impl in ("ours", "torch"):
         if a.only in (None, impl):
-            results[impl] = run(impl, a.sizes, a.repeats, a.transport)
+            results[impl] = run(impl, a.sizes, a.repeats, a.transport, a.profile)
     keys = ["latency_us", "calls_per_s"] + [f"bw_{m}MiB_MBps" for m in a.sizes]
     print(f"{'metric':<18}{'tensorplay_jax':>16}{'torch':>12}{'ratio':>10}  target")
     for k in keys:

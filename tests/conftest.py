@@ -58,6 +58,7 @@ _PROCESS_TESTS = (
     "test_doctests",
     "/notebooks/",
     "/testing/",
+    "/profiler/",
 )
 
 

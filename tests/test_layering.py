@@ -42,6 +42,9 @@ LAYERS: dict[str, set[str]] = {
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
     # imports none of it at import time.)
     "testing": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
+    # profiler/ is a top layer too: its trace() drives every worker over RPC. What records
+    # (the flag, the buffer, spans) is runtime/trace.py, so every layer below can record.
+    "profiler": {"runtime", "rpc"},
 }
 
 _DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")

@@ -43,6 +43,7 @@ from tensorplay_jax.rpc._protocol import (
     KIND_NAMES,
     OK,
     REMOTE,
+    TRACE_NAMES,
 )
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
@@ -50,6 +51,7 @@ from tensorplay_jax.rpc._serve import Serving, _Pool, func_name
 from tensorplay_jax.rpc._service import Server, TlsConfig, connect
 from tensorplay_jax.rpc._shutdown import Shutdown
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.address import local_address, store_bind_host
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
@@ -76,13 +78,14 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
 
 
 class _Pending:
-    __slots__ = ("fut", "info", "link", "timeout", "to")
+    __slots__ = ("fut", "info", "link", "timeout", "to", "traced")
 
     def __init__(
         self, fut: Future, to: WorkerInfo, info: _context.CallInfo, timeout: float
     ) -> None:
         self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
         self.link: Link | None = None
+        self.traced: str | None = None  # its name in a trace, when the profiler records it
 
 
 def validate_name(name: Any) -> str:
@@ -176,6 +179,7 @@ class Agent(Serving, Shutdown):
             self.stop(leak_check=False, graceful=False)
 
     def _start(self) -> None:
+        t0 = time.time_ns()
         opts, (host, port) = self.options, self._store_addr
         # The secret comes from the launcher, the user or a local file; never the store.
         secret = job_secret(
@@ -223,6 +227,8 @@ class Agent(Serving, Shutdown):
                 max_threads=self.options.num_worker_threads + 1,
             )
             mine["tcp"] = self._tcp_server.port
+        t1 = time.time_ns()  # start-up phases: kept for the profiler (see runtime.trace)
+        trace.startup("init_rpc: store and servers", t0, t1, worker=self.name)
         got = self.store.setnx(f"rank/{self.rank}", mine)
         if got["nonce"] != nonce:
             raise ValueError(
@@ -240,6 +246,7 @@ class Agent(Serving, Shutdown):
             ) from None
         if dead:
             raise RpcPeerError(f"init_rpc: ranks {dead} exited during the rendezvous")
+        trace.startup("init_rpc: rendezvous", t1, time.time_ns(), world_size=self.world_size)
         names: dict[str, int] = {}
         for r in range(self.world_size):
             ent = table[f"rank/{r}"]
@@ -355,6 +362,7 @@ class Agent(Serving, Shutdown):
         info = _context.CallInfo(
             to, KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta, func
         )
+        t0 = time.time_ns() if trace.RECORDING else 0  # the send's span starts here
         hooks = _context.active_hooks()
         if kind in (CALL, REMOTE):
             for h in hooks:
@@ -381,8 +389,19 @@ class Agent(Serving, Shutdown):
             self.activity += 1
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
-        link.send(env, enc.header, enc.buffers)
+        span = self._trace_send(pend, t0) if t0 and trace.RECORDING else None
+        try:
+            link.send(env, enc.header, enc.buffers)
+        finally:
+            if span is not None:  # the arrow to the serve, and the caller's call, start here
+                span.end(trace.flow_id(self.rank, mid), 1, to=to.name, bytes=enc.nbytes)
         return fut
+
+    def _trace_send(self, pend: _Pending, t0: int) -> trace.Span:
+        """The span of a recorded request's send (encoding it, handing it to the link)."""
+        name = f"{TRACE_NAMES[pend.info.kind]} {pend.info.func_name}".rstrip()
+        pend.traced = name  # before the reply can arrive: its span is named after it
+        return trace.begin(f"send {name}", "rpc", t0=t0)
 
     def _expire(self, mid: int) -> None:
         with self._lock:

@@ -19,9 +19,22 @@ thread), a codec header and buffers (``_codec``), framed by the transport
 
 from __future__ import annotations
 
-__all__ = ["CALL", "ERR", "FETCH", "FORK_ADD", "FORK_DEL", "KIND_NAMES", "OK", "REMOTE"]
+__all__ = [
+    "CALL",
+    "ERR",
+    "FETCH",
+    "FORK_ADD",
+    "FORK_DEL",
+    "KIND_NAMES",
+    "OK",
+    "REMOTE",
+    "TRACE_NAMES",
+]
 
 CALL, REMOTE, FETCH, FORK_ADD, FORK_DEL = 1, 2, 3, 4, 5
 OK, ERR = 16, 17
 # A request's kind as hooks (CallInfo.kind) and error messages name it.
 KIND_NAMES = {CALL: "call", REMOTE: "remote", FETCH: "fetch", FORK_ADD: "fork", FORK_DEL: "unfork"}
+# How the profiler's trace names a kind: the user's words (to_here, an RRef's delete).
+TRACE_NAMES = {"call": "call", "remote": "remote", "fetch": "to_here", "fork": "rref_fork",
+               "unfork": "rref_delete"}  # fmt: skip

@@ -39,8 +39,10 @@ from tensorplay_jax.rpc._protocol import (
     KIND_NAMES,
     OK,
     REMOTE,
+    TRACE_NAMES,
 )
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.runtime import trace
 
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._rref_table import RRefTable
@@ -171,6 +173,11 @@ class Serving:
             self.activity += 1
         if pend is None:
             return  # timed out or cancelled already
+        # Recorded calls: a span over decoding the reply and completing the future; the
+        # arrow from the callee's reply, and the caller's call, end here.
+        span = None
+        if pend.traced is not None and trace.RECORDING:
+            span = trace.begin(f"reply {pend.traced}", "rpc", trace.flow_id(self.rank, mid, True))
         try:
             value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
             if kind == OK:
@@ -181,6 +188,8 @@ class Serving:
                 pend.fut._try_set_exception(_codec.rebuild_exception(value))
         except BaseException as e:
             pend.fut._try_set_exception(e)
+        if span is not None:
+            span.end(None, -1, **{"from": pend.to.name, "bytes": _nbytes(msg), "ok": kind == OK})
 
     def _on_request(
         self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
@@ -202,10 +211,16 @@ class Serving:
                         f"{KIND_NAMES[kind]}: expected an RRef id and a fork id, got {extra!r:.200}"
                     )
                 # An id never created leaves nothing for ever: see _rref_table.
+                span = None
+                if trace.RECORDING:
+                    name = "serve rref_fork" if kind == FORK_ADD else "serve rref_delete"
+                    span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
                 if kind == FORK_ADD:
                     self.rrefs.add_fork(extra[0], extra[1], sender=caller)
                 else:
                     self.rrefs.del_fork(extra[0], extra[1], sender=caller)
+                if span is not None:
+                    span.end(**{"from": caller.name, "kind": KIND_NAMES[kind]})
                 self._send_ok(link, mid, None, {})
                 self._done_serving()
                 return
@@ -247,9 +262,15 @@ class Serving:
         extra: list,
     ) -> None:
         info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
+        # While recording, the serve's span (where the arrow from the caller's send ends)
+        # starts here and is opened, named after the function, once that is decoded.
+        t0, span = trace.now() if trace.RECORDING else 0, None
         try:
             with _context.serving(meta, caller):
                 try:
+                    if t0 and kind == FETCH:
+                        flow = trace.flow_id(caller.id, mid)
+                        span = trace.begin("serve to_here", "rpc", flow, t0=t0)
                     if kind == FETCH:
                         # Parked while the value is not there yet; ends with the value, with
                         # the link, or (if never created) after rpc_timeout: see _rref_table.
@@ -259,6 +280,8 @@ class Serving:
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
                     args = tuple(args)
                     info = info._replace(func_name=func_name(fn), func=fn)
+                    if t0 and trace.RECORDING:
+                        span = self._trace_serve(info, t0)
                     for h in _context.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)
@@ -279,6 +302,12 @@ class Serving:
                 self._reply(link, mid, info, result)
         finally:
             self._done_serving()
+            if span is not None:
+                span.end(**{"from": caller.name, "kind": info.kind, "bytes": _nbytes(msg)})
+
+    def _trace_serve(self, info: Any, t0: int) -> trace.Span:
+        name = f"serve {TRACE_NAMES[info.kind]} {info.func_name}"
+        return trace.begin(name, "rpc", trace.flow_id(info.peer.id, info.message_id), t0=t0)
 
     def _reply_when_done(
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
@@ -310,8 +339,19 @@ class Serving:
             self._send_error(link, mid, e, info.func_name)
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
+        t0 = trace.now() if trace.RECORDING else 0
         enc = _codec.encode(result, main=link.peer in self.same_main)
-        link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
+        span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
+        try:
+            link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)
+        finally:
+            if span is not None:
+                self._trace_reply_sent(span, link, mid, enc.nbytes, True)
+
+    def _trace_reply_sent(self, span: Any, link: Link, mid: int, nbytes: int, ok: bool) -> None:
+        """End a recorded reply's span; the arrow back to the caller starts here."""
+        flow = trace.flow_id(self._peer_info(link.peer).id, mid, reply=True)
+        span.end(flow, to=link.peer, bytes=nbytes, ok=ok)
 
     def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
         tb = "".join(traceback.format_exception(exc)).rstrip()
@@ -319,5 +359,15 @@ class Serving:
         message = (
             f"{exc}\n\nRemote traceback from worker {self.name!r} (rank {self.rank}){where}:\n{tb}"
         )
+        t0 = trace.now() if trace.RECORDING else 0
         body = _codec.encode(_codec.exception_record(exc, message))
-        link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
+        span = trace.begin("send error", "rpc", t0=t0) if t0 and trace.RECORDING else None
+        try:
+            link.send(_codec.dumps_small([ERR, mid, {}]), body.header, body.buffers)
+        finally:
+            if span is not None:
+                self._trace_reply_sent(span, link, mid, body.nbytes, False)
+
+
+def _nbytes(msg: Message) -> int:
+    return len(msg.header) + sum(memoryview(b).nbytes for b in msg.buffers)

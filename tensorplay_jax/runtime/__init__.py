@@ -12,6 +12,7 @@ README's "Configuration" section) and the environment variables it lists.
 - ``device``: host arrays to ``jax.Array`` (``jax.device_put``), aligned host buffers.
 - ``init_method``: ``env://`` / ``tcp://``, RANK and WORLD_SIZE, SLURM, a world of one.
 - ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
+- ``trace``: the profiler's recorder (a flag, an event buffer, spans); ``tensorplay_jax.profiler``.
 
 Example:
     >>> from tensorplay_jax.runtime import settings
@@ -21,7 +22,7 @@ Example:
 
 import importlib
 
-__all__ = ["device", "ids", "init_method", "launch", "secret", "settings"]
+__all__ = ["device", "ids", "init_method", "launch", "secret", "settings", "trace"]
 
 
 def __getattr__(name: str):

@@ -18,6 +18,7 @@ returns. Point-to-point calls live in ``p2p``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -27,6 +28,7 @@ from tensorplay_jax.collectives.reduce_op import ReduceOp, check_op_dtype, norma
 from tensorplay_jax.distributed._pg import descriptor
 from tensorplay_jax.distributed._pg.group import ProcessGroup, resolve, world
 from tensorplay_jax.distributed._pg.work import Work
+from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.settings import PG_MAX_NDIM
 
 __all__ = [
@@ -101,6 +103,21 @@ def _done(result: Any, async_op: bool) -> Any:
     return Work.completed(result) if async_op else result
 
 
+def _call(fn: str, method: Callable[..., Any], x: Any, *args: Any) -> Any:
+    """The engine's ``method(x, *args)``; while profiling, in a span named after ``fn``.
+
+    The engines mark the part spent meeting the other ranks as a nested ``wait`` span
+    (descriptor exchange); the rest of the span is the transfer and the reduction.
+    """
+    if not trace.RECORDING:
+        return method(x, *args)
+    span = trace.begin(f"pg.{fn}", "pg")
+    try:
+        return method(x, *args)
+    finally:
+        span.end(bytes=int(x.nbytes), shape=list(x.shape), dtype=str(x.dtype))
+
+
 # ----------------------------------------------------------------- collectives
 def all_reduce(
     tensor: Any,
@@ -130,7 +147,7 @@ def all_reduce(
     x = _array(fn, tensor)
     op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, reduce_op=op)
-    return _done(g.engine.all_reduce(x, op, d), async_op)
+    return _done(_call(fn, g.engine.all_reduce, x, op, d), async_op)
 
 
 def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None, async_op: bool = False):
@@ -144,7 +161,7 @@ def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None, async_op
     x = _array(fn, tensor)
     s = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=s)
-    return _done(g.engine.broadcast(x, s, d), async_op)
+    return _done(_call(fn, g.engine.broadcast, x, s, d), async_op)
 
 
 def reduce(
@@ -165,7 +182,7 @@ def reduce(
     r = _root(fn, "dst", dst, g)
     op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, root=r, reduce_op=op)
-    return _done(g.engine.reduce(x, r, op, d), async_op)
+    return _done(_call(fn, g.engine.reduce, x, r, op, d), async_op)
 
 
 def all_gather(tensor: Any, group: ProcessGroup | None = None, async_op: bool = False):
@@ -178,7 +195,7 @@ def all_gather(tensor: Any, group: ProcessGroup | None = None, async_op: bool = 
     g = resolve(fn, group)
     x = _array(fn, tensor)
     d = _desc(fn, g, x)
-    return _done(g.engine.all_gather(x, d), async_op)
+    return _done(_call(fn, g.engine.all_gather, x, d), async_op)
 
 
 def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None, async_op: bool = False):
@@ -192,7 +209,7 @@ def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None, async_o
     x = _array(fn, tensor)
     r = _root(fn, "dst", dst, g)
     d = _desc(fn, g, x, root=r)
-    return _done(g.engine.gather(x, r, d), async_op)
+    return _done(_call(fn, g.engine.gather, x, r, d), async_op)
 
 
 def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None, async_op: bool = False):
@@ -209,7 +226,7 @@ def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None, async_
     _stacked(fn, x, g.size())
     r = _root(fn, "src", src, g)
     d = _desc(fn, g, x, root=r)
-    return _done(g.engine.scatter(x, r, d), async_op)
+    return _done(_call(fn, g.engine.scatter, x, r, d), async_op)
 
 
 def reduce_scatter(
@@ -229,7 +246,7 @@ def reduce_scatter(
     _stacked(fn, x, g.size())
     op = _reduce_op(fn, op, x)
     d = _desc(fn, g, x, reduce_op=op)
-    return _done(g.engine.reduce_scatter(x, op, d), async_op)
+    return _done(_call(fn, g.engine.reduce_scatter, x, op, d), async_op)
 
 
 def all_to_all(tensor: Any, group: ProcessGroup | None = None, async_op: bool = False):
@@ -243,7 +260,7 @@ def all_to_all(tensor: Any, group: ProcessGroup | None = None, async_op: bool = 
     x = _array(fn, tensor)
     _stacked(fn, x, g.size())
     d = _desc(fn, g, x)
-    return _done(g.engine.all_to_all(x, d), async_op)
+    return _done(_call(fn, g.engine.all_to_all, x, d), async_op)
 
 
 def _splits(fn: str, arg: str, sizes: Any, total: int, n: int) -> tuple[int, ...]:
@@ -295,7 +312,7 @@ def all_to_all_single(
         )
     outs = _splits(fn, "output_split_sizes", output_split_sizes, x.shape[0], n)
     d = _desc(fn, g, x, in_splits=ins, out_splits=outs)
-    return _done(g.engine.all_to_all_single(x, d), async_op)
+    return _done(_call(fn, g.engine.all_to_all_single, x, d), async_op)
 
 
 def _check_dtype(fn: str, out: Any, x: Any) -> None:
@@ -342,7 +359,7 @@ def all_gather_into_tensor(
         )
     _check_dtype(fn, out, x)
     x = x.reshape(1) if x.ndim == 0 else x  # gathered as (N, 1): the same bytes as (N,)
-    y = g.engine.all_gather(x, _desc("all_gather", g, x))
+    y = _call("all_gather", g.engine.all_gather, x, _desc("all_gather", g, x))
     return _done(y.reshape(out.shape), async_op)
 
 
@@ -384,5 +401,11 @@ def reduce_scatter_tensor(
     _check_dtype(fn, out, x)
     x = x.reshape(stacked)
     op = _reduce_op(fn, op, x)
-    y = g.engine.reduce_scatter(x, op, _desc("reduce_scatter", g, x, reduce_op=op))
+    y = _call(
+        "reduce_scatter",
+        g.engine.reduce_scatter,
+        x,
+        op,
+        _desc("reduce_scatter", g, x, reduce_op=op),
+    )
     return _done(y, async_op)

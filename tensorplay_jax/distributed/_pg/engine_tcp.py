@@ -52,7 +52,7 @@ import numpy as np
 from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.distributed._pg import descriptor, kv
 from tensorplay_jax.distributed._pg.engine_shm import ShmEngine, _bounds, _on_host
-from tensorplay_jax.runtime import handshake
+from tensorplay_jax.runtime import handshake, trace
 from tensorplay_jax.runtime.address import local_address
 from tensorplay_jax.runtime.device import aligned_empty
 
@@ -331,12 +331,14 @@ class TcpEngine:
         descs = np.empty((self.n, self.dlen), np.int64)
         descs[self.me] = desc
         mine = _raw(descs[self.me])
-        self._exchange(
-            fn,
-            deadline,
-            {j: mine for j in self.peers},
-            {j: _raw(descs[j]) for j in self.peers},
-        )
+        # Meeting the others is a profile's wait; the rest is the transfer.
+        with trace.span(f"wait {fn}", "pg") if trace.RECORDING else contextlib.nullcontext():
+            self._exchange(
+                fn,
+                deadline,
+                {j: mine for j in self.peers},
+                {j: _raw(descs[j]) for j in self.peers},
+            )
         err = descriptor.check(fn, descs, self.ranks)
         if err:
             raise ValueError(err)

@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
 from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.device import to_device
 
 __all__ = ["XlaEngine"]
@@ -203,7 +204,11 @@ class XlaEngine:
         return (x.reshape(1), True) if x.ndim == 0 else (x, False)
 
     def _go(self, fn: str, desc: np.ndarray, x, *static) -> jax.Array:
-        self.exchange(fn, desc)
+        if trace.RECORDING:  # meeting the others is the wait; the rest is the transfer
+            with trace.span(f"wait {fn}", "pg"):
+                self.exchange(fn, desc)
+        else:
+            self.exchange(fn, desc)
         xd, scalar = self._lift(x)
         y = self.run(fn, xd, *static)
         return y.reshape(()) if scalar else y

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime import settings, trace
 from tensorplay_jax.runtime.settings import (
     PG_LIVENESS_CHECK_S,
     PG_SHM_MAX_SLEEP_S,
@@ -236,9 +236,16 @@ class TickBarrier:
           WaitTimeout: the deadline passed; the message names the missing ranks.
           PeerDied: a missing rank's process has exited.
         """
-        ticks = self.ticks
-        if ticks.min() >= tick:
+        if self.ticks.min() >= tick:
             return
+        if not trace.RECORDING:
+            self._wait(tick, deadline, what)
+            return
+        with trace.span(f"wait {what}", "pg"):  # the profiler's wait, beside the transfer
+            self._wait(tick, deadline, what)
+
+    def _wait(self, tick: int, deadline: float, what: str) -> None:
+        ticks = self.ticks
         start = time.monotonic()
         next_check = start + PG_LIVENESS_CHECK_S
         sleep = 0.0

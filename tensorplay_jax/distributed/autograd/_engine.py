@@ -43,6 +43,7 @@ from tensorplay_jax.rpc import Future, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc.functions import async_execution
 from tensorplay_jax.rpc.internal import current_caller, internal_target, not_initialized
+from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.ids import PASS_ID
 from tensorplay_jax.tensors import Tensor
 
@@ -129,10 +130,13 @@ class _Task:
             outgoing: dict[int, list[Item]] = {}
             prev = getattr(_tls, "outgoing", None)
             _tls.outgoing = outgoing
+            span = trace.begin("dist_autograd: local", "autograd") if trace.RECORDING else None
             try:
                 run_backward(roots, grads, retain_graph=True, accumulate=self.accumulate)
             finally:
                 _tls.outgoing = prev
+                if span is not None:
+                    span.end(context_id=self.ctx.context_id, sends=sorted(outgoing))
             local = outgoing.pop(self.me, None)
             for dest, items in outgoing.items():
                 if dest == self.reply_to:
@@ -250,7 +254,11 @@ def _apply_gradients(
         fut: Future[list[Item]] = Future()
         fut.set_exception(err)
         return fut
-    task.start_items(items)
+    if trace.RECORDING:  # this worker's share of the pass (it may reply before it ends)
+        with trace.span("dist_autograd: apply gradients", "autograd", context_id=context_id):
+            task.start_items(items)
+    else:
+        task.start_items(items)
     return task.done
 
 
@@ -310,10 +318,15 @@ def run_pass(
 ) -> None:
     """One whole distributed backward pass from ``roots`` (with cotangents ``grads``), here."""
     pass_id = PASS_ID.pack(get_worker_info().id, next(_pass_ids))
-    task = _Task(ctx, pass_id, retain_graph, None, accumulate)
-    task.start(roots, grads)
-    task.run_inline()
-    task.done.wait()
+    span = trace.begin("dist_autograd.backward", "autograd") if trace.RECORDING else None
+    try:
+        task = _Task(ctx, pass_id, retain_graph, None, accumulate)
+        task.start(roots, grads)
+        task.run_inline()
+        task.done.wait()
+    finally:
+        if span is not None:
+            span.end(context_id=ctx.context_id, pass_id=pass_id)
     if not retain_graph:
         ctx.end_pass()
 

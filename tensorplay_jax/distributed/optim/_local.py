@@ -11,6 +11,7 @@ import optax
 
 from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.rpc import RRef
+from tensorplay_jax.runtime import trace
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["LocalOptimizer", "new_local_optimizer", "local_step"]
@@ -82,4 +83,5 @@ def local_step(opt_rref: RRef[LocalOptimizer], context_id: int) -> int:
     from tensorplay_jax.distributed import autograd as dist_autograd
 
     grads = dist_autograd.get_gradients(context_id)
-    return opt_rref.local_value().step(grads)
+    with trace.span("DistributedOptimizer.step (owner)", "optim", context_id=context_id):
+        return opt_rref.local_value().step(grads)

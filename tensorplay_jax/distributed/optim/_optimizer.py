@@ -10,6 +10,7 @@ import optax
 
 from tensorplay_jax.distributed.optim import _local
 from tensorplay_jax.rpc import RRef, WorkerInfo, rpc_async
+from tensorplay_jax.runtime import trace
 
 __all__ = ["DistributedOptimizer"]
 
@@ -125,11 +126,17 @@ class DistributedOptimizer:
                 f"DistributedOptimizer.step: context_id must be the int from "
                 f"dist_autograd.context(), got {context_id!r}"
             )
-        futs = [
-            (owner, rpc_async(owner, _local.local_step, args=(ref, context_id)))
-            for owner, ref in self.remote_optimizers
-        ]
-        _gather(futs, "running optimizer")
+        span = trace.begin("DistributedOptimizer.step", "optim") if trace.RECORDING else None
+        try:
+            futs = [
+                (owner, rpc_async(owner, _local.local_step, args=(ref, context_id)))
+                for owner, ref in self.remote_optimizers
+            ]
+            _gather(futs, "running optimizer")
+        finally:
+            if span is not None:
+                owners = [o.name for o, _ in self.remote_optimizers]
+                span.end(context_id=context_id, owners=owners)
 
     def __repr__(self) -> str:
         owners = ", ".join(o.name for o, _ in self.remote_optimizers)

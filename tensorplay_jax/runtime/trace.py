@@ -1,0 +1,277 @@
+"""The recorder under ``tensorplay_jax.profiler``: one flag, one event buffer, spans.
+
+Every layer records through this module (``rpc/`` may import only
+``runtime/``), and ``tensorplay_jax.profiler`` turns it on, collects the
+buffers of every worker and writes them out as one Chrome-trace file.
+
+Cheap when off: a hot path tests the module attribute :data:`RECORDING` once
+(``if trace.RECORDING:``) and does nothing else; only when it is true does it
+take times and build an event. While recording, each :func:`begin` span is
+also a ``jax.profiler.TraceAnnotation``, so a ``jax.profiler.trace`` run shows
+the same spans among XLA's.
+
+An event is one tuple per span, ``(name, cat, t0_ns, dur_ns, tid, args,
+flow_in, flow_out, call)``, in this process's wall clock (``time.time_ns``):
+``flow_in``/``flow_out`` are the ids of the arrows that end or start at the
+span (a request's send to its serve, a reply back), or None; ``call`` is 1 on
+the span that sends an RPC (the caller's call, an async span, opens with the
+id ``flow_out``), -1 on the span that receives its reply (it closes, with the
+id of ``flow_in`` less its reply bit), else 0. One allocation per span keeps
+the recorder light on the garbage collector; ``tensorplay_jax.profiler``
+expands them into Chrome's events.
+
+Start-up phases (``init_rpc``'s rendezvous, the launcher) happen before anyone
+can turn recording on, so :func:`startup` keeps them always, in a short list
+of their own, and :func:`drain` hands them over with the first trace.
+
+Example:
+    >>> from tensorplay_jax.runtime import trace
+    >>> trace.RECORDING
+    False
+    >>> trace.start()
+    >>> with trace.span("step", "user", n=1):
+    ...     pass
+    >>> trace.stop()
+    >>> [(e[0], e[1], e[5]) for e in trace.drain() if e[1] == "user"]
+    [('step', 'user', {'n': 1})]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "RECORDING",
+    "Span",
+    "begin",
+    "clear",
+    "drain",
+    "flow_id",
+    "now",
+    "span",
+    "start",
+    "startup",
+    "stop",
+    "thread_names",
+]
+
+#: True while this process records. Hot paths test it once per event; only
+#: :func:`start` and :func:`stop` change it.
+RECORDING = False
+
+# (name, cat, t0_ns, dur_ns, tid, args, flow_in, flow_out, call): see the module docstring
+Event = tuple[str, str, int, int, int, Any, int | None, int | None, int]
+
+_events: list[Event] = []  # list.append is atomic: no lock on the recording path
+_startup: list[Event] = []  # start-up phases, kept whether recording or not
+_STARTUP_MAX = 256
+_names: dict[int, str] = {}  # native thread id -> thread name, of threads that recorded
+_annotation: Any = None  # jax.profiler.TraceAnnotation, imported by start()
+_lock = threading.Lock()
+
+_now = time.time_ns
+_tls = threading.local()  # .tid: this thread's native id (a system call to read afresh)
+
+
+def _new_thread() -> int:
+    tid = _tls.tid = threading.get_native_id()
+    _names[tid] = threading.current_thread().name
+    return tid
+
+
+def _tid() -> int:
+    try:
+        return _tls.tid
+    except AttributeError:
+        return _new_thread()
+
+
+def now() -> int:
+    """The recorder's clock: this process's wall clock in ns (``time.time_ns``).
+
+    Example:
+        >>> now() > 0
+        True
+    """
+    return _now()
+
+
+def flow_id(rank: int, message_id: int, reply: bool = False) -> int:
+    """The job-unique id of the arrow of request ``message_id`` sent by ``rank`` (or its reply).
+
+    Example:
+        >>> flow_id(2, 7) != flow_id(2, 7, reply=True) != flow_id(1, 7)
+        True
+    """
+    # 53 bits, so that JSON readers (JavaScript numbers) keep it exact: 12 for the rank,
+    # 40 for the message id, 1 for the direction.
+    return ((rank & 0xFFF) << 41) | ((message_id & (2**40 - 1)) << 1) | int(reply)
+
+
+class Span:
+    """An open span; :meth:`end` records it (with flows and arguments) and closes its annotation.
+
+    Example:
+        >>> start()
+        >>> s = begin("encode", "rpc")
+        >>> s.end(flow_out=5, bytes=10)
+        >>> stop()
+        >>> [e[5:] for e in drain() if e[0] == "encode"]
+        [({'bytes': 10}, None, 5, 0)]
+    """
+
+    __slots__ = ("_ann", "cat", "flow_in", "name", "t0", "tid")
+
+    def __init__(
+        self, name: str, cat: str, flow_in: int | None = None, t0: int | None = None
+    ) -> None:
+        self.name, self.cat, self.flow_in = name, cat, flow_in
+        try:
+            self.tid = _tls.tid
+        except AttributeError:
+            self.tid = _new_thread()
+        ann = _annotation
+        self._ann = None
+        if ann is not None:
+            try:
+                self._ann = ann(name)
+                self._ann.__enter__()
+            except Exception:  # a profiler that cannot annotate still records
+                self._ann = None
+        self.t0 = _now() if t0 is None else t0
+
+    def end(self, flow_out: int | None = None, call: int = 0, **args: Any) -> None:
+        """Record the span from its start until now; ``flow_out`` starts an arrow from it.
+
+        ``call=1`` marks an RPC's send (its async span opens here), ``call=-1`` the
+        receipt of its reply (it closes): see the module docstring.
+        """
+        t1 = _now()
+        if self._ann is not None:
+            with contextlib.suppress(Exception):
+                self._ann.__exit__(None, None, None)
+            self._ann = None
+        if RECORDING:
+            t0 = self.t0
+            _events.append(
+                (self.name, self.cat, t0, t1 - t0, self.tid, args, self.flow_in, flow_out, call)
+            )
+
+
+def begin(name: str, cat: str, flow_in: int | None = None, t0: int | None = None) -> Span:
+    """Open a span on this thread (call only while :data:`RECORDING`; end it on this thread).
+
+    ``t0`` (``time.time_ns()``) backdates it: work that may raise before the span can
+    be named (encoding) is timed without leaving a jax annotation open if it does.
+
+    Example:
+        >>> start(); begin("x", "user").end(); stop(); len(drain()) > 0
+        True
+    """
+    return Span(name, cat, flow_in, t0)
+
+
+@contextlib.contextmanager
+def span(name: str, cat: str, **args: Any) -> Iterator[None]:
+    """A span around a block; nothing at all when not recording.
+
+    Example:
+        >>> with span("nothing", "user"):
+        ...     pass
+        >>> [e for e in drain() if e[0] == "nothing"]
+        []
+    """
+    if not RECORDING:
+        yield
+        return
+    s = Span(name, cat)
+    try:
+        yield
+    finally:
+        s.end(**args)
+
+
+def startup(name: str, t0: int, t1: int, **args: Any) -> None:
+    """Keep a start-up phase (from ``t0`` to ``t1``, ``time.time_ns``), recording or not.
+
+    Example:
+        >>> import time
+        >>> t = time.time_ns(); startup("rendezvous", t, t + 1000)
+        >>> any(e[0] == "rendezvous" for e in drain())
+        True
+    """
+    if len(_startup) < _STARTUP_MAX:
+        _startup.append((name, "startup", t0, t1 - t0, _tid(), args, None, None, 0))
+
+
+def start() -> None:
+    """Turn recording on in this process (idempotent).
+
+    Example:
+        >>> from tensorplay_jax.runtime import trace
+        >>> start(); trace.RECORDING
+        True
+        >>> stop(); trace.RECORDING
+        False
+    """
+    global RECORDING, _annotation
+    if _annotation is None:
+        try:
+            from jax.profiler import TraceAnnotation
+
+            _annotation = TraceAnnotation
+        except Exception:  # pragma: no cover - JAX is a dependency; spans still record
+            _annotation = None
+    RECORDING = True
+
+
+def stop() -> None:
+    """Turn recording off in this process; what was recorded stays for :func:`drain`."""
+    global RECORDING
+    RECORDING = False
+
+
+def drain() -> list[Event]:
+    """Take every event recorded so far (and the start-up phases not taken yet).
+
+    Example:
+        >>> isinstance(drain(), list)
+        True
+    """
+    global _events
+    with _lock:
+        taken, _events = _events, []
+        taken = _startup + taken
+        _startup.clear()
+    return taken
+
+
+def clear() -> None:
+    """Drop the events recorded so far; start-up phases not taken yet stay.
+
+    Example:
+        >>> start(); begin("old", "user").end(); stop(); clear()
+        >>> [e for e in drain() if e[0] == "old"]
+        []
+    """
+    global _events
+    with _lock:
+        _events = []
+
+
+def thread_names() -> dict[int, str]:
+    """Native thread id -> name, for every thread that recorded or is alive now.
+
+    Example:
+        >>> threading.get_native_id() in thread_names()
+        True
+    """
+    names = dict(_names)
+    for t in threading.enumerate():
+        if t.native_id is not None:
+            names[t.native_id] = t.name
+    return names
