@@ -394,7 +394,7 @@ class Agent(Serving, Shutdown):
             link.send(env, enc.header, enc.buffers)
         finally:
             if span is not None:  # the arrow to the serve, and the caller's call, start here
-                span.end(trace.flow_id(self.rank, mid), 1, to=to.name, bytes=enc.nbytes)
+                span.close(trace.flow_id(self.rank, mid), 1, ("to", to.name, "bytes", enc.nbytes))
         return fut
 
     def _trace_send(self, pend: _Pending, t0: int) -> trace.Span:

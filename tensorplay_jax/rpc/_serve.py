@@ -189,7 +189,7 @@ class Serving:
         except BaseException as e:
             pend.fut._try_set_exception(e)
         if span is not None:
-            span.end(None, -1, **{"from": pend.to.name, "bytes": _nbytes(msg), "ok": kind == OK})
+            span.close(None, -1, ("from", pend.to.name, "bytes", _nbytes(msg), "ok", kind == OK))
 
     def _on_request(
         self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
@@ -220,7 +220,7 @@ class Serving:
                 else:
                     self.rrefs.del_fork(extra[0], extra[1], sender=caller)
                 if span is not None:
-                    span.end(**{"from": caller.name, "kind": KIND_NAMES[kind]})
+                    span.close(None, 0, ("from", caller.name, "kind", KIND_NAMES[kind]))
                 self._send_ok(link, mid, None, {})
                 self._done_serving()
                 return
@@ -303,7 +303,7 @@ class Serving:
         finally:
             self._done_serving()
             if span is not None:
-                span.end(**{"from": caller.name, "kind": info.kind, "bytes": _nbytes(msg)})
+                span.close(None, 0, ("from", caller.name, "kind", info.kind, "bytes", _nbytes(msg)))
 
     def _trace_serve(self, info: Any, t0: int) -> trace.Span:
         name = f"serve {TRACE_NAMES[info.kind]} {info.func_name}"
@@ -351,7 +351,7 @@ class Serving:
     def _trace_reply_sent(self, span: Any, link: Link, mid: int, nbytes: int, ok: bool) -> None:
         """End a recorded reply's span; the arrow back to the caller starts here."""
         flow = trace.flow_id(self._peer_info(link.peer).id, mid, reply=True)
-        span.end(flow, to=link.peer, bytes=nbytes, ok=ok)
+        span.close(flow, 0, ("to", link.peer, "bytes", nbytes, "ok", ok))
 
     def _send_error(self, link: Link, mid: int, exc: BaseException, fname: str) -> None:
         tb = "".join(traceback.format_exception(exc)).rstrip()
@@ -370,4 +370,7 @@ class Serving:
 
 
 def _nbytes(msg: Message) -> int:
-    return len(msg.header) + sum(memoryview(b).nbytes for b in msg.buffers)
+    n = len(msg.header)
+    for b in msg.buffers:
+        n += b.nbytes if isinstance(b, memoryview) else memoryview(b).nbytes
+    return n

@@ -6,9 +6,10 @@ buffers of every worker and writes them out as one Chrome-trace file.
 
 Cheap when off: a hot path tests the module attribute :data:`RECORDING` once
 (``if trace.RECORDING:``) and does nothing else; only when it is true does it
-take times and build an event. While recording, each :func:`begin` span is
-also a ``jax.profiler.TraceAnnotation``, so a ``jax.profiler.trace`` run shows
-the same spans among XLA's.
+take times and build an event. While recording and while a
+``jax.profiler.trace`` runs, each :func:`begin` span is also a
+``jax.profiler.TraceAnnotation``, so that trace shows the same spans among
+XLA's (outside one, an annotation would cost more than the rest of the span).
 
 An event is one tuple per span, ``(name, cat, t0_ns, dur_ns, tid, args,
 flow_in, flow_out, call)``, in this process's wall clock (``time.time_ns``):
@@ -16,8 +17,10 @@ flow_in, flow_out, call)``, in this process's wall clock (``time.time_ns``):
 span (a request's send to its serve, a reply back), or None; ``call`` is 1 on
 the span that sends an RPC (the caller's call, an async span, opens with the
 id ``flow_out``), -1 on the span that receives its reply (it closes, with the
-id of ``flow_in`` less its reply bit), else 0. One allocation per span keeps
-the recorder light on the garbage collector; ``tensorplay_jax.profiler``
+id of ``flow_in`` less its reply bit), else 0. ``args`` is recorded as a
+flat ``(key, value, ...)`` tuple (or None) and handed out by :func:`drain` as
+a dict. One tuple of strings and numbers per span keeps the recorder light on
+the garbage collector, which untracks such tuples; ``tensorplay_jax.profiler``
 expands them into Chrome's events.
 
 Start-up phases (``init_rpc``'s rendezvous, the launcher) happen before anyone
@@ -42,6 +45,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 __all__ = [
@@ -71,6 +75,7 @@ _startup: list[Event] = []  # start-up phases, kept whether recording or not
 _STARTUP_MAX = 256
 _names: dict[int, str] = {}  # native thread id -> thread name, of threads that recorded
 _annotation: Any = None  # jax.profiler.TraceAnnotation, imported by start()
+_annotating: Any = None  # its is_enabled: whether a jax.profiler trace is running
 _lock = threading.Lock()
 
 _now = time.time_ns
@@ -134,14 +139,8 @@ class Span:
             self.tid = _tls.tid
         except AttributeError:
             self.tid = _new_thread()
-        ann = _annotation
-        self._ann = None
-        if ann is not None:
-            try:
-                self._ann = ann(name)
-                self._ann.__enter__()
-            except Exception:  # a profiler that cannot annotate still records
-                self._ann = None
+        # A jax annotation only while a jax.profiler trace runs (is_enabled: one C call).
+        self._ann = _annotate(name) if _annotating is not None and _annotating() else None
         self.t0 = _now() if t0 is None else t0
 
     def end(self, flow_out: int | None = None, call: int = 0, **args: Any) -> None:
@@ -150,16 +149,35 @@ class Span:
         ``call=1`` marks an RPC's send (its async span opens here), ``call=-1`` the
         receipt of its reply (it closes): see the module docstring.
         """
+        self.close(flow_out, call, tuple(chain.from_iterable(args.items())) if args else None)
+
+    def close(self, flow_out: int | None, call: int, args: tuple | None) -> None:
+        """:meth:`end` for hot paths: ``args`` is a flat ``(key, value, key, value, ...)`` tuple.
+
+        An event holding only strings and numbers is left alone by the garbage
+        collector (a dict of arguments per event made recording cost twice as much).
+        """
         t1 = _now()
         if self._ann is not None:
-            with contextlib.suppress(Exception):
+            try:  # noqa: SIM105 - not contextlib.suppress: a hot path
                 self._ann.__exit__(None, None, None)
+            except Exception:  # pragma: no cover - a profiler that cannot annotate
+                pass
             self._ann = None
         if RECORDING:
             t0 = self.t0
             _events.append(
                 (self.name, self.cat, t0, t1 - t0, self.tid, args, self.flow_in, flow_out, call)
             )
+
+
+def _annotate(name: str) -> Any:
+    try:
+        ann = _annotation(name)
+        ann.__enter__()
+        return ann
+    except Exception:  # pragma: no cover - a profiler that cannot annotate still records
+        return None
 
 
 def begin(name: str, cat: str, flow_in: int | None = None, t0: int | None = None) -> Span:
@@ -205,7 +223,8 @@ def startup(name: str, t0: int, t1: int, **args: Any) -> None:
         True
     """
     if len(_startup) < _STARTUP_MAX:
-        _startup.append((name, "startup", t0, t1 - t0, _tid(), args, None, None, 0))
+        flat = tuple(chain.from_iterable(args.items())) if args else None
+        _startup.append((name, "startup", t0, t1 - t0, _tid(), flat, None, None, 0))
 
 
 def start() -> None:
@@ -218,14 +237,15 @@ def start() -> None:
         >>> stop(); trace.RECORDING
         False
     """
-    global RECORDING, _annotation
+    global RECORDING, _annotation, _annotating
     if _annotation is None:
         try:
             from jax.profiler import TraceAnnotation
 
             _annotation = TraceAnnotation
+            _annotating = getattr(TraceAnnotation, "is_enabled", lambda: True)
         except Exception:  # pragma: no cover - JAX is a dependency; spans still record
-            _annotation = None
+            _annotation = _annotating = None
     RECORDING = True
 
 
@@ -238,6 +258,8 @@ def stop() -> None:
 def drain() -> list[Event]:
     """Take every event recorded so far (and the start-up phases not taken yet).
 
+    Each event's arguments come back as a dict (recorded as a flat tuple).
+
     Example:
         >>> isinstance(drain(), list)
         True
@@ -247,7 +269,11 @@ def drain() -> list[Event]:
         taken, _events = _events, []
         taken = _startup + taken
         _startup.clear()
-    return taken
+    return [e if e[5] is None else (*e[:5], _args(e[5]), *e[6:]) for e in taken]
+
+
+def _args(flat: tuple) -> dict[str, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def clear() -> None:
