@@ -180,6 +180,7 @@ class Agent(Serving, Shutdown):
 
     def _start(self) -> None:
         t0 = time.time_ns()
+        trace.launch_phases(t0)  # kept for the profiler, as init_rpc's phases below are
         opts, (host, port) = self.options, self._store_addr
         # The secret comes from the launcher, the user or a local file; never the store.
         secret = job_secret(

@@ -30,6 +30,7 @@ from tensorplay_jax.runtime.secret import new_secret
 from tensorplay_jax.runtime.settings import (
     INSECURE_ENV,
     LAUNCH_KILL_GRACE_S,
+    LAUNCHED_NS_ENV,
     SECRET_ENV,
     SECRET_FILE_ENV,
 )
@@ -128,7 +129,7 @@ class WorkerProcesses:
         for cmd, env, rank in zip(cmds, envs, ranks, strict=True):
             p = subprocess.Popen(
                 list(cmd),
-                env=dict(env),
+                env={**env, LAUNCHED_NS_ENV: str(time.time_ns())},  # the profiler's start-up
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

@@ -93,6 +93,7 @@ SHM_SPIN_ENV = "TENSORPLAY_JAX_SHM_SPIN_S"
 SHM_NO_FUTEX_ENV = "TENSORPLAY_JAX_SHM_NO_FUTEX"
 LISTEN_ADDR_ENV = "TENSORPLAY_JAX_LISTEN_ADDR"
 SOCKET_IFNAME_ENV = "TENSORPLAY_JAX_SOCKET_IFNAME"
+LAUNCHED_NS_ENV = "TENSORPLAY_JAX_LAUNCHED_NS"
 SLURM_VARS = (
     "SLURM_PROCID",
     "SLURM_NTASKS",
@@ -158,6 +159,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SLURM_NTASKS_PER_NODE", "1", str, "SLURM: the launcher's --nproc default"),
     Setting(
         "PYTHONPATH", None, str, "rpc.spawn puts the package's root in front of it for its workers"
+    ),
+    Setting(
+        LAUNCHED_NS_ENV,
+        None,
+        int,
+        "set by the launcher (tensorplay_jax.run, rpc.spawn): when it started this worker "
+        "(ns since the epoch), for the profiler's start-up phases",
     ),
     # the job secret (runtime.secret)
     Setting(SECRET_ENV, None, str, "the job secret every connection proves; never empty"),

@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ __all__ = [
     "clear",
     "drain",
     "flow_id",
+    "launch_phases",
     "now",
     "span",
     "start",
@@ -79,6 +81,8 @@ _annotating: Any = None  # its is_enabled: whether a jax.profiler trace is runni
 _lock = threading.Lock()
 
 _now = time.time_ns
+_IMPORTED_NS = _now()  # this module's import: early in ``import tensorplay_jax``, after JAX's
+_launch_kept = False
 _tls = threading.local()  # .tid: this thread's native id (a system call to read afresh)
 
 
@@ -225,6 +229,31 @@ def startup(name: str, t0: int, t1: int, **args: Any) -> None:
     if len(_startup) < _STARTUP_MAX:
         flat = tuple(chain.from_iterable(args.items())) if args else None
         _startup.append((name, "startup", t0, t1 - t0, _tid(), flat, None, None, 0))
+
+
+def launch_phases(until: int) -> None:
+    """Keep this worker's start-up under a launcher (``tensorplay_jax.run``, ``rpc.spawn``).
+
+    The launcher passes the time it started the process; two phases are kept
+    (once): ``launch: start python, import jax`` (until this package's runtime
+    was imported) and ``launch: imports, script until init_rpc`` (until ``until``).
+    A process no launcher started keeps nothing.
+
+    Example:
+        >>> launch_phases(now())  # started by hand: nothing
+        >>> [e for e in drain() if e[0].startswith("launch:")]
+        []
+    """
+    global _launch_kept
+    from tensorplay_jax.runtime import settings
+
+    launched = settings.get_int(settings.LAUNCHED_NS_ENV)
+    if _launch_kept or launched is None or not launched <= _IMPORTED_NS <= until:
+        return
+    _launch_kept = True
+    os.environ.pop(settings.LAUNCHED_NS_ENV, None)  # not for processes this one starts
+    startup("launch: start python, import jax", launched, _IMPORTED_NS)
+    startup("launch: imports, script until init_rpc", _IMPORTED_NS, until)
 
 
 def start() -> None:
