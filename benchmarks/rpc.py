@@ -31,7 +31,6 @@ outside the timed loops. It prints the best round of each, and the cost.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import socket
@@ -85,26 +84,69 @@ def _measure(rpc_sync, rpc_async, wait_all, make, sizes, repeats, n_lat, n_pipe)
     return res
 
 
-def _overhead(rpc, profiler, make, rounds: int, n_lat: int, n_pipe: int) -> dict:
-    """Latency and calls/s with recording off and on, interleaved in the same workers."""
+def _block(rpc, x, n_lat: int, n_pipe: int) -> tuple[float, float]:
+    """One timed block: rpc_sync latency (us) over n_lat calls, then pipelined calls/s."""
+    t = time.perf_counter()
+    for _ in range(n_lat):
+        rpc.rpc_sync("w1", echo, (x,))
+    lat = (time.perf_counter() - t) / n_lat * 1e6
+    t = time.perf_counter()
+    rpc.wait_all([rpc.rpc_async("w1", echo, (x,)) for _ in range(n_pipe)])
+    return lat, n_pipe / (time.perf_counter() - t)
+
+
+def _span_cost_us(trace, n: int = 20_000) -> float:
+    """What recording one RPC span costs this process (us), alone: begin, then close."""
+    trace.start()
+    t = time.perf_counter()
+    for i in range(n):
+        trace.begin("send call echo", "rpc").close(i, 1, ("to", "w1", "bytes", 100))
+    cost = (time.perf_counter() - t) / n * 1e6
+    trace.stop()
+    trace.clear()
+    return cost
+
+
+def _overhead(rpc, profiler, make, pairs: int, n_lat: int, n_pipe: int) -> dict:
+    """Recording off vs on in the same workers: ``pairs`` adjacent off/on blocks, order alternating.
+
+    This machine's noise between two identical blocks is +-25%, so each on block is
+    compared with the off block beside it and the median of those ratios is the cost;
+    the best block of each mode is reported too.
+    """
+    from tensorplay_jax.runtime import trace
+
     x = make(4)
     for _ in range(200):
         rpc.rpc_sync("w1", echo, (x,))
-    res: dict = {"off": {}, "on": {}}
-    for r in range(rounds):
+    got: dict = {"off": [], "on": []}
+    spans = 0
+    for r in range(pairs):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            with profiler.trace() if mode == "on" else contextlib.nullcontext():
-                t = time.perf_counter()
-                for _ in range(n_lat):
-                    rpc.rpc_sync("w1", echo, (x,))
-                lat = (time.perf_counter() - t) / n_lat * 1e6
-                t = time.perf_counter()
-                rpc.wait_all([rpc.rpc_async("w1", echo, (x,)) for _ in range(n_pipe)])
-                cps = n_pipe / (time.perf_counter() - t)
-            got = res[mode]
-            got["latency_us"] = min(got.get("latency_us", float("inf")), lat)
-            got["calls_per_s"] = max(got.get("calls_per_s", 0.0), cps)
-    return res
+            if mode == "off":
+                got["off"].append(_block(rpc, x, n_lat, n_pipe))
+                continue
+            with profiler.trace() as t:
+                got["on"].append(_block(rpc, x, n_lat, n_pipe))
+            spans = sum(e["ph"] == "X" and e["cat"] == "rpc" for e in t.document["traceEvents"])
+    lat_ratio = sorted(on[0] / off[0] for off, on in zip(got["off"], got["on"], strict=True))
+    cps_ratio = sorted(off[1] / on[1] for off, on in zip(got["off"], got["on"], strict=True))
+    return {
+        "off": {
+            "latency_us": min(b[0] for b in got["off"]),
+            "calls_per_s": max(b[1] for b in got["off"]),
+        },
+        "on": {
+            "latency_us": min(b[0] for b in got["on"]),
+            "calls_per_s": max(b[1] for b in got["on"]),
+        },
+        "median_cost": {
+            "latency_us": lat_ratio[pairs // 2] - 1,
+            "calls_per_s": cps_ratio[pairs // 2] - 1,
+        },
+        "spans_per_call": spans / (n_lat + n_pipe),
+        "span_us": _span_cost_us(trace),
+    }
 
 
 def worker(
@@ -143,7 +185,7 @@ def worker(
                 return np.ones(n, dtype=np.float32)
 
             if profile:
-                res = _overhead(rpc, profiler, make, 2 * repeats, n_lat, n_pipe)
+                res = _overhead(rpc, profiler, make, 6 * repeats, n_lat // 2, n_pipe // 2)
             else:
                 res = _measure(
                     rpc.rpc_sync, rpc.rpc_async, rpc.wait_all, make, sizes, repeats, n_lat, n_pipe
@@ -193,11 +235,18 @@ def main() -> None:
     a = ap.parse_args()
     if a.profile:
         res = run("ours", a.sizes, a.repeats, a.transport, True)
-        print(f"{'metric':<14}{'off':>10}{'on':>10}{'cost':>8}  target")
+        print(
+            f"{'metric':<14}{'best off':>10}{'best on':>10}{'cost (median of pairs)':>24}  target"
+        )
         for k in ("latency_us", "calls_per_s"):
-            off, on = res["off"][k], res["on"][k]
-            cost = on / off - 1 if k == "latency_us" else off / on - 1
-            print(f"{k:<14}{off:>10,.0f}{on:>10,.0f}{cost:>+8.1%}  <= +10%")
+            off, on, cost = res["off"][k], res["on"][k], res["median_cost"][k]
+            print(f"{k:<14}{off:>10,.0f}{on:>10,.0f}{cost:>+24.1%}  <= +10%")
+        per_call = res["spans_per_call"] * res["span_us"]
+        print(
+            f"recorder alone: {res['spans_per_call']:.2f} spans per call (both workers) x "
+            f"{res['span_us']:.2f} us = {per_call:.1f} us per call "
+            f"({per_call / res['off']['latency_us']:.1%} of the best off latency)"
+        )
         return
     results = {}
     for impl in ("ours", "torch"):

@@ -11,17 +11,17 @@ take times and build an event. While recording and while a
 ``jax.profiler.TraceAnnotation``, so that trace shows the same spans among
 XLA's (outside one, an annotation would cost more than the rest of the span).
 
-An event is one tuple per span, ``(name, cat, t0_ns, dur_ns, tid, args,
+:func:`drain` hands out one tuple per span, ``(name, cat, t0_ns, dur_ns, tid, args,
 flow_in, flow_out, call)``, in this process's wall clock (``time.time_ns``):
 ``flow_in``/``flow_out`` are the ids of the arrows that end or start at the
 span (a request's send to its serve, a reply back), or None; ``call`` is 1 on
 the span that sends an RPC (the caller's call, an async span, opens with the
 id ``flow_out``), -1 on the span that receives its reply (it closes, with the
-id of ``flow_in`` less its reply bit), else 0. ``args`` is recorded as a
-flat ``(key, value, ...)`` tuple (or None) and handed out by :func:`drain` as
-a dict. One tuple of strings and numbers per span keeps the recorder light on
-the garbage collector, which untracks such tuples; ``tensorplay_jax.profiler``
-expands them into Chrome's events.
+id of ``flow_in`` less its reply bit), else 0; ``args`` is a dict or None.
+While recording they are kept flat, in one list of strings and numbers, so
+that recording allocates nothing the garbage collector has to look at (with
+JAX loaded, each collection also runs XLA's own: that, not the recording, was
+most of its cost); ``tensorplay_jax.profiler`` expands them into Chrome's events.
 
 Start-up phases (``init_rpc``'s rendezvous, the launcher) happen before anyone
 can turn recording on, so :func:`startup` keeps them always, in a short list
@@ -72,7 +72,12 @@ RECORDING = False
 # (name, cat, t0_ns, dur_ns, tid, args, flow_in, flow_out, call): see the module docstring
 Event = tuple[str, str, int, int, int, Any, int | None, int | None, int]
 
-_events: list[Event] = []  # list.append is atomic: no lock on the recording path
+# Recorded spans, flat: per span its 8 fields (Event's, less args), the number of
+# argument items, then the items (key, value, ...). One list.extend per span is atomic
+# (no lock on the recording path) and leaves no new object for the garbage collector:
+# an event tuple per span made the collector run, and promote in-flight RPC state,
+# often enough to cost more than the recording itself.
+_events: list[Any] = []
 _startup: list[Event] = []  # start-up phases, kept whether recording or not
 _STARTUP_MAX = 256
 _names: dict[int, str] = {}  # native thread id -> thread name, of threads that recorded
@@ -170,9 +175,8 @@ class Span:
             self._ann = None
         if RECORDING:
             t0 = self.t0
-            _events.append(
-                (self.name, self.cat, t0, t1 - t0, self.tid, args, self.flow_in, flow_out, call)
-            )
+            head = (self.name, self.cat, t0, t1 - t0, self.tid, self.flow_in, flow_out, call)
+            _events.extend((*head, len(args), *args) if args else (*head, 0))
 
 
 def _annotate(name: str) -> Any:
@@ -295,10 +299,17 @@ def drain() -> list[Event]:
     """
     global _events
     with _lock:
-        taken, _events = _events, []
-        taken = _startup + taken
+        flat, _events = _events, []
+        taken = list(_startup)
         _startup.clear()
-    return [e if e[5] is None else (*e[:5], _args(e[5]), *e[6:]) for e in taken]
+    taken = [e if e[5] is None else (*e[:5], _args(e[5]), *e[6:]) for e in taken]
+    i, n = 0, len(flat)
+    while i + 9 <= n:
+        name, cat, t0, dur, tid, flow_in, flow_out, call, k = flat[i : i + 9]
+        args = _args(tuple(flat[i + 9 : i + 9 + k])) if k else None
+        taken.append((name, cat, t0, dur, tid, args, flow_in, flow_out, call))
+        i += 9 + k
+    return taken
 
 
 def _args(flat: tuple) -> dict[str, Any]:
