@@ -26,6 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="ps: trainers update at once (Hogwild-style; no parity check)",
     )
+    p.add_argument(
+        "--profile",
+        metavar="TRACE.json",
+        help="ps: record the training on every worker into this Perfetto / Chrome-trace file",
+    )
     a = p.parse_args(argv)
     if a.demo == "collectives":
         from tensorplay_jax.demo import _collectives
@@ -43,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hidden=a.hidden,
         seed=a.seed,
         asynchronous=a.asynchronous,
+        profile=a.profile,
     )
     return 0 if ok else 1
 

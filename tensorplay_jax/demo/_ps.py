@@ -17,6 +17,7 @@ it reports accuracy only.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -134,6 +135,7 @@ def run(
     hidden: int = 64,
     seed: int = 0,
     asynchronous: bool = False,
+    profile: str | None = None,
 ) -> bool:
     """Train on the digits with a parameter server and two trainers; True if the parity check holds.
 
@@ -144,8 +146,11 @@ def run(
       hidden: hidden units of the two-layer model.
       seed: data split, batch order and initialisation.
       asynchronous: let the trainers run at once (no parity check then).
+      profile: record the training on every worker into this Chrome-trace / Perfetto
+        file (``tensorplay_jax.profiler``) and print its summary table.
     """
     global _turns
+    from tensorplay_jax import profiler
     from tensorplay_jax.distributed import rpc
     from tensorplay_jax.distributed.nn import RemoteModule
     from tensorplay_jax.distributed.optim import DistributedOptimizer
@@ -182,15 +187,21 @@ def run(
 
         _turns = _Turns(len(batches), ordered=not asynchronous)
         t_train = time.perf_counter()
-        futs = []
-        for t in range(TRAINERS):
-            mine = [(k, b) for k, b in enumerate(batches) if k % TRAINERS == t]
-            futs.append(
-                rpc.rpc_async(f"trainer{t + 1}", train, args=(model, opt, mine, seed), timeout=0)
-            )
-        rpc.wait_all(futs)
+        with profiler.trace(profile) if profile else contextlib.nullcontext() as tr:
+            futs = []
+            for t in range(TRAINERS):
+                mine = [(k, b) for k, b in enumerate(batches) if k % TRAINERS == t]
+                futs.append(
+                    rpc.rpc_async(
+                        f"trainer{t + 1}", train, args=(model, opt, mine, seed), timeout=0
+                    )
+                )
+            rpc.wait_all(futs)
         _turns.bar.close()
         train_s = time.perf_counter() - t_train
+        if tr is not None:
+            print(tr.summary().table(top=15))
+            print(f"trace of every worker written to {profile} (open it in ui.perfetto.dev)")
 
         with tp.no_grad():
             logits = model(tp.tensor(data.x_test))

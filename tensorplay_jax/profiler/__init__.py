@@ -8,7 +8,10 @@ per thread, clocks aligned (offsets measured when the trace starts), and flow
 arrows from each RPC's send to its serve and from its reply back. Every span is
 also a ``jax.profiler.TraceAnnotation``, so a ``jax.profiler.trace`` run shows
 them among XLA's. :meth:`trace.summary` is the table (calls, total, mean and
-p99 time, bytes per worker and span), like tensorplay's ``key_averages()``.
+p99 time, bytes per worker and span), like tensorplay's ``key_averages()``;
+:func:`plot` (or :meth:`trace.plot`) draws the timeline with matplotlib, in a
+notebook or on a host with no browser, and ``python -m tensorplay_jax.profiler
+FILE`` prints a saved trace's table (``--plot out.png`` draws it).
 
 What is recorded: RPC sends, serves and replies (``call``/``remote``/
 ``to_here``/``rref_delete``, with function names and payload bytes; the
@@ -39,13 +42,23 @@ from typing import Any
 
 from tensorplay_jax.profiler._chrome import WorkerEvents as WorkerEvents
 from tensorplay_jax.profiler._chrome import merge as merge
+from tensorplay_jax.profiler._plot import plot as plot
 from tensorplay_jax.profiler._session import trace as trace
 from tensorplay_jax.profiler._summary import Row as Row
 from tensorplay_jax.profiler._summary import Summary as Summary
 from tensorplay_jax.profiler._summary import summarize as summarize
 from tensorplay_jax.runtime import trace as _recorder
 
-__all__ = ["Row", "Summary", "WorkerEvents", "merge", "record_function", "summarize", "trace"]
+__all__ = [
+    "Row",
+    "Summary",
+    "WorkerEvents",
+    "merge",
+    "plot",
+    "record_function",
+    "summarize",
+    "trace",
+]
 
 
 @contextlib.contextmanager

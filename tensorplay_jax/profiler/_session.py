@@ -172,6 +172,14 @@ class trace:  # a context manager named like the function users call
             raise RuntimeError("profiler.trace.summary: the trace has not stopped yet")
         return summarize(self.document)
 
+    def plot(self, **kwargs: Any) -> Any:
+        """Draw the merged trace with matplotlib (see :func:`tensorplay_jax.profiler.plot`)."""
+        if self.document is None:
+            raise RuntimeError("profiler.trace.plot: the trace has not stopped yet")
+        from tensorplay_jax.profiler._plot import plot
+
+        return plot(self.document, **kwargs)
+
     def __repr__(self) -> str:
         state = (
             "recording" if self.document is None else f"{len(self.document['traceEvents'])} events"
