@@ -48,3 +48,23 @@ def test_collectives_demo_runs_and_checks_pass():
 def test_bad_demo_name_is_rejected():
     out = _run("nope", timeout=60)
     assert out.returncode == 2 and "invalid choice: 'nope'" in out.stderr
+
+
+def test_profiled_demo_writes_a_trace_of_every_worker(tmp_path):
+    import json
+
+    path = tmp_path / "ps.json"
+    out = _run("--epochs", "1", "--profile", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[same parameters]" in out.stdout  # recording changes nothing the demo computes
+    assert f"trace of every worker written to {path}" in out.stdout
+    doc = json.loads(path.read_text())
+    assert doc["otherData"]["missing"] == {}
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    names = {e["pid"]: e["args"]["name"].split(" ")[0] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    backward = [names[s["pid"]] for s in spans if s["name"] == "dist_autograd.backward"]
+    steps = [names[s["pid"]] for s in spans if s["name"] == "DistributedOptimizer.step (owner)"]
+    batches = 1438 // 32  # one epoch of the digits' training split
+    assert sorted(set(backward)) == ["trainer1", "trainer2"] and len(backward) == batches
+    assert steps == ["ps"] * batches  # every step ran on the server, the parameters' owner
