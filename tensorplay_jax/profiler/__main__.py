@@ -27,12 +27,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=None, help="only the N spans of most total time")
     p.add_argument("--plot", metavar="PNG", help="draw the timeline to this image file")
     p.add_argument("--window", type=float, nargs=2, metavar=("START_MS", "END_MS"))
+    p.add_argument("--startup", action="store_true", help="keep start-up phases in the table")
     a = p.parse_args(argv)
     with open(a.trace) as f:
         doc = json.load(f)
     if "traceEvents" not in doc:
         p.error(f"{a.trace}: not a trace (no traceEvents); write one with profiler.trace(path)")
-    print(summarize(doc).table(top=a.top))
+    print(summarize(doc, startup=a.startup).table(top=a.top))
     missing = doc.get("otherData", {}).get("missing", {})
     for name, why in missing.items():
         print(f"missing: {name}: {why}")

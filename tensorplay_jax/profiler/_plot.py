@@ -127,6 +127,7 @@ def plot(
     ax.set_xlim(x0 - 0.01 * width, x1 + 0.01 * width)
     ax.set_ylim(y, -0.2)
     ax.set_yticks(ticks, names, fontsize=8)
+    ax.ticklabel_format(axis="x", useOffset=False, style="plain")
     ax.set_xlabel("ms from the start of the trace")
     if spans:
         ax.legend(loc="lower right", fontsize=7, ncol=len(COLORS))

@@ -166,11 +166,14 @@ class trace:  # a context manager named like the function users call
         finally:
             _active.remove(self)
 
-    def summary(self) -> Summary:
-        """Per worker and span name: calls, total, mean and p99 time (ms), and bytes."""
+    def summary(self, *, startup: bool = False) -> Summary:
+        """Per worker and span name: calls, total, mean and p99 time (ms), and bytes.
+
+        ``startup=True`` keeps the one-off start-up phases (launch, ``init_rpc``) in it.
+        """
         if self.document is None:
             raise RuntimeError("profiler.trace.summary: the trace has not stopped yet")
-        return summarize(self.document)
+        return summarize(self.document, startup=startup)
 
     def plot(self, **kwargs: Any) -> Any:
         """Draw the merged trace with matplotlib (see :func:`tensorplay_jax.profiler.plot`)."""

@@ -79,8 +79,12 @@ class Summary:
         return [r for r in self.rows if r.name == name]
 
 
-def summarize(doc: dict[str, Any]) -> Summary:
+def summarize(doc: dict[str, Any], *, startup: bool = False) -> Summary:
     """The :class:`Summary` of a merged trace document (see ``_chrome.merge``).
+
+    Start-up phases (``launch: ...``, ``init_rpc: ...``, category ``startup``) happen
+    once, before any step: they are in the file's timeline and left out of the table
+    unless ``startup`` is true.
 
     Example:
       >>> doc = {"traceEvents": [
@@ -99,7 +103,7 @@ def summarize(doc: dict[str, Any]) -> Summary:
         ph, pid = e["ph"], e["pid"]
         if ph == "M" and e["name"] == "process_name":
             names[pid] = e["args"]["name"].split(" (rank")[0]
-        elif ph == "X":
+        elif ph == "X" and (startup or e.get("cat") != "startup"):
             key = (pid, e["name"])
             durs[key].append(e["dur"])
             nbytes[key] += int(e.get("args", {}).get("bytes", 0))
