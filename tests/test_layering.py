@@ -36,7 +36,16 @@ LAYERS: dict[str, set[str]] = {
     "nn": {"runtime", "autograd", "tensors"},
     "rpc": {"runtime"},
     "distributed": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc"},
-    "demo": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
+    "demo": {
+        "runtime",
+        "autograd",
+        "tensors",
+        "collectives",
+        "nn",
+        "rpc",
+        "distributed",
+        "profiler",
+    },
     "run": {"runtime"},
     # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
