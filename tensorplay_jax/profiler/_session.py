@@ -7,8 +7,9 @@ The worker that traces (the driver, a notebook) does it all over RPC:
    the midpoint of that round trip gives its offset, good to half the round
    trip (kept as ``error_ns`` in the file).
 2. **Start.** It turns recording on there (:func:`_remote_start`), then here.
-3. **Stop.** It turns recording off here, then on each worker, which hands
-   over its events (:func:`_remote_stop`). A worker that died or does not
+3. **Stop.** It turns recording off here, then on each worker, which waits
+   (up to 1 s) for spans still open on its other threads to close (a serve
+   whose reply is already out) and hands over its events (:func:`_remote_stop`). A worker that died or does not
    answer within ``timeout`` is listed under ``otherData.missing`` in the
    file, and the others' events are written all the same.
 
@@ -53,6 +54,7 @@ def _remote_start() -> None:
 def _remote_stop() -> dict[str, Any]:
     """RPC target: stop recording; hand over the events and thread names."""
     recorder.stop()
+    recorder.settle()  # serves whose replies are out but whose spans are not closed yet
     return {
         "events": [list(e) for e in recorder.drain()],
         "threads": [[tid, name] for tid, name in recorder.thread_names().items()],
@@ -140,6 +142,7 @@ class trace:  # a context manager named like the function users call
     def stop(self) -> dict[str, Any]:
         """Stop recording everywhere, merge, and write the file; returns the document."""
         recorder.stop()
+        recorder.settle()
         try:
             me = self._me
             mine = _chrome.WorkerEvents(

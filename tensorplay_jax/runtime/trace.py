@@ -58,6 +58,7 @@ __all__ = [
     "flow_id",
     "launch_phases",
     "now",
+    "settle",
     "span",
     "start",
     "startup",
@@ -80,6 +81,7 @@ Event = tuple[str, str, int, int, int, Any, int | None, int | None, int]
 _events: list[Any] = []
 _startup: list[Event] = []  # start-up phases, kept whether recording or not
 _STARTUP_MAX = 256
+_open: dict[int, int] = {}  # native thread id -> spans open on it (begun, not closed)
 _names: dict[int, str] = {}  # native thread id -> thread name, of threads that recorded
 _annotation: Any = None  # jax.profiler.TraceAnnotation, imported by start()
 _annotating: Any = None  # its is_enabled: whether a jax.profiler trace is running
@@ -145,9 +147,10 @@ class Span:
     ) -> None:
         self.name, self.cat, self.flow_in = name, cat, flow_in
         try:
-            self.tid = _tls.tid
+            tid = self.tid = _tls.tid
         except AttributeError:
-            self.tid = _new_thread()
+            tid = self.tid = _new_thread()
+        _open[tid] = _open.get(tid, 0) + 1  # only this thread writes its entry: no lock
         # A jax annotation only while a jax.profiler trace runs (is_enabled: one C call).
         self._ann = _annotate(name) if _annotating is not None and _annotating() else None
         self.t0 = _now() if t0 is None else t0
@@ -173,10 +176,13 @@ class Span:
             except Exception:  # pragma: no cover - a profiler that cannot annotate
                 pass
             self._ann = None
-        if RECORDING:
-            t0 = self.t0
-            head = (self.name, self.cat, t0, t1 - t0, self.tid, self.flow_in, flow_out, call)
-            _events.extend((*head, len(args), *args) if args else (*head, 0))
+        # Kept even if recording stopped meanwhile: :func:`settle` waits for such spans
+        # (a serve whose reply went out before it closed), and the next trace's start
+        # clears any that close later still.
+        t0 = self.t0
+        head = (self.name, self.cat, t0, t1 - t0, self.tid, self.flow_in, flow_out, call)
+        _events.extend((*head, len(args), *args) if args else (*head, 0))
+        _open[self.tid] -= 1
 
 
 def _annotate(name: str) -> Any:
@@ -286,6 +292,26 @@ def stop() -> None:
     """Turn recording off in this process; what was recorded stays for :func:`drain`."""
     global RECORDING
     RECORDING = False
+
+
+def settle(timeout: float = 1.0) -> bool:
+    """Wait (up to ``timeout`` s) for spans other threads opened while recording to close.
+
+    Call it after :func:`stop`, before :func:`drain`: a callee sends its reply before its
+    serve span closes, so the caller may stop the trace while that span is still open.
+    Spans open on the calling thread do not count. Returns whether all others closed.
+
+    Example:
+        >>> stop(); settle()
+        True
+    """
+    me = _tid()
+    deadline = time.monotonic() + timeout
+    while sum(_open.values()) - _open.get(me, 0) > 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def drain() -> list[Event]:

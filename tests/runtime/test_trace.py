@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -59,11 +60,40 @@ def test_rpc_call_marks():
     assert [e[6:] for e in _user(trace.drain())] == [(None, 8, 1), (9, None, -1)]
 
 
-def test_a_span_that_ends_after_stop_is_dropped():
+def test_settle_waits_for_a_span_another_thread_closes_after_stop():
+    # a callee's serve: its reply is out (the trace stops) before its span closes
     trace.start()
-    s = trace.begin("late", "user")
+    opened, release = threading.Event(), threading.Event()
+
+    def serve():
+        s = trace.begin("late", "user")
+        opened.set()
+        release.wait(5)
+        time.sleep(0.05)
+        s.end()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    opened.wait(5)
     trace.stop()
-    s.end()
+    assert trace.settle(timeout=0.01) is False  # still open: bounded wait, then give up
+    release.set()
+    t0 = time.monotonic()
+    assert trace.settle(timeout=5) is True
+    assert time.monotonic() - t0 >= 0.04
+    assert [e[0] for e in _user(trace.drain())] == ["late"]
+    t.join()
+
+
+def test_spans_open_on_this_thread_do_not_hold_settle_and_a_late_span_is_cleared():
+    trace.start()
+    mine = trace.begin("mine", "user")
+    trace.stop()
+    t0 = time.monotonic()
+    assert trace.settle(timeout=2) is True and time.monotonic() - t0 < 1
+    assert _user(trace.drain()) == []
+    mine.end()  # after the drain: left for the next trace's start to clear
+    trace.clear()
     assert _user(trace.drain()) == []
 
 
