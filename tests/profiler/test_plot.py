@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 
-import matplotlib
 import pytest
 
 from tensorplay_jax import profiler
 from tensorplay_jax.profiler.__main__ import main
 from tests.profiler.test_merge import _two_workers
 
+matplotlib = pytest.importorskip("matplotlib")  # in the test extra; a core install lacks it
 matplotlib.use("Agg")
+Annotation = pytest.importorskip("matplotlib.text").Annotation
 
 
 def _doc() -> dict:
@@ -23,7 +24,7 @@ def test_rows_nesting_and_arrows():
     ax = profiler.plot(doc)
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["w0 / MainThread", "w0 / reader", "w1 / tpj-rpc-worker"]
-    arrows = [c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation)]
+    arrows = [c for c in ax.get_children() if isinstance(c, Annotation)]
     # the two matched arrows only (send f -> serve f, send reply -> reply f); g's has no end
     got = sorted((a.xyann[0], a.xy[0]) for a in arrows)
     ends = {}
