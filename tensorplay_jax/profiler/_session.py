@@ -9,9 +9,10 @@ The worker that traces (the driver, a notebook) does it all over RPC:
 2. **Start.** It turns recording on there (:func:`_remote_start`), then here.
 3. **Stop.** It turns recording off here, then on each worker, which waits
    (up to 1 s) for spans still open on its other threads to close (a serve
-   whose reply is already out) and hands over its events (:func:`_remote_stop`). A worker that died or does not
-   answer within ``timeout`` is listed under ``otherData.missing`` in the
-   file, and the others' events are written all the same.
+   whose reply is already out) and hands over its events (:func:`_remote_stop`).
+   A worker that died or does not answer within ``timeout`` is listed under
+   ``otherData.missing`` in the file, and the others' events are written all
+   the same.
 
 Its own control RPCs are not in the trace: each worker is not recording while
 it serves them, nor is the driver while it sends them.
