@@ -7,22 +7,22 @@ section 3. Extension points for other packages (distributed autograd):
   (``_codec``);
 - ``call_metadata(...)``, ``current_call_metadata()``, ``current_caller()``:
   a metadata dict travels with every request (``rpc_*``, ``remote``,
-  ``to_here``) and reply (``_context``);
+  ``to_here``) and reply (``_call_hooks``);
 - ``register_hooks(RpcHooks())``: observe or rewrite outgoing arguments and
-  incoming results on both sides (``_context``).
+  incoming results on both sides (``_call_hooks``).
 
 Other folders of the package take RPC internals from ``tensorplay_jax.rpc.internal``
 only; the RPC layer imports none of them.
 """
 
 from tensorplay_jax.rpc import functions as functions
+from tensorplay_jax.rpc._call_hooks import CallInfo as CallInfo
+from tensorplay_jax.rpc._call_hooks import RpcHooks as RpcHooks
+from tensorplay_jax.rpc._call_hooks import call_metadata as call_metadata
+from tensorplay_jax.rpc._call_hooks import current_call_metadata as current_call_metadata
+from tensorplay_jax.rpc._call_hooks import current_caller as current_caller
+from tensorplay_jax.rpc._call_hooks import register_hooks as register_hooks
 from tensorplay_jax.rpc._codec import register_type as register_type
-from tensorplay_jax.rpc._context import CallInfo as CallInfo
-from tensorplay_jax.rpc._context import RpcHooks as RpcHooks
-from tensorplay_jax.rpc._context import call_metadata as call_metadata
-from tensorplay_jax.rpc._context import current_call_metadata as current_call_metadata
-from tensorplay_jax.rpc._context import current_caller as current_caller
-from tensorplay_jax.rpc._context import register_hooks as register_hooks
 from tensorplay_jax.rpc._errors import RpcError as RpcError
 from tensorplay_jax.rpc._errors import RpcNotInitializedError as RpcNotInitializedError
 from tensorplay_jax.rpc._errors import RpcPeerError as RpcPeerError

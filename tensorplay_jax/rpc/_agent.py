@@ -28,11 +28,13 @@ import threading
 import time
 from typing import Any
 
-from tensorplay_jax.rpc import _codec, _context, _local, _objref, _tcp
+from tensorplay_jax.rpc import _call_hooks, _codec, _local, _objref, _tcp
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
+from tensorplay_jax.rpc._dispatch import Serving, _Pool, func_name
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._futures import Future
+from tensorplay_jax.rpc._grpc import Server, TlsConfig, connect
 from tensorplay_jax.rpc._link import Inbound, Link
 from tensorplay_jax.rpc._protocol import (
     CALL,
@@ -47,8 +49,6 @@ from tensorplay_jax.rpc._protocol import (
 )
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
-from tensorplay_jax.rpc._serve import Serving, _Pool, func_name
-from tensorplay_jax.rpc._service import Server, TlsConfig, connect
 from tensorplay_jax.rpc._shutdown import Shutdown
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 from tensorplay_jax.runtime import trace
@@ -81,7 +81,7 @@ class _Pending:
     __slots__ = ("fut", "info", "link", "timeout", "to", "traced")
 
     def __init__(
-        self, fut: Future, to: WorkerInfo, info: _context.CallInfo, timeout: float
+        self, fut: Future, to: WorkerInfo, info: _call_hooks.CallInfo, timeout: float
     ) -> None:
         self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
         self.link: Link | None = None
@@ -359,12 +359,12 @@ class Agent(Serving, Shutdown):
         kwargs = kwargs or {}
         timeout = self.timeout_of(timeout)
         mid = next(self._ids)
-        meta = _context.outgoing_metadata()
-        info = _context.CallInfo(
+        meta = _call_hooks.outgoing_metadata()
+        info = _call_hooks.CallInfo(
             to, KIND_NAMES[kind], func_name(func) if func is not None else "", mid, meta, func
         )
         t0 = time.time_ns() if trace.RECORDING else 0  # the send's span starts here
-        hooks = _context.active_hooks()
+        hooks = _call_hooks.active_hooks()
         if kind in (CALL, REMOTE):
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)

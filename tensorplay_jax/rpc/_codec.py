@@ -16,7 +16,7 @@ qualname) when the receiver can import them, else by value with cloudpickle;
 those of the main script go by name when the receiver runs the same script
 (``encode(..., main=True)``, see ``_objref``). Anything else falls back to
 cloudpickle. Pickled records are only ever decoded
-after the transport has authenticated the peer (see ``_service``).
+after the transport has authenticated the peer (see ``_grpc``).
 
 Other packages teach it their types with :func:`register_type` (see ``_registry``).
 """

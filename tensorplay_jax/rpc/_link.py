@@ -1,7 +1,7 @@
 """The seam between the agent and its transports: the ``Link`` protocol and ``Inbound``.
 
 Two transports implement :class:`Link`: the same-host socket
-(``_local.LocalLink``) and the gRPC stream (``_service.Link``). The agent
+(``_local.LocalLink``) and the gRPC stream (``_grpc.Link``). The agent
 holds its connections only as ``Link``\\ s, and hands every transport one
 :class:`Inbound`, the three callbacks through which a link reports what
 arrives. The contract:

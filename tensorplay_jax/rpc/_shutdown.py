@@ -21,7 +21,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.rpc._context import internal_target
+from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._rendezvous import StoreTimeout
 from tensorplay_jax.runtime.settings import (
     RPC_SERVER_STOP_GRACE_S,
@@ -36,10 +36,10 @@ if TYPE_CHECKING:
 
     from tensorplay_jax.rpc import _local, _tcp
     from tensorplay_jax.rpc._deadlines import Deadlines
+    from tensorplay_jax.rpc._grpc import Server
     from tensorplay_jax.rpc._link import Link
     from tensorplay_jax.rpc._rendezvous import StoreClient, StoreServer
     from tensorplay_jax.rpc._rref_table import RRefTable
-    from tensorplay_jax.rpc._service import Server
 
 __all__ = ["WHILE_ALIVE", "Shutdown"]
 

@@ -1,25 +1,27 @@
 """The link between hosts when TLS is off: one authenticated TCP connection per pair of workers.
 
-gRPC's Python stream copies every chunk of a large array (about 300 MB/s on
-a link a plain socket fills at 750), and a round trip through its threads
-costs about 0.9 ms where the socket's is 0.05. So a pair of workers on
-different hosts talks over a plain TCP connection instead, with the framing
-and reading of the same-host transport (``_local``: ``LocalLink``'s frames,
-reader baton and watchdog), minus shared memory: every message travels in an
-``INLINE`` frame, sent with ``sendmsg`` straight from the arrays' buffers (no
-join, no copy) and received with ``recv_into`` into a mapping that grows with
-the bytes that arrive (a declared length takes no memory; see
-``_local.frames``), on which the decoded arrays then sit (no copy).
+gRPC's Python stream copies every chunk of a large array and hands each
+message through several threads, where a plain socket sends an array's
+bytes from where they lie (``benchmarks/rpc.py --transport tcp`` against
+``--transport grpc`` measures the difference). So a pair of workers on
+different hosts talks over a plain TCP connection (transport ``"tcp"``, see
+``rpc/transports``), built on the socket base (``rpc/_socket``: frames,
+reader baton, watchdog, accept loop), without shared memory: every message
+travels in an ``INLINE`` frame, sent with ``sendmsg`` straight from the
+arrays' buffers (no join, no copy) and received with ``recv_into`` into a
+mapping that grows with the bytes that arrive (a declared length takes no
+memory), on which the decoded arrays then sit (no copy).
 
 - Authentication first: the job-secret HMAC challenge both ways
   (``runtime.handshake``, magic ``TPJTCP01``); nothing else on a connection is
   read before it succeeds.
-- The listening socket binds the gRPC server's address (``listen_addr``); its
-  port travels in the rendezvous entry (``"tcp"``), and peers dial it at the
-  host of the gRPC address.
-- gRPC stays the transport with TLS (every byte on TLS), when this one is off
-  (``TENSORPLAY_JAX_RPC_TCP=0``), and when a connection to the peer's port
-  fails (a firewall that opens only the gRPC port).
+- The listening socket binds the worker's listen address (``listen_addr``);
+  the rendezvous entry advertises it as ``host:port`` with the host peers
+  reach this worker by.
+- The agent uses the next transport of its list (gRPC by default) with TLS
+  (every byte on TLS), when this one is off (``TENSORPLAY_JAX_RPC_TCP=0``),
+  and when a connection to the peer's port fails (a firewall that opens only
+  the gRPC port).
 - A peer that exits closes the connection: the link reports it and the
   agent fails the calls pending on it, as for a gRPC stream.
 
@@ -36,7 +38,6 @@ import logging
 import mmap
 import socket
 import sys
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -44,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from tensorplay_jax.rpc._framing import _PRELUDE, pack_message
-from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
-from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _Reader
-from tensorplay_jax.rpc._local.link import _NOSIGNAL, LocalLink
+from tensorplay_jax.rpc._link import Inbound, inbound_of
+from tensorplay_jax.rpc._socket.frames import _FRAME, _INLINE, _Reader
+from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
+from tensorplay_jax.rpc._socket.server import SocketServer, start_reading
 from tensorplay_jax.runtime import handshake, settings
 from tensorplay_jax.runtime.settings import TCP_TRANSPORT_ENV
 
@@ -183,10 +185,11 @@ def _tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class TcpLink(LocalLink):
-    """A ``LocalLink`` on a TCP socket: every message inline, buffers sent where they lie."""
+class TcpLink(SocketLink):
+    """A ``SocketLink`` on a TCP socket: every message inline, buffers sent where they lie."""
 
     _reader_type = _TcpReader
+    _kind = "tcp"
 
     def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
         """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
@@ -212,7 +215,7 @@ class TcpLink(LocalLink):
         return memoryview(data)[sent:]
 
 
-class TcpServer:
+class TcpServer(SocketServer):
     """Accepts TCP connections on ``host`` (any free port: ``port``), authenticates each, and
     reports what arrives on it to ``inbound`` (or the three callbacks given by keyword).
 
@@ -229,6 +232,9 @@ class TcpServer:
       >>> link.close(); srv.stop()
     """
 
+    _link_type = TcpLink
+    _magic = _MAGIC
+
     def __init__(
         self,
         *,
@@ -238,44 +244,13 @@ class TcpServer:
         max_threads: int = 17,
         **callbacks: Any,
     ) -> None:
-        self._secret = secret.encode()
-        self._max_threads = max_threads
-        self._links = LinkSet(inbound_of(inbound, callbacks))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, 0), family=family, backlog=128)
-        self.port: int = self._sock.getsockname()[1]
-        threading.Thread(target=self._accept, name="tpj-rpc-tcp-accept", daemon=True).start()
+        sock = socket.create_server((host, 0), family=family, backlog=128)
+        self.port: int = sock.getsockname()[1]
+        super().__init__(sock, secret=secret, inbound=inbound, max_threads=max_threads, **callbacks)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(
-                target=self._serve, args=(conn,), name="tpj-rpc-tcp-serve", daemon=True
-            ).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        peer = handshake.accept(conn, self._secret, _MAGIC)
-        if peer is None:
-            return
+    def _tune(self, conn: socket.socket) -> None:
         _tune(conn)
-        link = TcpLink(conn, peer, self._max_threads)
-        inbound = self._links.add(link)
-        if inbound is None:  # stopped meanwhile
-            conn.close()
-            return
-        link.read_forever(inbound)
-
-    def stop(self) -> None:
-        """Accept no more connections and close those open."""
-        links = self._links.stop()
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        for link in links:
-            link.close()
 
 
 def connect_tcp(
@@ -302,8 +277,4 @@ def connect_tcp(
     except BaseException:
         sock.close()
         raise
-    link = TcpLink(sock, peer, max_threads)
-    threading.Thread(
-        target=link.read_forever, args=(inbound,), name=f"tpj-rpc-tcp-link-{peer}", daemon=True
-    ).start()
-    return link
+    return start_reading(TcpLink(sock, peer, max_threads), inbound)  # type: ignore[return-value]

@@ -17,7 +17,7 @@ first RPC, whatever that worker imported itself.
 
 What is here:
 
-* hooks on every call (see ``_context``): :class:`CallInfo`,
+* hooks on every call (see ``_call_hooks``): :class:`CallInfo`,
   :class:`RpcHooks`, :func:`register_hooks`, :func:`call_metadata`,
   :func:`current_call_metadata`, :func:`current_caller`;
 * the mark of a package's own RPC targets: :func:`internal_target`,
@@ -39,18 +39,18 @@ Example:
     'my_fn'
 """
 
-from tensorplay_jax.rpc import _context
+from tensorplay_jax.rpc import _call_hooks
+from tensorplay_jax.rpc._call_hooks import CallInfo as CallInfo
+from tensorplay_jax.rpc._call_hooks import RpcHooks as RpcHooks
+from tensorplay_jax.rpc._call_hooks import call_metadata as call_metadata
+from tensorplay_jax.rpc._call_hooks import current_call_metadata as current_call_metadata
+from tensorplay_jax.rpc._call_hooks import current_caller as current_caller
+from tensorplay_jax.rpc._call_hooks import internal_target as internal_target
+from tensorplay_jax.rpc._call_hooks import is_internal_target as is_internal_target
+from tensorplay_jax.rpc._call_hooks import register_hooks as register_hooks
 from tensorplay_jax.rpc._codec import register_type as register_type
-from tensorplay_jax.rpc._context import CallInfo as CallInfo
-from tensorplay_jax.rpc._context import RpcHooks as RpcHooks
-from tensorplay_jax.rpc._context import call_metadata as call_metadata
-from tensorplay_jax.rpc._context import current_call_metadata as current_call_metadata
-from tensorplay_jax.rpc._context import current_caller as current_caller
-from tensorplay_jax.rpc._context import internal_target as internal_target
-from tensorplay_jax.rpc._context import is_internal_target as is_internal_target
-from tensorplay_jax.rpc._context import register_hooks as register_hooks
 from tensorplay_jax.rpc._errors import not_initialized as not_initialized
 from tensorplay_jax.rpc._rref import register_backward as register_rref_backward
 
-# The hooks API is listed once, in ``_context.__all__``.
-__all__ = [*_context.__all__, "not_initialized", "register_rref_backward", "register_type"]
+# The hooks API is listed once, in ``_call_hooks.__all__``.
+__all__ = [*_call_hooks.__all__, "not_initialized", "register_rref_backward", "register_type"]

@@ -220,7 +220,7 @@ def raw() -> None:
 
     import grpc
 
-    from tensorplay_jax.rpc import _codec, _framing, _service
+    from tensorplay_jax.rpc import _codec, _framing, _grpc
 
     tmp = pathlib.Path(os.environ["TPJ_TMP"])
     if rank == 0:  # the RPC worker (a world of one, on its own store port)
@@ -239,7 +239,7 @@ def raw() -> None:
     else:  # a raw gRPC client speaking the wire format by hand
         wait_until(lambda: (tmp / "addr").exists(), timeout=60)
         channel = grpc.insecure_channel((tmp / "addr").read_text())
-        stream = channel.stream_stream(_service.METHOD_PATH)
+        stream = channel.stream_stream(_grpc.METHOD_PATH)
 
         def request(mid, fn, *args):
             ob = _framing.Outbox()
@@ -270,7 +270,7 @@ def raw() -> None:
         valid = request(3, T.add, 40, 2)
         garbage = [b"\x01\xff\xff\xff\xff", b"\x07junk", valid[:-3], b"\x01" + b"\0" * 12]
         secret = os.environ["TENSORPLAY_JAX_RPC_SECRET"]
-        md = _service.auth_metadata(secret, "raw", (tmp / "addr").read_text())
+        md = _grpc.auth_metadata(secret, "raw", (tmp / "addr").read_text())
         out = replies([garbage[0], garbage[1], garbage[2], garbage[3], good, valid], md, 6)
         errs = [(env, val) for env, val in out if env[0] == 17]
         oks = {env[1]: val for env, val in out if env[0] == 16}
@@ -296,10 +296,10 @@ def tls() -> None:
         assert rpc.remote("w1", T.add, args=(1, 2)).to_here() == 3
         import grpc
 
-        from tensorplay_jax.rpc import _agent, _service
+        from tensorplay_jax.rpc import _agent, _grpc
 
         peer = _agent.current_agent()._addresses[1]
-        stream = grpc.insecure_channel(peer).stream_stream(_service.METHOD_PATH)
+        stream = grpc.insecure_channel(peer).stream_stream(_grpc.METHOD_PATH)
         try:  # a plaintext client cannot talk to a TLS server
             next(iter(stream(iter([b"\x01"]), timeout=5)))
             raise AssertionError("plaintext reached a TLS server")
@@ -333,7 +333,7 @@ def transport() -> None:
     init_rpc()
     if rank == 0:
         from tensorplay_jax.rpc import _agent
-        from tensorplay_jax.rpc._local import spinner
+        from tensorplay_jax.rpc._socket import spinner
 
         x = np.arange(4 << 20, dtype=np.float32)
         assert np.array_equal(rpc.rpc_sync("w1", T.identity, args=(x,)), x)

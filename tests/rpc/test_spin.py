@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tensorplay_jax.rpc._local import spinner
+from tensorplay_jax.rpc._socket import spinner
 from tests._procs import REPO_ROOT
 
 try:

@@ -219,12 +219,12 @@ class _GrpcPeer:
     def __init__(self, address: str) -> None:
         import grpc
 
-        from tensorplay_jax.rpc import _service
+        from tensorplay_jax.rpc import _grpc
 
         self._out: queue.Queue = queue.Queue()
         self._channel = grpc.insecure_channel(address)
-        stream = self._channel.stream_stream(_service.METHOD_PATH)
-        md = _service.auth_metadata(_secret(), "faulty", address)
+        stream = self._channel.stream_stream(_grpc.METHOD_PATH)
+        md = _grpc.auth_metadata(_secret(), "faulty", address)
         self._call = stream(self._packets(), metadata=md, timeout=2 * WAIT_S)
 
     def _packets(self) -> Iterator[bytes]:

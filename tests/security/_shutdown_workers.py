@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.rpc import _agent, _codec, _local, _service, _shutdown
+from tensorplay_jax.rpc import _agent, _codec, _grpc, _local, _shutdown
 from tests.security._common import wait_until
 
 # An RRef id no worker ever created (rank 0's ids start at 1; rank 0x7ff is no rank here).
@@ -104,9 +104,7 @@ def _raw_link(to: int) -> Any:
     local = agent._local_addresses.get(to)
     if local is not None:
         return _local.connect_local(local, peer=f"w{to}", secret=agent._secret, me="raw", **cbs)
-    return _service.connect(
-        agent._addresses[to], peer=f"w{to}", secret=agent._secret, me="raw", **cbs
-    )
+    return _grpc.connect(agent._addresses[to], peer=f"w{to}", secret=agent._secret, me="raw", **cbs)
 
 
 def fetch_then_disconnect() -> None:

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from tensorplay_jax.rpc import _service
+from tensorplay_jax.rpc import _grpc
 
 SECRET = "the-job-secret"
 
@@ -20,7 +20,7 @@ SECRET = "the-job-secret"
 @pytest.fixture
 def server():
     closed: list = []
-    srv = _service.Server(
+    srv = _grpc.Server(
         secret=SECRET,
         on_message=lambda *a: None,
         on_malformed=lambda *a: None,
@@ -40,7 +40,7 @@ OPENED = grpc.StatusCode.DEADLINE_EXCEEDED  # an accepted stream stays open unti
 def _open(address: str, metadata) -> grpc.StatusCode:
     """Open a stream with ``metadata``, send nothing, return how it ended (within 2 s)."""
     with grpc.insecure_channel(address) as channel:
-        stream = channel.stream_stream(_service.METHOD_PATH)
+        stream = channel.stream_stream(_grpc.METHOD_PATH)
         try:
             for _ in stream(iter(()), metadata=metadata, timeout=2):
                 pass
@@ -51,7 +51,7 @@ def _open(address: str, metadata) -> grpc.StatusCode:
 
 def test_a_fresh_credential_opens_a_stream_and_names_the_caller(server):
     address, closed = server
-    assert _open(address, _service.auth_metadata(SECRET, "w7", address)) == OPENED
+    assert _open(address, _grpc.auth_metadata(SECRET, "w7", address)) == OPENED
     deadline = time.monotonic() + 10
     while "w7" not in closed:
         assert time.monotonic() < deadline, closed
@@ -59,22 +59,22 @@ def test_a_fresh_credential_opens_a_stream_and_names_the_caller(server):
 
 
 def test_the_secret_is_not_in_the_metadata():
-    md = dict(_service.auth_metadata(SECRET, "w0", "198.18.0.1:1234"))
+    md = dict(_grpc.auth_metadata(SECRET, "w0", "198.18.0.1:1234"))
     assert all(SECRET not in v for v in md.values())
 
 
 def test_a_recorded_credential_cannot_be_replayed(server):
     address, _ = server
-    md = _service.auth_metadata(SECRET, "w0", address)
+    md = _grpc.auth_metadata(SECRET, "w0", address)
     assert _open(address, md) == OPENED
     assert _open(address, md) == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_a_credential_for_another_worker_or_name_is_refused(server):
     address, _ = server
-    other = _service.auth_metadata(SECRET, "w0", "127.0.0.1:1")  # made for another server
+    other = _grpc.auth_metadata(SECRET, "w0", "127.0.0.1:1")  # made for another server
     assert _open(address, other) == grpc.StatusCode.UNAUTHENTICATED
-    renamed = dict(_service.auth_metadata(SECRET, "w0", address))
+    renamed = dict(_grpc.auth_metadata(SECRET, "w0", address))
     renamed["tpj-worker"] = "w1"  # the caller's name is signed too
     assert _open(address, tuple(renamed.items())) == grpc.StatusCode.UNAUTHENTICATED
 
@@ -84,13 +84,13 @@ def test_stale_wrong_empty_and_missing_credentials_are_refused(server, monkeypat
     for md in [
         (),
         (("tpj-secret", SECRET),),  # the old clear-text form
-        _service.auth_metadata("wrong", "w0", address),
-        _service.auth_metadata("", "w0", address),
+        _grpc.auth_metadata("wrong", "w0", address),
+        _grpc.auth_metadata("", "w0", address),
         (("tpj-auth", "v1 1 2 3"),),
     ]:
         assert _open(address, md) == grpc.StatusCode.UNAUTHENTICATED, md
     real = time.time
-    monkeypatch.setattr(_service.time, "time", lambda: real() - 3600)  # an hour-old recording
-    stale = _service.auth_metadata(SECRET, "w0", address)
-    monkeypatch.setattr(_service.time, "time", real)
+    monkeypatch.setattr(_grpc.time, "time", lambda: real() - 3600)  # an hour-old recording
+    stale = _grpc.auth_metadata(SECRET, "w0", address)
+    monkeypatch.setattr(_grpc.time, "time", real)
     assert _open(address, stale) == grpc.StatusCode.UNAUTHENTICATED

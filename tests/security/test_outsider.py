@@ -22,7 +22,7 @@ import cloudpickle
 import grpc
 import pytest
 
-from tensorplay_jax.rpc import _codec, _framing, _local, _rendezvous, _service, _tcp
+from tensorplay_jax.rpc import _codec, _framing, _grpc, _local, _rendezvous, _tcp
 from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.runtime import secret as _secret
 from tests._procs import run_workers
@@ -72,7 +72,7 @@ def _store_handshake(port: int, secret: str) -> bytes:
 
 
 def _grpc_call(address: str, metadata, body: _codec.Encoded) -> grpc.RpcError | None:
-    stream = grpc.insecure_channel(address).stream_stream(_service.METHOD_PATH)
+    stream = grpc.insecure_channel(address).stream_stream(_grpc.METHOD_PATH)
     ob = _framing.Outbox()
     ob.put(_codec.dumps_small([1, 1, {}]), body.header, body.buffers)
     try:

@@ -1,11 +1,8 @@
-"""Frames of the same-host transport: their layout, and the reader that takes them off a socket.
+"""Frames of the same-host transport: the kinds it adds, and the reader of passed descriptors.
 
-A frame is ``u64 body length``, ``u8 kind``, body. A body longer than the
-read buffer goes into its own mapping, which grows (doubling) with the bytes
-that arrive: a declared length takes no memory by itself.
+The frame layout and ``INLINE`` are the socket base's (``rpc/_socket/frames``);
+this transport adds:
 
-- ``INLINE`` (buffers up to 64 KiB): a ``_framing.pack_message`` message with
-  its buffers.
 - ``SHM``: ``u64 segment id``, then the message without buffer bytes; the
   buffers travel in one ``memfd`` segment (see ``segments``) passed with the
   frame by ``SCM_RIGHTS``.
@@ -30,15 +27,14 @@ import os
 import socket
 import struct
 
-from tensorplay_jax.rpc._local.spinner import _SPIN, _SPIN_NS
+from tensorplay_jax.rpc._socket.frames import _FRAME as _FRAME
+from tensorplay_jax.rpc._socket.frames import _INLINE as _INLINE
+from tensorplay_jax.rpc._socket.frames import _Reader
 
 log = logging.getLogger(__name__)
 
-_INLINE, _SHM, _RELEASE = 1, 2, 3
+_SHM, _RELEASE = 2, 3
 _U64 = struct.Struct("<Q")
-_FRAME = struct.Struct("<QB")
-_READ_BYTES = 256 << 10  # the read buffer; a longer frame body is received on its own
-_LARGE_FIRST = 1 << 20  # a longer body's first mapping; it doubles as bytes arrive
 _MAX_FDS = 8
 _ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
 # Passed descriptors no frame has claimed yet, at most (an honest peer leaves two: the
@@ -46,16 +42,11 @@ _ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
 _MAX_PENDING_FDS = 2 * _MAX_FDS
 
 
-class _Reader:
-    """Frames (and passed descriptors) from one socket."""
+class _FdReader(_Reader):
+    """Frames and the descriptors passed with them, from one Unix socket."""
 
     def __init__(self, sock: socket.socket, peer: str = "") -> None:
-        self._sock = sock
-        self._fd = sock.fileno()
-        self._peer = peer
-        self._buf = bytearray(_READ_BYTES)
-        self._lo = self._hi = 0
-        self._got = 0  # bytes received so far: the stream offset of the byte after _buf[_hi - 1]
+        super().__init__(sock, peer)
         # Passed descriptors no frame has claimed yet: (fd, first, end), where [first, end)
         # are the stream offsets of the bytes received with it (see _claim).
         self.fds: collections.deque[tuple[int, int, int]] = collections.deque()
@@ -65,15 +56,7 @@ class _Reader:
         """The next frame: its kind, its body, and the descriptor passed with it (-1: none;
         only an ``SHM`` frame takes one, and the caller must close it)."""
         start = self._got - (self._hi - self._lo)
-        self._need(_FRAME.size)
-        length, kind = _FRAME.unpack_from(self._buf, self._lo)
-        self._lo += _FRAME.size
-        if length > _READ_BYTES:
-            body: bytes | mmap.mmap = self._large(length)
-        else:
-            self._need(length)
-            body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
-            self._lo += length
+        kind, body, _ = super().frame()
         return kind, body, self._claim(start, kind) if self.fds else -1
 
     def _claim(self, start: int, kind: int) -> int:
@@ -101,45 +84,9 @@ class _Reader:
             return fds.popleft()[0]
         return -1
 
-    def _need(self, n: int) -> None:
-        """Have ``n`` (at most ``_READ_BYTES``) bytes buffered from ``_lo`` on."""
-        if self._hi - self._lo >= n:
-            return
-        if self._lo + n > len(self._buf):
-            live = self._buf[self._lo : self._hi]
-            self._buf[: len(live)] = live
-            self._lo, self._hi = 0, len(live)
-        view = memoryview(self._buf)
-        while self._hi - self._lo < n:
-            self._hi += self._recv_into(view[self._hi :])
-
-    def _large(self, n: int) -> mmap.mmap:
-        """A body of ``n`` bytes (more than the read buffer), in a mapping that grows with
-        what arrives: the declared length alone takes no memory."""
-        size = min(n, _LARGE_FIRST)
-        try:
-            m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        except (OSError, OverflowError, ValueError) as e:
-            raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
-        have = self._hi - self._lo
-        m[:have] = self._buf[self._lo : self._hi]
-        self._lo = self._hi = 0
-        while have < n:
-            if have == size:
-                size = min(n, 2 * size)
-                try:
-                    m.resize(size)  # mremap: no copy, and no view may be alive
-                except (OSError, OverflowError, ValueError) as e:
-                    raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
-            have += self._recv_into(memoryview(m)[have:size])
-        return m
-
     def _recv_into(self, view: memoryview) -> int:
         """Receive into ``view`` (and keep passed descriptors); the byte count, never 0."""
-        if _SPIN is not None:
-            # The next frame usually comes soon (a reply, a backward's gradients):
-            # catching it awake saves a sleeping CPU's wake-up and cold caches.
-            _SPIN(self._fd, _SPIN_NS)
+        self._spin()
         got, anc, flags, _ = self._sock.recvmsg_into([view], _ANC)
         first = self._got
         self._got += got
@@ -165,5 +112,6 @@ class _Reader:
             raise ConnectionError(f"passed more than {_MAX_PENDING_FDS} unclaimed descriptors")
 
     def close_fds(self) -> None:
+        """Close the passed descriptors no frame claimed."""
         while self.fds:
             os.close(self.fds.popleft()[0])

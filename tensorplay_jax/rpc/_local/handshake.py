@@ -1,9 +1,9 @@
 """Authentication of a same-host connection, before anything else on it is read.
 
 The handshake itself is ``tensorplay_jax.runtime.handshake`` (HMAC challenge
-both ways with the job secret), under this transport's magic string.
-Connections live in Linux's abstract socket namespace: there is no file to
-clean up if a worker dies.
+both ways with the job secret), under this transport's magic string; the
+server side runs it in ``rpc/_socket/server``. Connections live in Linux's
+abstract socket namespace: there is no file to clean up if a worker dies.
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ from tensorplay_jax.runtime import handshake
 from tensorplay_jax.runtime.handshake import NONCE_BYTES as _NONCE  # noqa: F401 (tests)
 
 _MAGIC = b"TPJLOC01"
-
-
-def accept(conn: socket.socket, secret: bytes) -> str | None:
-    """Authenticate an accepted connection: the peer's worker name, or None (``conn`` closed)."""
-    return handshake.accept(conn, secret, _MAGIC)
 
 
 def connect(address: str, secret: bytes, me: str) -> socket.socket:

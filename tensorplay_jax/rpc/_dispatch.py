@@ -25,7 +25,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.rpc import _codec, _context
+from tensorplay_jax.rpc import _call_hooks, _codec
 from tensorplay_jax.rpc._errors import RpcPeerError
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
@@ -181,7 +181,7 @@ class Serving:
         try:
             value = _codec.decode(msg.header, msg.buffers, peer=pend.to)
             if kind == OK:
-                for h in _context.active_hooks():
+                for h in _call_hooks.active_hooks():
                     value = h.on_receive_response(pend.info, value, meta)
                 pend.fut._try_set_result(value)
             else:
@@ -261,12 +261,12 @@ class Serving:
         record: Any,
         extra: list,
     ) -> None:
-        info = _context.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
+        info = _call_hooks.CallInfo(caller, KIND_NAMES[kind], "", mid, meta)
         # While recording, the serve's span (where the arrow from the caller's send ends)
         # starts here and is opened, named after the function, once that is decoded.
         t0, span = trace.now() if trace.RECORDING else 0, None
         try:
-            with _context.serving(meta, caller):
+            with _call_hooks.serving(meta, caller):
                 try:
                     if t0 and kind == FETCH:
                         flow = trace.flow_id(caller.id, mid)
@@ -282,7 +282,7 @@ class Serving:
                     info = info._replace(func_name=func_name(fn), func=fn)
                     if t0 and trace.RECORDING:
                         span = self._trace_serve(info, t0)
-                    for h in _context.active_hooks():
+                    for h in _call_hooks.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)
                     if isinstance(result, Future) and getattr(fn, "_tpj_async_execution", False):
@@ -317,7 +317,7 @@ class Serving:
 
         def done(f: Future) -> None:
             try:
-                with _context.serving(info.metadata, info.peer):
+                with _call_hooks.serving(info.metadata, info.peer):
                     try:
                         result = f.wait()
                     except BaseException as e:
@@ -332,7 +332,7 @@ class Serving:
     def _reply(self, link: Link, mid: int, info: Any, result: Any) -> None:
         resp_meta: dict[str, Any] = {}
         try:
-            for h in _context.active_hooks():
+            for h in _call_hooks.active_hooks():
                 result = h.on_send_response(info, result, resp_meta)
             self._send_ok(link, mid, result, resp_meta)
         except BaseException as e:

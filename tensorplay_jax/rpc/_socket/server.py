@@ -1,0 +1,97 @@
+"""Serving and connecting on stream sockets: the accept loop, and a client link's reader.
+
+:class:`SocketServer` accepts on a listening socket, authenticates each
+connection (``runtime.handshake`` under the transport's magic string) before
+it reads anything else from it, and reads it as a link in the accepting
+thread; :func:`start_reading` reads a client link's replies in a thread of
+its own. Both hand what arrives to the owner's ``Inbound`` (see ``rpc/_link``).
+A transport subclasses the server for its listening socket and link type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from typing import Any
+
+from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
+from tensorplay_jax.rpc._socket.link import SocketLink
+from tensorplay_jax.runtime import handshake
+
+__all__ = ["SocketServer", "start_reading"]
+
+
+class SocketServer:
+    """Accepts connections on ``sock`` (listening); reports what arrives on each to ``inbound``.
+
+    Subclasses set ``_link_type`` (the ``SocketLink`` to read each connection as)
+    and ``_magic`` (the handshake's protocol name), and may ``_tune`` accepted
+    sockets. Raw clients and tests may pass the three ``Inbound`` callbacks by
+    keyword instead of ``inbound``.
+    """
+
+    _link_type: type[SocketLink] = SocketLink
+    _magic = b""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        secret: str,
+        inbound: Inbound | None = None,
+        max_threads: int = 17,
+        **callbacks: Any,
+    ) -> None:
+        self._secret = secret.encode()
+        self._max_threads = max_threads
+        self._links = LinkSet(inbound_of(inbound, callbacks))
+        self._sock = sock
+        kind = self._link_type._kind
+        threading.Thread(target=self._accept, name=f"tpj-rpc-{kind}-accept", daemon=True).start()
+
+    def _tune(self, conn: socket.socket) -> None:
+        """Set socket options on an authenticated connection (none here)."""
+
+    def _accept(self) -> None:
+        kind = self._link_type._kind
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(
+                target=self._serve, args=(conn,), name=f"tpj-rpc-{kind}-serve", daemon=True
+            ).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        peer = handshake.accept(conn, self._secret, self._magic)
+        if peer is None:
+            return
+        self._tune(conn)
+        link = self._link_type(conn, peer, self._max_threads)
+        inbound = self._links.add(link)
+        if inbound is None:  # stopped meanwhile
+            conn.close()
+            return
+        link.read_forever(inbound)
+
+    def stop(self) -> None:
+        """Accept no more connections and close those open."""
+        links = self._links.stop()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        for link in links:
+            link.close()
+
+
+def start_reading(link: SocketLink, inbound: Inbound) -> SocketLink:
+    """Read ``link`` (a client's end) in a thread of its own; returns ``link``."""
+    threading.Thread(
+        target=link.read_forever,
+        args=(inbound,),
+        name=f"tpj-rpc-{link._kind}-link-{link.peer}",
+        daemon=True,
+    ).start()
+    return link
