@@ -2,20 +2,22 @@
 
 Message kinds and envelopes: see ``_protocol``.
 
-Transports: peers on this host are reached over ``_local`` (Unix socket +
-shared memory) unless TLS is on or ``TENSORPLAY_JAX_RPC_LOCAL=0``; others over
-the plain TCP link of ``_tcp`` unless TLS is on or ``TENSORPLAY_JAX_RPC_TCP=0``;
-the rest, and any peer those cannot reach, over the gRPC stream of ``_service``.
-The agent holds both kinds of connection as ``_link.Link`` and hands every
-transport one ``Inbound`` (its ``_on_message``, ``_on_malformed`` and
-``_on_closed``).
+Transports (``rpc/transports``): the agent holds an ordered list of them
+(``GrpcRpcBackendOptions(transports=...)``, by default the same-host socket
+``_local``, the TCP link ``_tcp`` and the gRPC stream ``_grpc``; with TLS on,
+only those that carry it) and reaches each peer through the first that
+reaches it, trying the next when a connection fails. It holds every
+connection as a ``_link.Link`` and hands every transport one ``Inbound``
+(the dispatcher's ``on_message`` and ``on_malformed``, its own ``_on_closed``).
 
 :class:`Agent` ties the parts of a worker's RPC together. Here: start-up
-(rendezvous with the store, the peer table), lookups, connecting, and the
-calling side (``call``, timeouts, calls failed by a lost link). Its base
-classes hold the rest: ``_serve.Serving`` what arrives (replies, serving
-requests, the worker pool), ``_shutdown.Shutdown`` the graceful barrier and
-``stop``. The RRef bookkeeping is ``_rref_table.RRefTable`` (``agent.rrefs``).
+(rendezvous with the store, the transports, the peer table), lookups,
+connecting, the calling side (``call``, timeouts, calls failed by a lost
+link) and ``stop``. It holds the rest as objects, each given what it works
+on: ``_dispatch.Dispatcher`` what arrives (replies, serving requests),
+``_shutdown.ShutdownBarrier`` the graceful barrier and leaving the store,
+``_rref_table.RRefTable`` the RRef bookkeeping (``agent.rrefs``), and
+``_inflight.InFlight`` the calls and served requests they share.
 """
 
 from __future__ import annotations
@@ -26,15 +28,19 @@ import re
 import secrets
 import threading
 import time
+import warnings
 from typing import Any
 
-from tensorplay_jax.rpc import _call_hooks, _codec, _local, _objref, _tcp
+# _grpc, _local and _tcp register the built-in transports ("grpc", "local", "tcp").
+from tensorplay_jax.rpc import _call_hooks, _codec, _grpc, _local, _objref, _tcp  # noqa: F401
+from tensorplay_jax.rpc._connections import Connections
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
-from tensorplay_jax.rpc._dispatch import Serving, _Pool, func_name
+from tensorplay_jax.rpc._dispatch import Dispatcher, _Pool, func_name
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._grpc import Server, TlsConfig, connect
+from tensorplay_jax.rpc._grpc import TlsConfig
+from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
 from tensorplay_jax.rpc._protocol import (
     CALL,
@@ -49,12 +55,14 @@ from tensorplay_jax.rpc._protocol import (
 )
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
-from tensorplay_jax.rpc._shutdown import Shutdown
+from tensorplay_jax.rpc._shutdown import ShutdownBarrier
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.rpc.transports import Site, default_transports
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.address import local_address, store_bind_host
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
+from tensorplay_jax.runtime.settings import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
 
 # current_agent, get_agent, set_current and the kinds (CALL, ...) stay importable from
 # here: api and the tests use them by these names.
@@ -77,17 +85,6 @@ log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
 
 
-class _Pending:
-    __slots__ = ("fut", "info", "link", "timeout", "to", "traced")
-
-    def __init__(
-        self, fut: Future, to: WorkerInfo, info: _call_hooks.CallInfo, timeout: float
-    ) -> None:
-        self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
-        self.link: Link | None = None
-        self.traced: str | None = None  # its name in a trace, when the profiler records it
-
-
 def validate_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(
@@ -97,7 +94,7 @@ def validate_name(name: Any) -> str:
     return name
 
 
-class Agent(Serving, Shutdown):
+class Agent:
     """Everything one worker needs to call and serve the others (see the module docstring)."""
 
     def __init__(
@@ -109,28 +106,21 @@ class Agent(Serving, Shutdown):
         self.rank, self.world_size = rank, world_size
         self.me = WorkerInfo(name, rank)
         self._store_addr = (host, port)
+        self.address = ""  # how the peers reach this worker (its gRPC address, if served)
         self.workers: dict[str, WorkerInfo] = {}
         self.by_id: dict[int, WorkerInfo] = {}
         self._addresses: dict[int, str] = {}
-        self._local_addresses: dict[int, str] = {}
         # Workers that run this worker's main script: its functions go to them by name.
         self.same_main: set[str] = set()
-        self._tcp_ports: dict[int, int] = {}
-        self._links: dict[int, Link] = {}
-        self._pending: dict[int, _Pending] = {}
-        self._lock = threading.Lock()
+        self._flight = InFlight()
+        self._lock = self._flight.lock
+        self.connections = Connections(self._lock)  # the transports, a link per peer
+        self._pending = self._flight.pending
         self._ids = itertools.count(1)
-        self._inflight = 0
-        self.activity = 0
         self.stopped = False
-        # Set once init_rpc has made this agent current: a peer that finished the
-        # rendezvous first may call in before this worker's init_rpc returns.
-        self._open = threading.Event()
         self._store_server: StoreServer | None = None
         self.store: StoreClient | None = None
-        self._server: Server | None = None
-        self._local_server: _local.LocalServer | None = None
-        self._tcp_server: _tcp.TcpServer | None = None
+        self.barrier: ShutdownBarrier | None = None
         self._tls: TlsConfig | None = None
         if options.tls_cert_chain is not None:
             self._tls = TlsConfig(
@@ -140,11 +130,23 @@ class Agent(Serving, Shutdown):
                 options.tls_server_name,
                 options.tls_require_client_auth,
             )
-        # What every link reports to: one bundle for both transports (see _link).
-        self._inbound = Inbound(self._on_message, self._on_malformed, self._on_closed)
         self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
         self._deadlines = Deadlines(self._expire, self._pending)
         self.rrefs = RRefTable(self)
+        self.dispatch = Dispatcher(
+            name=self.name,
+            rank=self.rank,
+            options=options,
+            inflight=self._flight,
+            rrefs=self.rrefs,
+            executor=self._executor,
+            workers=self.workers,
+            same_main=self.same_main,
+        )
+        # What every link reports to: one bundle for every transport (see _link).
+        self._inbound = Inbound(
+            self.dispatch.on_message, self.dispatch.on_malformed, self._on_closed
+        )
 
     # ------------------------------------------------------------------ startup
 
@@ -170,7 +172,7 @@ class Agent(Serving, Shutdown):
 
     def open(self) -> None:
         """Start running requests (init_rpc calls this once the agent is current)."""
-        self._open.set()
+        self.dispatch.open()
 
     def _at_exit(self) -> None:
         if not self.stopped:
@@ -189,45 +191,22 @@ class Agent(Serving, Shutdown):
         if self.rank == 0:
             self._store_server = StoreServer(store_bind_host(host), port, secret)
         self.store = StoreClient(host, port, self.rank, opts.init_timeout, secret)
-        self._secret = secret
-        self._server = Server(
-            secret=secret,
-            inbound=self._inbound,
-            max_streams=4 * self.world_size + 16,
-            tls=self._tls,
+        self.barrier = ShutdownBarrier(
+            name=self.name,
+            rank=self.rank,
+            world_size=self.world_size,
+            store=self.store,
+            store_server=self._store_server,
+            inflight=self._flight,
+            rrefs=self.rrefs,
+            resolve=self.resolve,
+            call=self.call,
         )
-        try:
-            # Loopback for a one-host job; across hosts, an address the peers reach.
-            chosen = local_address(host, port)
-        except ValueError as e:
-            raise ValueError(f"init_rpc: {e}") from None
-        listen = chosen if opts.listen_addr is None else opts.listen_addr
-        bound = self._server.start(listen, opts.port)
-        adv = opts.advertise_addr
-        if adv is None:
-            adv = chosen if listen in ("0.0.0.0", "::", "") else listen
-        self.address = f"[{adv}]:{bound}" if ":" in adv else f"{adv}:{bound}"
-        self._server.expect_target(self.address)
+        self._serve(secret, host, port)
         nonce = secrets.token_hex(8)
         main = _objref.main_identity()
         mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
-        if self._tls is None and _local.available():
-            # Same-host peers skip gRPC (see _local); TLS keeps every byte on gRPC.
-            self._local_server = _local.LocalServer(
-                secret=secret,
-                inbound=self._inbound,
-                max_threads=self.options.num_worker_threads + 1,
-            )
-            mine["local"] = [_local.host_id(), self._local_server.address]
-        if self._tls is None and _tcp.enabled():
-            # Between hosts, a plain TCP link beside gRPC (see _tcp); TLS keeps gRPC.
-            self._tcp_server = _tcp.TcpServer(
-                secret=secret,
-                host=listen,  # the gRPC server's address
-                inbound=self._inbound,
-                max_threads=self.options.num_worker_threads + 1,
-            )
-            mine["tcp"] = self._tcp_server.port
+        mine.update(self.connections.advertised())
         t1 = time.time_ns()  # start-up phases: kept for the profiler (see runtime.trace)
         trace.startup("init_rpc: store and servers", t0, t1, worker=self.name)
         got = self.store.setnx(f"rank/{self.rank}", mine)
@@ -261,14 +240,37 @@ class Agent(Serving, Shutdown):
             self.workers[info.name] = info
             self.by_id[r] = info
             self._addresses[r] = ent["addr"]
+            self.connections.add_peer(r, ent)
             if r == self.rank or (main is not None and ent.get("main") == main):
                 self.same_main.add(info.name)
-            local = ent.get("local")
-            if self._local_server is not None and local and local[0] == _local.host_id():
-                self._local_addresses[r] = local[1]
-            tcp = ent.get("tcp")
-            if self._tcp_server is not None and isinstance(tcp, int) and 0 < tcp < 65536:
-                self._tcp_ports[r] = tcp
+
+    def _serve(self, secret: str, host: str, port: int) -> None:
+        """Start the transports of the options' list (those that carry TLS, with TLS on)."""
+        opts = self.options
+        try:
+            # Loopback for a one-host job; across hosts, an address the peers reach.
+            chosen = local_address(host, port)
+        except ValueError as e:
+            raise ValueError(f"init_rpc: {e}") from None
+        listen = chosen if opts.listen_addr is None else opts.listen_addr
+        adv = opts.advertise_addr
+        if adv is None:
+            adv = chosen if listen in ("0.0.0.0", "::", "") else listen
+        site = Site(
+            me=self.name,
+            secret=secret,
+            inbound=self._inbound,
+            max_threads=opts.num_worker_threads + 1,
+            listen=listen,
+            advertise=adv,
+            port=opts.port,
+            max_streams=4 * self.world_size + 16,
+            tls=self._tls,
+        )
+        names = default_transports() if opts.transports is None else opts.transports
+        self.connections.serve(site, names)
+        grpc = self.connections.get("grpc")
+        self.address = grpc.advertise() if grpc is not None else adv
 
     # ------------------------------------------------------------------ lookups
 
@@ -294,49 +296,6 @@ class Agent(Serving, Shutdown):
         return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in self.by_id.values())
 
     # ------------------------------------------------------------------ calling
-
-    def _link_for(self, to: WorkerInfo, made: Link | None = None) -> Link:
-        """The live link to ``to`` (the caller holds the lock): the one kept, else ``made``
-        (connected before the lock was taken), else a new one."""
-        link = self._links.get(to.id)
-        if link is not None and link.alive:
-            if made is not None:
-                made.close()  # another thread connected first
-            return link
-        link = self._links[to.id] = made if made is not None else self._connect(to)
-        return link
-
-    def _premade(self, to: WorkerInfo) -> Link | None:
-        """A TCP link to ``to`` if it needs one: made outside the lock, for a connection to
-        another host takes a round trip or more (a timeout, if the host is gone)."""
-        link = self._links.get(to.id)
-        if (link is not None and link.alive) or to.id not in self._tcp_ports:
-            return None
-        if to.id in self._local_addresses:
-            return None
-        return self._connect(to)
-
-    def _connect(self, to: WorkerInfo) -> Link:
-        """A new link to ``to``: same-host where it can be, else (or failing that) gRPC."""
-        ends = {"peer": to.name, "secret": self._secret, "me": self.name, "inbound": self._inbound}
-        local = self._local_addresses.get(to.id)
-        threads = self.options.num_worker_threads + 1
-        if local is not None:
-            try:
-                return _local.connect_local(local, max_threads=threads, **ends)
-            except OSError as e:
-                log.debug("rpc: no same-host link to %s (%s); using gRPC", to.name, e)
-        port = self._tcp_ports.get(to.id)
-        if port is not None:
-            host = _tcp.host_of(self._addresses[to.id])
-            try:
-                return _tcp.connect_tcp(host, port, max_threads=threads, **ends)
-            except OSError as e:
-                log.warning(
-                    "rpc: no TCP link to %s at %s:%s (%s); using its gRPC stream",
-                    to.name, host, port, e,
-                )  # fmt: skip
-        return connect(self._addresses[to.id], tls=self._tls, **ends)
 
     def timeout_of(self, timeout: float) -> float:
         if timeout is None or timeout < 0:
@@ -377,17 +336,17 @@ class Agent(Serving, Shutdown):
             enc = _codec.Encoded(b"\xc0", [])
         env = _codec.dumps_small([kind, mid, meta, *extra])
         fut: Future = Future(callback_executor=self._executor)
-        pend = _Pending(fut, to, info, timeout)
-        made = self._premade(to)
+        pend = Pending(fut, to, info, timeout)
+        made = self.connections.premade(to)
         with self._lock:
             if self.stopped:
                 if made is not None:
                     made.close()
                 raise not_initialized(info.kind)
-            link = self._link_for(to, made)
+            link = self.connections.link_for(to, made)
             pend.link = link
             self._pending[mid] = pend
-            self.activity += 1
+            self._flight.handled += 1
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
         span = self._trace_send(pend, t0) if t0 and trace.RECORDING else None
@@ -398,7 +357,7 @@ class Agent(Serving, Shutdown):
                 span.close(trace.flow_id(self.rank, mid), 1, ("to", to.name, "bytes", enc.nbytes))
         return fut
 
-    def _trace_send(self, pend: _Pending, t0: int) -> trace.Span:
+    def _trace_send(self, pend: Pending, t0: int) -> trace.Span:
         """The span of a recorded request's send (encoding it, handing it to the link)."""
         name = f"{TRACE_NAMES[pend.info.kind]} {pend.info.func_name}".rstrip()
         pend.traced = name  # before the reply can arrive: its span is named after it
@@ -418,9 +377,7 @@ class Agent(Serving, Shutdown):
 
     def _on_closed(self, link: Link, reason: str) -> None:
         with self._lock:
-            for wid, ln in list(self._links.items()):
-                if ln is link:
-                    del self._links[wid]
+            self.connections.forget(link)
             dead = [m for m, p in self._pending.items() if p.link is link]
             pends = [self._pending.pop(m) for m in dead]
         self.rrefs.requester_gone(link)  # fetches it parked here: no one left to answer
@@ -435,3 +392,43 @@ class Agent(Serving, Shutdown):
                     "been killed"
                 )
             p.fut._try_set_exception(RpcPeerError(msg))
+
+    # ------------------------------------------------------------------ stopping
+
+    def stop(
+        self, *, leak_check: bool = True, graceful: bool = True, deadline: float | None = None
+    ) -> None:
+        """Stop serving and close every connection (local; see ``ShutdownBarrier``).
+
+        Every wait here is bounded, and cut short at ``deadline`` (``time.monotonic()``):
+        the transports' grace for open streams (RPC_SERVER_STOP_GRACE_S), rank 0 keeping the
+        store up for the others to leave (RPC_SHUTDOWN_EXIT_WAIT_S, graceful only), and each
+        store reply (RPC_STORE_REPLY_GRACE_S, also past the deadline: a stopped rank 0
+        costs that much once).
+        """
+
+        def left(most: float) -> float:
+            if deadline is None:
+                return most
+            return min(most, max(deadline - time.monotonic(), 0.0))
+
+        with self._lock:
+            self.stopped = True
+        self.dispatch.close()  # release requests held for init_rpc (they get an error)
+        if leak_check:
+            leaks = self.rrefs.owned_ids()
+            if leaks:
+                warnings.warn(
+                    f"RRef leak check: worker {self.name!r} still owns {len(leaks)} value(s) that "
+                    f"other workers referenced at shutdown: "
+                    + ", ".join(f"{i:#x}" for i in leaks[:10]),
+                    stacklevel=3,
+                )
+        self.connections.close(left(RPC_SERVER_STOP_GRACE_S))
+        self._deadlines.stop()
+        self.rrefs.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.barrier is not None:
+            self.barrier.leave(graceful=graceful, wait=left(RPC_SHUTDOWN_EXIT_WAIT_S))
+        if self._store_server is not None:
+            self._store_server.close()

@@ -12,8 +12,10 @@ callbacks run there too (a watchdog hands reading to a spare thread when such
 work runs long; at most ``num_worker_threads`` spares per link, then the
 pool).
 
-:class:`Serving` is a part of ``_agent.Agent`` (a base class of it), not an
-object of its own: it works on the agent's state, listed in its class body.
+:class:`Dispatcher` is that side, one object per agent; it takes what it
+works on in its constructor (the in-flight table of ``_inflight``, the RRef
+table, the pool) and hands the agent the ``on_message``/``on_malformed``
+callbacks of every link's ``Inbound`` (see ``_link``).
 """
 
 from __future__ import annotations
@@ -45,14 +47,22 @@ from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 from tensorplay_jax.runtime import trace
 
 if TYPE_CHECKING:
+    from tensorplay_jax.rpc._inflight import InFlight
     from tensorplay_jax.rpc._rref_table import RRefTable
 
-__all__ = ["Serving", "func_name"]
+__all__ = ["Dispatcher", "func_name"]
 
 log = logging.getLogger(__name__)
 
 
 def func_name(fn: Any) -> str:
+    """The name hooks and traces give a called function: ``module.qualname``.
+
+    Example:
+      >>> import json
+      >>> func_name(json.dumps)
+      'json.dumps'
+    """
     mod = getattr(fn, "__module__", None)
     qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     if qual is None:
@@ -117,60 +127,90 @@ class _Pool(concurrent.futures.Executor):
         self._q.put(None)
 
 
-class Serving:
-    """The agent's receiving side (see the module docstring); ``Agent`` sets its state."""
+class Dispatcher:
+    """The agent's receiving side (see the module docstring): one per agent.
 
-    # The agent's state this side reads and updates (set in ``Agent.__init__``).
-    name: str
-    rank: int
-    stopped: bool
-    workers: dict[str, WorkerInfo]
-    options: GrpcRpcBackendOptions
-    rrefs: RRefTable
-    activity: int
-    _lock: threading.Lock
-    _pending: dict[int, Any]  # message id -> _agent._Pending
-    same_main: set[str]  # workers running this worker's main script (see _objref)
-    _inflight: int
-    _open: threading.Event
-    _executor: concurrent.futures.Executor
+    Args:
+      name: this worker's name, and ``rank`` its rank (for error messages).
+      options: the agent's options (``init_timeout``, ``rpc_timeout``).
+      inflight: the agent's calls and served requests (``_inflight``).
+      rrefs: the agent's RRef table (the RRef requests are its business).
+      executor: the pool that serves what a link's reading thread does not.
+      workers: the job's workers by name (filled at rendezvous).
+      same_main: the workers that run this worker's main script (see ``_objref``).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        rank: int,
+        options: GrpcRpcBackendOptions,
+        inflight: InFlight,
+        rrefs: RRefTable,
+        executor: concurrent.futures.Executor,
+        workers: dict[str, WorkerInfo],
+        same_main: set[str],
+    ) -> None:
+        self.name, self.rank = name, rank
+        self._options = options
+        self._flight = inflight
+        self._rrefs = rrefs
+        self._executor = executor
+        self._workers = workers
+        self._same_main = same_main
+        # Set once init_rpc has made the agent current (a peer that finished the
+        # rendezvous first may call in before this worker's init_rpc returns), or stopped.
+        self._opened = threading.Event()
+        self._closed = False
+
+    def open(self) -> None:
+        """Start running requests (held until now: see :meth:`_wait_open`)."""
+        self._opened.set()
+
+    def close(self) -> None:
+        """Run no more requests; those held for ``open`` get an error."""
+        self._closed = True
+        self._opened.set()
 
     def _wait_open(self) -> None:
         """Hold a request that arrived before this worker's init_rpc returned."""
-        if self._open.wait(self.options.init_timeout) and not self.stopped:
+        opts = self._options
+        if self._opened.wait(opts.init_timeout) and not self._closed:
             return
-        state = "is shutting down" if self.stopped else "did not finish init_rpc"
+        state = "is shutting down" if self._closed else "did not finish init_rpc"
         raise RpcPeerError(
-            f"worker {self.name!r} {state} within init_timeout={self.options.init_timeout}s; "
+            f"worker {self.name!r} {state} within init_timeout={opts.init_timeout}s; "
             "the request was not run"
         )
 
     def _peer_info(self, name: str) -> WorkerInfo:
-        return self.workers.get(name) or WorkerInfo(name, -1)
+        return self._workers.get(name) or WorkerInfo(name, -1)
 
-    def _on_message(self, link: Link, msg: Message) -> None:
+    def on_message(self, link: Link, msg: Message) -> None:
         try:
             env = _codec.loads_small(msg.envelope)
             kind, mid, meta = env[0], env[1], env[2]
             if not isinstance(kind, int) or not isinstance(mid, int) or not isinstance(meta, dict):
                 raise _codec.DecodeError("bad envelope")
         except Exception as e:
-            self._on_malformed(link, e)
+            self.on_malformed(link, e)
             return
         if kind in (OK, ERR):
             self._on_reply(kind, mid, meta, msg)
         else:
             self._on_request(link, kind, mid, meta, env[3:], msg)
 
-    def _on_malformed(self, link: Link, err: Exception) -> None:
+    def on_malformed(self, link: Link, err: Exception) -> None:
         log.warning("rpc: malformed message from %s: %s", link.peer, err)
         exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
         self._send_error(link, 0, exc, "")
 
     def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
-        with self._lock:
-            pend = self._pending.pop(mid, None)
-            self.activity += 1
+        flight = self._flight
+        with flight.lock:
+            pend = flight.pending.pop(mid, None)
+            flight.handled += 1
         if pend is None:
             return  # timed out or cancelled already
         # Recorded calls: a span over decoding the reply and completing the future; the
@@ -194,16 +234,17 @@ class Serving:
     def _on_request(
         self, link: Link, kind: int, mid: int, meta: dict, extra: list, msg: Message
     ) -> None:
-        if not self._open.is_set():
+        if not self._opened.is_set():
             try:
                 self._wait_open()
             except RpcPeerError as e:
                 self._send_error(link, mid, e, "")
                 return
         caller = self._peer_info(link.peer)
-        with self._lock:
-            self._inflight += 1
-            self.activity += 1
+        flight = self._flight
+        with flight.lock:
+            flight.serving += 1
+            flight.handled += 1
         try:
             if kind in (FORK_ADD, FORK_DEL):
                 if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
@@ -216,9 +257,9 @@ class Serving:
                     name = "serve rref_fork" if kind == FORK_ADD else "serve rref_delete"
                     span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
                 if kind == FORK_ADD:
-                    self.rrefs.add_fork(extra[0], extra[1], sender=caller)
+                    self._rrefs.add_fork(extra[0], extra[1], sender=caller)
                 else:
-                    self.rrefs.del_fork(extra[0], extra[1], sender=caller)
+                    self._rrefs.del_fork(extra[0], extra[1], sender=caller)
                 if span is not None:
                     span.close(None, 0, ("from", caller.name, "kind", KIND_NAMES[kind]))
                 self._send_ok(link, mid, None, {})
@@ -226,9 +267,9 @@ class Serving:
                 return
             record = None
             if kind == REMOTE:
-                record = self.rrefs.create_owned(extra[0], extra[1])
+                record = self._rrefs.create_owned(extra[0], extra[1])
             elif kind == FETCH:
-                record = self.rrefs.lookup_or_pending(extra[0])
+                record = self._rrefs.lookup_or_pending(extra[0])
             elif kind != CALL:
                 raise _codec.DecodeError(f"unknown request kind {kind}")
             # On the same-host transport the reading thread serves the call itself (a
@@ -247,8 +288,8 @@ class Serving:
             self._serve(link, kind, mid, meta, msg, caller, record, extra)
 
     def _done_serving(self) -> None:
-        with self._lock:
-            self._inflight -= 1
+        with self._flight.lock:
+            self._flight.serving -= 1
 
     def _serve(
         self,
@@ -274,7 +315,7 @@ class Serving:
                     if kind == FETCH:
                         # Parked while the value is not there yet; ends with the value, with
                         # the link, or (if never created) after rpc_timeout: see _rref_table.
-                        value = self.rrefs.fetch(record, link, self.options.rpc_timeout)
+                        value = self._rrefs.fetch(record, link, self._options.rpc_timeout)
                         self._reply_when_done(link, mid, info, value)
                         return
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
@@ -312,8 +353,8 @@ class Serving:
     def _reply_when_done(
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
     ) -> None:
-        with self._lock:
-            self._inflight += 1
+        with self._flight.lock:
+            self._flight.serving += 1
 
         def done(f: Future) -> None:
             try:
@@ -340,7 +381,7 @@ class Serving:
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
         t0 = trace.now() if trace.RECORDING else 0
-        enc = _codec.encode(result, main=link.peer in self.same_main)
+        enc = _codec.encode(result, main=link.peer in self._same_main)
         span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
         try:
             link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)

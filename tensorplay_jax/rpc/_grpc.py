@@ -12,9 +12,13 @@ fresh (within ``RPC_STREAM_AUTH_WINDOW_S`` of the server's clock) and used once
 traffic of a stream without TLS can neither learn the secret nor replay the
 credential to open another stream. Packets
 are raw bytes (see ``_framing``); grpc's message size limits are lifted and
-large messages are chunked anyway. TLS is optional (``TlsConfig``). Peers on
-the same host normally use ``_local`` instead; this stream is the one between
-hosts, with TLS, and the fallback.
+large messages are chunked anyway. TLS is optional (``TlsConfig``).
+
+As a transport (``"grpc"``, :class:`GrpcTransport`, see ``rpc/transports``)
+it is the one that carries TLS, and the last of the default list: peers on
+the same host normally use ``_local`` and peers elsewhere ``_tcp``; this
+stream is the one with TLS, and the fallback where those are off or a
+connection through them fails.
 """
 
 from __future__ import annotations
@@ -33,10 +37,19 @@ import grpc
 
 from tensorplay_jax.rpc._framing import FramingError, Inbox, Outbox
 from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
+from tensorplay_jax.rpc.transports import Site, register_transport
 from tensorplay_jax.runtime.secret import mac
 from tensorplay_jax.runtime.settings import RPC_STREAM_AUTH_WINDOW_S
 
-__all__ = ["METHOD_PATH", "Link", "Server", "TlsConfig", "auth_metadata", "connect"]
+__all__ = [
+    "METHOD_PATH",
+    "GrpcTransport",
+    "Link",
+    "Server",
+    "TlsConfig",
+    "auth_metadata",
+    "connect",
+]
 
 log = logging.getLogger(__name__)
 
@@ -332,3 +345,62 @@ def connect(
         daemon=True,
     ).start()
     return link
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets (as gRPC targets are written).
+
+    Example:
+      >>> host_port("10.0.0.2", 5000), host_port("::1", 5000)
+      ('10.0.0.2:5000', '[::1]:5000')
+    """
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class GrpcTransport:
+    """The gRPC stream as the agent holds it (``rpc/transports.Transport``).
+
+    Serves on the listen address and ``port`` (0: any free one); advertises the
+    ``host:port`` the peers reach it by (stream credentials are bound to it).
+    """
+
+    tls = True  # the one transport that carries TLS
+    slow_connect = False  # a channel connects lazily: opening a stream does not wait
+
+    def __init__(self) -> None:
+        self.server: Server | None = None
+        self.address = ""
+        self._site: Site | None = None
+
+    def serve(self, site: Site) -> bool:
+        self._site = site
+        self.server = Server(
+            secret=site.secret,
+            inbound=site.inbound,
+            max_streams=site.max_streams,
+            tls=site.tls,
+        )
+        bound = self.server.start(site.listen, site.port)
+        self.address = host_port(site.advertise, bound)
+        self.server.expect_target(self.address)
+        return True
+
+    def advertise(self) -> Any:
+        return self.address
+
+    def reaches(self, entry: Any) -> bool:
+        return isinstance(entry, str) and bool(entry)
+
+    def connect(self, peer: str, entry: Any) -> Link:
+        site = self._site
+        assert site is not None
+        return connect(
+            entry, peer=peer, secret=site.secret, me=site.me, inbound=site.inbound, tls=site.tls
+        )
+
+    def stop(self, grace: float = 0.0) -> None:
+        if self.server is not None:
+            self.server.stop(grace)
+
+
+register_transport("grpc", GrpcTransport)

@@ -1,47 +1,39 @@
-"""Shutting the agent down: the graceful barrier over the store, then stopping every part.
+"""The graceful shutdown barrier over the rendezvous store, and leaving the store.
 
-``wait_for_all_workers`` is the barrier of a graceful ``shutdown()``: rounds
-over the rendezvous store until no worker has work left or in flight (with
-the release of user RRefs in between, see ``_rref_table``). ``stop`` then
-closes the links, the servers, the timers, the RRef table and the pool, and
-leaves the store; every wait there is bounded (``runtime.settings``:
-``RPC_SERVER_STOP_GRACE_S``, ``RPC_SHUTDOWN_EXIT_WAIT_S``,
-``RPC_STORE_REPLY_GRACE_S``).
-
-:class:`Shutdown` is a part of ``_agent.Agent`` (a base class of it), not an
-object of its own: it works on the agent's state, listed in its class body.
+:class:`ShutdownBarrier`, one per agent once it has joined the store:
+``wait_for_all_workers`` is the barrier of a graceful ``shutdown()``, rounds
+over the store until no worker has work left or in flight (with the release
+of user RRefs in between, see ``_rref_table``); ``leave`` is the last step of
+the agent's ``stop``: tell the store this worker is done and (rank 0, graceful)
+keep it up until the others are done too. Every wait there is bounded
+(``runtime.settings``: ``RPC_SHUTDOWN_EXIT_WAIT_S``, ``RPC_STORE_REPLY_GRACE_S``).
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
-import threading
 import time
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._rendezvous import StoreTimeout
 from tensorplay_jax.runtime.settings import (
-    RPC_SERVER_STOP_GRACE_S,
-    RPC_SHUTDOWN_EXIT_WAIT_S,
     RPC_SHUTDOWN_PING_EVERY_S,
     RPC_SHUTDOWN_PING_TIMEOUT_S,
     RPC_STORE_REPLY_GRACE_S,
 )
 
 if TYPE_CHECKING:
-    import concurrent.futures
+    from collections.abc import Callable
 
-    from tensorplay_jax.rpc import _local, _tcp
-    from tensorplay_jax.rpc._deadlines import Deadlines
-    from tensorplay_jax.rpc._grpc import Server
-    from tensorplay_jax.rpc._link import Link
+    from tensorplay_jax.rpc._futures import Future
+    from tensorplay_jax.rpc._inflight import InFlight
     from tensorplay_jax.rpc._rendezvous import StoreClient, StoreServer
     from tensorplay_jax.rpc._rref_table import RRefTable
+    from tensorplay_jax.rpc._types import WorkerInfo
 
-__all__ = ["WHILE_ALIVE", "Shutdown"]
+__all__ = ["WHILE_ALIVE", "ShutdownBarrier"]
 
 WHILE_ALIVE = -1.0  # wait_for_all_workers: no time limit while the missing workers answer
 
@@ -52,37 +44,45 @@ def _alive() -> bool:
     return True
 
 
-class Shutdown:
-    """The agent's shutdown (see the module docstring); ``Agent`` sets its state."""
+class ShutdownBarrier:
+    """The graceful barrier and the leaving of the store (see the module docstring).
 
-    # The agent's state this part reads and updates (set in ``Agent.__init__``/``start``).
-    name: str
-    rank: int
-    world_size: int
-    stopped: bool
-    activity: int
-    rrefs: RRefTable
-    store: StoreClient | None
-    _store_server: StoreServer | None
-    _server: Server | None
-    _local_server: _local.LocalServer | None
-    _tcp_server: _tcp.TcpServer | None
-    _links: dict[int, Link]
-    _pending: dict[int, Any]  # message id -> _agent._Pending
-    _inflight: int
-    _lock: threading.Lock
-    _open: threading.Event
-    _deadlines: Deadlines
-    _executor: concurrent.futures.Executor
+    Args:
+      name: this worker's name, ``rank`` its rank and ``world_size`` the job's size.
+      store: this worker's connection to the rendezvous store; ``store_server`` the
+        store itself, on rank 0 (None elsewhere).
+      inflight: the agent's calls and served requests (``_inflight``).
+      rrefs: the agent's RRef table (queued releases count as work; users let go
+        of their RRefs between rounds).
+      resolve: the agent's ``resolve``, and ``call`` its ``call``: the barrier pings
+        the workers that have not arrived.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        rank: int,
+        world_size: int,
+        store: StoreClient,
+        store_server: StoreServer | None,
+        inflight: InFlight,
+        rrefs: RRefTable,
+        resolve: Callable[[Any, str], WorkerInfo],
+        call: Callable[..., Future],
+    ) -> None:
+        self.name, self.rank, self.world_size = name, rank, world_size
+        self.store, self._store_server = store, store_server
+        self._flight = inflight
+        self._rrefs = rrefs
+        self._resolve, self._call = resolve, call
 
     def outstanding(self) -> int:
-        return len(self._pending) + self._inflight + self.rrefs.queued_deletes
+        """This worker's work left: calls, served requests and queued RRef releases."""
+        return self._flight.outstanding() + self._rrefs.queued_deletes
 
     def _outstanding_detail(self) -> str:
-        return (
-            f"{len(self._pending)} call(s) waiting for a reply, {self._inflight} request(s) "
-            f"being served, {self.rrefs.queued_deletes} RRef release(s) queued"
-        )
+        return f"{self._flight.detail()}, {self._rrefs.queued_deletes} RRef release(s) queued"
 
     def wait_for_all_workers(self, timeout: float) -> None:
         """Graceful shutdown barrier: return once no worker has work left or in flight.
@@ -108,7 +108,6 @@ class Shutdown:
         """
         alive_mode = timeout == WHILE_ALIVE
         deadline = None if not timeout or alive_mode else time.monotonic() + timeout
-        assert self.store is not None
         prev: dict[int, Any] | None = None
         released = False
         for k in itertools.count():
@@ -130,7 +129,7 @@ class Shutdown:
                 # (every worker decides this in the same round), then settle again.
                 released = True
                 gc.collect()
-                self.rrefs.release_users()
+                self._rrefs.release_users()
                 cur = None
             prev = cur
 
@@ -138,7 +137,6 @@ class Shutdown:
         self, k: int, keys: dict[str, int], timeout: float, deadline: float | None, alive_mode: bool
     ) -> dict[str, Any]:
         """Round ``k``: publish this worker's count, wait for every key (or its rank dead)."""
-        assert self.store is not None
         published = False
         while True:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
@@ -150,7 +148,7 @@ class Shutdown:
                     grace = RPC_SHUTDOWN_PING_TIMEOUT_S if alive_mode else RPC_STORE_REPLY_GRACE_S
                     self.store.reply_timeout = left + grace
                 if not published:
-                    self.store.set(f"shutdown/{k}/{self.rank}", self.activity)
+                    self.store.set(f"shutdown/{k}/{self.rank}", self._flight.handled)
                     published = True
                 vals, _ = self.store.wait(keys, left)
                 return vals
@@ -190,8 +188,8 @@ class Shutdown:
         futs = {}
         for r in ranks:
             try:
-                to = self.resolve(r, "shutdown")
-                futs[r] = self.call(to, CALL, _alive, (), {}, RPC_SHUTDOWN_PING_TIMEOUT_S)
+                to = self._resolve(r, "shutdown")
+                futs[r] = self._call(to, CALL, _alive, (), {}, RPC_SHUTDOWN_PING_TIMEOUT_S)
             except Exception:  # gone already: the store marks it dead
                 continue
         silent = []
@@ -205,58 +203,21 @@ class Shutdown:
                 continue
         return silent
 
-    def stop(
-        self, *, leak_check: bool = True, graceful: bool = True, deadline: float | None = None
-    ) -> None:
-        """Stop serving and close every connection (local; see wait_for_all_workers).
+    def leave(self, *, graceful: bool, wait: float) -> None:
+        """Tell the store this worker is done, then close the connection to it.
 
-        Every wait here is bounded, and cut short at ``deadline`` (``time.monotonic()``):
-        grpc's grace for open streams (RPC_SERVER_STOP_GRACE_S), rank 0 keeping the store
-        up for the others to leave (RPC_SHUTDOWN_EXIT_WAIT_S, graceful only), and each
-        store reply (RPC_STORE_REPLY_GRACE_S, also past the deadline: a stopped rank 0
-        costs that much once).
+        Rank 0, when ``graceful``, first keeps the store up for up to ``wait``
+        seconds until every worker has said so (each store reply waits at most
+        ``RPC_STORE_REPLY_GRACE_S`` more: a stopped rank 0 costs that much once).
         """
-
-        def left(most: float) -> float:
-            if deadline is None:
-                return most
-            return min(most, max(deadline - time.monotonic(), 0.0))
-
-        with self._lock:
-            self.stopped = True
-            links = list(self._links.values())
-        self._open.set()  # release requests held for init_rpc (they get an error)
-        if leak_check:
-            leaks = self.rrefs.owned_ids()
-            if leaks:
-                warnings.warn(
-                    f"RRef leak check: worker {self.name!r} still owns {len(leaks)} value(s) that "
-                    f"other workers referenced at shutdown: "
-                    + ", ".join(f"{i:#x}" for i in leaks[:10]),
-                    stacklevel=3,
-                )
-        for link in links:
-            link.close()
-        if self._local_server is not None:
-            self._local_server.stop()
-        if self._tcp_server is not None:
-            self._tcp_server.stop()
-        if self._server is not None:
-            self._server.stop(left(RPC_SERVER_STOP_GRACE_S))
-        self._deadlines.stop()
-        self.rrefs.stop()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        if self.store is not None:
-            try:
-                self.store.reply_timeout = RPC_STORE_REPLY_GRACE_S
-                self.store.add("shutdown/exit", 1)
-                if self._store_server is not None and graceful:
-                    wait = left(RPC_SHUTDOWN_EXIT_WAIT_S)
-                    self.store.reply_timeout = wait + RPC_STORE_REPLY_GRACE_S
-                    self.store.wait_count("shutdown/exit", self.world_size, wait)
-            except (ConnectionError, OSError):
-                pass
-            self.store.reply_timeout = RPC_STORE_REPLY_GRACE_S
-            self.store.close(clean=graceful)
-        if self._store_server is not None:
-            self._store_server.close()
+        store = self.store
+        try:
+            store.reply_timeout = RPC_STORE_REPLY_GRACE_S
+            store.add("shutdown/exit", 1)
+            if self._store_server is not None and graceful:
+                store.reply_timeout = wait + RPC_STORE_REPLY_GRACE_S
+                store.wait_count("shutdown/exit", self.world_size, wait)
+        except (ConnectionError, OSError):
+            pass
+        store.reply_timeout = RPC_STORE_REPLY_GRACE_S
+        store.close(clean=graceful)

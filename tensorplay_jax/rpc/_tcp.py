@@ -24,10 +24,6 @@ memory), on which the decoded arrays then sit (no copy).
   the gRPC port).
 - A peer that exits closes the connection: the link reports it and the
   agent fails the calls pending on it, as for a gRPC stream.
-
-Example:
-    >>> host_of("[::1]:5000"), host_of("10.0.0.2:5000")
-    ('::1', '10.0.0.2')
 """
 
 from __future__ import annotations
@@ -49,10 +45,10 @@ from tensorplay_jax.rpc._link import Inbound, inbound_of
 from tensorplay_jax.rpc._socket.frames import _FRAME, _INLINE, _Reader
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
 from tensorplay_jax.rpc._socket.server import SocketServer, start_reading
-from tensorplay_jax.runtime import handshake, settings
-from tensorplay_jax.runtime.settings import TCP_TRANSPORT_ENV
+from tensorplay_jax.rpc.transports import Site, register_transport
+from tensorplay_jax.runtime import handshake
 
-__all__ = ["TcpLink", "TcpServer", "connect_tcp", "enabled", "host_of"]
+__all__ = ["TcpLink", "TcpServer", "TcpTransport", "connect_tcp"]
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +66,6 @@ _MADV_POPULATE_WRITE = getattr(
 )
 _WAITALL = getattr(socket, "MSG_WAITALL", 0)
 _free: collections.deque[mmap.mmap] = collections.deque()
-
-
-def enabled() -> bool:
-    """Whether pairs on different hosts use this link (``TENSORPLAY_JAX_RPC_TCP``, default on).
-
-    Example:
-      >>> isinstance(enabled(), bool)
-      True
-    """
-    return settings.get_str(TCP_TRANSPORT_ENV) != "0"
-
-
-def host_of(address: str) -> str:
-    """The host part of a ``host:port`` or ``[v6]:port`` address.
-
-    Example:
-      >>> host_of("worker-3.example:41000")
-      'worker-3.example'
-    """
-    host = address.rsplit(":", 1)[0]
-    return host[1:-1] if host.startswith("[") else host
 
 
 class _Parts:
@@ -278,3 +253,66 @@ def connect_tcp(
         sock.close()
         raise
     return start_reading(TcpLink(sock, peer, max_threads), inbound)  # type: ignore[return-value]
+
+
+class TcpTransport:
+    """The TCP link as the agent holds it (``rpc/transports.Transport``).
+
+    Advertises ``[host, port]``: the host the peers reach this worker by, the
+    port its ``TcpServer`` took on the listen address.
+
+    Example:
+      >>> t = TcpTransport()
+      >>> t.reaches(["10.0.0.2", 41000]), t.reaches(["10.0.0.2", 0]), t.reaches(None)
+      (True, False, False)
+    """
+
+    tls = False  # plain TCP: with TLS on the agent leaves this out
+    slow_connect = True  # another host: a round trip, or a timeout if it is gone
+
+    def __init__(self) -> None:
+        self.server: TcpServer | None = None
+        self._site: Site | None = None
+
+    def serve(self, site: Site) -> bool:
+        self._site = site
+        self.server = TcpServer(
+            secret=site.secret,
+            host=site.listen,
+            inbound=site.inbound,
+            max_threads=site.max_threads,
+        )
+        return True
+
+    def advertise(self) -> Any:
+        assert self.server is not None and self._site is not None
+        return [self._site.advertise, self.server.port]
+
+    def reaches(self, entry: Any) -> bool:
+        return (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and type(entry[1]) is int
+            and 0 < entry[1] < 65536
+        )
+
+    def connect(self, peer: str, entry: Any) -> TcpLink:
+        site = self._site
+        assert site is not None
+        return connect_tcp(
+            entry[0],
+            entry[1],
+            peer=peer,
+            secret=site.secret,
+            me=site.me,
+            inbound=site.inbound,
+            max_threads=site.max_threads,
+        )
+
+    def stop(self, grace: float = 0.0) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+register_transport("tcp", TcpTransport)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from pathlib import Path
 
 from tensorplay_jax.rpc import _codec
+from tensorplay_jax.rpc.transports import check_transports
 from tensorplay_jax.runtime.settings import (
     DEFAULT_INIT_METHOD,
     DEFAULT_NUM_WORKER_THREADS,
@@ -71,10 +73,18 @@ class GrpcRpcBackendOptions:
       tls_server_name: the name to verify in the server certificates, when not the address.
       tls_require_client_auth: mutual TLS.
       init_timeout: seconds to wait at rendezvous for every worker.
+      transports: the names of the transports to reach peers through, in order of
+        preference (see ``tensorplay_jax.rpc.transports``): each peer through the
+        first that reaches it, the next if connecting fails. None (the default):
+        ``["local", "tcp", "grpc"]``, less ``"local"`` with
+        ``TENSORPLAY_JAX_RPC_LOCAL=0`` and ``"tcp"`` with ``TENSORPLAY_JAX_RPC_TCP=0``.
+        With TLS on, only those that carry TLS are used (``"grpc"``).
 
     Example:
       >>> GrpcRpcBackendOptions(rpc_timeout=20).num_worker_threads
       16
+      >>> GrpcRpcBackendOptions(transports=["tcp", "grpc"]).transports
+      ['tcp', 'grpc']
     """
 
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
@@ -91,6 +101,7 @@ class GrpcRpcBackendOptions:
     tls_server_name: str | None = None
     tls_require_client_auth: bool = False
     init_timeout: float = RPC_INIT_TIMEOUT_S
+    transports: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if self.rpc_timeout < 0:
@@ -99,6 +110,8 @@ class GrpcRpcBackendOptions:
             raise ValueError(
                 f"GrpcRpcBackendOptions: num_worker_threads={self.num_worker_threads} must be >= 1"
             )
+        if self.transports is not None:
+            self.transports = check_transports(self.transports, "GrpcRpcBackendOptions")
         tls = (self.tls_cert_chain, self.tls_private_key, self.tls_root_certs)
         if any(x is not None for x in tls) and not all(x is not None for x in tls):
             raise ValueError(

@@ -222,7 +222,7 @@ def get_debug_info() -> dict[str, Any]:
         "rank": agent.rank,
         "world_size": agent.world_size,
         "num_pending_requests": len(agent._pending),
-        "num_inflight_served": agent._inflight,
+        "num_inflight_served": agent._flight.serving,
         "num_owner_rrefs": len(agent.rrefs.owned_ids()),
     }
 
@@ -263,7 +263,7 @@ def shutdown(graceful: bool = True, timeout: float = -1) -> None:
         try:
             if graceful:
                 try:
-                    agent.wait_for_all_workers(timeout)
+                    agent.barrier.wait_for_all_workers(timeout)
                 except TimeoutError:
                     deadline = time.monotonic()  # the others are not coming: stop now
                     raise

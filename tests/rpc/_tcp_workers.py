@@ -49,7 +49,7 @@ def dtypes() -> None:
 
         first = _arrays(0)
         got = rpc.rpc_sync("w1", T.identity, args=(first,))
-        assert type(_agent.current_agent()._links[1]).__name__ == "TcpLink"
+        assert type(_agent.current_agent().connections.links[1]).__name__ == "TcpLink"
         assert all(_same(a, b) for a, b in zip(first, got, strict=True))
         assert all(isinstance(b, np.ndarray) and b.flags.writeable for b in got)
         # Received buffers are reused only once no array is left on them: the first

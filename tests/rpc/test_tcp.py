@@ -95,11 +95,6 @@ def test_a_peer_that_goes_mid_body_closes_the_link_and_delivers_nothing(server):
     assert sink.messages.empty() and not sink.malformed
 
 
-def test_host_of_takes_the_host_part():
-    assert _tcp.host_of("198.18.0.2:29500") == "198.18.0.2"
-    assert _tcp.host_of("[fe80::1]:1") == "fe80::1"
-
-
 def test_large_arrays_of_several_dtypes_round_trip_exactly(workers):
     res = workers(W.dtypes, 2, timeout=180, env=T.env_of("tcp"))
     assert "TCP-DTYPES-OK" in res[0].stdout, res[0]

@@ -80,8 +80,9 @@ def _victim(measure: Callable[[float, Any], dict[str, Any]]) -> None:
     os.environ["WORLD_SIZE"] = "1"
     rpc.init_rpc("victim", rank=0, world_size=1)
     agent = _agent.current_agent()
-    local = agent._local_server.address if agent._local_server is not None else ""
-    tcp = agent._tcp_server.port if agent._tcp_server is not None else 0
+    served = agent.connections.advertised()  # local: [host id, address]; tcp: [host, port]
+    local = served["local"][1] if "local" in served else ""
+    tcp = served["tcp"][1] if "tcp" in served else 0
     base = _status_mib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM restarts from here: it catches a short-lived peak too
@@ -104,9 +105,7 @@ def _measure_release(base: float, agent: Any) -> dict[str, Any]:
     _wait_for("sent")
     # The bytes were read (the peer saw its queue drain or got a later reply): they are held.
     held = _status_mib("VmRSS") - base
-    server = {"local": agent._local_server, "tcp": agent._tcp_server, "grpc": agent._server}[
-        os.environ["TPJ_TRANSPORT"]
-    ]
+    server = agent.connections.get(os.environ["TPJ_TRANSPORT"]).server
     (link,) = server._links  # the peer's connection, as the victim's server knows it
     link_ref = weakref.ref(link)
     del link

@@ -44,8 +44,9 @@ def outsider_target_job() -> None:
         _wait_for(tmp / "store-probed")
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
     agent = _agent.current_agent()
-    local = agent._local_server.address if agent._local_server is not None else None
-    tcp = agent._tcp_server.port if agent._tcp_server is not None else None
+    served = agent.connections.advertised()  # local: [host id, address]; tcp: [host, port]
+    local = served["local"][1] if "local" in served else None
+    tcp = served["tcp"][1] if "tcp" in served else None
     _publish(
         tmp / f"addr{rank}",
         {"grpc": agent.address, "local": local, "tcp": tcp, "pid": os.getpid()},

@@ -101,10 +101,11 @@ def _raw_link(to: int) -> Any:
         "on_malformed": lambda link, err: None,
         "on_closed": lambda link, reason: None,
     }
-    local = agent._local_addresses.get(to)
-    if local is not None:
-        return _local.connect_local(local, peer=f"w{to}", secret=agent._secret, me="raw", **cbs)
-    return _grpc.connect(agent._addresses[to], peer=f"w{to}", secret=agent._secret, me="raw", **cbs)
+    secret = agent.connections.site.secret
+    local = agent.connections._entries[to].get("local")
+    if agent.connections.get("local") is not None and local is not None:
+        return _local.connect_local(local[1], peer=f"w{to}", secret=secret, me="raw", **cbs)
+    return _grpc.connect(agent._addresses[to], peer=f"w{to}", secret=secret, me="raw", **cbs)
 
 
 def fetch_then_disconnect() -> None:

@@ -24,16 +24,18 @@ from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.rpc._local.frames import _ANC
 from tensorplay_jax.rpc._local.link import LocalLink
 from tensorplay_jax.rpc._socket.server import SocketServer, start_reading
-from tensorplay_jax.runtime import settings
+from tensorplay_jax.rpc.transports import Site, register_transport
 from tensorplay_jax.runtime.address import net_namespace
-from tensorplay_jax.runtime.settings import LOCAL_TRANSPORT_ENV
 
 
 def available() -> bool:
     """True where this transport works (Linux: abstract sockets, memfd, fd passing).
 
+    Whether a job uses it is its transport list's business (``rpc/transports``;
+    ``TENSORPLAY_JAX_RPC_LOCAL=0`` drops it from the default list).
+
     Example:
-      >>> isinstance(available(), bool)  # False off Linux or with TENSORPLAY_JAX_RPC_LOCAL=0
+      >>> isinstance(available(), bool)  # False off Linux
       True
     """
     return (
@@ -42,7 +44,6 @@ def available() -> bool:
         and hasattr(fcntl, "F_ADD_SEALS")
         and hasattr(socket, "AF_UNIX")
         and _ANC > 0
-        and settings.get_str(LOCAL_TRANSPORT_ENV) != "0"
     )
 
 
@@ -106,3 +107,59 @@ def connect_local(
     sock = handshake.connect(address, secret.encode(), me)
     link = LocalLink(sock, peer, max_threads)
     return start_reading(link, inbound_of(inbound, callbacks))  # type: ignore[return-value]
+
+
+class LocalTransport:
+    """The same-host transport as the agent holds it (``rpc/transports.Transport``).
+
+    Advertises ``[host id, server address]``; reaches a peer whose host id is this
+    one's (same kernel, network namespace and hostname).
+    """
+
+    tls = False  # the socket carries no TLS: with TLS on the agent leaves this out
+    slow_connect = False  # a same-host connection never waits on the network
+
+    def __init__(self) -> None:
+        self.server: LocalServer | None = None
+        self._site: Site | None = None
+        self._host = ""
+
+    def serve(self, site: Site) -> bool:
+        if not available():
+            return False
+        self._site, self._host = site, host_id()
+        self.server = LocalServer(
+            secret=site.secret, inbound=site.inbound, max_threads=site.max_threads
+        )
+        return True
+
+    def advertise(self) -> Any:
+        assert self.server is not None
+        return [self._host, self.server.address]
+
+    def reaches(self, entry: Any) -> bool:
+        return (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and entry[0] == self._host
+            and isinstance(entry[1], str)
+        )
+
+    def connect(self, peer: str, entry: Any) -> LocalLink:
+        site = self._site
+        assert site is not None
+        return connect_local(
+            entry[1],
+            peer=peer,
+            secret=site.secret,
+            me=site.me,
+            inbound=site.inbound,
+            max_threads=site.max_threads,
+        )
+
+    def stop(self, grace: float = 0.0) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+register_transport("local", LocalTransport)

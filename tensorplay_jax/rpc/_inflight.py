@@ -1,0 +1,65 @@
+"""What a worker's RPC has in flight: calls waiting for replies, requests being served.
+
+One :class:`InFlight` per agent, shared by its parts: the calling side
+(``_agent``) adds pending calls, the receiving side (``_dispatch``) completes
+them and counts the requests it serves, and the shutdown barrier
+(``_shutdown``) waits until nothing is left. Its lock is the agent's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tensorplay_jax.rpc._call_hooks import CallInfo
+    from tensorplay_jax.rpc._futures import Future
+    from tensorplay_jax.rpc._link import Link
+    from tensorplay_jax.rpc._types import WorkerInfo
+
+__all__ = ["InFlight", "Pending"]
+
+
+class Pending:
+    """A call sent and not answered yet: its future, destination, hook info and timeout."""
+
+    __slots__ = ("fut", "info", "link", "timeout", "to", "traced")
+
+    def __init__(self, fut: Future, to: WorkerInfo, info: CallInfo, timeout: float) -> None:
+        self.fut, self.to, self.info, self.timeout = fut, to, info, timeout
+        self.link: Link | None = None
+        self.traced: str | None = None  # its name in a trace, when the profiler records it
+
+
+class InFlight:
+    """The calls and served requests of one agent (see the module docstring).
+
+    Attributes:
+      lock: the agent's lock; hold it to read or change anything here.
+      pending: message id -> the :class:`Pending` call it answers.
+      serving: requests being served now (their replies not sent yet).
+      handled: messages sent and received so far; the shutdown barrier compares it
+        between rounds to see whether anything moved.
+
+    Example:
+      >>> f = InFlight()
+      >>> f.outstanding(), f.detail()
+      (0, '0 call(s) waiting for a reply, 0 request(s) being served')
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: dict[int, Pending] = {}
+        self.serving = 0
+        self.handled = 0
+
+    def outstanding(self) -> int:
+        """Calls waiting for a reply plus requests being served."""
+        return len(self.pending) + self.serving
+
+    def detail(self) -> str:
+        """What :meth:`outstanding` counts, in words."""
+        return (
+            f"{len(self.pending)} call(s) waiting for a reply, {self.serving} request(s) "
+            "being served"
+        )
