@@ -1,7 +1,10 @@
-"""RPC over gRPC with the tensorplay API: init_rpc, rpc_sync, rpc_async, remote, RRef, shutdown.
+"""RPC with the tensorplay API: init_rpc, rpc_sync, rpc_async, remote, RRef, shutdown.
 
 Also re-exported as ``tensorplay_jax.distributed.rpc``. See ``DESIGN.md``
-section 3. Extension points for other packages (distributed autograd):
+section 3. Workers reach each other through an ordered list of transports
+(``rpc.transports``: the same-host socket with shared memory, a plain TCP link,
+gRPC, which carries TLS and is the fallback); ``register_transport`` adds
+one. Extension points for other packages (distributed autograd):
 
 - ``register_type(cls, encode, decode)``: carry your own classes on the wire
   (``_codec``);
@@ -16,6 +19,7 @@ only; the RPC layer imports none of them.
 """
 
 from tensorplay_jax.rpc import functions as functions
+from tensorplay_jax.rpc import transports as transports
 from tensorplay_jax.rpc._call_hooks import CallInfo as CallInfo
 from tensorplay_jax.rpc._call_hooks import RpcHooks as RpcHooks
 from tensorplay_jax.rpc._call_hooks import call_metadata as call_metadata
@@ -72,5 +76,6 @@ __all__ = [
     "rpc_sync",
     "shutdown",
     "spawn",
+    "transports",
     "wait_all",
 ]

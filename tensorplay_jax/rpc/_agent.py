@@ -42,17 +42,7 @@ from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
-from tensorplay_jax.rpc._protocol import (
-    CALL,
-    ERR,
-    FETCH,
-    FORK_ADD,
-    FORK_DEL,
-    KIND_NAMES,
-    OK,
-    REMOTE,
-    TRACE_NAMES,
-)
+from tensorplay_jax.rpc._protocol import CALL, FETCH, KIND_NAMES, REMOTE, TRACE_NAMES
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
 from tensorplay_jax.rpc._shutdown import ShutdownBarrier
@@ -64,16 +54,9 @@ from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
 from tensorplay_jax.runtime.settings import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
 
-# current_agent, get_agent, set_current and the kinds (CALL, ...) stay importable from
-# here: api and the tests use them by these names.
+# current_agent, get_agent and set_current stay importable from here: api and the tests
+# use them by these names (the message kinds are _protocol's).
 __all__ = [
-    "CALL",
-    "ERR",
-    "FETCH",
-    "FORK_ADD",
-    "FORK_DEL",
-    "OK",
-    "REMOTE",
     "Agent",
     "current_agent",
     "get_agent",

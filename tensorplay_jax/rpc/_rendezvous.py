@@ -9,14 +9,12 @@ names and addresses and the shutdown barrier; never the job secret. A
 connection that closes without saying goodbye marks its rank dead, so
 barriers never wait for a killed worker.
 
-Every connection first runs a mutual challenge keyed by the job secret
-(``tensorplay_jax.runtime.secret``), before the store reads a single request:
-
-1. the store sends ``MAGIC`` and a random 16-byte nonce;
-2. the client answers ``HMAC(secret, "store-client" + nonce)`` and its own nonce;
-3. the store checks it (a wrong answer closes the connection; nothing was
-   decoded) and proves the secret back with ``HMAC(secret, "store-server" + nonce')``,
-   so a worker never takes addresses from a store that is not its job's.
+Every connection first runs the job's mutual challenge (``runtime.handshake``,
+magic ``MAGIC``), before the store reads a single request: the store sends the
+magic and a random nonce, the client answers with an HMAC of it under the job
+secret (``tensorplay_jax.runtime.secret``), its own nonce and its rank; a wrong
+answer closes the connection (nothing was decoded); the store then proves the
+secret back, so a worker never takes addresses from a store that is not its job's.
 
 When rank 0 gives up waiting (a rank never came), it first tells every waiting
 rank which ranks were missing (:meth:`StoreServer.abort`), so each one reports
@@ -26,17 +24,15 @@ the real cause rather than "the store closed".
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
-import secrets
 import socket
 import socketserver
 import threading
 import time
 from typing import Any
 
-from tensorplay_jax.runtime.secret import mac
+from tensorplay_jax.runtime import handshake
 from tensorplay_jax.runtime.settings import (
     RPC_STORE_ABORT_GRACE_S,
     RPC_STORE_AUTH_TIMEOUT_S,
@@ -49,9 +45,7 @@ __all__ = ["StoreAborted", "StoreClient", "StoreServer"]
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"TPJSTORE1"
-_NONCE = 16
-_MAC = 32
+MAGIC = b"TPJSTR02"
 
 
 class StoreAborted(ConnectionError):
@@ -68,7 +62,7 @@ class StoreTimeout(TimeoutError):
 
 class _State:
     def __init__(self, secret: str) -> None:
-        self.secret = secret
+        self.secret = secret.encode()
         self.data: dict[str, Any] = {}
         self.dead: set[int] = set()
         self.cond = threading.Condition()
@@ -79,32 +73,13 @@ class _State:
 class _Handler(socketserver.StreamRequestHandler):
     server: _TCPServer
 
-    def _authenticate(self, st: _State) -> bool:
-        """The mutual challenge (module docstring); False closes the connection unread."""
-        self.request.settimeout(RPC_STORE_AUTH_TIMEOUT_S)
-        nonce = secrets.token_bytes(_NONCE)
-        self.wfile.write(MAGIC + nonce)
-        self.wfile.flush()
-        got = self.rfile.read(_MAC + _NONCE)
-        if len(got) != _MAC + _NONCE or not hmac.compare_digest(
-            got[:_MAC], mac(st.secret, b"store-client", nonce)
-        ):
-            log.warning(
-                "rpc: the rendezvous store refused a connection from %s without the job secret",
-                self.client_address,
-            )
-            return False
-        self.wfile.write(mac(st.secret, b"store-server", got[_MAC:]))
-        self.wfile.flush()
-        self.request.settimeout(None)
-        return True
-
     def handle(self) -> None:
         st = self.server.state
         rank: int | None = None
         clean = False
         try:
-            if not self._authenticate(st):
+            # The handshake closes a connection that fails it (and logs a wrong secret).
+            if handshake.accept(self.request, st.secret, MAGIC, RPC_STORE_AUTH_TIMEOUT_S) is None:
                 return
             while True:
                 line = self.rfile.readline(RPC_STORE_MAX_LINE)
@@ -262,7 +237,7 @@ class StoreClient:
         self._lock = threading.Lock()
         self._where = f"{host}:{port}"
         try:
-            self._authenticate(secret)
+            self._authenticate(secret, rank)
         except BaseException:
             self._r.close()
             self._sock.close()
@@ -270,34 +245,27 @@ class StoreClient:
         self._sock.settimeout(None)
         self._call({"op": "hello", "rank": rank})
 
-    def _read_exactly(self, n: int) -> bytes:
+    def _authenticate(self, secret: str, rank: int) -> None:
         try:
-            return self._r.read(n)
-        except OSError:  # a timeout: whatever listens there does not speak first
-            return b""
-
-    def _authenticate(self, secret: str) -> None:
-        self._sock.settimeout(RPC_STORE_AUTH_TIMEOUT_S)
-        hello = self._read_exactly(len(MAGIC) + _NONCE)
-        if len(hello) != len(MAGIC) + _NONCE or not hello.startswith(MAGIC):
+            handshake.authenticate(
+                self._sock, secret.encode(), f"rank {rank}", MAGIC, RPC_STORE_AUTH_TIMEOUT_S
+            )
+        except handshake.WrongProtocol:
             raise ConnectionError(
                 f"init_rpc: {self._where} is not a tensorplay_jax rendezvous store (it did not "
                 "greet); check MASTER_ADDR/MASTER_PORT"
-            )
-        mine = secrets.token_bytes(_NONCE)
-        self._sock.sendall(mac(secret, b"store-client", hello[len(MAGIC) :]) + mine)
-        proof = self._read_exactly(_MAC)
-        if len(proof) != _MAC:
+            ) from None
+        except handshake.SecretRefused:
             raise PermissionError(
                 f"init_rpc: the rendezvous store at {self._where} refused this worker's job "
                 "secret; every worker of a job needs the same secret (TENSORPLAY_JAX_RPC_SECRET "
                 "or TENSORPLAY_JAX_RPC_SECRET_FILE, or the per-user file of a same-host job)"
-            )
-        if not hmac.compare_digest(proof, mac(secret, b"store-server", mine)):
+            ) from None
+        except handshake.Impostor:
             raise PermissionError(
                 f"init_rpc: the rendezvous store at {self._where} does not hold this job's "
                 "secret; refusing to take addresses from it"
-            )
+            ) from None
 
     def _call(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

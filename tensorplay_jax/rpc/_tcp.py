@@ -44,7 +44,7 @@ from tensorplay_jax.rpc._framing import _PRELUDE, pack_message
 from tensorplay_jax.rpc._link import Inbound, inbound_of
 from tensorplay_jax.rpc._socket.frames import _FRAME, _INLINE, _Reader
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
-from tensorplay_jax.rpc._socket.server import SocketServer, start_reading
+from tensorplay_jax.rpc._socket.server import SocketServer, SocketTransport, start_reading
 from tensorplay_jax.rpc.transports import Site, register_transport
 from tensorplay_jax.runtime import handshake
 
@@ -255,7 +255,7 @@ def connect_tcp(
     return start_reading(TcpLink(sock, peer, max_threads), inbound)  # type: ignore[return-value]
 
 
-class TcpTransport:
+class TcpTransport(SocketTransport):
     """The TCP link as the agent holds it (``rpc/transports.Transport``).
 
     Advertises ``[host, port]``: the host the peers reach this worker by, the
@@ -267,25 +267,17 @@ class TcpTransport:
       (True, False, False)
     """
 
-    tls = False  # plain TCP: with TLS on the agent leaves this out
     slow_connect = True  # another host: a round trip, or a timeout if it is gone
-
-    def __init__(self) -> None:
-        self.server: TcpServer | None = None
-        self._site: Site | None = None
 
     def serve(self, site: Site) -> bool:
         self._site = site
         self.server = TcpServer(
-            secret=site.secret,
-            host=site.listen,
-            inbound=site.inbound,
-            max_threads=site.max_threads,
+            secret=site.secret, host=site.listen, inbound=site.inbound, max_threads=site.max_threads
         )
         return True
 
     def advertise(self) -> Any:
-        assert self.server is not None and self._site is not None
+        assert isinstance(self.server, TcpServer) and self._site is not None
         return [self._site.advertise, self.server.port]
 
     def reaches(self, entry: Any) -> bool:
@@ -298,21 +290,7 @@ class TcpTransport:
         )
 
     def connect(self, peer: str, entry: Any) -> TcpLink:
-        site = self._site
-        assert site is not None
-        return connect_tcp(
-            entry[0],
-            entry[1],
-            peer=peer,
-            secret=site.secret,
-            me=site.me,
-            inbound=site.inbound,
-            max_threads=site.max_threads,
-        )
-
-    def stop(self, grace: float = 0.0) -> None:
-        if self.server is not None:
-            self.server.stop()
+        return connect_tcp(entry[0], entry[1], **self._ends(peer))
 
 
 register_transport("tcp", TcpTransport)

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tensorplay_jax.rpc import _agent, _rref
+from tensorplay_jax.rpc import _agent, _protocol, _rref
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
@@ -113,7 +113,7 @@ def rpc_async(
     agent = _agent.get_agent("rpc_async")
     dest = agent.resolve(to, "rpc_async")
     _check_func(func, "rpc_async")
-    return _call(agent, dest, _agent.CALL, func, args, kwargs, timeout, (), "rpc_async")
+    return _call(agent, dest, _protocol.CALL, func, args, kwargs, timeout, (), "rpc_async")
 
 
 def rpc_sync(
@@ -134,7 +134,7 @@ def rpc_sync(
     agent = _agent.get_agent("rpc_sync")
     dest = agent.resolve(to, "rpc_sync")
     _check_func(func, "rpc_sync")
-    return _call(agent, dest, _agent.CALL, func, args, kwargs, timeout, (), "rpc_sync").wait()
+    return _call(agent, dest, _protocol.CALL, func, args, kwargs, timeout, (), "rpc_sync").wait()
 
 
 def remote(
@@ -169,7 +169,7 @@ def remote(
     _check_func(func, "remote")
     rref_id, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
     created = _call(
-        agent, dest, _agent.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
+        agent, dest, _protocol.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
     )
     _rref.track_creation(created)
     return RRef._make(agent, dest, rref_id, fork, None, created)

@@ -28,7 +28,7 @@ at shutdown. A link it returns implements ``rpc/_link.Link`` and reports to
 Adding a transport is one module and one :func:`register_transport` call,
 made in every worker before ``init_rpc``::
 
-    class CountingTransport(TcpTransport):  # the TCP link, counting its connections
+    class CountingTransport(registered_transport("tcp")):  # TCP, counting connections
         connects = 0
 
         def connect(self, peer, entry):
@@ -57,6 +57,7 @@ __all__ = [
     "default_transports",
     "make_transports",
     "register_transport",
+    "registered_transport",
     "registered_transports",
 ]
 
@@ -146,6 +147,21 @@ def register_transport(name: str, factory: Callable[[], Transport]) -> None:
     if name in _REGISTRY:
         raise ValueError(f"register_transport: a transport named {name!r} is registered already")
     _REGISTRY[name] = factory
+
+
+def registered_transport(name: str) -> Callable[[], Transport]:
+    """The factory registered as ``name`` (a built-in's is its class: subclass it to
+    build on it).
+
+    Raises:
+      ValueError: no transport ``name`` is registered.
+
+    Example:
+      >>> registered_transport("tcp").__name__
+      'TcpTransport'
+    """
+    check_transports([name], "registered_transport")
+    return _REGISTRY[name]
 
 
 def registered_transports() -> list[str]:

@@ -4,8 +4,11 @@ The server sends a magic string (which names the protocol) and a random nonce;
 the client answers ``HMAC-SHA256(secret, "client" + nonce)``, its own nonce and
 its name; the server checks the MAC before it reads anything else (a wrong MAC
 closes the connection; nothing was decoded), then proves the secret back the
-same way. Used by RPC's same-host socket and by every other authenticated
-socket of a job (any ``SOCK_STREAM`` socket: Unix or TCP).
+same way. Used by every authenticated socket of a job (any ``SOCK_STREAM``
+socket: Unix or TCP): RPC's socket transports, its rendezvous store, the TCP
+process-group engine. The client's failures are told apart
+(:class:`WrongProtocol`, :class:`SecretRefused`, :class:`Impostor`, all
+``ConnectionError``), so each caller can say what to fix.
 
 Example:
     >>> import socket, threading
@@ -27,7 +30,16 @@ import secrets
 import socket
 import struct
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "NONCE_BYTES", "accept", "authenticate", "recv_exact"]
+__all__ = [
+    "HANDSHAKE_TIMEOUT_S",
+    "NONCE_BYTES",
+    "Impostor",
+    "SecretRefused",
+    "WrongProtocol",
+    "accept",
+    "authenticate",
+    "recv_exact",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +49,27 @@ _MAX_NAME = 512
 _U16 = struct.Struct("<H")
 
 
+class WrongProtocol(ConnectionError):
+    """The server did not greet with the expected magic string (another protocol, or none)."""
+
+
+class SecretRefused(ConnectionError):
+    """The server closed the connection after the client's answer: it holds another secret."""
+
+
+class Impostor(ConnectionError):
+    """The server's answer does not prove the secret: it is not one of the job's."""
+
+
 def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:
     return hmac.new(secret, role + nonce, hashlib.sha256).digest()
+
+
+def _peer_address(sock: socket.socket) -> str:
+    try:
+        return str(sock.getpeername() or "a local socket")
+    except OSError:
+        return "an unknown address"
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -62,19 +93,26 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def accept(conn: socket.socket, secret: bytes, magic: bytes) -> str | None:
+def accept(
+    conn: socket.socket, secret: bytes, magic: bytes, timeout: float = HANDSHAKE_TIMEOUT_S
+) -> str | None:
     """Authenticate an accepted connection: the peer's name, or None (``conn`` is then closed).
 
-    ``magic`` names the protocol (8 bytes); a client of another protocol fails.
+    ``magic`` names the protocol; a client of another protocol fails. The client
+    has ``timeout`` seconds to answer.
     """
     try:
-        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        conn.settimeout(timeout)
         nonce = secrets.token_bytes(NONCE_BYTES)
         conn.sendall(magic + nonce)
         got = recv_exact(conn, 32 + NONCE_BYTES + _U16.size)
         if not hmac.compare_digest(got[:32], _mac(secret, b"client", nonce)):
             # Reject before reading (let alone decoding) anything else the peer sent.
-            log.warning("rejected a %s connection without the job secret", magic.decode())
+            log.warning(
+                "%s: refused a connection from %s without the job secret",
+                magic.decode(),
+                _peer_address(conn),
+            )
             conn.close()
             return None
         (n,) = _U16.unpack_from(got, 32 + NONCE_BYTES)
@@ -90,21 +128,37 @@ def accept(conn: socket.socket, secret: bytes, magic: bytes) -> str | None:
     return peer
 
 
-def authenticate(sock: socket.socket, secret: bytes, me: str, magic: bytes) -> None:
+def authenticate(
+    sock: socket.socket,
+    secret: bytes,
+    me: str,
+    magic: bytes,
+    timeout: float = HANDSHAKE_TIMEOUT_S,
+) -> None:
     """Prove the secret on a connected ``sock`` as ``me`` and check the server's proof.
 
+    Each step waits at most ``timeout`` seconds.
+
     Raises:
-      ConnectionError: the server speaks another protocol or lacks the secret.
-      OSError: the connection failed or timed out.
+      WrongProtocol: the server speaks another protocol, or did not greet in time.
+      SecretRefused: the server refused this secret (it closed the connection).
+      Impostor: the server does not hold the secret.
+      OSError: the connection failed or timed out after the greeting.
     """
-    sock.settimeout(HANDSHAKE_TIMEOUT_S)
-    hello = recv_exact(sock, len(magic) + NONCE_BYTES)
+    sock.settimeout(timeout)
+    try:
+        hello = recv_exact(sock, len(magic) + NONCE_BYTES)
+    except OSError as e:  # closed, or silent: whatever listens there is not a server of ours
+        raise WrongProtocol(f"not a {magic.decode()} server ({e})") from None
     if hello[: len(magic)] != magic:
-        raise ConnectionError(f"not a {magic.decode()} server")
+        raise WrongProtocol(f"not a {magic.decode()} server")
     mine = secrets.token_bytes(NONCE_BYTES)
     name = me.encode()
     sock.sendall(_mac(secret, b"client", hello[len(magic) :]) + mine + _U16.pack(len(name)) + name)
-    proof = recv_exact(sock, 32)
+    try:
+        proof = recv_exact(sock, 32)
+    except ConnectionError:
+        raise SecretRefused(f"the {magic.decode()} server refused the job secret") from None
     if not hmac.compare_digest(proof, _mac(secret, b"server", mine)):
-        raise ConnectionError(f"the {magic.decode()} server does not hold the job secret")
+        raise Impostor(f"the {magic.decode()} server does not hold the job secret")
     sock.settimeout(None)

@@ -13,20 +13,20 @@ from typing import Any
 import numpy as np
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.rpc._tcp import TcpLink, TcpTransport
-from tensorplay_jax.rpc.transports import register_transport
+from tensorplay_jax.rpc._link import Link
+from tensorplay_jax.rpc.transports import register_transport, registered_transport
 from tests._worker import init_rpc
 from tests.rpc import _targets as T
 
 RESULT = "RESULT "  # the line a worker prints its observations on, as JSON
 
 
-class CountingTransport(TcpTransport):
+class CountingTransport(registered_transport("tcp")):  # type: ignore[misc]
     """The TCP link, counting the connections it makes."""
 
     connects = 0
 
-    def connect(self, peer: str, entry: Any) -> TcpLink:
+    def connect(self, peer: str, entry: Any) -> Link:
         CountingTransport.connects += 1
         return super().connect(peer, entry)
 

@@ -32,7 +32,7 @@ import msgpack
 import numpy as np
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.rpc import _agent, _codec, _framing
+from tensorplay_jax.rpc import _agent, _codec, _framing, _protocol
 from tensorplay_jax.rpc._local import frames, segments
 from tests.security import _memory_workers as M
 from tests.security import _shutdown_workers as S
@@ -77,10 +77,10 @@ def rref_ids_never_created() -> None:
         agent = _agent.current_agent()
         w0 = agent.by_id[0]
         t0 = time.monotonic()
-        agent.call(w0, _agent.FORK_ADD, extra=(ADD_ID, FORK)).wait(timeout=CALL_WAIT_S)
-        agent.call(w0, _agent.FORK_DEL, extra=(DEL_ID, FORK + 1)).wait(timeout=CALL_WAIT_S)
+        agent.call(w0, _protocol.FORK_ADD, extra=(ADD_ID, FORK)).wait(timeout=CALL_WAIT_S)
+        agent.call(w0, _protocol.FORK_DEL, extra=(DEL_ID, FORK + 1)).wait(timeout=CALL_WAIT_S)
         arg = _rref_arg(0, "w0", ARG_ID, FORK + 2)
-        fut = agent.call(w0, _agent.CALL, local_value_of, args=(arg,), timeout=CALL_WAIT_S)
+        fut = agent.call(w0, _protocol.CALL, local_value_of, args=(arg,), timeout=CALL_WAIT_S)
         try:
             extra["call"] = f"returned {fut.wait()!r}"
         except Exception as e:
@@ -175,8 +175,8 @@ def _attack_fds() -> None:
     os.close(sealed)
     peer.probe()  # the first link still works
     result = {
-        "served": sorted(m for k, m in got if k == _agent.OK),
-        "refused": sum(1 for k, m in got if k == _agent.ERR and m == 0),
+        "served": sorted(m for k, m in got if k == _protocol.OK),
+        "refused": sum(1 for k, m in got if k == _protocol.ERR and m == 0),
         "dropped": not other.link.alive,
     }
     print("RESULT " + json.dumps(result), flush=True)
@@ -215,7 +215,7 @@ def _shm_call(
     enc = _codec.encode([fn, [x], {}])
     if fill:
         segments._fill(fd, enc.buffers)
-    env = _codec.dumps_small([_agent.CALL, mid, {}])
+    env = _codec.dumps_small([_protocol.CALL, mid, {}])
     msg = _framing.pack_message(env, enc.header, enc.buffers, with_buffers=False)
     body = frames._U64.pack(mid) + b"".join(msg)
     peer.frame(frames._SHM, len(body), body, fd)
@@ -257,7 +257,7 @@ def _attack_unsealed() -> None:
     # A well-formed call through a segment the transport itself made (sealed), then a
     # small one: both served.
     enc = _codec.encode([_sum, [x], {}])
-    peer.link.send(_codec.dumps_small([_agent.CALL, 3, {}]), enc.header, enc.buffers)
+    peer.link.send(_codec.dumps_small([_protocol.CALL, 3, {}]), enc.header, enc.buffers)
     result["sealed"] = _first_reply(peer, -1)
     peer.link.send(*M._request(4))
     result["small"] = _first_reply(peer, -1)

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.rpc import _agent, _codec, _grpc, _local, _shutdown
+from tensorplay_jax.rpc import _agent, _codec, _grpc, _local, _protocol, _shutdown
 from tests.security._common import wait_until
 
 # An RRef id no worker ever created (rank 0's ids start at 1; rank 0x7ff is no rank here).
@@ -113,7 +113,7 @@ def fetch_then_disconnect() -> None:
     rank, _ = _init()
     if rank == 1:
         link = _raw_link(0)
-        link.send(_codec.dumps_small([_agent.FETCH, 1, {}, NEVER_CREATED]), b"\xc0", [])
+        link.send(_codec.dumps_small([_protocol.FETCH, 1, {}, NEVER_CREATED]), b"\xc0", [])
         # The owner holds the fetch (it may be a creation still on its way) ...
         wait_until(lambda: rpc.rpc_sync("w0", served_in_flight) >= 2, 20, "fetch held by w0")
         link.close()  # ... until its requester is gone
@@ -129,7 +129,7 @@ def fetch_never_created() -> None:
         agent = _agent.current_agent()
         assert agent is not None
         t0 = time.monotonic()
-        fut = agent.call(agent.by_id[0], _agent.FETCH, timeout=0, extra=(NEVER_CREATED,))
+        fut = agent.call(agent.by_id[0], _protocol.FETCH, timeout=0, extra=(NEVER_CREATED,))
         try:
             fut.wait(timeout=float(os.environ["TPJ_FETCH_WAIT"]))
             extra["fetch"] = "returned"

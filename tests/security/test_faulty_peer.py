@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from tensorplay_jax.rpc import _agent, _local
+from tensorplay_jax.rpc import _local, _protocol
 from tests.security import _faulty_peer_workers as W
 from tests.security.test_shutdown_bounds import _env, _one
 
@@ -88,9 +88,9 @@ def test_an_unsealed_segment_is_refused(workers, tmp_path):
     )
     assert res[0].returncode == 0, res[0]
     got = _result(res, 1)
-    refused = [_agent.ERR, 0]  # the error for a malformed message (no message id)
+    refused = [_protocol.ERR, 0]  # the error for a malformed message (no message id)
     assert got["unsealed"] == refused and got["unwritten"] == refused, got
-    assert got["sealed"] == [_agent.OK, 3] and got["small"] == [_agent.OK, 4], got
+    assert got["sealed"] == [_protocol.OK, 3] and got["small"] == [_protocol.OK, 4], got
     err = res[0].stderr
     assert "not sealed against shrinking" in err, err
     assert "fewer bytes written than its buffers" in err, err

@@ -64,10 +64,17 @@ def _probe_store(port: int, payload: bytes) -> bytes:
 def _store_handshake(port: int, secret: str) -> bytes:
     """Run the store's challenge with ``secret``; return what the store sent after our answer."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        hello = s.recv(len(_rendezvous.MAGIC) + 16, socket.MSG_WAITALL)
+        hello = s.recv(len(_rendezvous.MAGIC) + handshake._NONCE, socket.MSG_WAITALL)
         assert hello.startswith(_rendezvous.MAGIC)
-        answer = _secret.mac(secret, b"store-client", hello[len(_rendezvous.MAGIC) :])
-        s.sendall(answer + os.urandom(16) + b'{"op": "setnx", "k": "rank/1", "v": {}}\n')
+        answer = _secret.mac(secret, b"client", hello[len(_rendezvous.MAGIC) :])
+        name = b"rank 1"
+        s.sendall(
+            answer
+            + os.urandom(handshake._NONCE)
+            + len(name).to_bytes(2, "little")
+            + name
+            + b'{"op": "setnx", "k": "rank/1", "v": {}}\n'
+        )
         return _read_until_closed(s)
 
 
@@ -135,17 +142,14 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
             except OSError:
                 assert time.monotonic() < deadline, "rank 0's store never came up"
                 time.sleep(0.1)
-        assert (
-            greeting.startswith(_rendezvous.MAGIC) and len(greeting) == len(_rendezvous.MAGIC) + 16
-        )
+        greeting_len = len(_rendezvous.MAGIC) + handshake._NONCE
+        assert greeting.startswith(_rendezvous.MAGIC) and len(greeting) == greeting_len
         old_wait = json.dumps({"op": "wait", "keys": {"secret": 0}, "timeout": 1}).encode() + b"\n"
         squat = json.dumps({"op": "setnx", "k": "rank/1", "v": {"name": "evil"}}).encode() + b"\n"
         for attempt in (old_wait, squat, pickled, b"\n" * 48):
             got = _probe_store(port, attempt)
             # Only the greeting (a magic and a random nonce) comes back: no JSON, no secret.
-            assert got.startswith(_rendezvous.MAGIC) and len(got) == len(_rendezvous.MAGIC) + 16, (
-                got
-            )
+            assert got.startswith(_rendezvous.MAGIC) and len(got) == greeting_len, got
         for wrong in ("wrong", "", "x" * 64):
             assert _store_handshake(port, wrong) == b"", "the store answered a wrong secret"
         idle = socket.create_connection(("127.0.0.1", port), timeout=10)  # says nothing, stays
@@ -226,8 +230,8 @@ def test_a_fake_store_is_not_believed(port):
     def fake() -> None:
         conn, _ = lsock.accept()
         with conn:
-            conn.sendall(_rendezvous.MAGIC + os.urandom(16))
-            conn.recv(48, socket.MSG_WAITALL)
+            conn.sendall(_rendezvous.MAGIC + os.urandom(handshake._NONCE))
+            conn.recv(32 + handshake._NONCE, socket.MSG_WAITALL)
             conn.sendall(os.urandom(32))  # a proof made without the secret
             time.sleep(1)
 

@@ -23,7 +23,7 @@ from tensorplay_jax.rpc._link import Inbound, inbound_of
 from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.rpc._local.frames import _ANC
 from tensorplay_jax.rpc._local.link import LocalLink
-from tensorplay_jax.rpc._socket.server import SocketServer, start_reading
+from tensorplay_jax.rpc._socket.server import SocketServer, SocketTransport, start_reading
 from tensorplay_jax.rpc.transports import Site, register_transport
 from tensorplay_jax.runtime.address import net_namespace
 
@@ -109,20 +109,14 @@ def connect_local(
     return start_reading(link, inbound_of(inbound, callbacks))  # type: ignore[return-value]
 
 
-class LocalTransport:
+class LocalTransport(SocketTransport):
     """The same-host transport as the agent holds it (``rpc/transports.Transport``).
 
     Advertises ``[host id, server address]``; reaches a peer whose host id is this
     one's (same kernel, network namespace and hostname).
     """
 
-    tls = False  # the socket carries no TLS: with TLS on the agent leaves this out
     slow_connect = False  # a same-host connection never waits on the network
-
-    def __init__(self) -> None:
-        self.server: LocalServer | None = None
-        self._site: Site | None = None
-        self._host = ""
 
     def serve(self, site: Site) -> bool:
         if not available():
@@ -134,32 +128,20 @@ class LocalTransport:
         return True
 
     def advertise(self) -> Any:
-        assert self.server is not None
+        assert isinstance(self.server, LocalServer)
         return [self._host, self.server.address]
 
     def reaches(self, entry: Any) -> bool:
         return (
-            isinstance(entry, list)
+            self._site is not None
+            and isinstance(entry, list)
             and len(entry) == 2
             and entry[0] == self._host
             and isinstance(entry[1], str)
         )
 
     def connect(self, peer: str, entry: Any) -> LocalLink:
-        site = self._site
-        assert site is not None
-        return connect_local(
-            entry[1],
-            peer=peer,
-            secret=site.secret,
-            me=site.me,
-            inbound=site.inbound,
-            max_threads=site.max_threads,
-        )
-
-    def stop(self, grace: float = 0.0) -> None:
-        if self.server is not None:
-            self.server.stop()
+        return connect_local(entry[1], **self._ends(peer))
 
 
 register_transport("local", LocalTransport)

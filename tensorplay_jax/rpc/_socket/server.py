@@ -5,7 +5,8 @@ connection (``runtime.handshake`` under the transport's magic string) before
 it reads anything else from it, and reads it as a link in the accepting
 thread; :func:`start_reading` reads a client link's replies in a thread of
 its own. Both hand what arrives to the owner's ``Inbound`` (see ``rpc/_link``).
-A transport subclasses the server for its listening socket and link type.
+A transport subclasses the server for its listening socket and link type,
+and :class:`SocketTransport` for what the agent holds of it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
 from tensorplay_jax.rpc._socket.link import SocketLink
 from tensorplay_jax.runtime import handshake
 
-__all__ = ["SocketServer", "start_reading"]
+if TYPE_CHECKING:
+    from tensorplay_jax.rpc.transports import Site
+
+__all__ = ["SocketServer", "SocketTransport", "start_reading"]
 
 
 class SocketServer:
@@ -95,3 +99,32 @@ def start_reading(link: SocketLink, inbound: Inbound) -> SocketLink:
         daemon=True,
     ).start()
     return link
+
+
+class SocketTransport:
+    """What the socket transports share as the agent holds them (``rpc/transports``):
+    their server, this worker's ``Site`` and ``stop``; a subclass serves, advertises,
+    reaches and connects."""
+
+    tls = False  # a plain socket carries no TLS: with TLS on the agent leaves it out
+
+    def __init__(self) -> None:
+        self.server: SocketServer | None = None
+        self._site: Site | None = None
+
+    def _ends(self, peer: str) -> dict[str, Any]:
+        """The keywords of a connection to ``peer`` from this worker's site."""
+        site = self._site
+        assert site is not None, "serve() first"
+        return {
+            "peer": peer,
+            "secret": site.secret,
+            "me": site.me,
+            "inbound": site.inbound,
+            "max_threads": site.max_threads,
+        }
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop the server (its links close at once: ``grace`` is for streams that drain)."""
+        if self.server is not None:
+            self.server.stop()
