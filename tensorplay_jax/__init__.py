@@ -1,4 +1,4 @@
-"""tensorplay_jax: the tensorplay.distributed family rebuilt on JAX, RPC over pluggable transports."""
+"""tensorplay_jax: the tensorplay.distributed family on JAX, RPC over pluggable transports."""
 
 import jax.numpy as _jnp
 
