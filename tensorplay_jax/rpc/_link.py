@@ -1,8 +1,9 @@
-"""The seam between the agent and its transports: the ``Link`` protocol and ``Inbound``.
+"""The seam between the agent and its connections: the ``Link`` protocol and ``Inbound``.
 
-Two transports implement :class:`Link`: the same-host socket
-(``_local.LocalLink``) and the gRPC stream (``_grpc.Link``). The agent
-holds its connections only as ``Link``\\ s, and hands every transport one
+Every transport's connections implement :class:`Link` (the built-in ones: the
+socket links of ``_socket``, ``_local.LocalLink`` and ``_tcp.TcpLink``, and the
+gRPC stream's ``_grpc.Link``; see ``transports``). The agent holds its
+connections only as ``Link``\\ s, and hands every transport one
 :class:`Inbound`, the three callbacks through which a link reports what
 arrives. The contract:
 

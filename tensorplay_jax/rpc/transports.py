@@ -76,6 +76,12 @@ class Site:
       port: the port the gRPC server binds (0: any free one).
       max_streams: the most gRPC streams served at once.
       tls: the TLS material (``rpc/_grpc.TlsConfig``), or None.
+
+    Example:
+      >>> site = Site(me="w0", secret="s3cret", inbound=None, max_threads=17,
+      ...             listen="0.0.0.0", advertise="10.0.0.2")
+      >>> site.port, site.tls is None
+      (0, True)
     """
 
     me: str
@@ -220,5 +226,13 @@ def check_transports(names: Sequence[str], what: str) -> list[str]:
 
 
 def make_transports(names: Sequence[str]) -> list[tuple[str, Transport]]:
-    """A new instance of each named transport, in order, with its name."""
+    """A new instance of each named transport, in order, with its name (not serving yet).
+
+    Raises:
+      ValueError: as :func:`check_transports`.
+
+    Example:
+      >>> [(name, type(t).__name__) for name, t in make_transports(["tcp", "grpc"])]
+      [('tcp', 'TcpTransport'), ('grpc', 'GrpcTransport')]
+    """
     return [(name, _REGISTRY[name]()) for name in check_transports(names, "init_rpc")]

@@ -17,6 +17,8 @@ One module per job, in the order a connection meets them:
 - ``link``: ``LocalLink``, a socket link that lends shared-memory segments.
 - ``frames``: the frame kinds this adds, and the reader of passed descriptors.
 - ``segments``: shared-memory segments: staging, sealed mapping, the reuse pool.
+- ``watchdog``: ``on_reader_thread`` (the socket base's) where ``rpc/_futures``
+  imports it from.
 """
 
 from tensorplay_jax.rpc._local.link import LocalLink as LocalLink

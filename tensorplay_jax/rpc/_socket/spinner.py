@@ -1,12 +1,13 @@
-"""The optional native yield-spin of same-host readers, and its budget.
+"""The optional native yield-spin of socket link readers, and its budget.
 
-Before a reader sleeps in ``recvmsg`` it yield-spins for the next frame, up
+Before a reader sleeps in a receive it yield-spins for the next frame, up
 to ``RPC_SPIN_US`` (``TENSORPLAY_JAX_RPC_SPIN_US``; 0 turns it off), in the
 optional C extension ``tensorplay_jax.rpc._spin`` with the GIL released (at
 most two threads per process at once). A call's reply or a backward's
 gradients usually come within that window, and catching them awake saves the
-wake-up of a sleeping CPU, which comes back with cold caches: on a 2-core VM
-that made distributed autograd's one-hop iteration 1.6x faster. Without the
+wake-up of a sleeping CPU, which comes back with cold caches (the gain shows
+most in distributed autograd's one-hop iteration: ``benchmarks/dist_autograd.py``
+with ``TENSORPLAY_JAX_RPC_SPIN_US=0`` against the default). Without the
 extension (no C compiler at install time) readers sleep at once.
 """
 
