@@ -193,7 +193,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # process groups (distributed)
     Setting(
-        PG_ENGINE_ENV, "auto", str, "default engine of init_process_group: auto, shm, tcp, xla"
+        PG_ENGINE_ENV,
+        "auto",
+        str,
+        "default engine of init_process_group: auto, shm, tcp, xla or a registered one",
     ),
     Setting(PG_COORDINATOR_LOG_ENV, None, str, "a file for the coordination service's own log"),
     Setting(
