@@ -13,19 +13,30 @@ Two rules from the README's "Architecture" section:
   ``importlib``) count as imports.
 * **Layers point down.** Each folder imports only the folders listed for it in
   :data:`LAYERS` (and itself), so the picture in the README stays true.
+
+One more seam is checked here, by importing the engine registry: every registered
+process-group engine implements every collective of the ``Engine`` protocol, which
+covers every collective the differentiable collectives' rule table (``_BACKWARD`` in
+``distributed/nn/functional.py``) runs.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import pathlib
 import re
+import typing
 
 import pytest
 
 import tensorplay_jax
+from tensorplay_jax.process_group import engine
 
 PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
+
+# What distributed/ builds on, and with it the top layers (demo/, testing/).
+_BELOW_DISTRIBUTED = {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "process_group"}
 
 # folder -> the folders it may import (besides itself). Lower layers first.
 LAYERS: dict[str, set[str]] = {
@@ -35,22 +46,16 @@ LAYERS: dict[str, set[str]] = {
     "collectives": {"runtime"},
     "nn": {"runtime", "autograd", "tensors"},
     "rpc": {"runtime"},
-    "distributed": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc"},
-    "demo": {
-        "runtime",
-        "autograd",
-        "tensors",
-        "collectives",
-        "nn",
-        "rpc",
-        "distributed",
-        "profiler",
-    },
+    # process groups need only the runtime and ReduceOp (collectives/reduce_op.py), and
+    # "futures", the one public Future module that process groups and RPC return.
+    "process_group": {"runtime", "collectives", "futures"},
+    "distributed": _BELOW_DISTRIBUTED | {"futures"},
+    "demo": _BELOW_DISTRIBUTED | {"futures", "distributed", "profiler"},
     "run": {"runtime"},
     # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
     # imports none of it at import time.)
-    "testing": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
+    "testing": _BELOW_DISTRIBUTED | {"futures", "distributed"},
     # profiler/ is a top layer too: its trace() drives every worker over RPC. What records
     # (the flag, the buffer, spans) is runtime/trace.py, so every layer below can record.
     "profiler": {"runtime", "rpc"},
@@ -170,3 +175,87 @@ def test_readme_diagram_matches_layers() -> None:
     for a, b in re.findall(r"^\s*(\w+)(?:\[[^\]]*\])?\s*-->\s*(\w+)", diagram, re.M):
         edges.setdefault(a, set()).add(b)
     assert _closure(edges) == LAYERS
+
+
+def test_process_groups_take_only_reduce_op_from_collectives() -> None:
+    """process_group/ needs ReduceOp and its reductions, not the SPMD collectives."""
+    bad = [
+        f"{path.relative_to(PACKAGE)}:{line}: tensorplay_jax.{'.'.join(target)}"
+        for path in sorted((PACKAGE / "process_group").glob("*.py"))
+        for line, target in _imports(path)
+        if target[:1] == ["collectives"] and target[:2] != ["collectives", "reduce_op"]
+    ]
+    assert not bad, "process_group/ imports from collectives/ beyond reduce_op:\n  " + "\n  ".join(
+        bad
+    )
+
+
+def _engine_calls() -> dict[str, set[str]]:
+    """Each public process-group collective -> the engine methods it calls (``g.engine.<op>``)."""
+    tree = ast.parse((PACKAGE / "process_group" / "_collectives.py").read_text())
+    calls: dict[str, set[str]] = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_"):
+            calls[fn.name] = {
+                node.attr
+                for node in ast.walk(fn)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "engine"
+            }
+    return calls
+
+
+def _backward_table_ops() -> set[str]:
+    """The engine methods the ``_BACKWARD`` rule table reaches: its forward collectives
+    (its keys) and the ``dist.<collective>`` its rules run, through ``_engine_calls``."""
+    tree = ast.parse((PACKAGE / "distributed" / "nn" / "functional.py").read_text())
+    table = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign | ast.Assign)
+        and "_BACKWARD" in ast.unparse(node.target if isinstance(node, ast.AnnAssign) else node)
+    )
+    assert isinstance(table, ast.Dict), "_BACKWARD is no longer a dict literal: update this scan"
+    names = {key.value for key in table.keys if isinstance(key, ast.Constant)}
+    names |= {
+        node.attr
+        for node in ast.walk(table)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id == "dist"
+    }  # fmt: skip
+    calls = _engine_calls()
+    return set().union(*(calls[name] for name in names if name in calls))
+
+
+def test_the_engine_protocol_covers_the_backward_table() -> None:
+    ops = _backward_table_ops()
+    assert {"all_reduce", "reduce_scatter", "all_to_all_single"} <= ops  # the scan sees it
+    assert ops <= set(engine.OPS), (
+        f"the _BACKWARD rules run {sorted(ops - set(engine.OPS))}, which the Engine protocol "
+        "(process_group/engine.py) does not declare"
+    )
+
+
+def _engine_class(name: str) -> type:
+    factory = engine.registration(name).factory
+    return factory if inspect.isclass(factory) else typing.get_type_hints(factory)["return"]
+
+
+@pytest.mark.parametrize("name", engine.engines())
+def test_every_engine_implements_every_op(name: str) -> None:
+    cls = _engine_class(name)
+    missing, differ = [], []
+    for op in ("close", *engine.OPS):
+        method = getattr(cls, op, None)
+        if method is None or method is getattr(engine.Engine, op):
+            missing.append(op)
+            continue
+        want = list(inspect.signature(getattr(engine.Engine, op)).parameters)
+        got = list(inspect.signature(method).parameters)  # follows on_host's __wrapped__
+        if got != want:
+            differ.append(f"{op}{tuple(got)} (the protocol: {tuple(want)})")
+    assert not missing and not differ, (
+        f"engine {name!r} ({cls.__module__}.{cls.__qualname__}) does not implement the Engine "
+        f"protocol: missing {missing}; other parameters: {differ}"
+    )

@@ -1,6 +1,9 @@
 """tensorplay-shaped namespaces: process groups and their collectives here; rpc, autograd,
 nn and optim as subpackages (imported on first use).
 
+The process-group names (``init_process_group``, the collectives, ``Work``...) are
+``tensorplay_jax.process_group``'s ``__all__``, re-exported here as they stand.
+
 Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``):
   >>> import jax.numpy as jnp
   >>> import tensorplay_jax.distributed as dist
@@ -11,64 +14,8 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 
 import importlib
 
-from tensorplay_jax.collectives import ReduceOp as ReduceOp
-from tensorplay_jax.distributed._pg import collectives as _pg_collectives
-from tensorplay_jax.distributed._pg import group as _group
-from tensorplay_jax.distributed._pg import membership as _membership
-from tensorplay_jax.distributed._pg import objects as _objects
-from tensorplay_jax.distributed._pg import p2p as _p2p
-from tensorplay_jax.distributed._pg.collectives import all_gather as all_gather
-from tensorplay_jax.distributed._pg.collectives import (
-    all_gather_into_tensor as all_gather_into_tensor,
-)
-from tensorplay_jax.distributed._pg.collectives import all_reduce as all_reduce
-from tensorplay_jax.distributed._pg.collectives import all_to_all as all_to_all
-from tensorplay_jax.distributed._pg.collectives import all_to_all_single as all_to_all_single
-from tensorplay_jax.distributed._pg.collectives import broadcast as broadcast
-from tensorplay_jax.distributed._pg.collectives import gather as gather
-from tensorplay_jax.distributed._pg.collectives import reduce as reduce
-from tensorplay_jax.distributed._pg.collectives import reduce_scatter as reduce_scatter
-from tensorplay_jax.distributed._pg.collectives import (
-    reduce_scatter_tensor as reduce_scatter_tensor,
-)
-from tensorplay_jax.distributed._pg.collectives import scatter as scatter
-from tensorplay_jax.distributed._pg.group import ProcessGroup as ProcessGroup
-from tensorplay_jax.distributed._pg.group import barrier as barrier
-from tensorplay_jax.distributed._pg.group import (
-    destroy_process_group as destroy_process_group,
-)
-from tensorplay_jax.distributed._pg.group import get_backend as get_backend
-from tensorplay_jax.distributed._pg.group import get_rank as get_rank
-from tensorplay_jax.distributed._pg.group import get_world_size as get_world_size
-from tensorplay_jax.distributed._pg.group import init_process_group as init_process_group
-from tensorplay_jax.distributed._pg.group import is_initialized as is_initialized
-from tensorplay_jax.distributed._pg.group import new_group as new_group
-from tensorplay_jax.distributed._pg.membership import GroupMember as GroupMember
-from tensorplay_jax.distributed._pg.membership import get_global_rank as get_global_rank
-from tensorplay_jax.distributed._pg.membership import get_group_rank as get_group_rank
-from tensorplay_jax.distributed._pg.membership import (
-    get_process_group_ranks as get_process_group_ranks,
-)
-from tensorplay_jax.distributed._pg.membership import group as group
-from tensorplay_jax.distributed._pg.membership import is_available as is_available
-from tensorplay_jax.distributed._pg.membership import monitored_barrier as monitored_barrier
-from tensorplay_jax.distributed._pg.membership import new_subgroups as new_subgroups
-from tensorplay_jax.distributed._pg.objects import all_gather_object as all_gather_object
-from tensorplay_jax.distributed._pg.objects import (
-    broadcast_object_list as broadcast_object_list,
-)
-from tensorplay_jax.distributed._pg.objects import gather_object as gather_object
-from tensorplay_jax.distributed._pg.objects import recv_object_list as recv_object_list
-from tensorplay_jax.distributed._pg.objects import scatter_object_list as scatter_object_list
-from tensorplay_jax.distributed._pg.objects import send_object_list as send_object_list
-from tensorplay_jax.distributed._pg.p2p import P2POp as P2POp
-from tensorplay_jax.distributed._pg.p2p import batch_isend_irecv as batch_isend_irecv
-from tensorplay_jax.distributed._pg.p2p import irecv as irecv
-from tensorplay_jax.distributed._pg.p2p import isend as isend
-from tensorplay_jax.distributed._pg.p2p import recv as recv
-from tensorplay_jax.distributed._pg.p2p import send as send
-from tensorplay_jax.distributed._pg.work import Future as Future
-from tensorplay_jax.distributed._pg.work import Work as Work
+from tensorplay_jax import process_group as _process_group
+from tensorplay_jax.process_group import *  # noqa: F403  (process_group's __all__ is ours)
 
 _SUBPACKAGES = ("rpc", "autograd", "nn", "optim")
 
@@ -81,14 +28,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The names are listed once, in the ``__all__`` of the ``_pg`` modules they come from.
-__all__ = [
-    *_group.__all__,
-    "ReduceOp",
-    *_pg_collectives.__all__,
-    *_p2p.__all__,
-    *_objects.__all__,
-    *_membership.__all__,
-    "Future",
-    "Work",
-]
+__all__ = list(_process_group.__all__)

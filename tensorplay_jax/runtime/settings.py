@@ -28,7 +28,7 @@ DEFAULT_INIT_METHOD: str = "env://"
 
 # Process groups
 DEFAULT_PG_TIMEOUT_S: float = 300.0
-# Process-group internals (tensorplay_jax.distributed)
+# Process-group internals (tensorplay_jax.process_group)
 # The JAX coordinator listens on MASTER_PORT + this (the RPC store owns MASTER_PORT itself).
 PG_COORDINATOR_PORT_OFFSET: int = 1
 PG_MAX_NDIM: int = 16  # most dimensions a process-group collective accepts
@@ -41,7 +41,7 @@ PG_LIVENESS_CHECK_S: float = 0.1  # how often a waiting rank checks that its pee
 HOST_ALIGN: int = 64  # host buffers that become jax.Arrays (lets jax.device_put skip a copy)
 # The coordination service declares a process dead after this long without a heartbeat:
 # the group's timeout, clamped to [MIN, MAX] (MAX is JAX's default). A survivor never
-# waits for it (see distributed/_pg/coordinator.py); it bounds how long the coordinator
+# waits for it (see process_group/_coordinator.py); it bounds how long the coordinator
 # process outlives a job whose last rank died.
 PG_HEARTBEAT_MIN_S: int = 10
 PG_HEARTBEAT_MAX_S: int = 100
@@ -193,7 +193,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # process groups (distributed)
     Setting(
-        PG_ENGINE_ENV, "auto", str, "default engine of init_process_group: auto, shm, tcp, xla"
+        PG_ENGINE_ENV,
+        "auto",
+        str,
+        "default engine of init_process_group: auto, shm, tcp, xla or a registered one",
     ),
     Setting(PG_COORDINATOR_LOG_ENV, None, str, "a file for the coordination service's own log"),
     Setting(

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tensorplay_jax.distributed as dist
-from tensorplay_jax.distributed._pg import group as pg
+from tensorplay_jax.process_group import _group as pg
 from tests._worker import expect
 
 

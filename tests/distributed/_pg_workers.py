@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 import tensorplay_jax.distributed as dist
-from tensorplay_jax.distributed._pg import group as pg
+from tensorplay_jax.process_group import _group as pg
 from tensorplay_jax.runtime.settings import PG_SHM_DEPTH
 
 
@@ -377,16 +377,18 @@ def missing() -> None:
 def tcp_hierarchical() -> None:
     # The tcp engine with members on two "hosts" (two per host, faked on loopback):
     # all_reduce runs as shm reduce-scatter, a ring across hosts, shm all-gather.
-    from tensorplay_jax.distributed._pg import descriptor, kv
-    from tensorplay_jax.distributed._pg.engine_tcp import TcpEngine
+    from tensorplay_jax.process_group import _descriptor as descriptor
+    from tensorplay_jax.process_group import _kv as kv
+    from tensorplay_jax.process_group._engine_tcp import TcpEngine
+    from tensorplay_jax.process_group.engine import GroupSpec
 
     dist.init_process_group("gloo", timeout=60, engine="tcp")
     r, n = dist.get_rank(), dist.get_world_size()
-    hosts = ["a"] * (n // 2) + ["b"] * (n - n // 2)
+    hosts = ("a",) * (n // 2) + ("b",) * (n - n // 2)
     w = pg.world()
     eng = TcpEngine(
-        f"{w.prefix}/hier", tuple(range(n)), r, 60, pg.device(), "127.0.0.1",
-        kv.job_secret(), hosts=hosts,
+        GroupSpec(f"{w.prefix}/hier", tuple(range(n)), r, 60, tuple(w.devices), hosts,
+                  secret=kv.job_secret())
     )  # fmt: skip
     assert eng.local is not None and eng.local.n == n // 2, eng.local
     for dtype in (np.float32, np.int32, ml_dtypes.bfloat16):

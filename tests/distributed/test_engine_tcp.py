@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tensorplay_jax.distributed._pg.engine_tcp import MAGIC, connect_mesh
+from tensorplay_jax.process_group._tcp_mesh import MAGIC, connect_mesh
 from tensorplay_jax.runtime import handshake
 from tests._procs import run_workers
 from tests.distributed import _pg_workers as W

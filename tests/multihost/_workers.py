@@ -267,6 +267,6 @@ def process_groups() -> None:
 
 
 def _engine(group: object) -> str:
-    from tensorplay_jax.distributed._pg import group as pg
+    from tensorplay_jax.process_group import _group as pg
 
     return (group or pg.world().world).engine.name

@@ -94,7 +94,7 @@ def planted_values() -> None:
     #    copies rank 1's last (genuine) descriptor to the key of its next one.
     dist.init_process_group("gloo", timeout=timeout, engine="xla")
     np.testing.assert_allclose(np.asarray(dist.all_reduce(x)), 2 * x)
-    from tensorplay_jax.distributed._pg import group as pg
+    from tensorplay_jax.process_group import _group as pg
 
     eng = pg.world().world.engine
     if rank == 1:
@@ -113,7 +113,7 @@ def planted_values() -> None:
     w = pg.world()
     key = f"{w.prefix}/g{w.next_gid}/ctrl"
     if rank == 1:
-        from tensorplay_jax.distributed._pg.shared_memory import shm_dir
+        from tensorplay_jax.process_group._shared_memory import shm_dir
 
         evil = os.path.join(shm_dir(), f"tpjax-ctrl-{os.getpid()}-0123456789ab")
         with open(evil, "wb") as f:

@@ -16,7 +16,7 @@ import stat
 
 import pytest
 
-from tensorplay_jax.distributed._pg import shared_memory
+from tensorplay_jax.process_group import _shared_memory as shared_memory
 from tests.security import _pg_workers
 
 REFUSAL = "not signed with this job's secret"

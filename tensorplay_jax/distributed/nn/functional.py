@@ -19,6 +19,25 @@ elements are stacked or concatenated on the tape, so every element gets its grad
 Derivatives of the non-sum ops match :class:`tensorplay_jax.collectives.ReduceOp`:
 avg is the scaled sum, max/min send the gradient to the lowest rank that holds
 the extremum, prod uses the product of the other ranks' values (exact with zeros).
+
+Adding a process-group collective (``foo``), in order; the tests named catch a
+step left out:
+
+1. ``process_group/engine.py``: ``foo`` as a method of the ``Engine`` protocol.
+   The descriptors' wire code (``process_group/_descriptor.py``) follows from it.
+2. Every registered engine (``process_group/_engine_shm.py``, ``_engine_tcp.py``,
+   ``_engine_xla.py``, and any registered elsewhere): the method, with the
+   protocol's parameters (``tests/test_layering.py`` checks every engine).
+3. ``process_group/_collectives.py``: the public ``foo`` (validate the arguments,
+   build the descriptor, call ``g.engine.foo``), in its ``__all__``; one re-export
+   line in ``process_group/__init__.py`` (``tensorplay_jax.distributed``
+   re-exports that package's ``__all__`` as it stands).
+4. Here: the differentiable ``foo`` and its rule in ``_BACKWARD`` (and the rule in
+   the ``tensorplay_jax.collectives`` docstring's table when it is a new one);
+   ``tests/test_layering.py`` checks that the ``Engine`` protocol declares every
+   collective the table runs.
+5. Tests: the engines' matrix (``tests/distributed/test_process_group.py``), the
+   tape's (``tests/distributed/nn``); the README's list of collectives.
 """
 
 from __future__ import annotations

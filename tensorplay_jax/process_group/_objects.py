@@ -34,10 +34,10 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from tensorplay_jax.distributed._pg import kv
-from tensorplay_jax.distributed._pg.collectives import all_gather, broadcast, gather, scatter
-from tensorplay_jax.distributed._pg.group import ProcessGroup, resolve, world
-from tensorplay_jax.distributed._pg.p2p import _peer, recv, send
+from tensorplay_jax.process_group import _kv
+from tensorplay_jax.process_group._collectives import all_gather, broadcast, gather, scatter
+from tensorplay_jax.process_group._group import ProcessGroup, resolve, world
+from tensorplay_jax.process_group._p2p import _peer, recv, send
 from tensorplay_jax.runtime import secret as _secret
 
 __all__ = [
@@ -56,7 +56,7 @@ _SEQ: dict[str, int] = {}  # per group (collectives) or per direction (send/recv
 def _dumps(obj: Any, ctx: bytes, key: str | None = None) -> np.ndarray:
     """``obj``'s cloudpickle bytes behind their HMAC under the job secret (or ``key``)."""
     data = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    tag = _secret.mac(key or kv.job_secret(), b"tpjax-obj\0" + ctx + b"\0", data)
+    tag = _secret.mac(key or _kv.job_secret(), b"tpjax-obj\0" + ctx + b"\0", data)
     return np.frombuffer(tag + data, np.uint8)
 
 
@@ -64,7 +64,7 @@ def _loads(buf: np.ndarray, ctx: bytes, fn: str, sender: int, key: str | None = 
     """The object in ``buf``, unpickled only once its HMAC for ``ctx`` checks."""
     raw = np.asarray(buf, np.uint8).tobytes()
     tag, data = raw[:_MAC], raw[_MAC:]
-    want = _secret.mac(key or kv.job_secret(), b"tpjax-obj\0" + ctx + b"\0", data)
+    want = _secret.mac(key or _kv.job_secret(), b"tpjax-obj\0" + ctx + b"\0", data)
     if len(raw) < _MAC or not hmac.compare_digest(tag, want):
         raise RuntimeError(
             f"{fn}: refused the object from rank {sender}: it is not signed with this job's "

@@ -18,9 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tensorplay_jax.distributed._pg import group as _group
-from tensorplay_jax.distributed._pg import kv, startup
-from tensorplay_jax.distributed._pg.group import ProcessGroup, new_group, resolve, world
+from tensorplay_jax.process_group import _group, _kv, _startup
+from tensorplay_jax.process_group._group import ProcessGroup, new_group, resolve, world
 
 __all__ = [
     "GroupMember",
@@ -205,16 +204,16 @@ def monitored_barrier(
     fn = "monitored_barrier"
     w = world()
     g = resolve(fn, group)
-    t = w.timeout_s if timeout is None else startup.timeout_s(fn, timeout)
+    t = w.timeout_s if timeout is None else _startup.timeout_s(fn, timeout)
     g.monitored += 1
     base = f"{w.prefix}/g{g.gid}/monitored"
     here = f"{base}/{g.monitored}"
     root = g.ranks[0]
     if w.rank != root:
-        kv.set(f"{here}/arrived/{w.rank}", b"1")
+        _kv.set(f"{here}/arrived/{w.rank}", b"1")
         try:  # the root answers within t of its own arrival: allow for it arriving late
-            verdict = kv.get(f"{here}/verdict", 2 * t + 1, fn)
-        except kv.KVTimeout:
+            verdict = _kv.get(f"{here}/verdict", 2 * t + 1, fn)
+        except _kv.KVTimeout:
             raise RuntimeError(
                 f"{fn}: rank {root} (the group's first rank) did not answer within "
                 f"{2 * t + 1:.3g}s."
@@ -227,23 +226,23 @@ def monitored_barrier(
     missing: list[int] = []
     for i, r in enumerate(others):
         try:
-            kv.get(f"{here}/arrived/{r}", max(1e-3, deadline - time.monotonic()), fn)
-        except kv.KVTimeout:
+            _kv.get(f"{here}/arrived/{r}", max(1e-3, deadline - time.monotonic()), fn)
+        except _kv.KVTimeout:
             if wait_all_ranks:
-                late = kv.missing([f"{here}/arrived/{q}" for q in others[i:]])
+                late = _kv.missing([f"{here}/arrived/{q}" for q in others[i:]])
                 missing = [int(k.rsplit("/", 1)[1]) for k in late]
             else:
                 missing = [r]
             break
     if g.monitored > 1:  # every member has read the verdict of the previous call
-        kv.delete(f"{base}/{g.monitored - 1}")
+        _kv.delete(f"{base}/{g.monitored - 1}")
     if not missing:
-        kv.set(f"{here}/verdict", b"ok")
+        _kv.set(f"{here}/verdict", b"ok")
         return
     who = f"Rank {missing[0]}" if len(missing) == 1 else "Ranks " + ", ".join(map(str, missing))
     msg = (
         f"{fn}: rank(s) {missing} of the group {list(g.ranks)} did not arrive within "
         f"{t:.3g}s ({who} failed to pass monitoredBarrier in {int(t * 1000)} ms)."
     )
-    kv.set(f"{here}/verdict", msg.encode())
+    _kv.set(f"{here}/verdict", msg.encode())
     raise RuntimeError(msg)

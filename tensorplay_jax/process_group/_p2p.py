@@ -1,6 +1,6 @@
 """Point-to-point calls: send, recv, isend, irecv, ``batch_isend_irecv`` with ``P2POp``.
 
-Data between two ranks moves as an XLA program over the pair (``group.pair_engine``),
+Data between two ranks moves as an XLA program over the pair (``_group.pair_engine``),
 which both ranks run together, one call at a time. So that the usual shapes of
 tensorplay code match (both ranks ``isend`` then ``irecv``; a ring where everyone
 sends first), calls are not run where they are issued: each is queued on its
@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from tensorplay_jax.distributed._pg.collectives import _array, _desc, _root
-from tensorplay_jax.distributed._pg.group import (
+from tensorplay_jax.process_group._collectives import _array, _desc, _root
+from tensorplay_jax.process_group._group import (
     ProcessGroup,
     pair_engine,
     resolve,
     run_pending,
     world,
 )
-from tensorplay_jax.distributed._pg.work import Future, Work
+from tensorplay_jax.process_group._work import Future, Work
 
 __all__ = ["P2POp", "batch_isend_irecv", "irecv", "isend", "recv", "send"]
 
@@ -48,7 +48,7 @@ _ISSUED = itertools.count()
 
 
 class _Queued:
-    """One queued send or receive: run by ``group.run_pending`` in ``key`` order."""
+    """One queued send or receive: run by ``_group.run_pending`` in ``key`` order."""
 
     def __init__(self, fn: str, key: tuple, eng: Any, run: Callable[[], Any], future: Future):
         self.fn, self.key, self.eng, self.run, self.future = fn, key, eng, run, future

@@ -12,8 +12,8 @@ call; what needs every rank's view (shapes, dtypes, roots)
 is compared across ranks and raises on every rank together.
 
 ``async_op=True`` (every collective takes it) runs the call at once, in issue order,
-and returns a completed ``work.Work`` whose ``result()`` is what the blocking call
-returns. Point-to-point calls live in ``p2p``.
+and returns a completed ``_work.Work`` whose ``result()`` is what the blocking call
+returns. Point-to-point calls live in ``_p2p``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import jax
 import numpy as np
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, check_op_dtype, normalize_op
-from tensorplay_jax.distributed._pg import descriptor
-from tensorplay_jax.distributed._pg.group import ProcessGroup, resolve, world
-from tensorplay_jax.distributed._pg.work import Work
+from tensorplay_jax.process_group import _descriptor
+from tensorplay_jax.process_group._group import ProcessGroup, resolve, world
+from tensorplay_jax.process_group._work import Work
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.settings import PG_MAX_NDIM
 
@@ -94,8 +94,8 @@ def _stacked(fn: str, x: Any, n: int) -> None:
 
 
 def _desc(fn: str, g: ProcessGroup, x: Any, **kw) -> np.ndarray:
-    code = descriptor.dtype_code(fn, np.dtype(x.dtype))
-    return descriptor.encode(g.size(), fn, code, tuple(x.shape), **kw)
+    code = _descriptor.dtype_code(fn, np.dtype(x.dtype))
+    return _descriptor.encode(g.size(), fn, code, tuple(x.shape), **kw)
 
 
 def _done(result: Any, async_op: bool) -> Any:

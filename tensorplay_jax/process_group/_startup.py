@@ -17,7 +17,8 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.distributed._pg import kv
+from tensorplay_jax.process_group import _kv
+from tensorplay_jax.process_group.engine import engines
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.address import local_address, net_namespace, spans_hosts
 from tensorplay_jax.runtime.init_method import coordinator_port, local_rank
@@ -30,8 +31,8 @@ from tensorplay_jax.runtime.settings import (
 
 __all__ = [
     "BACKENDS",
-    "ENGINES",
     "default_backend",
+    "engine_names",
     "host_id",
     "options",
     "start_runtime",
@@ -39,7 +40,16 @@ __all__ = [
 ]
 
 BACKENDS = ("gloo", "nccl")
-ENGINES = ("auto", "shm", "tcp", "xla")
+
+
+def engine_names() -> tuple[str, ...]:
+    """What ``engine=`` accepts: ``"auto"`` and every registered engine.
+
+    Example:
+      >>> engine_names()
+      ('auto', 'shm', 'tcp', 'xla')
+    """
+    return ("auto", *engines())
 
 
 def options(fn: str, backend: Any, engine: Any, timeout: Any) -> tuple[str, str, float]:
@@ -56,8 +66,8 @@ def options(fn: str, backend: Any, engine: Any, timeout: Any) -> tuple[str, str,
     if backend not in BACKENDS:
         raise ValueError(f"{fn}: backend={backend!r} is not supported; use one of {BACKENDS}.")
     engine = (engine or settings.raw(PG_ENGINE_ENV) or "auto").lower()
-    if engine not in ENGINES:
-        raise ValueError(f"{fn}: engine={engine!r} is not one of {ENGINES}.")
+    if engine not in engine_names():
+        raise ValueError(f"{fn}: engine={engine!r} is not one of {engine_names()}.")
     return backend, engine, timeout_s(fn, timeout)
 
 
@@ -152,7 +162,7 @@ def start_runtime(
         except ValueError as e:
             raise ValueError(f"init_process_group: {e}") from None
     wait_s = max(1, int(timeout_s))
-    kv.start_runtime(
+    _kv.start_runtime(
         _hostport(host, coordinator_port(port)),
         _bind_address(host, coordinator_port(port)),
         rank,

@@ -4,7 +4,7 @@ Process groups use the coordination service for three things: a key-value store
 (rendezvous of shared-memory segments, per-call shape descriptors of the XLA
 engine), barriers with a timeout, and the runtime's own state.
 :func:`start_runtime` starts that runtime the way ``jax.distributed.initialize``
-does, except that the service runs in a process of its own (see ``coordinator``)
+does, except that the service runs in a process of its own (see ``_coordinator``)
 and the client's shutdown is bounded by the group's timeout. Nothing else in the
 package touches ``jax._src.distributed``.
 
@@ -92,7 +92,7 @@ def start_runtime(
     """Start JAX's multi-process runtime, as ``jax.distributed.initialize`` would.
 
     Rank 0 first starts the coordination service in its own process, listening on
-    ``bind`` (see ``coordinator``); every rank then connects to ``address``. With
+    ``bind`` (see ``_coordinator``); every rank then connects to ``address``. With
     ``gloo_address``, XLA's CPU collectives (gloo) listen on and advertise that
     address (by default gloo takes the host name's, which on a Debian host is
     ``127.0.1.1`` and unreachable from other hosts).
@@ -104,7 +104,7 @@ def start_runtime(
     from jax._src import config, xla_bridge
     from jax._src.lib import _jax
 
-    from tensorplay_jax.distributed._pg import coordinator
+    from tensorplay_jax.process_group import _coordinator
 
     if xla_bridge.backends_are_initialized():
         raise RuntimeError(
@@ -114,7 +114,7 @@ def start_runtime(
     global _COORDINATOR
     state = _jax_distributed.global_state
     if rank == 0:
-        _COORDINATOR = coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
+        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
     if local_device_ids:
         visible = ",".join(str(i) for i in local_device_ids)
         config.update("jax_cuda_visible_devices", visible)
@@ -152,13 +152,13 @@ def use_secret(secret: str) -> None:
 def job_secret() -> str:
     """The job secret given to :func:`use_secret` (engines authenticate their sockets with it)."""
     if _SECRET is None:
-        raise RuntimeError("tensorplay_jax.distributed._pg.kv: no job secret (call use_secret)")
+        raise RuntimeError("tensorplay_jax.process_group._kv: no job secret (call use_secret)")
     return _SECRET
 
 
 def _mac(key: str, payload: bytes) -> bytes:
     if _SECRET is None:
-        raise RuntimeError("tensorplay_jax.distributed._pg.kv: no job secret (call use_secret)")
+        raise RuntimeError("tensorplay_jax.process_group._kv: no job secret (call use_secret)")
     return _secret.mac(_SECRET, b"tpjax-kv\0" + key.encode() + b"\0", payload)
 
 

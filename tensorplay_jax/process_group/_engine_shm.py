@@ -1,10 +1,11 @@
 """Shared-memory engine: process-group collectives for ranks on one host, in numpy over /dev/shm.
 
-Why it exists: XLA's CPU collectives go through gloo over loopback TCP and, measured
-on this machine, move data 2-4x slower than ``torch.distributed`` gloo at 16-64 MiB
-(see ``benchmarks/process_group.py``). Ranks on one host can skip the sockets: each
-rank owns a slot in a shared segment, writes what others need, meets them at a
-:class:`~tensorplay_jax.distributed._pg.shared_memory.TickBarrier` and reads what it needs.
+Why it exists: XLA's CPU collectives go through gloo over loopback TCP, and on one
+host they move data several times slower than ``torch.distributed`` gloo (the
+figures are in the README's benchmark section, from ``benchmarks/process_group.py``).
+Ranks on one host can skip the sockets: each rank owns a slot in a shared segment,
+writes what others need, meets them at a
+:class:`~tensorplay_jax.process_group._shared_memory.TickBarrier` and reads what it needs.
 
 Each call: (A) every rank writes its descriptor and meets the others; all compare
 the descriptors and raise the same error together on a mismatch. Small calls
@@ -29,20 +30,18 @@ that call on every rank.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import time
-from collections.abc import Callable
-from typing import Any
 
-import jax
 import numpy as np
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
-from tensorplay_jax.distributed._pg import descriptor, kv
-from tensorplay_jax.distributed._pg.shared_memory import Segment, TickBarrier
-from tensorplay_jax.runtime.device import aligned_empty, to_device
+from tensorplay_jax.process_group import _descriptor, _kv
+from tensorplay_jax.process_group._shared_memory import Segment, TickBarrier
+from tensorplay_jax.process_group.engine import GroupSpec, check_usable, register_engine
+from tensorplay_jax.process_group.host import bounds, copied, on_host, reduced, stacked
+from tensorplay_jax.runtime.device import aligned_empty
 from tensorplay_jax.runtime.settings import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
 
 __all__ = ["ShmEngine"]
@@ -50,45 +49,17 @@ __all__ = ["ShmEngine"]
 _PATH_BYTES = 512
 
 
-def _on_host(method: Callable[..., np.ndarray | None]) -> Callable[..., jax.Array]:
-    """Run a numpy collective on a C-contiguous host view of ``x`` (no copy for a CPU array).
-
-    The result comes back as a jax.Array on this rank's device, aliasing the aligned
-    host buffer; ``None`` (a broadcast's src) means ``x`` itself.
-    """
-
-    @functools.wraps(method)
-    def run(self: ShmEngine, x: Any, *args: Any) -> jax.Array:
-        y = method(self, np.asarray(x, order="C"), *args)
-        if y is None:
-            y = x
-        return y if isinstance(y, jax.Array) else to_device(np.asarray(y), self.device)
-
-    return run
-
-
 def _small_limit(fn: str, n: int) -> int:
     """Largest per-rank input that takes the one-meeting path.
 
-    On that path every rank reduces all ``n`` inputs itself. With two ranks that is
-    still the faster way at the full small buffer (1 MiB all_reduce: 0.23-0.27 ms,
-    against 0.95-0.97 ms for the chunked reduction and its three meetings); with
-    more ranks, past a quarter of it the chunked reduction is faster.
+    On that path every rank reduces all ``n`` inputs itself, where the chunked path
+    splits the reduction but meets three times. With two ranks the one meeting wins
+    up to the full small buffer; with more ranks, the chunked reduction wins past a
+    quarter of it (``benchmarks/process_group.py`` measures both).
     """
     if fn in ("all_reduce", "reduce_scatter", "reduce") and n > 2:
         return PG_SHM_SMALL_BYTES // 4
     return PG_SHM_SMALL_BYTES
-
-
-def _bounds(total: int, n: int) -> list[tuple[int, int]]:
-    """Split ``total`` elements into ``n`` contiguous chunks (sizes differ by at most one)."""
-    q, r = divmod(total, n)
-    out, start = [], 0
-    for i in range(n):
-        stop = start + q + (1 if i < r else 0)
-        out.append((start, stop))
-        start = stop
-    return out
 
 
 class ShmEngine:
@@ -100,36 +71,25 @@ class ShmEngine:
     others map a segment only after ``Segment.attach`` has checked that it is one.
 
     Args:
-      key: a coordination-service key prefix unique to this group.
-      ranks: the members' global ranks; ``me`` is this process's index in it.
-      timeout_s: the deadline of every wait.
-      device: this process's device (results are jax.Arrays on it).
-      fn: the public function creating the group (named in errors).
+      spec: the group (its key prefix, members, deadline, this process's device).
     """
 
     name = "shm"
 
-    def __init__(
-        self,
-        key: str,
-        ranks: tuple[int, ...],
-        me: int,
-        timeout_s: float,
-        device: Any,
-        fn: str = "new_group",
-    ):
-        self.device = device
-        self.ranks, self.me, self.n, self.timeout_s = ranks, me, len(ranks), timeout_s
+    def __init__(self, spec: GroupSpec):
+        key, ranks, me, timeout_s, fn = spec.key, spec.ranks, spec.me, spec.timeout_s, spec.fn
+        self.device = spec.device
+        self.ranks, self.me, self.n, self.timeout_s = ranks, me, spec.n, timeout_s
         n = self.n
-        self.dlen = descriptor.length(n)
+        self.dlen = _descriptor.length(n)
         words = 3 * n + 2 + PG_SHM_DEPTH * n * self.dlen
         small_at = -(-(words * 8 + _PATH_BYTES) // 64) * 64
         size = small_at + PG_SHM_DEPTH * n * PG_SHM_SMALL_BYTES
         if me == 0:
             self.ctrl_seg = Segment.create("ctrl", size)
-            kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
+            _kv.set(f"{key}/ctrl", self.ctrl_seg.path.encode())
         else:
-            path = kv.get(f"{key}/ctrl", timeout_s, fn).decode(errors="replace")
+            path = _kv.get(f"{key}/ctrl", timeout_s, fn).decode(errors="replace")
             self.ctrl_seg = Segment.attach(path, size, fn)
         buf = self.ctrl_seg.buf
         words_view = buf[: words * 8].view(np.int64)
@@ -142,7 +102,7 @@ class ShmEngine:
         self.path_area = buf[words * 8 : words * 8 + _PATH_BYTES]
         self.small = buf[small_at:].reshape(k, n, PG_SHM_SMALL_BYTES)  # [call % k, rank]
         self.pids[me] = os.getpid()
-        kv.barrier(f"{key}/mapped", timeout_s, ranks)
+        _kv.barrier(f"{key}/mapped", timeout_s, ranks)
         if me == 0:
             self.ctrl_seg.unlink()
         self.bar = TickBarrier(self.ticks, self.pids, self.bells, me, ranks)
@@ -196,11 +156,7 @@ class ShmEngine:
           The deadline, and for a small call every rank's input (``x`` itself for this
           rank; ``[]`` for a one-sided call), else None.
         """
-        if self.broken:
-            raise RuntimeError(
-                f"{fn}: this process group is unusable after an earlier failure "
-                f"({self.broken}); call destroy_process_group() and init_process_group() again."
-            )
+        check_usable(fn, self.broken)
         deadline = time.monotonic() + self.timeout_s
         k, c = PG_SHM_DEPTH, self.calls
         small = _small_limit(fn, self.n)
@@ -217,11 +173,11 @@ class ShmEngine:
         if check:
             self.pending = [p for p in self.pending if p not in check]
             for pc, pfn in check:
-                poison = poison or descriptor.check(pfn, self.descs[pc % k].copy(), self.ranks)
+                poison = poison or _descriptor.check(pfn, self.descs[pc % k].copy(), self.ranks)
         par = c % k
         self.calls += 1
         me, n = self.me, self.n
-        self.descs[par, me] = desc if poison is None else descriptor.poisoned(desc)
+        self.descs[par, me] = desc if poison is None else _descriptor.poisoned(desc)
         if publish and x.nbytes <= small:
             self.small[par, me, : x.nbytes] = x.reshape(-1).view(np.uint8)
         tick = self.arrivals[par] = self.bar.arrive()
@@ -239,10 +195,10 @@ class ShmEngine:
         if uniform:
             need = x.nbytes
         else:
-            err = descriptor.check(fn, descs, self.ranks)
+            err = _descriptor.check(fn, descs, self.ranks)
             if err:
                 raise ValueError(err)
-            rows = [descriptor.decode(descs[i], n) for i in range(n)]
+            rows = [_descriptor.decode(descs[i], n) for i in range(n)]
             need = max(int(np.prod(r["shape"], dtype=np.int64)) * x.itemsize for r in rows)
         if need <= small:
             shapes = [x.shape] * n if uniform else [r["shape"] for r in rows]
@@ -292,53 +248,35 @@ class ShmEngine:
         nbytes = math.prod(shape) * dtype.itemsize
         return self.slots[i, :nbytes].view(dtype).reshape(shape)
 
-    def _reduced(self, parts: list[np.ndarray], op: ReduceOp, shape: tuple[int, ...], dtype):
-        out = aligned_empty(shape, dtype)
-        reduce_into(out.reshape(-1), [p.reshape(-1) for p in parts], op, self.n)
-        return out
-
-    @staticmethod
-    def _stack(parts: list[np.ndarray]) -> np.ndarray:
-        out = aligned_empty((len(parts), *parts[0].shape), parts[0].dtype)
-        for j, p in enumerate(parts):
-            out[j] = p
-        return out
-
-    @staticmethod
-    def _copy(a: np.ndarray) -> np.ndarray:
-        out = aligned_empty(a.shape, a.dtype)
-        out[...] = a
-        return out
-
     # -------------------------------------------------------------- collectives
-    @_on_host
+    @on_host
     def all_reduce(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("all_reduce", desc, x)
         if inputs is not None:
-            return self._reduced(inputs, op, x.shape, x.dtype)
+            return reduced(inputs, op)
         n, me = self.n, self.me
         flat = x.reshape(-1)
-        bounds = _bounds(flat.size, n)
+        chunks = bounds(flat.size, n)
         mine = self._slot(me, flat.shape, flat.dtype)
-        for j, (a, b) in enumerate(bounds):
+        for j, (a, b) in enumerate(chunks):
             if j != me:
                 mine[a:b] = flat[a:b]
         self._data_ready(deadline, "all_reduce")
         out = aligned_empty(x.shape, x.dtype)
         oflat = out.reshape(-1)
-        a, b = bounds[me]
+        a, b = chunks[me]
         parts = [
             flat[a:b] if j == me else self._slot(j, flat.shape, flat.dtype)[a:b] for j in range(n)
         ]
         reduce_into(oflat[a:b], parts, op, n)
         mine[a:b] = oflat[a:b]
         self._sync(deadline, "all_reduce")
-        for j, (a, b) in enumerate(bounds):
+        for j, (a, b) in enumerate(chunks):
             if j != me:
                 oflat[a:b] = self._slot(j, flat.shape, flat.dtype)[a:b]
         return out
 
-    @_on_host
+    @on_host
     def broadcast(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray | None:
         me_src = self.me == src
         deadline, inputs = self._begin("broadcast", desc, x, me_src, one_sided=me_src)
@@ -348,11 +286,11 @@ class ShmEngine:
                 self._data_ready(deadline, "broadcast")
             return None  # the result is the input
         if inputs is not None:
-            return self._copy(inputs[src])
+            return copied(inputs[src])
         self._data_ready(deadline, "broadcast")
-        return self._copy(self._slot(src, x.shape, x.dtype))
+        return copied(self._slot(src, x.shape, x.dtype))
 
-    @_on_host
+    @on_host
     def reduce(self, x: np.ndarray, dst: int, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("reduce", desc, x, self.me != dst)
         if inputs is None:
@@ -362,9 +300,9 @@ class ShmEngine:
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         if self.me != dst:
             return aligned_empty(x.shape, x.dtype, zero=True)
-        return self._reduced(inputs, op, x.shape, x.dtype)
+        return reduced(inputs, op)
 
-    @_on_host
+    @on_host
     def all_gather(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
         out = aligned_empty((self.n, *x.shape), x.dtype)
         out[self.me] = x
@@ -381,7 +319,7 @@ class ShmEngine:
         for j in (j for j in range(self.n) if j != self.me):
             out[j] = inputs[j]
 
-    @_on_host
+    @on_host
     def gather(self, x: np.ndarray, dst: int, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("gather", desc, x, self.me != dst)
         if inputs is None:
@@ -391,9 +329,9 @@ class ShmEngine:
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
         if self.me != dst:
             return aligned_empty((self.n, *x.shape), x.dtype, zero=True)
-        return self._stack(inputs)
+        return stacked(inputs)
 
-    @_on_host
+    @on_host
     def scatter(self, x: np.ndarray, src: int, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("scatter", desc, x, self.me == src)
         if inputs is None:
@@ -403,9 +341,9 @@ class ShmEngine:
             from_src = x if self.me == src else self._slot(src, x.shape, x.dtype)
         else:
             from_src = inputs[src]
-        return self._copy(from_src[self.me])
+        return copied(from_src[self.me])
 
-    @_on_host
+    @on_host
     def reduce_scatter(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("reduce_scatter", desc, x)
         if inputs is None:
@@ -415,9 +353,9 @@ class ShmEngine:
                     mine[j] = x[j]
             self._data_ready(deadline, "reduce_scatter")
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
-        return self._reduced([p[self.me] for p in inputs], op, x.shape[1:], x.dtype)
+        return reduced([p[self.me] for p in inputs], op)
 
-    @_on_host
+    @on_host
     def all_to_all(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
         deadline, inputs = self._begin("all_to_all", desc, x)
         if inputs is None:
@@ -427,15 +365,15 @@ class ShmEngine:
                     mine[j] = x[j]
             self._data_ready(deadline, "all_to_all")
             inputs = [x if j == self.me else self._slot(j, x.shape, x.dtype) for j in range(self.n)]
-        return self._stack([p[self.me] for p in inputs])
+        return stacked([p[self.me] for p in inputs])
 
-    @_on_host
+    @on_host
     def all_to_all_single(self, x: np.ndarray, desc: np.ndarray) -> np.ndarray:
         fn = "all_to_all_single"
         deadline, inputs = self._begin(fn, desc, x)
         n, me = self.n, self.me
         par = (self.calls - 1) % PG_SHM_DEPTH
-        rows = [descriptor.decode(self.descs[par, j], n) for j in range(n)]
+        rows = [_descriptor.decode(self.descs[par, j], n) for j in range(n)]
         if inputs is None:
             self._slot(me, x.shape, x.dtype)[...] = x
             self._data_ready(deadline, fn)
@@ -448,3 +386,21 @@ class ShmEngine:
             out[at : at + k] = inputs[j][start : start + k]
             at += k
         return out
+
+
+def _fits(spec: GroupSpec) -> bool:
+    """A gloo group whose members share one host: what shared memory can serve."""
+    return spec.backend == "gloo" and spec.one_host
+
+
+def _refusal(spec: GroupSpec) -> str | None:
+    if _fits(spec):
+        return None
+    return (
+        "engine='shm' needs the gloo backend and every member on one host; "
+        f"group {list(spec.ranks)} has backend {spec.backend!r} and "
+        f"{len(set(spec.hosts))} host(s). Use engine='xla' or 'auto'."
+    )
+
+
+register_engine("shm", ShmEngine, applies=_fits, requires=_refusal, priority=20)

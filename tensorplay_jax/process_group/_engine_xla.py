@@ -9,7 +9,7 @@ gloo (``jax_cpu_collectives_implementation``), on GPU through NCCL.
 Before each program the members swap descriptors through the coordination
 service with the group's deadline: a missing peer or a mismatched shape raises
 here, on every rank, instead of blocking inside the XLA program. Descriptors are
-signed with the job secret (``kv``): one that an outsider wrote, or moved from
+signed with the job secret (``_kv``): one that an outsider wrote, or moved from
 another key, is refused before the program runs.
 """
 
@@ -26,7 +26,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
-from tensorplay_jax.distributed._pg import descriptor, kv
+from tensorplay_jax.process_group import _descriptor, _kv
+from tensorplay_jax.process_group.engine import GroupSpec, check_usable, register_engine
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.device import to_device
 
@@ -89,24 +90,17 @@ class XlaEngine:
     """Collectives of one group as cached XLA programs.
 
     Args:
-      key: a coordination-service key prefix unique to this group.
-      ranks: the members' global ranks; ``me`` is this process's index in it.
-      timeout_s: the deadline of the descriptor exchange before each program.
-      devices: one device per member, in ``ranks`` order.
+      spec: the group; its ``timeout_s`` bounds the descriptor exchange before each
+        program, its ``devices`` make the mesh.
     """
 
     name = "xla"
 
-    def __init__(self, key: str, ranks: tuple[int, ...], me: int, timeout_s: float, devices: list):
-        self.key, self.ranks, self.me, self.n, self.timeout_s = (
-            key,
-            ranks,
-            me,
-            len(ranks),
-            timeout_s,
-        )
-        self.device = devices[me]
-        self.mesh = Mesh(np.array(devices, dtype=object), (_AXIS,))
+    def __init__(self, spec: GroupSpec):
+        self.key, self.ranks, self.me, self.n = spec.key, spec.ranks, spec.me, spec.n
+        self.timeout_s = spec.timeout_s
+        self.device = spec.device
+        self.mesh = Mesh(np.array(spec.devices, dtype=object), (_AXIS,))
         self.sharding = NamedSharding(self.mesh, P(_AXIS))
         self.bodies = _bodies(self.n)
         self.programs: dict[tuple, Callable] = {}
@@ -127,35 +121,31 @@ class XlaEngine:
         Returns:
           ``(n, len)`` descriptors, rows of non-peers left as -1.
         """
-        if self.broken:
-            raise RuntimeError(
-                f"{fn}: this process group is unusable after an earlier failure "
-                f"({self.broken}); call destroy_process_group() and init_process_group() again."
-            )
+        check_usable(fn, self.broken)
         peers = tuple(range(self.n)) if peers is None else peers
         self.seq += 1
         deadline = time.monotonic() + self.timeout_s
         base = f"{self.key}/{self.seq}"
-        kv.set(f"{base}/{self.me}", desc.tobytes())
+        _kv.set(f"{base}/{self.me}", desc.tobytes())
         descs = np.full((self.n, desc.size), -1, np.int64)
         descs[self.me] = desc
         for j in peers:
             if j == self.me:
                 continue
             try:
-                raw = kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()), fn)
-            except kv.KVTimeout:
+                raw = _kv.get(f"{base}/{j}", max(1e-3, deadline - time.monotonic()), fn)
+            except _kv.KVTimeout:
                 late = [self.ranks[i] for i in peers if i != self.me]
                 late = [
                     self.ranks[int(k.rsplit("/", 1)[1])]
-                    for k in kv.missing([f"{base}/{self.ranks.index(r)}" for r in late])
+                    for k in _kv.missing([f"{base}/{self.ranks.index(r)}" for r in late])
                 ]
                 self.broken = f"{fn} timed out"
                 raise TimeoutError(
                     f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) {late} "
                     "to join the collective (a peer is missing, stuck or made different calls)"
                 ) from None
-            except kv.ForgedValue:
+            except _kv.ForgedValue:
                 self.broken = f"{fn}: a descriptor not signed with the job secret"
                 raise
             if len(raw) != desc.nbytes:
@@ -166,9 +156,9 @@ class XlaEngine:
                 )
             descs[j] = np.frombuffer(raw, np.int64)
         if self.seq > 2:  # everyone has read our key of two calls ago
-            kv.delete(f"{self.key}/{self.seq - 2}/{self.me}")
+            _kv.delete(f"{self.key}/{self.seq - 2}/{self.me}")
         sub = tuple(self.ranks[j] for j in peers)
-        err = descriptor.check(fn, descs[list(peers)], sub)
+        err = _descriptor.check(fn, descs[list(peers)], sub)
         if err:
             raise ValueError(err)
         return descs
@@ -250,7 +240,7 @@ class XlaEngine:
         """Uneven pieces travel padded to the longest piece, then are cut on arrival."""
         descs = self.exchange("all_to_all_single", desc)
         n, me = self.n, self.me
-        rows = [descriptor.decode(descs[j], n) for j in range(n)]
+        rows = [_descriptor.decode(descs[j], n) for j in range(n)]
         width = max(1, max(max(r["in_splits"]) for r in rows))
         xs = np.asarray(x)
         padded = np.zeros((n, width, *xs.shape[1:]), xs.dtype)
@@ -268,3 +258,6 @@ class XlaEngine:
         xd, scalar = self._lift(x)
         y = self.run("ppermute", xd, ((src, dst),))
         return y.reshape(()) if scalar else y
+
+
+register_engine("xla", XlaEngine, applies=lambda spec: True)

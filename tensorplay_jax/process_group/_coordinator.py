@@ -22,7 +22,7 @@ process joins the cluster as one extra task (id = world size, invisible to
 (which returns once a task has disconnected or been declared dead), until every
 rank has left; then it stops the service and exits.
 
-Run as a script (``python -P coordinator.py BIND ADDRESS WORLD HEARTBEAT INIT``): it
+Run as a script (``python -P _coordinator.py BIND ADDRESS WORLD HEARTBEAT INIT``): it
 imports only ``jaxlib``, answers ``ready`` (or ``error ...``) on stdout, then closes it.
 """
 

@@ -13,23 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp
+from tensorplay_jax.process_group.engine import OPS as ENGINE_OPS
 from tensorplay_jax.runtime.settings import PG_MAX_NDIM
 
 __all__ = ["OPS", "check", "decode", "dtype_of", "encode", "length"]
 
-# Collectives, in a fixed order: the index is the wire code.
-OPS = (
-    "all_reduce",
-    "broadcast",
-    "reduce",
-    "all_gather",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "all_to_all",
-    "all_to_all_single",
-    "send/recv",
-)
+# Collectives, in a fixed order: the index is the wire code. The engines' collectives
+# (the ``Engine`` protocol's order), then the point-to-point pair.
+OPS = (*ENGINE_OPS, "send/recv")
 REDUCE_OPS = tuple(ReduceOp)  # the index is the wire code
 _DTYPES = tuple(
     np.dtype(d)

@@ -2,26 +2,28 @@
 
 ``init_process_group`` starts (or joins) the runtime of ``jax.distributed.initialize``
 and builds the default group over every process, one device per process. Each group
-owns an *engine* that moves its data (see ``engine_shm`` and ``engine_xla``):
+owns an *engine* that moves its data, built from the group's ``engine.GroupSpec`` by
+the engine registered under the chosen name (``engine.register_engine``):
 
 - ``"shm"``: shared memory, for a CPU (gloo) group whose members share a host;
   the fastest engine on one machine (see ``benchmarks/process_group.py``).
 - ``"tcp"``: numpy over a mesh of authenticated TCP connections, for a CPU
-  (gloo) group across hosts, where it beats XLA's gloo (see ``engine_tcp``).
+  (gloo) group across hosts, where it beats XLA's gloo (see ``_engine_tcp``).
 - ``"xla"``: compiled, cached XLA programs over the group's mesh; gloo on CPU,
   NCCL on GPU; any number of hosts.
 
 ``engine="auto"`` (the default) picks ``"shm"`` for a gloo group on one host,
-``"tcp"`` for a gloo group across hosts, else ``"xla"``.
+``"tcp"`` for a gloo group across hosts, else ``"xla"`` (each engine registers when
+it applies, and with what priority).
 Point-to-point ``send``/``recv`` always run as XLA programs over the pair.
 
 The runtime's coordination service runs in a small process that rank 0 starts
-(``coordinator``), so that a rank that outlives a dead peer, rank 0 included,
+(``_coordinator``), so that a rank that outlives a dead peer, rank 0 included,
 raises within the group's timeout and then exits at once with its own status:
 it neither waits at JAX's shutdown barrier for the dead peer nor is aborted by
 JAX's runtime. For a same-host job (loopback ``MASTER_ADDR``) the service listens
 on loopback only, and every value the group puts in its key-value store is signed
-with the job secret (``tensorplay_jax.runtime.secret``); see ``kv``.
+with the job secret (``tensorplay_jax.runtime.secret``); see ``_kv``.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.distributed._pg import kv, startup
-from tensorplay_jax.distributed._pg.engine import Engine
-from tensorplay_jax.distributed._pg.work import Work
+from tensorplay_jax.process_group import _kv, _startup
+from tensorplay_jax.process_group._engine_xla import XlaEngine
+from tensorplay_jax.process_group._work import Work
+from tensorplay_jax.process_group.engine import Engine, GroupSpec, make_engine
 from tensorplay_jax.runtime import secret as _secret
 from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD
@@ -65,7 +68,7 @@ class ProcessGroup:
     gid: int
     engine: Engine | None = None
     barriers: int = 0
-    monitored: int = 0  # monitored_barrier calls so far (``membership``)
+    monitored: int = 0  # monitored_barrier calls so far (``_membership``)
 
     def rank(self) -> int:
         """This process's rank in the group, or -1 when it is not a member."""
@@ -96,7 +99,7 @@ class _World:
     groups: list[ProcessGroup] = dataclasses.field(default_factory=list)
     pairs: dict = dataclasses.field(default_factory=dict)
     master: str = "127.0.0.1"  # the rendezvous host (the tcp engine routes to it)
-    pending: list = dataclasses.field(default_factory=list)  # queued isend/irecv (``p2p``)
+    pending: list = dataclasses.field(default_factory=list)  # queued isend/irecv (``_p2p``)
 
 
 _WORLD: _World | None = None
@@ -140,15 +143,16 @@ def init_process_group(
         SLURM's, and a world of one with ``env://`` and no ``MASTER_ADDR`` /
         ``MASTER_PORT`` runs on a free loopback port, as for ``init_rpc``
         (``tensorplay_jax.runtime.init_method``).
-      engine: ``"auto"``, ``"shm"``, ``"tcp"`` or ``"xla"`` (default ``TENSORPLAY_JAX_PG_ENGINE``
-        or auto): how groups move data; see the module docstring.
+      engine: ``"auto"``, ``"shm"``, ``"tcp"``, ``"xla"`` or another registered engine
+        (default ``TENSORPLAY_JAX_PG_ENGINE`` or auto): how groups move data; see the
+        module docstring.
       secret: the job secret that signs the group's values in the coordination
         store; default: ``TENSORPLAY_JAX_RPC_SECRET``, ``TENSORPLAY_JAX_RPC_SECRET_FILE``,
         or for a same-host job the per-user secret file (``tensorplay_jax.runtime.secret``).
 
     Raises:
       RuntimeError: already initialized, JAX computations already ran, or the
-        coordination service could not start; ``kv.ForgedValue`` (a RuntimeError)
+        coordination service could not start; ``_kv.ForgedValue`` (a RuntimeError)
         when a value in the store is not signed with this job's secret.
       ValueError: a bad backend, init_method, rank, world_size or engine, or a job
         that spans hosts without a secret.
@@ -164,21 +168,21 @@ def init_process_group(
     fn = "init_process_group"
     if _WORLD is not None:
         raise RuntimeError(f"{fn}: already initialized; call destroy_process_group() first.")
-    backend, engine, timeout_s = startup.options(fn, backend, engine, timeout)
+    backend, engine, timeout_s = _startup.options(fn, backend, engine, timeout)
     host, port, rank, world_size = resolve_init(
         init_method or DEFAULT_INIT_METHOD, rank, None if world_size < 0 else world_size, fn=fn
     )
-    kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
+    _kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
 
-    if kv.is_runtime_initialized():
-        have = kv.runtime_rank_and_size()
+    if _kv.is_runtime_initialized():
+        have = _kv.runtime_rank_and_size()
         if have != (rank, world_size):
             raise RuntimeError(
                 f"{fn}: the JAX runtime is already up as process {have[0]} of {have[1]}, "
                 f"not rank {rank} of {world_size}."
             )
     else:
-        startup.start_runtime(backend, host, port, rank, world_size, timeout_s)
+        _startup.start_runtime(backend, host, port, rank, world_size, timeout_s)
 
     platform = "cpu" if backend == "gloo" else None
     all_devs = jax.devices(platform) if platform else jax.devices()
@@ -191,78 +195,56 @@ def init_process_group(
 
     _EPOCH += 1
     prefix = f"tpjax/pg/{_EPOCH}"
-    kv.set(f"{prefix}/host/{rank}", startup.host_id().encode())
-    hosts = [kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
+    _kv.set(f"{prefix}/host/{rank}", _startup.host_id().encode())
+    hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
     _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
     _WORLD.master = host
     try:
         _WORLD.world = _make_group(tuple(range(world_size)), fn=fn)
-        kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
+        _kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
     except BaseException:
         _close_all()
         _WORLD = None
         raise
 
 
-def _engine_for(ranks: tuple[int, ...], pref: str | None = None) -> str:
+def _spec(ranks: tuple[int, ...], key: str, fn: str) -> GroupSpec:
+    """The group of ``ranks`` as this process (a member) sees it: what engines are built from."""
     w = _state()
-    pref = pref or w.engine_pref
-    same_host = len({w.hosts[r] for r in ranks}) == 1
-    if pref == "shm" and (w.backend != "gloo" or not same_host):
-        raise ValueError(
-            "engine='shm' needs the gloo backend and every member on one host; "
-            f"group {list(ranks)} has backend {w.backend!r} and "
-            f"{len({w.hosts[r] for r in ranks})} host(s). Use engine='xla' or 'auto'."
-        )
-    if pref in ("xla", "tcp"):
-        return pref
-    if w.backend != "gloo":
-        return "xla"
-    return "shm" if same_host else "tcp"
+    return GroupSpec(
+        key=key,
+        ranks=ranks,
+        me=ranks.index(w.rank),
+        timeout_s=w.timeout_s,
+        devices=tuple(w.devices[r] for r in ranks),
+        hosts=tuple(w.hosts[r] for r in ranks),
+        backend=w.backend,
+        master=w.master,
+        secret=_kv.job_secret(),
+        fn=fn,
+    )
 
 
 def _make_group(
     ranks: tuple[int, ...], engine: str | None = None, fn: str = "new_group"
 ) -> ProcessGroup:
-    from tensorplay_jax.distributed._pg.engine_shm import ShmEngine
-    from tensorplay_jax.distributed._pg.engine_tcp import TcpEngine
-    from tensorplay_jax.distributed._pg.engine_xla import XlaEngine
-
     w = _state()
     gid = w.next_gid
     w.next_gid += 1
     g = ProcessGroup(ranks, gid)
     if w.rank in ranks:
-        me = ranks.index(w.rank)
-        key = f"{w.prefix}/g{gid}"
-        choice = _engine_for(ranks, engine)
-        if choice == "shm":
-            g.engine = ShmEngine(key, ranks, me, w.timeout_s, w.devices[w.rank], fn)
-        elif choice == "tcp":
-            dev, secret = w.devices[w.rank], kv.job_secret()
-            hosts = [w.hosts[r] for r in ranks]
-            g.engine = TcpEngine(key, ranks, me, w.timeout_s, dev, w.master, secret, fn, hosts)
-        else:
-            g.engine = XlaEngine(key, ranks, me, w.timeout_s, [w.devices[r] for r in ranks])
+        g.engine = make_engine(_spec(ranks, f"{w.prefix}/g{gid}", fn), engine or w.engine_pref)
     w.groups.append(g)
     return g
 
 
-def pair_engine(a: int, b: int):
+def pair_engine(a: int, b: int) -> XlaEngine:
     """The XLA engine of the pair of global ranks ``{a, b}`` (for send/recv), made on first use."""
-    from tensorplay_jax.distributed._pg.engine_xla import XlaEngine
-
     w = _state()
     lo, hi = min(a, b), max(a, b)
     eng = w.pairs.get((lo, hi))
     if eng is None:
-        eng = XlaEngine(
-            f"{w.prefix}/p2p/{lo}-{hi}",
-            (lo, hi),
-            (lo, hi).index(w.rank),
-            w.timeout_s,
-            [w.devices[lo], w.devices[hi]],
-        )
+        eng = XlaEngine(_spec((lo, hi), f"{w.prefix}/p2p/{lo}-{hi}", "send"))
         w.pairs[(lo, hi)] = eng
     return eng
 
@@ -287,8 +269,8 @@ def new_group(
       ranks: global ranks of the members (any order; None means all).
       timeout: unused, accepted for tensorplay compatibility (the group keeps the
         default group's timeout).
-      engine: ``"auto"``, ``"shm"``, ``"tcp"`` or ``"xla"``; default: the one given to
-        :func:`init_process_group`.
+      engine: ``"auto"``, ``"shm"``, ``"tcp"``, ``"xla"`` or another registered engine;
+        default: the one given to :func:`init_process_group`.
 
     Returns:
       The group; on a process that is not a member, its ``rank()`` is -1 and
@@ -301,8 +283,8 @@ def new_group(
     w = _state("new_group")
     if ranks is None:
         ranks = list(range(w.world_size))
-    if engine is not None and engine not in startup.ENGINES:
-        raise ValueError(f"new_group: engine={engine!r} is not one of {startup.ENGINES}.")
+    if engine is not None and engine not in _startup.engine_names():
+        raise ValueError(f"new_group: engine={engine!r} is not one of {_startup.engine_names()}.")
     ranks_t = tuple(sorted(int(r) for r in ranks))
     bad = [r for r in ranks_t if not 0 <= r < w.world_size]
     if not ranks_t or bad or len(set(ranks_t)) != len(ranks_t):
@@ -337,7 +319,7 @@ def resolve(fn: str, group: ProcessGroup | None, *, p2p: bool = False) -> Proces
 
 
 def run_pending(timeout: float | None = None) -> None:
-    """Run this process's queued isend/irecv now, in their canonical order (see ``p2p``).
+    """Run this process's queued isend/irecv now, in their canonical order (see ``_p2p``).
 
     Each queued call has a ``key`` (its pair of ranks, direction and issue order) and
     is called with the timeout and the error of an earlier call of the same run,
@@ -394,11 +376,11 @@ def barrier(
     fn = "barrier"
     w = _state(fn)
     g = resolve(fn, group)
-    t = w.timeout_s if timeout is None else startup.timeout_s(fn, timeout)
+    t = w.timeout_s if timeout is None else _startup.timeout_s(fn, timeout)
     g.barriers += 1
     try:
-        kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)
-    except kv.KVTimeout:
+        _kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)
+    except _kv.KVTimeout:
         raise TimeoutError(
             f"{fn}: timed out after {t:.3g}s; not every rank of {list(g.ranks)} arrived."
         ) from None
