@@ -30,14 +30,17 @@ PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
 # folder -> the folders it may import (besides itself). Lower layers first.
 LAYERS: dict[str, set[str]] = {
     "runtime": set(),
+    # futures.py: the one Future (torch.futures), for RPC and process groups alike; no JAX.
+    "futures": set(),
     "autograd": {"runtime"},
     "tensors": {"runtime", "autograd"},
     "collectives": {"runtime"},
     "nn": {"runtime", "autograd", "tensors"},
-    "rpc": {"runtime"},
-    "distributed": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc"},
+    "rpc": {"runtime", "futures"},
+    "distributed": {"runtime", "futures", "autograd", "tensors", "collectives", "nn", "rpc"},
     "demo": {
         "runtime",
+        "futures",
         "autograd",
         "tensors",
         "collectives",
@@ -50,10 +53,19 @@ LAYERS: dict[str, set[str]] = {
     # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
     # imports none of it at import time.)
-    "testing": {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "distributed"},
+    "testing": {
+        "runtime",
+        "futures",
+        "autograd",
+        "tensors",
+        "collectives",
+        "nn",
+        "rpc",
+        "distributed",
+    },
     # profiler/ is a top layer too: its trace() drives every worker over RPC. What records
     # (the flag, the buffer, spans) is runtime/trace.py, so every layer below can record.
-    "profiler": {"runtime", "rpc"},
+    "profiler": {"runtime", "futures", "rpc"},
 }
 
 _DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")
@@ -125,6 +137,11 @@ def test_no_private_import_across_folders(path: pathlib.Path) -> None:
     )
 
 
+def _is_layer(name: str) -> bool:
+    """A folder, or a top-level module standing as a layer of its own (``futures.py``)."""
+    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_layers_point_down(path: pathlib.Path) -> None:
     me = _own_folder(path)
@@ -134,8 +151,8 @@ def test_layers_point_down(path: pathlib.Path) -> None:
         for line, target in _imports(path)
         if target
         and _folder(target) not in ({me} | LAYERS[me])
-        # ``import tensorplay_jax`` alone, or a name of the top-level facade: not a folder
-        and (PACKAGE / _folder(target)).is_dir()
+        # ``import tensorplay_jax`` alone, or a name of the top-level facade: not a layer
+        and _is_layer(_folder(target))
     ]
     assert not bad, "imports against the layering (see LAYERS):\n  " + "\n  ".join(bad)
 
