@@ -27,6 +27,9 @@ import tensorplay_jax
 
 PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
 
+# What distributed/ stands on; the top layers (demo/, testing/) stand on it and on distributed/.
+_UNDER_DISTRIBUTED = {"runtime", "futures", "autograd", "tensors", "collectives", "nn", "rpc"}
+
 # folder -> the folders it may import (besides itself). Lower layers first.
 LAYERS: dict[str, set[str]] = {
     "runtime": set(),
@@ -37,32 +40,13 @@ LAYERS: dict[str, set[str]] = {
     "collectives": {"runtime"},
     "nn": {"runtime", "autograd", "tensors"},
     "rpc": {"runtime", "futures"},
-    "distributed": {"runtime", "futures", "autograd", "tensors", "collectives", "nn", "rpc"},
-    "demo": {
-        "runtime",
-        "futures",
-        "autograd",
-        "tensors",
-        "collectives",
-        "nn",
-        "rpc",
-        "distributed",
-        "profiler",
-    },
+    "distributed": set(_UNDER_DISTRIBUTED),
+    "demo": {*_UNDER_DISTRIBUTED, "distributed", "profiler"},
     "run": {"runtime"},
     # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
     # imports none of it at import time.)
-    "testing": {
-        "runtime",
-        "futures",
-        "autograd",
-        "tensors",
-        "collectives",
-        "nn",
-        "rpc",
-        "distributed",
-    },
+    "testing": {*_UNDER_DISTRIBUTED, "distributed"},
     # profiler/ is a top layer too: its trace() drives every worker over RPC. What records
     # (the flag, the buffer, spans) is runtime/trace.py, so every layer below can record.
     "profiler": {"runtime", "futures", "rpc"},
