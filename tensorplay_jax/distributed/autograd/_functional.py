@@ -55,9 +55,8 @@ from tensorplay_jax.distributed.autograd import _context
 from tensorplay_jax.distributed.autograd._functional_modes import (
     MODES,
     Call,
-    JaxMode,
+    Mode,
     NoShapes,
-    TapeMode,
     arrays,
 )
 from tensorplay_jax.rpc import WorkerInfo, rpc_sync
@@ -234,7 +233,7 @@ class _Made:
         return handles
 
 
-def _out_specs(call: Call, strategy: JaxMode | TapeMode) -> tuple[list, Any]:
+def _out_specs(call: Call, strategy: Mode) -> tuple[list, Any]:
     if call.out_shape is not None:
         return jax.tree_util.tree_flatten(call.out_shape)
     try:
@@ -255,9 +254,7 @@ def _tape_context(ops: Any, eager: bool) -> int | None:
     return _context.current_id() if eager else None  # XLA's thread: a private context
 
 
-def _custom_vjp(
-    call: Call, strategy: JaxMode | TapeMode, n_ops: int, made: _Made
-) -> Callable[..., Any]:
+def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable[..., Any]:
     """``call`` as a ``jax.custom_vjp`` of its differentiable leaves (then ``n_ops`` operands
     that are not differentiated: the context id), running on this host when its values are
     concrete and in ``jax.pure_callback`` when they are traced (``jit``, ``vmap``)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +38,7 @@ from tensorplay_jax.rpc import rpc_sync
 from tensorplay_jax.runtime.device import on_device
 from tensorplay_jax.tensors import Tensor
 
-__all__ = ["MODES", "Call", "JaxMode", "NoShapes", "TapeMode", "arrays"]
+__all__ = ["MODES", "Call", "JaxMode", "Mode", "NoShapes", "TapeMode", "arrays"]
 
 
 def _is_tensor(x: Any) -> bool:
@@ -127,6 +127,27 @@ class Call:
                 f"but out_shape declares {want}"
             )
         return flat
+
+
+class Mode(Protocol):
+    """What ``_functional``'s ``custom_vjp`` factory asks of a mode (see the module docstring)."""
+
+    name: str
+    vmap_method: str
+
+    def check(self, call: Call, context_id: Any) -> None: ...
+
+    def evaluate(self, call: Call, vals: Any) -> Any: ...
+
+    def forward(self, call: Call, vals: Any, context_id: int | None) -> tuple[Any, int]: ...
+
+    def backward(self, call: Call, handle: int, cts: list[Any]) -> tuple[Any, ...]: ...
+
+    def drop(self, call: Call, handle: int) -> None: ...
+
+    def result_shapes(self, call: Call) -> tuple[list[jax.ShapeDtypeStruct], Any]: ...
+
+    def run_here(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> Any: ...
 
 
 class JaxMode:
@@ -269,4 +290,4 @@ def _as_leaf_tensor(x: Any) -> Any:
     return Tensor(x, requires_grad=True) if floating else x
 
 
-MODES: dict[str, JaxMode | TapeMode] = {"jax": JaxMode(), "tape": TapeMode()}
+MODES: dict[str, Mode] = {"jax": JaxMode(), "tape": TapeMode()}
