@@ -4,6 +4,7 @@ import jax.numpy as _jnp
 
 from tensorplay_jax import autograd as autograd
 from tensorplay_jax import collectives as collectives
+from tensorplay_jax import futures as futures
 from tensorplay_jax import nn as nn
 from tensorplay_jax import tensors as tensors
 from tensorplay_jax.autograd import apply as apply
@@ -43,6 +44,7 @@ __all__ = [
     "float32",
     "float64",
     "function",
+    "futures",
     "int32",
     "int64",
     "is_grad_enabled",

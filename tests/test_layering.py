@@ -35,30 +35,41 @@ from tensorplay_jax.process_group import engine
 
 PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
 
-# What distributed/ builds on, and with it the top layers (demo/, testing/).
-_BELOW_DISTRIBUTED = {"runtime", "autograd", "tensors", "collectives", "nn", "rpc", "process_group"}
+# What distributed/ stands on; the top layers (demo/, testing/) stand on it and on distributed/.
+_UNDER_DISTRIBUTED = {
+    "runtime",
+    "futures",
+    "autograd",
+    "tensors",
+    "collectives",
+    "nn",
+    "rpc",
+    "process_group",
+}
 
 # folder -> the folders it may import (besides itself). Lower layers first.
 LAYERS: dict[str, set[str]] = {
     "runtime": set(),
+    # futures.py: the one Future (torch.futures), for RPC and process groups alike; no JAX.
+    "futures": set(),
     "autograd": {"runtime"},
     "tensors": {"runtime", "autograd"},
     "collectives": {"runtime"},
     "nn": {"runtime", "autograd", "tensors"},
-    "rpc": {"runtime"},
+    "rpc": {"runtime", "futures"},
     # process groups need only the runtime and ReduceOp (collectives/reduce_op.py), and
     # "futures", the one public Future module that process groups and RPC return.
     "process_group": {"runtime", "collectives", "futures"},
-    "distributed": _BELOW_DISTRIBUTED | {"futures"},
-    "demo": _BELOW_DISTRIBUTED | {"futures", "distributed", "profiler"},
+    "distributed": set(_UNDER_DISTRIBUTED),
+    "demo": {*_UNDER_DISTRIBUTED, "distributed", "profiler"},
     "run": {"runtime"},
     # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
     # imports none of it at import time.)
-    "testing": _BELOW_DISTRIBUTED | {"futures", "distributed"},
+    "testing": {*_UNDER_DISTRIBUTED, "distributed"},
     # profiler/ is a top layer too: its trace() drives every worker over RPC. What records
     # (the flag, the buffer, spans) is runtime/trace.py, so every layer below can record.
-    "profiler": {"runtime", "rpc"},
+    "profiler": {"runtime", "futures", "rpc"},
 }
 
 _DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")
@@ -130,6 +141,11 @@ def test_no_private_import_across_folders(path: pathlib.Path) -> None:
     )
 
 
+def _is_layer(name: str) -> bool:
+    """A folder, or a top-level module standing as a layer of its own (``futures.py``)."""
+    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_layers_point_down(path: pathlib.Path) -> None:
     me = _own_folder(path)
@@ -139,8 +155,8 @@ def test_layers_point_down(path: pathlib.Path) -> None:
         for line, target in _imports(path)
         if target
         and _folder(target) not in ({me} | LAYERS[me])
-        # ``import tensorplay_jax`` alone, or a name of the top-level facade: not a folder
-        and (PACKAGE / _folder(target)).is_dir()
+        # ``import tensorplay_jax`` alone, or a name of the top-level facade: not a layer
+        and _is_layer(_folder(target))
     ]
     assert not bad, "imports against the layering (see LAYERS):\n  " + "\n  ".join(bad)
 

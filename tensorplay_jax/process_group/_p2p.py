@@ -110,7 +110,7 @@ def _queue(fn: str, tensor: Any, src: int, dst: int) -> Work:
         y = eng.send_recv(fn, x, s, r, d)
         return y if dst == me else None
 
-    future = Future(run_pending)
+    future = Future(drive=run_pending)
     key = (lo, hi, 0 if src == lo else 1, next(_ISSUED))
     world().pending.append(_Queued(fn, key, eng, run, future))
     return Work(future)

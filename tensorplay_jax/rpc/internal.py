@@ -26,7 +26,11 @@ What is here:
 * ``RRef.backward``'s implementation: :func:`register_rref_backward`
   (distributed autograd's);
 * errors: :func:`not_initialized` (the "RPC has not been initialized" error,
-  worded the same for every caller).
+  worded the same for every caller);
+* a stand-in agent for one thread (see ``_current``): :func:`agent_for_this_thread`,
+  :func:`current_agent`, :func:`calls_run_here`, and the request kinds an
+  agent's ``call`` serves (``CALL``, ``REMOTE``, ``FETCH``, ``FORK_ADD``,
+  ``FORK_DEL``): ``testing.in_process_rpc``'s agent.
 
 Example:
     >>> from tensorplay_jax.rpc import internal
@@ -49,8 +53,29 @@ from tensorplay_jax.rpc._call_hooks import internal_target as internal_target
 from tensorplay_jax.rpc._call_hooks import is_internal_target as is_internal_target
 from tensorplay_jax.rpc._call_hooks import register_hooks as register_hooks
 from tensorplay_jax.rpc._codec import register_type as register_type
+from tensorplay_jax.rpc._current import agent_for_this_thread as agent_for_this_thread
+from tensorplay_jax.rpc._current import calls_run_here as calls_run_here
+from tensorplay_jax.rpc._current import current_agent as current_agent
 from tensorplay_jax.rpc._errors import not_initialized as not_initialized
+from tensorplay_jax.rpc._protocol import CALL as CALL
+from tensorplay_jax.rpc._protocol import FETCH as FETCH
+from tensorplay_jax.rpc._protocol import FORK_ADD as FORK_ADD
+from tensorplay_jax.rpc._protocol import FORK_DEL as FORK_DEL
+from tensorplay_jax.rpc._protocol import REMOTE as REMOTE
 from tensorplay_jax.rpc._rref import register_backward as register_rref_backward
 
 # The hooks API is listed once, in ``_call_hooks.__all__``.
-__all__ = [*_call_hooks.__all__, "not_initialized", "register_rref_backward", "register_type"]
+__all__ = [
+    *_call_hooks.__all__,
+    "CALL",
+    "FETCH",
+    "FORK_ADD",
+    "FORK_DEL",
+    "REMOTE",
+    "agent_for_this_thread",
+    "calls_run_here",
+    "current_agent",
+    "not_initialized",
+    "register_rref_backward",
+    "register_type",
+]

@@ -206,7 +206,7 @@ def check_dist_grads(
     Call it where RPC is initialized (e.g. in a test with the ``dist_workers``
     fixture); ``fn`` reaches other workers through ``rpc.rpc_sync``,
     ``rpc.rpc_async``, ``rpc.remote`` / ``RRef.to_here`` or
-    ``dist_autograd.differentiable_rpc``, called through their modules.
+    ``dist_autograd.differentiable_rpc``, however they were imported.
 
     Args:
       fn: the loss (or any function) of ``args``; it returns a Tensor, an array

@@ -1,43 +1,43 @@
 """Every RPC in this process: the path :func:`check_dist_grads` takes for its oracle.
 
-Inside ``with in_process_rpc():`` the public ``rpc_sync``, ``rpc_async`` and
-``remote`` (of ``tensorplay_jax.rpc`` and ``tensorplay_jax.distributed.rpc``)
-and ``dist_autograd.differentiable_rpc`` call the function here, at once, on
-the very objects given: no agent, no wire format, no recording, no
-distributed autograd context. ``remote`` returns a :class:`LocalRRef`. So the
-same user code computes the same mathematics in one process, where plain JAX
-can differentiate it (``jax.grad`` through Tensors that wrap tracers).
+Inside ``with in_process_rpc():`` this thread's RPC agent is an
+:class:`InProcessAgent`, installed through the RPC layer's stand-in seam
+(``rpc.internal.agent_for_this_thread``), so every way of calling works the
+same, whatever name it was imported by (``rpc.rpc_sync``,
+``from tensorplay_jax.rpc import rpc_sync``, ``rref.rpc_sync().method()``,
+``dist_autograd.differentiable_rpc``): the function runs here, at once, on the
+very objects given. No wire format, no recording, no distributed autograd
+context: the same user code computes the same mathematics in one process,
+where plain JAX can differentiate it (``jax.grad`` through Tensors that wrap
+tracers; ``differentiable_rpc`` calls its function directly).
 
-Code that imported the functions by name (``from ...rpc import rpc_sync``)
-before the block keeps the real ones: call them through the module
-(``rpc.rpc_sync``), as the tensorplay examples do. The swap is process-wide;
-one block at a time.
+Worker names are checked as over RPC when RPC is initialized (the real agent
+resolves them); ``get_worker_info()`` is this worker's. ``remote`` keeps its
+value here and returns an RRef to it: ``to_here`` and the proxies give the very
+value. The process's other threads (the real agent's) keep the real agent. One
+block at a time per process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
+import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-
 from tensorplay_jax import rpc
-from tensorplay_jax.rpc import Future
-from tensorplay_jax.tensors import Tensor
+from tensorplay_jax.futures import Future
+from tensorplay_jax.rpc import internal
 
-__all__ = ["LocalRRef", "in_process_rpc"]
+__all__ = ["InProcessAgent", "LocalRRef", "in_process_rpc"]
 
-_MODULES = ("tensorplay_jax.rpc", "tensorplay_jax.rpc.api", "tensorplay_jax.distributed.rpc")
-_AUTOGRAD = "tensorplay_jax.distributed.autograd"
 _lock = threading.Lock()
 
 
 class LocalRRef:
-    """The RRef of a value ``remote`` made in this process (inside :func:`in_process_rpc`).
+    """An RRef-like handle on a value in this process (``check_dist_grads``'s parameters).
 
     Example:
       >>> r = LocalRRef(3, "worker1")
@@ -93,80 +93,122 @@ def _done(value: Any) -> Future[Any]:
     return fut
 
 
-def _name(to: Any) -> str:
-    if isinstance(to, str):
-        if rpc.is_initialized():
-            rpc.get_worker_info(to)  # a wrong name fails here as it would over RPC
-        return to
-    return str(getattr(to, "name", to))
+class _Values:
+    """What the RPC layer's RRefs ask of an agent's RRef table, for values kept here."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self.values: dict[int, Future[Any]] = {}  # rref id -> the Future of remote()'s value
+        self.users: weakref.WeakSet[rpc.RRef[Any]] = weakref.WeakSet()  # RRefs made here
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def track(self, rref: rpc.RRef[Any]) -> None:
+        self.users.add(rref)
+
+    def enqueue_delete(self, owner: Any, rref_id: int, fork: int) -> None:
+        self.values.pop(rref_id, None)
+
+    def owned_ids(self) -> list[int]:
+        return sorted(self.values)
 
 
-def _rpc_sync(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
-              timeout: float = -1) -> Any:  # fmt: skip
-    _name(to)
-    return func(*(args or ()), **(kwargs or {}))
+class InProcessAgent:
+    """The agent of a single in-process worker: each call runs here, at once, on the objects given.
 
+    It answers what ``rpc_sync``, ``rpc_async``, ``remote`` and ``RRef`` ask of
+    an agent (``resolve``, ``call``, ``rrefs``, ``me``...). ``outer``, the
+    process's real agent if RPC is initialized, resolves worker names (so a
+    wrong one fails as over RPC) and says who this worker is.
 
-def _rpc_async(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
-               timeout: float = -1) -> Future[Any]:  # fmt: skip
-    fut: Future[Any] = Future()
-    try:
-        fut.set_result(_rpc_sync(to, func, args, kwargs))
-    except Exception as e:
-        fut.set_exception(e)
-    return fut
+    Example:
+      >>> agent = InProcessAgent(None)
+      >>> agent.resolve("w1", "rpc_sync"), agent.call(agent.me, internal.CALL, max, (1, 2)).wait()
+      (WorkerInfo(name='w1', id=0), 2)
+    """
 
+    calls_run_here = True  # rpc.internal.calls_run_here: differentiable_rpc calls func itself
 
-def _remote(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
-            timeout: float = -1) -> LocalRRef:  # fmt: skip
-    return LocalRRef(_rpc_sync(to, func, args, kwargs), _name(to))
+    def __init__(self, outer: Any) -> None:
+        self._outer = outer
+        self.me = outer.me if outer is not None else rpc.WorkerInfo("in_process", 0)
+        self.name, self.rank = self.me.name, self.me.id
+        self.world_size = outer.world_size if outer is not None else 1
+        self.rrefs = _Values()
+        self._pending: dict[int, Any] = {}  # get_debug_info's counters: nothing in flight
+        self._inflight = 0
 
+    def resolve(self, to: Any, what: str) -> rpc.WorkerInfo:
+        if self._outer is not None:
+            return self._outer.resolve(to, what)
+        if isinstance(to, rpc.WorkerInfo):
+            return to
+        if isinstance(to, int) and not isinstance(to, bool):
+            return rpc.WorkerInfo(str(to), to)
+        return rpc.WorkerInfo(str(to), 0)
 
-def _as_tensor(x: Any) -> Any:
-    floating = isinstance(x, jax.Array | jax.core.Tracer) and jnp.issubdtype(x.dtype, jnp.inexact)
-    return Tensor(x, requires_grad=True) if floating else x
+    def call(
+        self,
+        to: rpc.WorkerInfo,
+        kind: int,
+        func: Any = None,
+        args: tuple = (),
+        kwargs: dict[str, Any] | None = None,
+        timeout: float = -1,
+        extra: tuple = (),
+    ) -> Future[Any]:
+        """Run one request here; the returned Future is done."""
+        if kind == internal.FETCH:
+            return self.rrefs.values[extra[0]]
+        if kind not in (internal.CALL, internal.REMOTE):  # FORK_ADD, FORK_DEL: nothing to count
+            return _done(None)
+        fut: Future[Any] = Future()
+        try:
+            fut.set_result(func(*self._owned(args), **self._owned(kwargs or {})))
+        except Exception as e:
+            fut.set_exception(e)
+        if kind == internal.REMOTE:
+            self.rrefs.values[extra[0]] = fut
+        return fut
 
+    def _owned(self, x: Any) -> Any:
+        """``x`` with the RRefs ``remote`` made here replaced by owner RRefs of their values,
+        as the owner receives them over RPC (``local_value`` works on them)."""
+        if isinstance(x, rpc.RRef):
+            return rpc.RRef(x.to_here()) if x in self.rrefs.users else x
+        if isinstance(x, list | tuple):
+            items = [self._owned(v) for v in x]
+            if all(a is b for a, b in zip(items, x, strict=True)):
+                return x
+            return type(x)(items) if type(x) in (list, tuple) else type(x)(*items)
+        if isinstance(x, dict):
+            out = {k: self._owned(v) for k, v in x.items()}
+            return x if all(out[k] is x[k] for k in x) else out
+        return x
 
-def _as_array(x: Any) -> Any:
-    return x.value if isinstance(x, Tensor) else x
+    def wait_for_all_workers(self, timeout: float) -> None:
+        raise RuntimeError("shutdown: not inside in_process_rpc(); leave the block first")
 
-
-def _differentiable_rpc(to: Any, func: Any, args: Any = (), kwargs: Any = None,
-                        timeout: float = -1, *, mode: str = "jax", **_: Any) -> Any:  # fmt: skip
-    _name(to)
-    if mode == "tape":  # the callee sees Tensors and returns Tensors
-        args, kwargs = jax.tree_util.tree_map(_as_tensor, (tuple(args), kwargs or {}))
-        out = func(*args, **kwargs)
-        return jax.tree_util.tree_map(_as_array, out, is_leaf=lambda v: isinstance(v, Tensor))
-    return func(*args, **(kwargs or {}))
-
-
-_LOCAL = {"rpc_sync": _rpc_sync, "rpc_async": _rpc_async, "remote": _remote}
+    def stop(self, graceful: bool = True, deadline: float | None = None) -> None:
+        pass
 
 
 @contextlib.contextmanager
 def in_process_rpc() -> Iterator[None]:
-    """Run every RPC of the block in this process (see the module docstring).
+    """Run every RPC of this thread in the block in this process (see the module docstring).
 
     Example:
       >>> from tensorplay_jax.distributed import rpc
       >>> with in_process_rpc():
-      ...     rpc.rpc_sync("anyone", max, args=(1, 2)), rpc.remote("w1", abs, args=(-3,)).to_here()
+      ...     from tensorplay_jax.rpc import rpc_sync
+      ...     rpc_sync("anyone", max, args=(1, 2)), rpc.remote("w1", abs, args=(-3,)).to_here()
       (2, 3)
     """
     if not _lock.acquire(blocking=False):
         raise RuntimeError("in_process_rpc: already active (one block at a time, process-wide)")
-    saved: list[tuple[Any, str, Any]] = []
     try:
-        for mod in map(importlib.import_module, _MODULES):
-            for attr, local in _LOCAL.items():
-                saved.append((mod, attr, getattr(mod, attr)))
-                setattr(mod, attr, local)
-        autograd = importlib.import_module(_AUTOGRAD)
-        saved.append((autograd, "differentiable_rpc", autograd.differentiable_rpc))
-        autograd.differentiable_rpc = _differentiable_rpc
-        yield
+        with internal.agent_for_this_thread(InProcessAgent(internal.current_agent())):
+            yield
     finally:
-        for mod, attr, value in reversed(saved):
-            setattr(mod, attr, value)
         _lock.release()

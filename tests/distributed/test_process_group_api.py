@@ -53,7 +53,11 @@ def test_work_and_future_without_a_job():
         h.wait()
     with pytest.raises(RuntimeError, match="already completed"):
         f.set_result(2)
+    # a queued send/recv's future runs the queue when waited on; one that stays pending
+    # after that raises (nothing else will set it); a plain Future blocks as torch's does
     with pytest.raises(RuntimeError, match="not done, and nothing in this process will set it"):
-        dist.Future().wait()
+        dist.Future(drive=lambda timeout: None).wait()
+    with pytest.raises(TimeoutError, match="not done after 0 seconds"):
+        dist.Future().wait(timeout=0)
     with pytest.raises(ValueError, match=r"must be tensorplay_jax\.distributed\.isend or irecv"):
         dist.P2POp(print, np.ones(2), 1)

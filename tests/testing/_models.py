@@ -1,7 +1,7 @@
 """Models whose gradients ``check_dist_grads`` checks: remote functions run on the workers.
 
 Every function here is an ordinary tensorplay function; the losses call other workers
-through ``rpc.rpc_sync`` / ``rpc.remote`` (by module), as user code does.
+through ``rpc.rpc_sync`` / ``rpc.remote``, as user code does.
 """
 
 from __future__ import annotations

@@ -107,6 +107,18 @@ def test_in_process_rpc_runs_here_and_restores(dist_workers_module):
     assert rpc.rpc_sync("worker1", W.whoami)[0] == "worker1"
 
 
+def test_in_process_rpc_serves_every_import_form(dist_workers_module):
+    from tensorplay_jax.rpc import remote, rpc_sync  # bound before the block
+
+    with in_process_rpc():
+        from tensorplay_jax.distributed.rpc import rpc_async
+
+        assert rpc_sync("worker1", W.whoami)[0] == "worker0"  # served here
+        assert rpc_async("worker2", W.whoami).wait()[0] == "worker0"
+        assert remote("worker1", W.whoami).to_here()[0] == "worker0"
+    assert rpc_sync("worker1", W.whoami)[0] == "worker1"  # the real agent again
+
+
 def test_default_tolerances_by_dtype():
     assert default_tolerance(jnp.float64)[0] < default_tolerance(jnp.float32)[0]
     assert default_tolerance(jnp.float32)[0] < default_tolerance(jnp.bfloat16)[0]

@@ -20,6 +20,15 @@ inputs; what ``func`` is decides the mode, chosen by the caller:
   read from an RRef) accumulate in the context on their owners, as in tape
   mode, for ``get_gradients`` and ``DistributedOptimizer.step``.
 
+Each mode is a strategy object (``_functional_modes``: ``JaxMode``,
+``TapeMode``) behind one ``custom_vjp`` factory (``_custom_vjp``), which runs
+the call on this host when its values are concrete and in
+``jax.pure_callback`` when they are traced. Forward mode is refused before
+anything runs: JAX marks the values it differentiates forward as
+``jax.interpreters.ad.JVPTracer``. Under ``testing.in_process_rpc`` (whose
+agent runs calls here, on the very objects) ``func`` is called directly, so
+that JAX differentiates it itself.
+
 A private context whose backward never runs stays until process exit. In
 mode ``"jax"`` an unused pullback (``jax.vjp`` never applied; under
 ``jax.checkpoint`` the forward runs again in the backward pass, so the first
@@ -33,29 +42,30 @@ to call (a closure over values that change).
 
 from __future__ import annotations
 
-import itertools
-import threading
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.interpreters.ad import JVPTracer
 
-from tensorplay_jax.distributed.autograd import _context, _engine, _remote_vjp
+from tensorplay_jax.distributed.autograd import _context
+from tensorplay_jax.distributed.autograd._functional_modes import (
+    MODES,
+    Call,
+    Mode,
+    NoShapes,
+    arrays,
+)
 from tensorplay_jax.rpc import WorkerInfo, rpc_sync
-from tensorplay_jax.runtime.device import on_device
+from tensorplay_jax.rpc.internal import calls_run_here
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["context_id_array", "differentiable_rpc"]
 
-_records: dict[int, tuple[Any, ...]] = {}
-_records_lock = threading.Lock()
-_handles = itertools.count(1)
-_MODES = ("jax", "tape")
-
-
-def _is_tensor(x: Any) -> bool:
-    return isinstance(x, Tensor)
+_HANDLE = jax.ShapeDtypeStruct((), jnp.int32)
 
 
 def _is_diff(x: Any) -> bool:
@@ -66,18 +76,8 @@ def _is_diff(x: Any) -> bool:
     return False
 
 
-def _arrays(out: Any) -> Any:
-    return jax.tree_util.tree_map(
-        lambda t: t.value if isinstance(t, Tensor) else jnp.asarray(t), out, is_leaf=_is_tensor
-    )
-
-
-def _traced(vals: tuple[Any, ...]) -> bool:
+def _traced(vals: Any) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in vals)
-
-
-def _name(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or repr(func)
 
 
 def context_id_array(context_id: int) -> np.ndarray:
@@ -186,211 +186,129 @@ def differentiable_rpc(
         Array([18., 18.], dtype=float32)
         >>> rpc.shutdown()
     """
-    if mode not in _MODES:
+    if mode not in MODES:
         raise ValueError(f"differentiable_rpc: mode={mode!r}; expected 'jax' or 'tape'")
-    leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs or {})), is_leaf=_is_tensor)
-    if mode == "jax":
-        if any(_is_tensor(x) for x in leaves):
-            raise TypeError(
-                f"differentiable_rpc(mode='jax'): the arguments of {_name(func)} hold a "
-                "tensorplay Tensor, but mode='jax' calls a JAX function on arrays; pass "
-                "arrays (t.value), or mode='tape' for tensorplay code"
-            )
-        if context_id is not None:
-            raise ValueError(
-                "differentiable_rpc: context_id= is for mode='tape' (tape code reading "
-                "RRef-held parameters); in mode='jax' pass parameters as arguments and "
-                "take their gradients from jax.grad"
-            )
-    diff = [i for i, x in enumerate(leaves) if _is_diff(x)]
-    in_specs = [jax.ShapeDtypeStruct(np.shape(leaves[i]), leaves[i].dtype) for i in diff]
-    nd = len(diff)
-    ctx_ops = [] if context_id is None else [context_id]
-    if isinstance(context_id, int):
-        ctx_ops = [context_id_array(context_id)]
-
-    def assemble(vals: tuple[Any, ...], requires_grad: bool | None) -> tuple[Any, list[Tensor]]:
-        full = list(leaves)
-        wrappers = []
-        for i, v in zip(diff, vals, strict=True):
-            if requires_grad is None:  # mode "jax": arrays
-                full[i] = np.asarray(v) if isinstance(v, np.ndarray) else jnp.asarray(v)
-                continue
-            t = Tensor(jnp.asarray(v), requires_grad=requires_grad)
-            full[i] = t
-            wrappers.append(t)
-        return jax.tree_util.tree_unflatten(tree, full), wrappers
-
-    def batch_of(vals: tuple[Any, ...]) -> int:
-        return np.ndim(vals[0]) - len(in_specs[0].shape) if vals else 0
-
-    # ---------------------------------------------------------------- on the caller's host
-    def host_call(vals: tuple[Any, ...]) -> Any:
-        if mode == "jax":
-            (a, k), _ = assemble(vals, None)
-            fwd_args = (func, a, k, diff, batch_of(vals), False)
-            return rpc_sync(to, _remote_vjp.forward, args=fwd_args, timeout=timeout)[0]
-        (a, k), _ = assemble(vals, False)
-        return _arrays(
-            rpc_sync(to, _remote_vjp.tape_call, args=(func, *a), kwargs=k, timeout=timeout)
+    strategy = MODES[mode]
+    call = Call(to, func, timeout, (tuple(args), dict(kwargs or {})), _is_diff, out_shape)
+    strategy.check(call, context_id)
+    if calls_run_here():  # testing.in_process_rpc: JAX differentiates func itself
+        return rpc_sync(to, strategy.run_here, args=(func, tuple(args), dict(kwargs or {})))
+    vals = [call.leaves[i] for i in call.diff]
+    if any(isinstance(v, JVPTracer) for v in vals):
+        raise TypeError(
+            f"differentiable_rpc({call.name}): forward-mode differentiation (jax.jvp, "
+            "jax.jacfwd, jax.linearize) is not supported: the call is a jax.custom_vjp, "
+            "which defines reverse mode only; use jax.grad, jax.vjp, jax.value_and_grad "
+            "or jax.jacrev"
         )
+    ops = [] if context_id is None else [context_id]
+    if isinstance(context_id, int):
+        ops = [context_id_array(context_id)]
+    made = _Made()
+    try:
+        return _custom_vjp(call, strategy, len(ops), made)(*vals, *ops)
+    except BaseException:
+        for handle in made.close():  # their backward can no longer run
+            with contextlib.suppress(Exception):  # the call's own error is the one to see
+                strategy.drop(call, handle)
+        raise
+    finally:
+        made.close()
 
-    made: list[int] = []  # eager forwards' handles, dropped if forward mode fails the call
 
-    def host_fwd(vals: tuple[Any, ...], cid: int | None) -> tuple[Any, int]:
-        if mode == "jax":
-            (a, k), _ = assemble(vals, None)
-            fwd_args = (func, a, k, diff, batch_of(vals), True)
-            out, handle = rpc_sync(to, _remote_vjp.forward, args=fwd_args, timeout=timeout)
-            made.append(handle)
-            return out, handle  # NumPy arrays, as they came
-        private = cid is None
-        if cid is None:
-            cid = _context.new_context_id()
-        ctx = _context.lookup(cid, create=True)
-        (a, k), wrappers = assemble(vals, True)
-        with _context.using(cid):
-            out = rpc_sync(to, _remote_vjp.tape_call, args=(func, *a), kwargs=k, timeout=timeout)
-        handle = next(_handles) & 0x7FFFFFFF
-        outs = jax.tree_util.tree_leaves(out, is_leaf=_is_tensor)
-        with _records_lock:
-            _records[handle] = (ctx, private, wrappers, outs)
-        made.append(handle)
-        return _arrays(out), handle
+class _Made:
+    """The handles a call's eager forwards made while it ran (dropped if it fails)."""
 
-    def drop(handle: int) -> None:
-        if mode == "jax":
-            rpc_sync(to, _remote_vjp.drop, args=(handle,), timeout=timeout)
-            return
-        with _records_lock:
-            ctx, private, _, _ = _records.pop(handle)
-        if private:
-            _context.release(ctx.context_id, skip=None)
+    def __init__(self) -> None:
+        self.handles: list[int] = []
+        self.open = True  # under jax.jit the forwards run later, when nothing can fail them
 
-    def host_bwd(handle: int, cts: list[Any]) -> tuple[Any, ...]:
-        if mode == "jax":
-            return tuple(rpc_sync(to, _remote_vjp.backward, args=(handle, cts), timeout=timeout))
-        with _records_lock:
-            ctx, private, wrappers, outs = _records.pop(handle)
-        roots, grads = [], []
-        for t, g in zip(outs, cts, strict=True):
-            if isinstance(t, Tensor) and t.requires_grad:
-                roots.append(t)
-                grads.append(jnp.asarray(g, t.dtype))
-        mine = {w: None for w in wrappers}
-        got: dict[Tensor, jax.Array] = {}
+    def add(self, handle: int) -> None:
+        if self.open:
+            self.handles.append(handle)
 
-        def accumulate(leaf: Tensor, g: jax.Array) -> None:
-            if leaf in mine:
-                got[leaf] = g if leaf not in got else got[leaf] + g
-            else:
-                ctx.accumulate(leaf, g)
+    def close(self) -> list[int]:
+        self.open = False
+        handles, self.handles = self.handles, []
+        return handles
 
-        try:
-            if roots:
-                _engine.run_pass(ctx, roots, grads, retain_graph=False, accumulate=accumulate)
-        finally:
-            if private:
-                _context.release(ctx.context_id, skip=None)
-        return tuple(on_device(got[w]) if w in got else jnp.zeros_like(w.value) for w in wrappers)
 
-    # ---------------------------------------------------------------- staged: jit, vmap
-    # Mode "jax" batches by expand_dims (the callee vmaps func over the batch: one call);
-    # tape code is written per example, so mode "tape" runs one call per element.
-    vmap_method = "expand_dims" if mode == "jax" else "sequential"
-
-    def out_specs() -> tuple[list[jax.ShapeDtypeStruct], Any]:
-        if out_shape is not None:
-            return jax.tree_util.tree_flatten(out_shape)
-        why = "mode='tape' runs tensorplay code, whose shapes are not evaluated here"
-        if mode == "jax":
-
-            def g(*vals: Any) -> Any:
-                (a, k), _ = assemble(vals, None)
-                return func(*a, **k)
-
-            try:
-                return jax.tree_util.tree_flatten(jax.eval_shape(g, *in_specs))
-            except Exception as e:  # any failure: the caller cannot evaluate it
-                why = f"jax.eval_shape of {_name(func)} failed here: {type(e).__name__}: {e}"
+def _out_specs(call: Call, strategy: Mode) -> tuple[list, Any]:
+    if call.out_shape is not None:
+        return jax.tree_util.tree_flatten(call.out_shape)
+    try:
+        return strategy.result_shapes(call)
+    except NoShapes as e:
         raise TypeError(
             "differentiable_rpc: called with traced values (inside jax.jit, jax.vmap or "
-            f"another staging transformation) without out_shape=, and {why}; pass the "
+            f"another staging transformation) without out_shape=, and {e}; pass the "
             "result's shapes, e.g. out_shape=jax.ShapeDtypeStruct((4,), jnp.float32), or "
             "call it eagerly"
-        )
+        ) from None
 
-    def host_flat(out: Any, specs: list[jax.ShapeDtypeStruct], batch: int) -> list[np.ndarray]:
-        flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
-        got = [(tuple(x.shape)[batch:], x.dtype) for x in flat]
-        want = [(tuple(sp.shape), np.dtype(sp.dtype)) for sp in specs]
-        if got != want:
-            raise ValueError(
-                f"differentiable_rpc: {_name(func)} returned {got} (shape, dtype), "
-                f"but out_shape declares {want}"
-            )
-        return flat
 
-    def tape_cid(ops: tuple[Any, ...], eager: bool) -> int | None:
-        if ops:
-            return _decode_cid(ops[0])
-        return _context.current_id() if eager else None  # XLA's thread: a private context
+def _tape_context(ops: Any, eager: bool) -> int | None:
+    """Mode "tape"'s context: the one passed in, else the thread's when eager, else none."""
+    if ops:
+        return _decode_cid(ops[0])
+    return _context.current_id() if eager else None  # XLA's thread: a private context
 
-    @jax.custom_vjp
-    def call(*vals: Any) -> Any:
-        vals, _ = vals[:nd], vals[nd:]
+
+def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable[..., Any]:
+    """``call`` as a ``jax.custom_vjp`` of its differentiable leaves (then ``n_ops`` operands
+    that are not differentiated: the context id), running on this host when its values are
+    concrete and in ``jax.pure_callback`` when they are traced (``jit``, ``vmap``)."""
+    nd, method = len(call.diff), strategy.vmap_method
+
+    def primal(*vals: Any) -> Any:
+        vals = vals[:nd]
         if not _traced(vals):
-            return _arrays(host_call(vals))
-        specs, otree = out_specs()
+            return arrays(strategy.evaluate(call, vals))
+        specs, tree = _out_specs(call, strategy)
 
         def run(*v: Any) -> list[np.ndarray]:
-            return host_flat(host_call(v), specs, batch_of(v))
+            return call.flat_result(strategy.evaluate(call, v), specs, call.batch_of(v))
 
-        flat = jax.pure_callback(run, specs, *vals, vmap_method=vmap_method)
-        return jax.tree_util.tree_unflatten(otree, flat)
+        return jax.tree_util.tree_unflatten(
+            tree, jax.pure_callback(run, specs, *vals, vmap_method=method)
+        )
+
+    def forward(vals: Any, ops: Any, eager: bool) -> tuple[Any, int]:
+        out, handle = strategy.forward(call, vals, _tape_context(ops, eager))
+        made.add(handle)
+        return out, handle
 
     def fwd(*vals: Any) -> tuple[Any, jax.Array]:
         vals, ops = vals[:nd], vals[nd:]
         if not _traced(vals) and not _traced(ops):
-            out, handle = host_fwd(vals, tape_cid(ops, True))
-            return _arrays(out), jnp.asarray(handle, jnp.int32)
-        specs, otree = out_specs()
+            out, handle = forward(vals, ops, True)
+            return arrays(out), jnp.asarray(handle, jnp.int32)
+        specs, tree = _out_specs(call, strategy)
 
         def run(*v: Any) -> list[np.ndarray]:
             v, o = v[:nd], v[nd:]
-            out, handle = host_fwd(v, tape_cid(o, False))
-            batch = batch_of(v)
-            flat = host_flat(out, specs, batch)
+            out, handle = forward(v, o, False)
+            batch = call.batch_of(v)
+            flat = call.flat_result(out, specs, batch)
             lead = np.shape(flat[0])[:batch] if flat else ()
             return [*flat, np.full(lead, handle, np.int32)]
 
-        hspec = jax.ShapeDtypeStruct((), jnp.int32)
-        res = jax.pure_callback(run, [*specs, hspec], *vals, *ops, vmap_method=vmap_method)
-        return jax.tree_util.tree_unflatten(otree, res[:-1]), res[-1]
+        res = jax.pure_callback(run, [*specs, _HANDLE], *vals, *ops, vmap_method=method)
+        return jax.tree_util.tree_unflatten(tree, res[:-1]), res[-1]
 
     def bwd(handle: jax.Array, ct: Any) -> tuple[Any, ...]:
         cts = jax.tree_util.tree_leaves(ct)
-        nones = (None,) * len(ctx_ops)
-        if not isinstance(handle, jax.core.Tracer) and not _traced(tuple(cts)):
-            return (*_arrays(host_bwd(int(handle), cts)), *nones)
+        nones = (None,) * n_ops
+        if not isinstance(handle, jax.core.Tracer) and not _traced(cts):
+            return (*arrays(strategy.backward(call, int(handle), cts)), *nones)
 
         def run(h: Any, *c: Any) -> list[np.ndarray]:
-            return [np.asarray(g) for g in host_bwd(int(np.asarray(h).flat[0]), list(c))]
+            grads = strategy.backward(call, int(np.asarray(h).flat[0]), list(c))
+            return [np.asarray(g) for g in grads]
 
-        grads = jax.pure_callback(run, list(in_specs), handle, *cts, vmap_method=vmap_method)
+        grads = jax.pure_callback(run, list(call.in_specs), handle, *cts, vmap_method=method)
         return (*grads, *nones)
 
-    call.defvjp(fwd, bwd)
-    try:
-        return call(*[leaves[i] for i in diff], *ctx_ops)
-    except TypeError as e:
-        if "forward-mode" not in str(e):
-            raise
-        for handle in made:
-            drop(handle)
-        raise TypeError(
-            f"differentiable_rpc({_name(func)}): forward-mode differentiation (jax.jvp, "
-            "jax.jacfwd, jax.linearize) is not supported: the call is a jax.custom_vjp, "
-            "which defines reverse mode only; use jax.grad, jax.vjp, jax.value_and_grad "
-            "or jax.jacrev"
-        ) from e
+    f = jax.custom_vjp(primal)
+    f.defvjp(fwd, bwd)
+    return f

@@ -129,6 +129,12 @@ def jax_mode() -> None:
             lambda: jax.jacfwd(lambda x: loss(w, x))(x),
         ):
             expect(TypeError, ["forward-mode", "custom_vjp", "jax.grad"], fwd_mode)
+        # under vmap, JAX itself refuses forward mode, after the forward ran: its pullback
+        # is dropped on the callee
+        before_jvp = rpc.rpc_sync("w1", stats)["pending"]
+        jvp_of_vmap = jax.vmap(lambda x: loss(w, x))
+        expect(TypeError, ["forward-mode", "custom_vjp"], jax.jvp, jvp_of_vmap, (xs,), (xs,))
+        assert rpc.rpc_sync("w1", stats)["pending"] == before_jvp
 
         # out_shape: needed only when the shape cannot be evaluated here
         jit_only = jax.jit(jax.grad(lambda x: jnp.sum(drpc("w1", only_on_w1, args=(x,)))))
@@ -237,7 +243,7 @@ def tape_jit() -> None:
         xs = _data(8, 3, 4)
         per_ex = jax.vmap(jax.grad(lambda x: loss(x, None)))
         close(per_ex(xs), jax.vmap(jax.grad(oracle, 1), (None, 0))(w, xs))
-        # forward mode: a clear error, and no context left behind
+        # forward mode: a clear error, and no context left behind (under vmap too)
         expect(
             TypeError,
             ["forward-mode", "jax.grad"],
@@ -246,6 +252,8 @@ def tape_jit() -> None:
             (x,),
             (x,),
         )
+        double = jax.vmap(lambda x: drpc("w1", T.double, args=(x,), out_shape=spec))
+        expect(TypeError, ["forward-mode"], jax.jvp, double, (xs,), (xs,))
         wait_until(lambda: rpc.rpc_sync("w1", T.context_count) == 0, timeout=10)
         del rref
         print("tape jit ok", flush=True)
