@@ -140,9 +140,7 @@ def test_a_user_test_file_under_pytest(pytester, monkeypatch, tmp_path):
     )
     pytester.makepyfile(test_user=USER_TESTS)
     t0 = time.monotonic()
-    result = pytester.runpytest_subprocess(
-        *plugin_args(), "-p", "no:cacheprovider", timeout=240
-    )
+    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", timeout=240)
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(["*LookupError: missing on the worker*", "*Remote traceback*"])
     result.stdout.fnmatch_lines(["*Timeout*"])
