@@ -2,8 +2,10 @@
 # Run the test suite: ./scripts/test.sh [pytest args...]
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 set +e
-# Two xdist workers: one runs the multi-process tests one at a time, the other the rest.
-python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+# Two xdist workers, each taking whole test files (--dist loadfile): a module's tests then
+# share one dist_workers_module job (and every other module-scoped fixture) instead of
+# each xdist worker starting its own.
+python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] pytest collected no tests: failing" >&2

@@ -39,31 +39,3 @@ def port() -> int:
 def workers():
     """``workers(script, nprocs, ...)``: run ``script`` in N OS processes (``tests._procs``)."""
     return run_workers
-
-
-# Tests that start worker processes are marked to share one xdist worker (``--dist
-# loadgroup``), so that at most one multi-process job runs at a time. NOTE: with pytest
-# 9.2 and pytest-xdist 3.8 the groups are ignored (xdist renames ``item._nodeid``, which
-# pytest 9.2 no longer reads), so today these tests also run beside each other; they
-# are written to pass under that load.
-_PROCESS_TESTS = (
-    "/rpc/",
-    "/distributed/",
-    "/examples/",
-    "/security/",
-    "test_multihost",
-    "/multihost/",
-    "test_demo",
-    "test_readme",
-    "test_doctests",
-    "/notebooks/",
-    "/testing/",
-    "/profiler/",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = str(item.path)
-        if any(p in path for p in _PROCESS_TESTS):
-            item.add_marker(pytest.mark.xdist_group("processes"))

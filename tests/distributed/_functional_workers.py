@@ -1,20 +1,26 @@
-"""Worker code for the ``distributed.nn.functional`` tests: each function runs in every rank.
+"""Worker code for the ``distributed.nn.functional`` tests, and the cases' numpy references.
 
-Every rank knows every rank's input (``inputs``) and writes its results to the folder
-given as ``sys.argv[1]``.
+The test process (RPC rank 0) drives a job whose other workers form a gloo process
+group (group rank = RPC rank - 1); it runs one case on every member at once
+(``Workers.run_all``; rank 0 answers None) and compares what they return with the
+references here. Every rank's input is known to all (``inputs``), so the test can
+build the whole multi-rank loss. ``torch_reference`` runs in its own processes.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed as dist
 import tensorplay_jax.distributed.nn.functional as df
+from tensorplay_jax.distributed import rpc
 from tests._worker import rank_and_world_size
 from tests.collectives import _reference as R
 
@@ -27,18 +33,33 @@ def sends(n):  # rank k sends j + k + 1 rows to rank j
     return [[j + k + 1 for j in range(n)] for k in range(n)]
 
 
-def _setup() -> tuple[int, int, str]:
-    """``(world size, rank, output folder)``."""
-    r, n = rank_and_world_size()
-    return n, r, sys.argv[1]
+# ------------------------------------------------------------------ the group
+def _member() -> bool:
+    """Whether this worker is in the process group (every worker but the test process)."""
+    return rpc.get_worker_info().id != 0
 
 
-def ours() -> None:
-    n, r, out_dir = _setup()
+def init_group(port: int, n: int) -> int | None:
+    """Join the gloo group of ``n`` members as RPC rank - 1; the group rank (None on rank 0)."""
+    if not _member():
+        return None
+    me = rpc.get_worker_info().id - 1
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=me, world_size=n, timeout=60
+    )
+    return dist.get_rank()
 
-    dist.init_process_group("gloo", timeout=60)
+
+def destroy_group() -> None:
+    if _member():
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ single-tensor cases
+def cases(n: int, r: int) -> dict[str, tuple[Any, Callable, Callable]]:
+    """``name: (input shape or None for the uneven sends, ours(x) on rank r, numpy reference)``."""
     S = sends(n)
-    CASES = {
+    return {
         "all_reduce-sum": ((3, 2), lambda x: df.all_reduce(x), R.all_reduce),
         "all_reduce-avg": (
             (3, 2),
@@ -91,37 +112,131 @@ def ours() -> None:
         ),
     }
 
-    def loss64(xs, ref):
-        return sum(np.sin(y).sum() for y in ref(xs))
 
-    results = {}
-    for name, (shape, ours, ref) in CASES.items():
-        xs = [inputs(k, shape if shape else (sum(S[k]), 2)) for k in range(n)]
-        x = tp.tensor(xs[r].astype(np.float32), requires_grad=True)
-        y = ours(x)
-        np.testing.assert_allclose(y.numpy(), ref(xs)[r], rtol=1e-5, atol=1e-5, err_msg=name)
-        tp.sin(y).sum().backward()
-        # Finite differences of the whole multi-rank loss with respect to this rank's input.
-        h, want = 1e-6, np.zeros_like(xs[r])
-        for i in np.ndindex(xs[r].shape):
-            up = [a.copy() for a in xs]
-            dn = [a.copy() for a in xs]
-            up[r][i] += h
-            dn[r][i] -= h
-            want[i] = (loss64(up, ref) - loss64(dn, ref)) / (2 * h)
-        got = np.asarray(x.grad.numpy(), np.float64)
-        np.testing.assert_allclose(
-            got, want, rtol=2e-4, atol=2e-4, err_msg=f"{name} grad, rank {r}"
-        )
-        results[name] = got
-    np.savez(os.path.join(out_dir, f"ours-{r}.npz"), **results)
-    print(f"rank {r}: {len(results)} functions OK")
-    dist.destroy_process_group()
+CASE_NAMES = list(cases(2, 0))
 
 
+def case_inputs(name: str, n: int) -> list[np.ndarray]:
+    """Every rank's float64 input of case ``name`` in a group of ``n``."""
+    shape = cases(n, 0)[name][0]
+    return [inputs(k, shape if shape else (sum(sends(n)[k]), 2)) for k in range(n)]
+
+
+def run_case(name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """On a member: ``(output, gradient of sum(sin(output)) w.r.t. this rank's input)``."""
+    if not _member():
+        return None
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = tp.tensor(case_inputs(name, n)[r].astype(np.float32), requires_grad=True)
+    y = cases(n, r)[name][1](x)
+    tp.sin(y).sum().backward()
+    return y.numpy(), x.grad.numpy()
+
+
+# ------------------------------------------------------------------ list forms
+def _exchanged(xs, n):  # rank i gets piece i of every rank's list
+    return [[xs[j][i] for j in range(n)] for i in range(n)]
+
+
+def list_cases(n: int, r: int) -> dict[str, tuple[Callable, Callable, Callable]]:
+    """tensorplay's list forms: lists in (``scatter``, ``all_to_all``, ``reduce_scatter``),
+    tuples out (``all_to_all``; ``gather``/``all_gather`` unpack).
+
+    ``name: (shapes of rank k's list, ours(list of Tensors) -> outputs, numpy reference)``.
+    """
+    return {
+        "all_gather-unpacked": (
+            lambda k: [(2, 3)],
+            lambda ts: list(df.all_gather(ts[0])),
+            lambda xs: [[x[0] for x in xs]] * n,
+        ),
+        "all_gather-cat": (
+            lambda k: [(2, 3)],
+            lambda ts: [tp.cat(df.all_gather(ts[0]), dim=1)],
+            lambda xs: [[np.concatenate([x[0] for x in xs], axis=1)]] * n,
+        ),
+        "gather-unpacked": (
+            lambda k: [(2, 3)],
+            lambda ts: [*df.gather(ts[0], 1)],
+            lambda xs: [[x[0] * (i == 1) for x in xs] for i in range(n)],
+        ),
+        "scatter-list": (
+            lambda k: [(3,)] * n,
+            lambda ts: [df.scatter(ts, n - 1)],
+            lambda xs: [[xs[n - 1][i]] for i in range(n)],
+        ),
+        "scatter-none-on-receivers": (
+            lambda k: [(2, 3)] * n if k == 0 else [],
+            lambda ts: [df.scatter(ts or None, 0)],
+            lambda xs: [[xs[0][i]] for i in range(n)],
+        ),
+        "all_to_all-list": (
+            lambda k: [(3,)] * n,
+            lambda ts: df.all_to_all(ts),
+            lambda xs: _exchanged(xs, n),
+        ),
+        "all_to_all-lists": (
+            lambda k: [(2, 3)] * n,
+            lambda ts: df.all_to_all([tp.zeros(2, 3) for _ in range(n)], ts),
+            lambda xs: _exchanged(xs, n),
+        ),
+        "all_to_all-lists-uneven": (  # rank k sends rank j a (j + k + 1, 2) piece
+            lambda k: [(j + k + 1, 2) for j in range(n)],
+            lambda ts: df.all_to_all([tp.zeros(r + j + 1, 2) for j in range(n)], ts),
+            lambda xs: _exchanged(xs, n),
+        ),
+        "reduce_scatter-list": (
+            lambda k: [(3,)] * n,
+            lambda ts: [df.reduce_scatter(ts)],
+            lambda xs: [[sum(xs[k][i] for k in range(n))] for i in range(n)],
+        ),
+    }
+
+
+LIST_CASE_NAMES = list(list_cases(2, 0))
+
+
+def list_case_inputs(name: str, n: int) -> list[list[np.ndarray]]:
+    """Every rank's list of float64 inputs of list case ``name`` in a group of ``n``."""
+    shapes = list_cases(n, 0)[name][0]
+    return [[inputs(10 * k + i, s) for i, s in enumerate(shapes(k))] for k in range(n)]
+
+
+def run_list_case(name: str) -> tuple[str, list[np.ndarray], list[np.ndarray]] | None:
+    """On a member: ``(type of the outputs, outputs, gradient of every list element)``."""
+    if not _member():
+        return None
+    r, n = dist.get_rank(), dist.get_world_size()
+    ts = [tp.tensor(a.astype(np.float32), requires_grad=True) for a in list_case_inputs(name, n)[r]]
+    ys = list_cases(n, r)[name][1](ts)
+    sum(tp.sin(y).sum() for y in ys).backward()
+    return type(ys).__name__, [y.numpy() for y in ys], [t.grad.numpy() for t in ts]
+
+
+def list_form_error(which: str) -> str | None:
+    """On a member: the message of the error a bad list-form call raises (before any rank
+    communicates), or ``"no error"``."""
+    if not _member():
+        return None
+    r, n = dist.get_rank(), dist.get_world_size()
+    call = {
+        "too-many-tensors": lambda: df.all_to_all([tp.zeros(3)] * (n + 1)),
+        "scatter-none-on-src": lambda: df.scatter(None, r),
+        "shapes-differ": lambda: df.all_to_all([tp.zeros(2)] * (n - 1) + [tp.zeros(3)]),
+    }[which]
+    try:
+        call()
+    except (ValueError, TypeError) as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+# ------------------------------------------------------------------ torch, in its own job
 def torch_reference() -> None:
-    """The same cases through ``torch.distributed.nn.functional`` on gloo (torch installed)."""
-    n, r, out_dir = _setup()
+    """The same cases through ``torch.distributed.nn.functional`` on gloo (torch installed);
+    every rank writes its gradients to ``torch-{rank}.npz`` in the folder ``sys.argv[1]``."""
+    r, n = rank_and_world_size()
+    out_dir = sys.argv[1]
     import torch
     import torch.distributed as tdist
     import torch.distributed.nn.functional as tf
@@ -162,101 +277,3 @@ def torch_reference() -> None:
         results[name] = x.grad.double().numpy()
     np.savez(os.path.join(out_dir, f"torch-{r}.npz"), **results)
     tdist.destroy_process_group()
-
-
-def list_forms() -> None:
-    """tensorplay's list forms: lists in (``scatter``, ``all_to_all``, ``reduce_scatter``),
-    tuples out (``all_to_all``; ``gather``/``all_gather`` unpack), each list element's
-    gradient against finite differences of the whole multi-rank loss."""
-    n, r, _ = _setup()
-    dist.init_process_group("gloo", timeout=60)
-
-    def exchanged(xs):  # rank i gets piece i of every rank's list
-        return [[xs[j][i] for j in range(n)] for i in range(n)]
-
-    # name: (shapes of rank k's list, ours(list of Tensors) -> outputs, numpy reference)
-    CASES = {
-        "all_gather-unpacked": (
-            lambda k: [(2, 3)],
-            lambda ts: list(df.all_gather(ts[0])),
-            lambda xs: [[x[0] for x in xs]] * n,
-        ),
-        "all_gather-cat": (
-            lambda k: [(2, 3)],
-            lambda ts: [tp.cat(df.all_gather(ts[0]), dim=1)],
-            lambda xs: [[np.concatenate([x[0] for x in xs], axis=1)]] * n,
-        ),
-        "gather-unpacked": (
-            lambda k: [(2, 3)],
-            lambda ts: [*df.gather(ts[0], 1)],
-            lambda xs: [[x[0] * (i == 1) for x in xs] for i in range(n)],
-        ),
-        "scatter-list": (
-            lambda k: [(3,)] * n,
-            lambda ts: [df.scatter(ts, n - 1)],
-            lambda xs: [[xs[n - 1][i]] for i in range(n)],
-        ),
-        "scatter-none-on-receivers": (
-            lambda k: [(2, 3)] * n if k == 0 else [],
-            lambda ts: [df.scatter(ts or None, 0)],
-            lambda xs: [[xs[0][i]] for i in range(n)],
-        ),
-        "all_to_all-list": (lambda k: [(3,)] * n, lambda ts: df.all_to_all(ts), exchanged),
-        "all_to_all-lists": (
-            lambda k: [(2, 3)] * n,
-            lambda ts: df.all_to_all([tp.zeros(2, 3) for _ in range(n)], ts),
-            exchanged,
-        ),
-        "all_to_all-lists-uneven": (  # rank k sends rank j a (j + k + 1, 2) piece
-            lambda k: [(j + k + 1, 2) for j in range(n)],
-            lambda ts: df.all_to_all([tp.zeros(r + j + 1, 2) for j in range(n)], ts),
-            exchanged,
-        ),
-        "reduce_scatter-list": (
-            lambda k: [(3,)] * n,
-            lambda ts: [df.reduce_scatter(ts)],
-            lambda xs: [[sum(xs[k][i] for k in range(n))] for i in range(n)],
-        ),
-    }
-
-    def loss64(xs, ref):
-        return sum(np.sin(y).sum() for ys in ref(xs) for y in ys)
-
-    for name, (shapes, ours, ref) in CASES.items():
-        xs = [[inputs(10 * k + i, s) for i, s in enumerate(shapes(k))] for k in range(n)]
-        ts = [tp.tensor(a.astype(np.float32), requires_grad=True) for a in xs[r]]
-        ys = ours(ts)
-        if name.startswith("all_to_all"):
-            assert isinstance(ys, tuple), (name, type(ys))
-        want = ref(xs)[r]
-        assert len(ys) == len(want), (name, len(ys), len(want))
-        for y, w in zip(ys, want, strict=True):
-            np.testing.assert_allclose(y.numpy(), w, rtol=1e-5, atol=1e-5, err_msg=name)
-        sum(tp.sin(y).sum() for y in ys).backward()
-        for i, t in enumerate(ts):  # every list element's gradient, by finite differences
-            h, g = 1e-6, np.zeros_like(xs[r][i])
-            for e in np.ndindex(g.shape):
-                up = [[a.copy() for a in x] for x in xs]
-                dn = [[a.copy() for a in x] for x in xs]
-                up[r][i][e] += h
-                dn[r][i][e] -= h
-                g[e] = (loss64(up, ref) - loss64(dn, ref)) / (2 * h)
-            got = np.asarray(t.grad.numpy(), np.float64)
-            np.testing.assert_allclose(got, g, rtol=2e-4, atol=2e-4, err_msg=f"{name}[{i}] grad")
-
-    # Errors name the function and the argument; raised before any rank communicates.
-    for call, words in [
-        (lambda: df.all_to_all([tp.zeros(3)] * (n + 1)), "holds 3 tensors but the group has 2"),
-        (lambda: df.scatter(None, r), "tensors=None on src"),
-        (lambda: df.all_to_all([tp.zeros(2)] * (n - 1) + [tp.zeros(3)]), "differ in shape"),
-    ]:
-        try:
-            call()
-        except (ValueError, TypeError) as e:
-            assert words.replace("3 tensors", f"{n + 1} tensors").replace(
-                "has 2", f"has {n}"
-            ) in str(e), e
-        else:
-            raise AssertionError(f"no error: {words}")
-    print(f"rank {r}: {len(CASES)} list forms OK")
-    dist.destroy_process_group()

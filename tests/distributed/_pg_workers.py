@@ -328,8 +328,23 @@ def errors() -> None:
     print("ERRORS-OK", r)
 
 
+def _failure(call) -> dict[str, object]:
+    """Run ``call``: how it failed (``types``: the exception's classes, empty if it returned)."""
+    t0 = time.monotonic()
+    try:
+        call()
+        types, message = [], ""
+    except Exception as e:
+        types, message = [c.__name__ for c in type(e).__mro__], str(e)
+    return {"types": types, "message": message, "took": time.monotonic() - t0}
+
+
 def missing() -> None:
-    engine, mode = sys.argv[1], sys.argv[2]
+    """Rank 1 never joins a collective (``stuck``) or dies (``exit``); rank 0 records how its
+    calls fail in the JSON file ``sys.argv[3]`` (the test asserts on it)."""
+    import json
+
+    engine, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
     r = int(os.environ["RANK"])
     dist.init_process_group("gloo", timeout=2.0, engine=engine)
     x = np.ones(1000, np.float32)
@@ -338,38 +353,15 @@ def missing() -> None:
             os._exit(0)  # dies without a word
         time.sleep(7)  # alive, but never joins
         sys.exit(0)
+    seen = {}
     if mode == "stuck":
-        t0 = time.monotonic()
-        try:
-            dist.barrier(timeout=1.0)
-            raise AssertionError("barrier did not time out")
-        except TimeoutError as e:
-            assert "barrier: timed out after 1s" in str(e), e
-        assert time.monotonic() - t0 < 4, time.monotonic() - t0
+        seen["barrier"] = _failure(lambda: dist.barrier(timeout=1.0))
     if mode == "exit":  # never wait for the lost peer at the runtime's shutdown barrier
         sys.excepthook = lambda *a: (sys.__excepthook__(*a), os._exit(1))
-    t0 = time.monotonic()
-    try:
-        dist.all_reduce(x)
-        raise AssertionError("all_reduce did not fail")
-    except (TimeoutError, RuntimeError) as e:
-        took = time.monotonic() - t0
-        msg = str(e)
-    print("FAILED-WITH", type(msg).__name__, repr(msg), round(took, 2), flush=True)
-    assert took < 5.0, took
-    if mode == "exit" and engine == "shm":
-        assert "all_reduce: rank 1 (pid" in msg and "exited" in msg, msg
-    elif mode == "exit" and engine == "tcp":
-        assert "all_reduce: lost the connection to rank 1" in msg, msg
-    else:
-        assert "all_reduce: timed out" in msg and "rank(s) [1]" in msg, msg
-    try:
-        dist.all_reduce(x)
-    except RuntimeError as e:
-        assert "unusable after an earlier failure" in str(e), e
-    else:
-        raise AssertionError("a broken group ran a collective")
-    print("MISSING-OK", flush=True)
+    seen["all_reduce"] = _failure(lambda: dist.all_reduce(x))
+    seen["again"] = _failure(lambda: dist.all_reduce(x))
+    with open(out, "w") as f:
+        json.dump(seen, f)
     if mode == "exit":
         os._exit(0)
 

@@ -4,6 +4,7 @@ Messages are asserted by substring. Multi-rank errors run in 2 real processes; e
 rank must raise the same error (no rank left waiting), after which the group works.
 """
 
+import json
 import re
 
 import numpy as np
@@ -64,11 +65,48 @@ def test_mismatches_and_bad_arguments_raise_on_every_rank():
         assert f"ERRORS-OK {w.rank}" in w.stdout, str(w)
 
 
-@pytest.mark.parametrize("engine", ["shm", "xla", "tcp"])
-@pytest.mark.parametrize("mode", ["stuck", "exit"])
-def test_missing_peer_fails_within_timeout(engine, mode):
-    res = run_workers(W.missing, 2, args=[engine, mode], timeout=60, check=False)
-    assert "MISSING-OK" in res[0].stdout, str(res[0])
+# A live peer that never joins first: the barrier test takes those three (indirect), at the
+# same parameter indices, so each job runs once for every test that reads it.
+_STUCK = [(e, "stuck") for e in ("shm", "xla", "tcp")]
+_MISSING = [*_STUCK, *((e, "exit") for e in ("shm", "xla", "tcp"))]
+
+
+@pytest.fixture(scope="module", params=_MISSING, ids="-".join)
+def missing_peer(request, tmp_path_factory):
+    """``(engine, mode, seen)``: rank 1 of 2 never joins (``stuck``) or dies (``exit``);
+    ``seen`` says how rank 0's calls failed (``_pg_workers._failure``)."""
+    engine, mode = request.param
+    out = tmp_path_factory.mktemp("missing") / "seen.json"
+    res = run_workers(W.missing, 2, args=[engine, mode, str(out)], timeout=60, check=False)
     assert res[0].returncode == 0, str(res[0])
     if mode == "stuck":  # the late rank itself is unharmed
         assert res[1].returncode == 0, str(res[1])
+    return engine, mode, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("missing_peer", _STUCK, ids="-".join, indirect=True)
+def test_missing_peer_barrier_times_out_at_its_own_timeout(missing_peer):
+    barrier = missing_peer[2]["barrier"]
+    assert "TimeoutError" in barrier["types"], barrier
+    assert "barrier: timed out after 1s" in barrier["message"], barrier
+    assert barrier["took"] < 4, barrier
+
+
+def test_missing_peer_fails_a_collective_within_the_group_timeout(missing_peer):
+    engine, mode, seen = missing_peer
+    failed = seen["all_reduce"]
+    assert {"TimeoutError", "RuntimeError"} & set(failed["types"]), failed
+    assert failed["took"] < 5.0, failed
+    msg = failed["message"]
+    if mode == "exit" and engine == "shm":
+        assert "all_reduce: rank 1 (pid" in msg and "exited" in msg, msg
+    elif mode == "exit" and engine == "tcp":
+        assert "all_reduce: lost the connection to rank 1" in msg, msg
+    else:
+        assert "all_reduce: timed out" in msg and "rank(s) [1]" in msg, msg
+
+
+def test_missing_peer_leaves_the_group_unusable(missing_peer):
+    again = missing_peer[2]["again"]
+    assert "RuntimeError" in again["types"], again
+    assert "unusable after an earlier failure" in again["message"], again

@@ -123,6 +123,7 @@ def test_square(dist_workers_module):
 def test_remote_failure(dist_workers_module):
     dist_workers_module.run("worker1", fails_remotely)
 
+@pytest.mark.timeout(8)
 def test_hangs_past_the_pytest_timeout(dist_workers_module, tmp_path_factory):
     pids = [pid for _, pid in dist_workers_module.run_all(WHOAMI).values()]
     with open(os.environ["TPJ_PIDS_FILE"], "w") as f:
@@ -139,9 +140,7 @@ def test_a_user_test_file_under_pytest(pytester, monkeypatch, tmp_path):
     )
     pytester.makepyfile(test_user=USER_TESTS)
     t0 = time.monotonic()
-    result = pytester.runpytest_subprocess(
-        *plugin_args(), "-p", "no:cacheprovider", "-o", "timeout=20", timeout=240
-    )
+    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", timeout=240)
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(["*LookupError: missing on the worker*", "*Remote traceback*"])
     result.stdout.fnmatch_lines(["*Timeout*"])

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import functools
-import threading
+import json
+import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tests import _worker
-from tests._worker import expect, init_rpc, rank_and_world_size
+from tests._worker import init_rpc, rank_and_world_size
 from tests.distributed.autograd import _targets as T
 
 # These workers poll at a finer grain, and give up sooner, than the prelude's default.
@@ -73,273 +72,42 @@ def seed_multi() -> None:
     rpc.shutdown()
 
 
-def functional() -> None:
-    rank = rank_and_world_size()[0]
-    init_rpc()
-    if rank == 0:
-        drpc = functools.partial(dist_autograd.differentiable_rpc, mode="tape")
-        x0 = jnp.asarray(np.random.default_rng(0).standard_normal(4).astype(np.float32))
-
-        # a parameter held in an RRef on w1: x's gradient comes back to JAX, the
-        # parameter's lands in the context on w1
-        rref = rpc.remote("w1", T.make_param, args=(3,))
-        w = rref.to_here().value
-
-        def loss(x):
-            return jnp.sum(jnp.tanh(drpc("w1", T.use_param, args=(rref, x))) ** 2)
-
-        def oracle(w, x):
-            return jnp.sum(jnp.tanh(w * x) ** 2)
-
-        with dist_autograd.context() as cid:
-            val, g = jax.value_and_grad(loss)(x0)
-            gw, n = rpc.rpc_sync("w1", T.param_grad, args=(cid, rref))
-            assert dist_autograd.get_gradients(cid) == {}  # argument wrappers are not leaves
-        np.testing.assert_allclose(val, oracle(w, x0), rtol=1e-5)
-        np.testing.assert_allclose(g, jax.grad(oracle, 1)(w, x0), rtol=1e-5)
-        np.testing.assert_allclose(gw, jax.grad(oracle, 0)(w, x0), rtol=1e-5)
-        assert n == 1
-
-        # no context: a private one, released after backward; a lifted pure JAX function;
-        # a nested hop w0 -> w1 -> w2 with static (non-array) arguments
-        y, vjp = jax.vjp(lambda x: drpc("w1", T.jsin2, args=(x,)), x0)
-        np.testing.assert_allclose(y, 2 * jnp.sin(x0), rtol=1e-6)
-        (ct,) = vjp(jnp.ones(4))
-        np.testing.assert_allclose(ct, 2 * jnp.cos(x0), rtol=1e-6)
-        local_chain = lambda x: T.chain(x, ["w2"], True).sum()
-        g = jax.grad(lambda x: drpc("w1", T.chain, args=(x, ["w2"], False)).sum())(x0)
-        np.testing.assert_allclose(g, jax.grad(local_chain)(x0), rtol=1e-5)
-        # two outputs, one unused; kwargs
-        g = jax.grad(
-            lambda x: drpc(
-                "w2", T.shapes, args=(x.reshape(2, 2), x.reshape(2, 2)), kwargs={"s": 3.0}
-            )[0].sum()
-        )(x0)
-        g_ref = jax.grad(lambda x: T.shapes(x.reshape(2, 2), x.reshape(2, 2), s=3.0)[0].sum())(x0)
-        np.testing.assert_allclose(g, g_ref, rtol=1e-5)
-        # under jit: without out_shape a clear TypeError; with it, pure_callback
-        expect(
-            TypeError,
-            ["differentiable_rpc", "jax.jit", "out_shape"],
-            jax.jit(lambda x: drpc("w1", T.double, args=(x,))),
-            x0,
-        )
-        spec = jax.ShapeDtypeStruct((4,), jnp.float32)
-        jloss = lambda x: jnp.sum(
-            jnp.tanh(drpc("w1", T.chain, args=(x, ["w2"], False), out_shape=spec)) ** 2
-        )
-        ref = lambda x: jnp.sum(jnp.tanh(T.chain(x, ["w2"], True)) ** 2)
-        for _ in range(2):  # the second call runs the cached executable
-            v, g = jax.jit(jax.value_and_grad(jloss))(x0)
-            np.testing.assert_allclose(v, ref(x0), rtol=1e-5)
-            np.testing.assert_allclose(g, jax.grad(ref)(x0), rtol=1e-5)
-        np.testing.assert_allclose(
-            jax.jit(lambda x: drpc("w1", T.double, args=(x,), out_shape=spec))(x0), 2 * x0
-        )
-        expect(
-            jax.errors.JaxRuntimeError,
-            ["out_shape declares"],
-            jax.jit(
-                lambda x: drpc(
-                    "w1", T.double, args=(x,), out_shape=jax.ShapeDtypeStruct((3,), jnp.float32)
-                )
-            ),
-            x0,
-        )
-        # every private context got released everywhere
-        for w_ in ("w1", "w2"):
-            wait_until(lambda: rpc.rpc_sync(w_, T.context_count) == 0, timeout=10)  # noqa: B023
-        del rref
-        print("functional ok", flush=True)
-    rpc.shutdown()
+def autograd_ready() -> bool:
+    """Whether distributed autograd is available and initialized in this worker."""
+    return dist_autograd.is_available() and dist_autograd.is_initialized()
 
 
-# Four workers; w0 drives the single-threaded checks, then w0-w2 run 20 threads each at once.
-def semantics() -> None:
-    rank = rank_and_world_size()[0]
-    init_rpc()
-    assert dist_autograd.is_available() and dist_autograd.is_initialized()
-    if rank == 0:
-        # ids: the creating worker's rank in the high 16 bits; one context per thread
-        with dist_autograd.context() as c0:
-            assert c0 >> 48 == 0 and c0 > 0
-            expect(
-                RuntimeError,
-                ["Already have an autograd context id for this thread"],
-                dist_autograd.context().__enter__,
-            )
-            other = []
-            th = threading.Thread(target=lambda: other.append(dist_autograd.context().__enter__()))
-            th.start()
-            th.join()
-            assert other and other[0] != c0
-            assert dist_autograd._current_context().context_id == c0
-        # callees record under the same id with no tensor; nested tensor-free hops too
-        counter = rpc.remote("w3", T.plain_value, args=(5,))
-        with dist_autograd.context() as cid:
-            assert rpc.rpc_sync("w1", T.context_here) == cid
-            assert rpc.rpc_sync("w1", T.nested_plain, args=("w2",)) == cid
-            assert rpc.rpc_async("w2", T.context_here).wait() == cid
-            assert rpc.remote("w1", T.context_here).to_here() == cid
-            assert rpc.rpc_sync("w2", T.has_context, args=(cid,))
-            # to_here() of a tensor-free value reaches its owner w3 too (checked from a
-            # thread outside the context, so the check itself does not carry the id)
-            seen = []
-            check = lambda: seen.append(rpc.rpc_sync("w3", T.has_context, args=(cid,)))
-            th = threading.Thread(target=check)
-            th.start()
-            th.join()
-            assert seen == [False]
-            assert counter.to_here() == 5
-            th = threading.Thread(target=check)
-            th.start()
-            th.join()
-            assert seen == [False, True]
-        del counter
-        # released everywhere within 10 s; afterwards every use raises
-        t0 = time.monotonic()
-        for w in ("w1", "w2", "w3"):
-            wait_until(lambda: not rpc.rpc_sync(w, T.has_context, args=(cid,)), timeout=10)  # noqa: B023
-        print("released in", round(time.monotonic() - t0, 3), flush=True)
-        msg = f"Could not find autograd context with id: {cid}"
-        x = tp.ones(2, requires_grad=True)
-        expect(RuntimeError, [msg], dist_autograd.get_gradients, cid)
-        expect(RuntimeError, [msg], dist_autograd.backward, cid, [(x * 2).sum()])
-
-        # retain_graph: 1000 backward passes accumulate; then one without; then a clear error
-        t = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
-        with dist_autograd.context() as cid:
-            loss = (rpc.rpc_sync("w1", T.double, args=(t,)) * t).sum()  # d/dt = 4 t
-            t0 = time.monotonic()
-            for _ in range(1000):
-                dist_autograd.backward(cid, [loss], retain_graph=True)
-            print("1000 backwards in", round(time.monotonic() - t0, 2), "s", flush=True)
-            dist_autograd.backward(cid, [loss])
-            g = dist_autograd.get_gradients(cid)[t]
-            np.testing.assert_allclose(np.asarray(g), 1001 * 4 * np.array([1.0, 2.0, 3.0]))
-            expect(
-                RuntimeError,
-                ["backward through the graph a second time", "retain_graph=True"],
-                dist_autograd.backward,
-                cid,
-                [loss],
-            )
-            # the remote half of the freed graph raises too, named by its worker
-            y = rpc.rpc_sync("w1", T.double, args=(t,))
-            dist_autograd.backward(cid, [y.sum()])
-            y2 = y * 1.0  # new local graph over the freed recv node
-            expect(
-                RuntimeError,
-                ["backward through the graph a second time"],
-                dist_autograd.backward,
-                cid,
-                [y2.sum()],
-            )
-            assert t.grad is None
-
-        # invalid arguments
-        with dist_autograd.context() as cid:
-            y = rpc.rpc_sync("w1", T.double, args=(t,))
-            expect(RuntimeError, ["roots is empty"], dist_autograd.backward, cid, [])
-            expect(
-                RuntimeError,
-                ["roots[0] has shape (3,)", "scalar"],
-                dist_autograd.backward,
-                cid,
-                [y],
-            )
-            expect(
-                RuntimeError,
-                ["roots[0] does not require grad"],
-                dist_autograd.backward,
-                cid,
-                [tp.tensor(1.0)],
-            )
-            expect(TypeError, ["roots is a float", "a Tensor or"], dist_autograd.backward, cid, 1.0)
-            expect(TypeError, ["roots[1] is a float"], dist_autograd.backward, cid, [y.sum(), 1.0])
-            expect(
-                RuntimeError,
-                ["Could not find autograd context with id: 12345"],
-                dist_autograd.backward,
-                12345,
-                [y.sum()],
-            )
-            expect(
-                RuntimeError,
-                ["Could not find autograd context with id: 12345"],
-                dist_autograd.get_gradients,
-                12345,
-            )
-            expect(
-                RuntimeError,
-                ["autograd.backward(context_id", "outside distributed autograd"],
-                y.sum().backward,
-            )
-            dist_autograd.backward(cid, [y.sum()])  # still fine afterwards
-            assert set(dist_autograd.get_gradients(cid)) == {t}
-
-        # an exception in a remote backward: "Error on worker NAME", the context stays usable
-        with dist_autograd.context() as cid:
-            y = rpc.rpc_sync("w1", T.raise_in_backward, args=(t,))
-            expect(
-                RuntimeError,
-                ["Error on worker w1", "boom in backward"],
-                dist_autograd.backward,
-                cid,
-                [y.sum()],
-            )
-            z = rpc.rpc_sync("w1", T.relay, args=(t, "w2", T.raise_in_backward))
-            expect(
-                RuntimeError,
-                ["Error on worker w2", "boom in backward"],
-                dist_autograd.backward,
-                cid,
-                [z.sum()],
-            )
-            ok = rpc.rpc_sync("w2", T.double, args=(t,))
-            dist_autograd.backward(cid, [ok.sum()])
-            np.testing.assert_allclose(np.asarray(dist_autograd.get_gradients(cid)[t]), 2.0)
-        print("single-threaded checks ok", flush=True)
-
-    # 20 threads on each of 3 workers, each its own context with several RPCs and a backward
-    if rank < 3:  # w3 only serves
-        n = 3
-        others = [f"w{(rank + 1) % n}", f"w{(rank + 2) % n}", f"w{rank}", f"w{(rank + 1) % n}"]
-        t0 = time.monotonic()
-        assert T.threads_job(rank, 20, others) == 20
-        print("threads ok in", round(time.monotonic() - t0, 2), "s", flush=True)
-
-    # trainers w0 and w1 (two threads each) on one parameter held by w2
-    if rank == 0:
-        rref = rpc.remote("w2", T.make_param, args=(7,))
-        remote_trainer = rpc.rpc_async("w1", T.trainer_step, args=("w2", rref, 1, 15))
-        mine = [threading.Thread(target=T.trainer_step, args=("w2", rref, s, 15)) for s in (2, 3)]
-        also = rpc.rpc_async("w1", T.trainer_step, args=("w2", rref, 4, 15))
-        for th in mine:
-            th.start()
-        for th in mine:
-            th.join()
-        assert remote_trainer.wait() == 15 and also.wait() == 15
-        print("parameter server ok", flush=True)
-    rpc.shutdown()
+def threads_on_first_three(nthreads: int) -> int | None:
+    """On w0-w2: ``T.threads_job`` with the other two as peers (None on the others)."""
+    rank = rpc.get_worker_info().id
+    if rank >= 3:
+        return None
+    others = [f"w{(rank + 1) % 3}", f"w{(rank + 2) % 3}", f"w{rank}", f"w{(rank + 1) % 3}"]
+    return T.threads_job(rank, nthreads, others)
 
 
 # A worker dies (SIGKILL-like exit) inside its backward: survivors raise, in time.
 def dead() -> None:
+    """w2 dies in its backward; w0 records how its backward failed and the gradient a later
+    backward through the survivor w1 gives, in the JSON file ``sys.argv[1]``."""
     rank = rank_and_world_size()[0]
     opts = rpc.GrpcRpcBackendOptions(rpc_timeout=20)
     init_rpc(rpc_backend_options=opts)
     if rank == 0:
         t = tp.ones(3, requires_grad=True)
+        seen: dict[str, object] = {}
         with dist_autograd.context() as cid:
             z = rpc.rpc_sync("w1", T.relay, args=(t, "w2", T.die_in_backward))
             t0 = time.monotonic()
-            e = expect(Exception, ["w2"], dist_autograd.backward, cid, [z.sum()])
-            took = time.monotonic() - t0
-            print("raised in", round(took, 2), "s:", type(e).__name__, str(e)[:300], flush=True)
-            assert took < 20, took
+            try:
+                dist_autograd.backward(cid, [z.sum()])
+                seen["error"] = None
+            except Exception as e:
+                seen["error"] = f"{type(e).__name__}: {e}"
+            seen["took"] = time.monotonic() - t0
             y = rpc.rpc_sync("w1", T.double, args=(t,))  # the survivors still work
             dist_autograd.backward(cid, [y.sum()])
-            np.testing.assert_allclose(np.asarray(dist_autograd.get_gradients(cid)[t]), 2.0)
-        print("dead worker ok", flush=True)
+            seen["grad"] = np.asarray(dist_autograd.get_gradients(cid)[t]).tolist()
+        with open(sys.argv[1], "w") as f:
+            json.dump(seen, f)
     rpc.shutdown()
