@@ -39,7 +39,7 @@ import numpy as np
 from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.process_group import _descriptor, _kv
 from tensorplay_jax.process_group._shared_memory import Segment, TickBarrier
-from tensorplay_jax.process_group.engine import GroupSpec, check_usable, register_engine
+from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
 from tensorplay_jax.process_group.host import bounds, copied, on_host, reduced, stacked
 from tensorplay_jax.runtime.device import aligned_empty
 from tensorplay_jax.runtime.settings import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
@@ -156,7 +156,8 @@ class ShmEngine:
           The deadline, and for a small call every rank's input (``x`` itself for this
           rank; ``[]`` for a one-sided call), else None.
         """
-        check_usable(fn, self.broken)
+        if self.broken:
+            raise unusable(fn, self.broken)
         deadline = time.monotonic() + self.timeout_s
         k, c = PG_SHM_DEPTH, self.calls
         small = _small_limit(fn, self.n)

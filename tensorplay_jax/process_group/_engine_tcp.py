@@ -35,7 +35,7 @@ from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.process_group import _descriptor
 from tensorplay_jax.process_group._engine_shm import ShmEngine
 from tensorplay_jax.process_group._tcp_mesh import TcpMesh
-from tensorplay_jax.process_group.engine import GroupSpec, check_usable, register_engine
+from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
 from tensorplay_jax.process_group.host import bounds, on_host, raw, reduced
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.device import aligned_empty
@@ -103,7 +103,8 @@ class TcpEngine:
     # ----------------------------------------------------------------- plumbing
     def _begin(self, fn: str, desc: np.ndarray) -> tuple[float, np.ndarray]:
         """Exchange descriptors with every member and compare them (raising everywhere alike)."""
-        check_usable(fn, self.broken)
+        if self.mesh.broken:
+            raise unusable(fn, self.mesh.broken)
         deadline = time.monotonic() + self.timeout_s
         descs = np.empty((self.n, self.dlen), np.int64)
         descs[self.me] = desc

@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
 from tensorplay_jax.process_group import _descriptor, _kv
-from tensorplay_jax.process_group.engine import GroupSpec, check_usable, register_engine
+from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.device import to_device
 
@@ -121,7 +121,8 @@ class XlaEngine:
         Returns:
           ``(n, len)`` descriptors, rows of non-peers left as -1.
         """
-        check_usable(fn, self.broken)
+        if self.broken:
+            raise unusable(fn, self.broken)
         peers = tuple(range(self.n)) if peers is None else peers
         self.seq += 1
         deadline = time.monotonic() + self.timeout_s

@@ -43,13 +43,13 @@ __all__ = [
     "Engine",
     "EngineEntry",
     "GroupSpec",
-    "check_usable",
     "choose",
     "engines",
     "make_engine",
     "register_engine",
     "registration",
     "unregister_engine",
+    "unusable",
 ]
 
 
@@ -153,24 +153,21 @@ OPS: tuple[str, ...] = tuple(
 )
 
 
-def check_usable(fn: str, broken: str | None) -> None:
-    """Raise when an earlier failure (``broken`` says which) left the group's engine unusable.
+def unusable(fn: str, broken: str) -> RuntimeError:
+    """The error of a call on a group that an earlier failure (``broken``) left unusable.
 
     An engine whose wait failed midway cannot tell where its peers' streams or
-    slots stand, so every later call refuses with this error.
+    slots stand, so every later call raises this (``if self.broken: raise
+    unusable(fn, self.broken)``).
 
     Example:
-      >>> check_usable("all_reduce", None)
-      >>> check_usable("all_reduce", "lost rank 1")
-      Traceback (most recent call last):
-      ...
-      RuntimeError: all_reduce: this process group is unusable after an earlier failure (lost rank 1); call destroy_process_group() and init_process_group() again.
+      >>> print(unusable("all_reduce", "lost rank 1"))
+      all_reduce: this process group is unusable after an earlier failure (lost rank 1); call destroy_process_group() and init_process_group() again.
     """  # noqa: E501
-    if broken:
-        raise RuntimeError(
-            f"{fn}: this process group is unusable after an earlier failure "
-            f"({broken}); call destroy_process_group() and init_process_group() again."
-        )
+    return RuntimeError(
+        f"{fn}: this process group is unusable after an earlier failure "
+        f"({broken}); call destroy_process_group() and init_process_group() again."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
