@@ -25,6 +25,7 @@ from pathlib import Path
 from tensorplay_jax.runtime.launch import free_port as free_port
 from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
 from tensorplay_jax.testing.netns import Cluster
+from tests._worker import RESULT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ADDRESS_CHOICES = (LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV, "GLOO_SOCKET_IFNAME")
@@ -42,6 +43,13 @@ class WorkerResult:
             f"--- rank {self.rank} exited {self.returncode} ---\n"
             f"[stdout]\n{self.stdout}\n[stderr]\n{self.stderr}"
         )
+
+
+def reported(result: WorkerResult) -> dict:
+    """The values a worker handed back with ``tests._worker.report`` (exactly one line)."""
+    lines = [ln[len(RESULT) :] for ln in result.stdout.splitlines() if ln.startswith(RESULT)]
+    assert len(lines) == 1, f"expected one {RESULT.strip()} line\n{result}"
+    return json.loads(lines[0])
 
 
 class WorkersFailed(AssertionError):

@@ -3,12 +3,14 @@
 A worker function lives in a module next to its tests (``tests/rpc/_workers.py`` ...);
 :func:`tests._procs.run_workers` starts N processes that import and call it. They share
 these helpers: the rank and world size from the environment, RPC start-up with the
-usual ``w{rank}`` names, an error check by substring, a bounded wait and a tape
-Tensor as numpy.
+usual ``w{rank}`` names, an error check by substring, a bounded wait, a tape
+Tensor as numpy, and :func:`report`, which hands values back to the test process
+(read there with :func:`tests._procs.reported`): the test asserts, not the worker.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -55,3 +57,20 @@ def npa(t: Any):
     import tensorplay_jax as tp
 
     return np.asarray(t.detach().value if isinstance(t, tp.Tensor) else t)
+
+
+RESULT = "RESULT "
+
+
+def report(**values: Any) -> None:
+    """Print one ``RESULT {json}`` line of ``values`` for the test process to check."""
+    print(RESULT + json.dumps(values), flush=True)
+
+
+def error_text(fn: Callable, *args, **kwargs) -> str | None:
+    """``"TypeName: message"`` of what ``fn(*args, **kwargs)`` raised; None if it returned."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None

@@ -1,16 +1,20 @@
 """Worker code for the multi-host collectives test: runs in every process (``tests._procs``).
 
-Its imports stay inside the function: ``jax.distributed.initialize`` comes first.
+Its imports stay inside the function: ``jax.distributed.initialize`` comes first. The
+processes save what they computed; the test compares it with the numpy reference.
 """
 
 from __future__ import annotations
 
-from tests._worker import rank_and_world_size
+import os
+from pathlib import Path
+
+from tests._worker import rank_and_world_size, report
 
 
 def all_collectives() -> None:
-    import os
-
+    """Every case's output and input gradient (cotangent: rng(1) normals) on this process's
+    shards, saved to ``TPJ_OUT/rank{r}.npz`` (NaN where another process holds the shard)."""
     import jax
 
     rank, world = rank_and_world_size()
@@ -26,32 +30,25 @@ def all_collectives() -> None:
     from jax.sharding import PartitionSpec as P
 
     from tests.collectives._cases import CASES
-    from tests.collectives._harness import numeric_jacobian, oracle
     from tests.collectives.test_values_and_gradients import inputs
 
     n = jax.device_count()
-    assert n == 2 * world and jax.local_device_count() == 2, (n, jax.local_device_count())
     mesh = jax.make_mesh((n,), ("i",), axis_types=(AxisType.Auto,))
     sharding = NamedSharding(mesh, P("i"))
 
     def global_array(a):
         return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
 
-    def check_local(arr, want, what):
+    def local(arr) -> np.ndarray:
+        """The global array with this process's shards filled in, NaN elsewhere."""
+        out = np.full(arr.shape, np.nan)
         for shard in arr.addressable_shards:
-            np.testing.assert_allclose(
-                np.asarray(shard.data),
-                want[shard.index],
-                rtol=2e-4,
-                atol=2e-4,
-                err_msg=f"{what} on process {rank}, shard {shard.index}",
-            )
+            out[shard.index] = np.asarray(shard.data)
+        return out
 
-    checked = 0
+    got = {}
     for case in CASES:
         x64 = inputs(case, (n, *case.in_shape(n)))
-        ref = oracle(case.ref(n), "shard_map-jit")
-        y_ref = ref(x64)
         fn = case.fn(n)
         f = jax.jit(
             jax.shard_map(
@@ -61,13 +58,11 @@ def all_collectives() -> None:
                 out_specs=P("i"),
             )
         )
-        x = global_array(x64.astype(np.float32))
-        y, vjp = jax.vjp(f, x)
-        check_local(y, y_ref, f"{case.name} value")
-        ct = np.random.default_rng(1).standard_normal(y_ref.shape)
+        y, vjp = jax.vjp(f, global_array(x64.astype(np.float32)))
+        ct = np.random.default_rng(1).standard_normal(y.shape)
         (g,) = vjp(global_array(ct.astype(np.float32)))
-        want = (numeric_jacobian(ref, x64).T @ ct.ravel()).reshape(x64.shape)
-        check_local(g, want, f"{case.name} gradient")
-        checked += 1
-    print(f"process {rank}: {checked} cases OK")
+        got[f"{case.name}/value"] = local(y)
+        got[f"{case.name}/grad"] = local(g)
+    np.savez(Path(os.environ["TPJ_OUT"]) / f"rank{rank}.npz", **got)
+    report(devices=n, local_devices=jax.local_device_count())
     jax.distributed.shutdown()

@@ -24,7 +24,7 @@ import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.distributed.nn import RemoteModule
 from tensorplay_jax.distributed.optim import DistributedOptimizer
-from tests._worker import init_rpc, npa, rank_and_world_size, wait_until
+from tests._worker import init_rpc, npa, rank_and_world_size, report, wait_until
 
 
 def _hosts() -> list[str]:
@@ -95,53 +95,42 @@ def rpc_calls() -> None:
     print(f"RPC-OK {rank}", flush=True)
 
 
+SEED = 0  # the inputs of autograd_and_optimizer: rng(SEED) draws x, w (2, 5, 3), then
+BATCHES = (3, 5, 4)  # the optimizer's batches; the test draws them again for its oracle
+
+
 def autograd_and_optimizer() -> None:
     """Rank 0 drives the last rank (on another host): one dist-autograd hop, then a
-    RemoteModule trained by a DistributedOptimizer, each against a local JAX oracle."""
+    RemoteModule trained by a DistributedOptimizer (Adam, lr 0.05); it reports the
+    gradients and the parameters before and after, for the test's local JAX oracle."""
     rank, ws = rank_and_world_size()
     hosts = _hosts()
     init_rpc()
     if rank == 0:
         peer = f"w{ws - 1}"
-        assert hosts[ws - 1] != hosts[0]
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(SEED)
         x0, w0 = rng.standard_normal((2, 5, 3)).astype(np.float32)
         x, w = tp.tensor(x0, requires_grad=True), tp.tensor(w0, requires_grad=True)
         with dist_autograd.context() as ctx:
             out = rpc.rpc_sync(peer, squash, args=(x, w))
             dist_autograd.backward(ctx, [(out * out).sum()])
             grads = dist_autograd.get_gradients(ctx)
-        want = jax.grad(lambda a, b: jnp.sum(jnp.tanh(a * b) ** 2), argnums=(0, 1))(x0, w0)
-        np.testing.assert_allclose(npa(grads[x]), want[0], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(npa(grads[w]), want[1], rtol=1e-5, atol=1e-6)
 
         rm = RemoteModule(f"{peer}/cpu", tp.nn.Linear, args=(4, 3))
         rrefs = rm.remote_parameters()
-        start = [jnp.asarray(npa(r.to_here())) for r in rrefs]
-        assert [p.shape for p in start] == [(3, 4), (3,)], [p.shape for p in start]
+        start = [npa(r.to_here()) for r in rrefs]
         opt = DistributedOptimizer(optax.adam(0.05), rrefs)
-        batches = rng.standard_normal((3, 5, 4)).astype(np.float32)
-        for xb in batches:
+        for xb in rng.standard_normal(BATCHES).astype(np.float32):
             with dist_autograd.context() as ctx:
                 y = rm(tp.tensor(xb))
                 dist_autograd.backward(ctx, [(y * y).sum()])
                 opt.step(ctx)
-
-        def loss(params, xb):
-            wt, b = params
-            y = xb @ wt.T + b
-            return jnp.sum(y * y)
-
-        tx = optax.adam(0.05)
-        params, state = start, tx.init(start)
-        for xb in batches:
-            updates, state = tx.update(jax.grad(loss)(params, xb), state, params)
-            params = optax.apply_updates(params, updates)
-        got = [npa(r.to_here()) for r in rrefs]
-        for g, want_p, s in zip(got, params, start, strict=True):
-            np.testing.assert_allclose(g, np.asarray(want_p), rtol=1e-5, atol=1e-6)
-            assert np.abs(g - np.asarray(s)).max() > 1e-3  # the steps moved it
-        print("AUTOGRAD-OK", flush=True)
+        report(
+            hosts=[hosts[0], hosts[ws - 1]],
+            grads=[npa(grads[x]).tolist(), npa(grads[w]).tolist()],
+            start=[p.tolist() for p in start],
+            trained=[npa(r.to_here()).tolist() for r in rrefs],
+        )
     rpc.shutdown()
 
 
@@ -172,34 +161,33 @@ def _await(path: Path, timeout: float) -> None:
     wait_until(path.exists, timeout=timeout)
 
 
+def _failure(call, *args, **kwargs) -> dict | None:
+    """How ``call`` failed: seconds it took, the error's type and message (None: it returned)."""
+    t0 = time.monotonic()
+    try:
+        call(*args, **kwargs)
+    except Exception as e:
+        return {"s": time.monotonic() - t0, "type": type(e).__name__, "message": str(e)}
+    return None
+
+
 def faults() -> None:
-    """Rank 0 on host 0; the test kills host 1 (rank 1) and cuts host 2 (rank 2) off."""
+    """Rank 0 on host 0; the test kills host 1 (rank 1) and cuts host 2 (rank 2) off.
+
+    Rank 0 reports where its peers run and how each call to them failed.
+    """
     rank = rank_and_world_size()[0]
     tmp = Path(os.environ["TPJ_TMP"])
     init_rpc()
     if rank == 0:
-        assert rpc.rpc_sync("w1", where)[0] == 1 and rpc.rpc_sync("w2", where)[0] == 2
+        ranks = [rpc.rpc_sync("w1", where)[0], rpc.rpc_sync("w2", where)[0]]
         pending = rpc.rpc_async("w1", sleep, args=(120,))
         (tmp / "kill-now").write_text("")
-        t0 = time.monotonic()
-        try:
-            pending.wait()
-            raise AssertionError("a call to a killed host returned")
-        except rpc.RpcPeerError as e:
-            took = time.monotonic() - t0
-            assert "w1" in str(e), e
-            print(f"KILLED {took:.2f}s {type(e).__name__}: {e}", flush=True)
+        killed = _failure(pending.wait)
         (tmp / "cut-now").write_text("")
         _await(tmp / "cut", 30)
-        t0 = time.monotonic()
-        try:
-            rpc.rpc_sync("w2", where, timeout=4)
-            raise AssertionError("a call to a host that is cut off returned")
-        except (rpc.RpcTimeoutError, rpc.RpcPeerError) as e:
-            took = time.monotonic() - t0
-            assert "w2" in str(e), e
-            print(f"CUT {took:.2f}s {type(e).__name__}: {e}", flush=True)
-        print("FAULTS-OK", flush=True)
+        cut = _failure(rpc.rpc_sync, "w2", where, timeout=4)
+        report(ranks=ranks, killed=killed, cut=cut)
         (tmp / "checked").write_text("")
     else:
         _await(tmp / "checked", 100)

@@ -1,13 +1,24 @@
-"""profiler.trace over a real 3-worker job: one file, nested spans, flows, aligned times."""
+"""profiler.trace over a real 3-worker job traced from the test process (``w0``): one file,
+nested spans, flows, aligned times; and a process group's wait apart from its transfer."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import defaultdict
 
+import optax
 import pytest
 
-from tensorplay_jax import profiler
+import tensorplay_jax as tp
+import tensorplay_jax.distributed.autograd as dist_autograd
+from tensorplay_jax import profiler, rpc
+from tensorplay_jax.distributed.nn import RemoteModule
+from tensorplay_jax.distributed.optim import DistributedOptimizer
+from tensorplay_jax.testing import Workers
+from tests._procs import reported
+from tests._worker import error_text, expect
 from tests.profiler import _workers as W
 
 MOD = "tests.profiler._workers"
@@ -76,17 +87,52 @@ def arrow(doc: dict, src: str, send: str, dst: str, serve: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def step_doc(tmp_path_factory):
-    from tests._procs import run_workers
-
+def step(tmp_path_factory) -> dict:
+    """A job of three workers (``w0`` is the test process) traced through one step: a
+    nested RPC, a long reply, remote errors, remote/to_here/delete, a backward and an
+    optimizer step. What each call returned, the trace file's document, the summary."""
     path = tmp_path_factory.mktemp("trace") / "step.json"
-    res = run_workers(W.step_trace, 3, timeout=240, env={"TPJ_TRACE": str(path)})
-    assert "TRACE-OK" in res[0].stdout, res[0]
-    return json.loads(path.read_text()), res[0].stdout
+    got: dict = {}
+    with Workers(3, names=["w0", "w1", "w2"]):
+        tp.manual_seed(0)
+        model = RemoteModule("w1", tp.nn.Linear, (4, 3))
+        opt = DistributedOptimizer(optax.sgd(0.1), model.remote_parameters())
+        x = tp.randn(2, 4)
+        with profiler.trace(str(path), timeout=20) as t:
+            with profiler.record_function("step", n=1):
+                got["relay"] = rpc.rpc_sync("w1", W.relay, args=("w2",))
+                got["big"] = len(rpc.rpc_sync("w2", W.big, args=(100_000,)))
+                got["fail"] = error_text(rpc.rpc_sync, "w1", W.fail)
+                got["unpicklable"] = error_text(
+                    rpc.rpc_sync, "w1", W.add, args=(threading.Lock(), 1)
+                )
+                ref = rpc.remote("w2", W.add, args=(1, 2))
+                got["to_here"] = ref.to_here()
+                del ref
+                with dist_autograd.context() as ctx:
+                    dist_autograd.backward(ctx, [model(x).sum()])
+                    opt.step(ctx)
+            time.sleep(0.3)  # the RRef delete reaches w2 and is served while recording
+        got["missing"] = t.missing
+        got["table"] = t.summary().table(top=12)
+    got["doc"] = json.loads(path.read_text())
+    return got
+
+
+@pytest.fixture(scope="module")
+def step_doc(step) -> dict:
+    return step["doc"]
+
+
+def test_the_traced_step_ran_as_it_would_untraced(step):
+    assert step["relay"] == 42 and step["big"] == 100_000 and step["to_here"] == 3, step
+    assert step["fail"].startswith("ValueError") and "fails on purpose" in step["fail"], step
+    assert step["unpicklable"] is not None, step  # an argument that cannot travel fails
+    assert not step["missing"], step["missing"]
 
 
 def test_one_file_with_every_worker(step_doc):
-    doc, _ = step_doc
+    doc = step_doc
     assert sorted(_by_pid(doc).values()) == ["w0", "w1", "w2"]
     assert doc["otherData"]["missing"] == {}
     for name in ("w1", "w2"):
@@ -119,7 +165,11 @@ def test_one_file_with_every_worker(step_doc):
         assert want in names, (want, sorted(names))
     # start-up phases sit on the thread that called init_rpc (the driver's main thread)
     (step,) = [s for s in _spans(doc) if s["name"] == "step"]
-    (rdv,) = [s for s in _spans(doc) if s["name"] == "init_rpc: rendezvous" and s["pid"] == 0]
+    # (this job's: the test process may have joined other jobs before, whose phases stay)
+    rdv = max(
+        (s for s in _spans(doc) if s["name"] == "init_rpc: rendezvous" and s["pid"] == 0),
+        key=lambda s: s["ts"],
+    )
     assert rdv["tid"] == step["tid"] and rdv["ts"] + rdv["dur"] <= step["ts"]
     # payload bytes: the 100 kB reply of big() on both ends
     (sent,) = [s for s in _spans(doc) if s["name"] == "send reply" and s["args"]["bytes"] > 1e5]
@@ -129,7 +179,7 @@ def test_one_file_with_every_worker(step_doc):
 
 
 def test_spans_nest_on_every_thread(step_doc):
-    doc, _ = step_doc
+    doc = step_doc
     check_nesting(doc)
     # the nested RPC: w1's send to w2 lies inside w1's serve of relay, on its thread
     names = _by_pid(doc)
@@ -155,7 +205,7 @@ def test_spans_nest_on_every_thread(step_doc):
 
 
 def test_flows_connect_the_right_pairs(step_doc):
-    doc, _ = step_doc
+    doc = step_doc
     names = _by_pid(doc)
     for fid, ends in flows(doc).items():
         assert set(ends) == {"s", "f"}, (fid, ends)
@@ -189,7 +239,7 @@ def doc_error_us(doc: dict, a: dict, b: dict) -> float:
 
 
 def test_a_serve_lies_within_its_call(step_doc):
-    doc, _ = step_doc
+    doc = step_doc
     calls = {}
     ends = {}
     for e in doc["traceEvents"]:
@@ -211,8 +261,8 @@ def test_a_serve_lies_within_its_call(step_doc):
     assert checked >= 8
 
 
-def test_summary_table(step_doc):
-    doc, printed = step_doc
+def test_summary_table(step_doc, step):
+    doc, printed = step_doc, step["table"]
     summary = profiler.summarize(doc)
     (relay,) = summary.by_name(f"serve call {MOD}.relay")
     assert relay.worker == "w1" and relay.calls == 1 and relay.bytes > 0
@@ -221,14 +271,20 @@ def test_summary_table(step_doc):
     # the call holds the 2 ms sleep too (not the serve's whole span: that ends after the
     # reply is handed to the link, which may be after the caller has it)
     assert call.worker == "w0" and call.total_ms >= 2.0
-    assert "worker" in printed and "serve call" in printed  # the table the job printed
+    assert "worker" in printed and "serve call" in printed  # the table it prints
 
 
-def test_killed_worker_still_leaves_a_readable_file(workers, tmp_path):
+def test_killed_worker_still_leaves_a_readable_file(tmp_path):
+    # w2 is killed while w0 (the test process) traces: the file holds w0's and w1's events
     path = tmp_path / "killed.json"
-    res = workers(W.killed_mid_trace, 3, timeout=180, check=False, env={"TPJ_TRACE": str(path)})
-    assert res[2].returncode == -9, res[2]
-    assert "KILLED-OK" in res[0].stdout, res[0]
+    with Workers(3, names=["w0", "w1", "w2"], timeout=10) as w:
+        with profiler.trace(str(path), timeout=5) as t:
+            assert rpc.rpc_sync("w1", W.add, args=(1, 1)) == 2
+            assert rpc.rpc_sync("w2", W.add, args=(2, 2)) == 4
+            w.kill("w2")
+            expect(Exception, ["w2"], rpc.rpc_sync, "w2", W.add, args=(1, 1), timeout=3)
+            assert rpc.rpc_sync("w1", W.add, args=(3, 3)) == 6
+        assert set(t.missing) == {"w2"}, t.missing
     doc = json.loads(path.read_text())
     assert sorted(_by_pid(doc).values()) == ["w0", "w1"]
     assert "w2" in doc["otherData"]["missing"]
@@ -239,6 +295,13 @@ def test_killed_worker_still_leaves_a_readable_file(workers, tmp_path):
 
 @pytest.mark.parametrize("engine", ["shm", "xla", "tcp"])
 def test_collective_wait_apart_from_transfer(workers, engine):
+    # rank 0 arrives 0.3 s late: rank 1's trace shows the wait inside its all_reduce
     res = workers(W.collective_wait, 2, args=[engine], timeout=180)
-    for r in res:
-        assert f"PG-TRACE-OK {r.rank}" in r.stdout, r
+    got = [reported(r) for r in res]
+    for rank, g in enumerate(got):
+        assert g["value"] == 3.0, (rank, g)
+        assert g["call"]["args"]["bytes"] == 1024 and g["call"]["args"]["shape"] == [256], g
+    call, wait = got[1]["call"], got[1]["wait"]
+    assert wait is not None and wait["dur"] >= 0.2e6, got[1]  # µs: it waited for rank 0
+    assert call["ts"] <= wait["ts"] and wait["ts"] + wait["dur"] <= call["ts"] + call["dur"]
+    assert call["dur"] - wait["dur"] < 0.2e6, got[1]  # the transfer itself is short

@@ -119,8 +119,18 @@ class Recorder(rpc.RpcHooks):
         return result
 
 
+_REMOVE_HOOKS: list = []
+
+
 def install_hooks() -> None:
-    rpc.register_hooks(Recorder())
+    """Record every call of this process in ``EVENTS`` (emptied) until ``remove_hooks``."""
+    EVENTS.clear()
+    _REMOVE_HOOKS.append(rpc.register_hooks(Recorder()))
+
+
+def remove_hooks() -> None:
+    while _REMOVE_HOOKS:
+        _REMOVE_HOOKS.pop()()
 
 
 def events() -> list[str]:

@@ -1,7 +1,8 @@
 """Main-script functions and classes: by name where the callee runs the same script, else by value.
 
 ``_main_script.py`` is a real tensorplay-shaped script started with the launcher;
-``_workers.notebook_cells`` defines functions the way a notebook does.
+``_workers.notebook_cells`` defines functions the way a notebook does, on a started
+worker (whose ``__main__`` has no file), and calls the test process with them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests._procs import REPO_ROOT, free_port
 from tests.rpc import _workers as W
@@ -74,6 +77,16 @@ def test_a_different_main_script_gets_values_and_a_clear_error(tmp_path):
             assert f"[rank {rank}] {name}" in out, (name, out, err)
 
 
-def test_notebook_functions_travel_by_value(workers):
-    res = workers(W.notebook_cells, 2, timeout=120)
-    assert "CELLS-OK" in res[0].stdout, res[0].stdout
+@pytest.mark.workers(2, names=["w0", "w1"])
+def test_notebook_functions_travel_by_value(dist_workers):
+    got = dist_workers.run("w1", W.notebook_cells)
+    assert got["by_value"] == 1 and got["closure"] == 11, got  # w1's RANK: the caller's globals
+    assert got["to_itself"] == 1, got
+    why = [
+        "TypeError",
+        "cell_locked_rank",
+        "no main script file",
+        "pickling it failed",
+        "can import",
+    ]
+    assert all(s in (got["with_a_lock"] or "") for s in why), got

@@ -10,15 +10,20 @@ import contextlib
 import gc
 import queue
 import socket
+import time
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tensorplay_jax.rpc import _codec, _tcp
+from tensorplay_jax import rpc
+from tensorplay_jax.rpc import _agent, _codec, _tcp
 from tensorplay_jax.rpc._local import frames
 from tensorplay_jax.runtime import handshake
+from tests._worker import expect
+from tests.rpc import _targets as T
 from tests.rpc import _tcp_workers as W
-from tests.rpc import _transports as T
+from tests.rpc._jobs import rpc_job
 
 
 class _Sink:
@@ -95,16 +100,57 @@ def test_a_peer_that_goes_mid_body_closes_the_link_and_delivers_nothing(server):
     assert sink.messages.empty() and not sink.malformed
 
 
-def test_large_arrays_of_several_dtypes_round_trip_exactly(workers):
-    res = workers(W.dtypes, 2, timeout=180, env=T.env_of("tcp"))
-    assert "TCP-DTYPES-OK" in res[0].stdout, res[0]
-    assert all(f"DONE {r.rank}" in r.stdout for r in res)
+# ----------------------------------------------------------------- between workers
+@pytest.fixture(scope="module")
+def job():
+    """Three workers on loopback that reach each other as other hosts do (``w0`` is here)."""
+    with rpc_job(3, "tcp", timeout=60) as w:
+        yield w
 
 
-def test_a_peer_killed_mid_transfer_fails_the_call_cleanly(workers):
-    res = workers(
-        W.killed_mid_transfer, 3, timeout=180, env=T.env_of("tcp"), allow_exit={1: -9, 2: -9}
-    )
-    assert "TCP-KILLED-OK" in res[0].stdout, res[0]
-    assert res[0].returncode == 0 and "DONE 0" in res[0].stdout, res[0]
-    assert res[1].returncode == -9 and res[2].returncode == -9
+def _same(a: np.ndarray, b: object) -> bool:
+    b = np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_workers_on_loopback_pair_over_the_tcp_link(job):
+    assert rpc.rpc_sync("w1", T.add, args=(1, 2)) == 3
+    assert type(_agent.current_agent().connections.links[1]).__name__ == "TcpLink"
+
+
+def test_large_arrays_of_several_dtypes_round_trip_exactly(job):
+    first = W.arrays(0)
+    got = rpc.rpc_sync("w1", T.identity, args=(first,))
+    assert all(_same(a, b) for a, b in zip(first, got, strict=True))
+    assert all(isinstance(b, np.ndarray) and b.flags.writeable for b in got)
+    # Received buffers are reused only once no array is left on them: the first
+    # answer stays intact while later ones arrive (and small calls interleave).
+    later = [W.arrays(s) for s in (1, 2, 3)]
+    futs = [rpc.rpc_async("w1", T.identity, args=(x,)) for x in later]
+    small = [rpc.rpc_async("w1", T.add, args=(i, 1)) for i in range(50)]
+    assert rpc.wait_all(small) == [i + 1 for i in range(50)]
+    for x, f in zip(later, futs, strict=True):
+        assert all(_same(a, b) for a, b in zip(x, f.wait(), strict=True))
+    assert all(_same(a, b) for a, b in zip(first, got, strict=True))
+
+
+def test_a_jax_array_arrives_as_a_jax_array_exactly(job):
+    j = jnp.asarray(W.arrays(0)[0])
+    back = rpc.rpc_sync("w1", T.identity, args=(j,))
+    assert isinstance(back, type(j)) and _same(np.asarray(j), back)
+
+
+def test_a_peer_killed_mid_transfer_fails_the_call_cleanly(job):
+    # w1 dies while its long reply is on the way; w2 while our long request is.
+    t = time.monotonic()
+    says = ["'w1'", "lost the connection"]
+    expect(rpc.RpcPeerError, says, rpc.rpc_sync, "w1", W.reply_then_die, args=(512,))
+    assert time.monotonic() - t < 20, time.monotonic() - t
+    job.kill("w1")  # (reaped: it killed itself)
+    big = np.ones(512 << 18, dtype=np.float32)
+    rpc.rpc_sync("w2", T.die_soon, args=(0.05,))
+    t = time.monotonic()
+    says = ["'w2'", "lost the connection"]
+    expect(rpc.RpcPeerError, says, rpc.rpc_sync, "w2", T.identity, args=(big,))
+    assert time.monotonic() - t < 20, time.monotonic() - t
+    job.kill("w2")
