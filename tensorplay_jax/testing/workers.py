@@ -166,7 +166,9 @@ class Workers:
                 with contextlib.suppress(TimeoutError):
                     self._group.wait(timeout=_CLOSE_GRACE_S)
                 self._group.terminate()
-        unexpected = [r for r, _ in dead if r not in self._killed]
+        # A worker exits 0 only once the job shut down gracefully (this process took part):
+        # that is the end of the job, not a death.
+        unexpected = [r for r, code in dead if r not in self._killed and code != 0]
         if unexpected:
             raise WorkerDied(self._report(unexpected[0], "died during the test"))
 
