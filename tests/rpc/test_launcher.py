@@ -9,6 +9,7 @@ import time
 
 from tensorplay_jax.rpc import spawn
 from tensorplay_jax.runtime.init_method import resolve_init, slurm_env
+from tensorplay_jax.runtime.settings import LAUNCH_KILL_GRACE_S
 from tests._procs import REPO_ROOT, free_port
 
 WORKER = """
@@ -24,7 +25,8 @@ rpc.shutdown()
 FAILING = """
 import os, sys, time
 if os.environ["RANK"] == "1":
-    print("rank one fails")
+    print("rank one fails", flush=True)
+    open(os.environ["TPJ_STAMP"], "w").write(repr(time.time()))
     sys.exit(3)
 time.sleep(120)
 """
@@ -72,11 +74,14 @@ def test_launcher_address_flags_reach_the_workers(tmp_path):
     assert "[rank 0] addr None None" in p.stdout, p.stdout
 
 
-def test_launcher_stops_the_others_when_one_fails(tmp_path):
-    t = time.monotonic()
-    p = _launch(tmp_path, FAILING, "--nproc", "2", timeout=60)
+def test_launcher_stops_the_others_when_one_fails(tmp_path, monkeypatch):
+    stamp = tmp_path / "failed_at"
+    monkeypatch.setenv("TPJ_STAMP", str(stamp))
+    p = _launch(tmp_path, FAILING, "--nproc", "2", timeout=100)
     assert p.returncode == 3, (p.stdout, p.stderr)
-    assert time.monotonic() - t < 30
+    # rank 0 would sleep 120 s: the launcher stopped it within its kill grace after rank 1 failed
+    stopped_after = time.time() - float(stamp.read_text())
+    assert stopped_after < LAUNCH_KILL_GRACE_S + 5, stopped_after
     assert "[rank 1] rank one fails" in p.stdout
     assert "worker rank 1 exited with code 3; stopping the other workers" in p.stderr
 
