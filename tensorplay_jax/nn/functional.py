@@ -139,18 +139,7 @@ def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:
         ValueError: ``p`` is outside [0, 1], or dropout runs inside a JAX
             transformation without a key.
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: probability p={p} must be between 0 and 1")
-    if not training or p == 0.0:
-        return input
-    value = input.value if isinstance(input, Tensor) else input
-    if isinstance(value, jax.core.Tracer) and not in_key_scope():
-        raise ValueError(
-            "dropout: called in training mode inside a JAX transformation without a random "
-            "key; pass rng=key to nn.functional_call(module, params, ..., rng=key), or call "
-            "module.eval()"
-        )
-    return apply(_jax_impl.dropout, input, next_key(), float(p))
+    return _dropout("dropout", _jax_impl.dropout, input, p, training)
 
 
 def dropout2d(input: Any, p: float = 0.5, training: bool = True) -> Any:
@@ -162,18 +151,7 @@ def dropout2d(input: Any, p: float = 0.5, training: bool = True) -> Any:
         >>> F.dropout2d(tp.ones(1, 2, 1, 1), 0.5, training=False).shape
         (1, 2, 1, 1)
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout2d: probability p={p} must be between 0 and 1")
-    if not training or p == 0.0:
-        return input
-    value = input.value if isinstance(input, Tensor) else input
-    if isinstance(value, jax.core.Tracer) and not in_key_scope():
-        raise ValueError(
-            "dropout2d: called in training mode inside a JAX transformation without a random "
-            "key; pass rng=key to nn.functional_call(module, params, ..., rng=key), or call "
-            "module.eval()"
-        )
-    return apply(_jax_impl.dropout2d, input, next_key(), float(p))
+    return _dropout("dropout2d", _jax_impl.dropout2d, input, p, training)
 
 
 def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
@@ -251,3 +229,19 @@ def cross_entropy(
         reduction,
         float(label_smoothing),
     )
+
+
+def _dropout(name: str, impl: Any, input: Any, p: float, training: bool) -> Any:
+    """``impl`` (a dropout of ``_jax_impl``) with a fresh key, after the checks both share."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name}: probability p={p} must be between 0 and 1")
+    if not training or p == 0.0:
+        return input
+    value = input.value if isinstance(input, Tensor) else input
+    if isinstance(value, jax.core.Tracer) and not in_key_scope():
+        raise ValueError(
+            f"{name}: called in training mode inside a JAX transformation without a random "
+            "key; pass rng=key to nn.functional_call(module, params, ..., rng=key), or call "
+            "module.eval()"
+        )
+    return apply(impl, input, next_key(), float(p))

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from tensorplay_jax.runtime import settings, trace
+from tensorplay_jax.runtime.launch import pid_alive
 from tensorplay_jax.runtime.settings import (
     PG_LIVENESS_CHECK_S,
     PG_SHM_MAX_SLEEP_S,
@@ -130,24 +131,6 @@ class Segment:
         # BufferError: a view is still alive; the mapping then goes with the process.
         with contextlib.suppress(BufferError):
             self.mm.close()
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (an exited, not yet reaped "zombie" counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _futex_api():
@@ -263,7 +246,7 @@ class TickBarrier:
             if now > next_check:
                 next_check = now + PG_LIVENESS_CHECK_S
                 for i in np.flatnonzero(ticks < tick):
-                    if not _alive(int(self.pids[i])):
+                    if not pid_alive(int(self.pids[i])):
                         raise PeerDied(
                             f"{what}: rank {self.ranks[i]} (pid {int(self.pids[i])}) exited "
                             "while this rank waited for it"

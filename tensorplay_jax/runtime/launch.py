@@ -40,6 +40,7 @@ __all__ = [
     "WorkerProcesses",
     "free_port",
     "launch_secret_env",
+    "pid_alive",
     "spawn",
     "worker_env",
 ]
@@ -342,3 +343,26 @@ def spawn(
     group = WorkerProcesses(cmds, envs, ranks)
     handle = LocalWorkers(group, workdir, blob, master_addr, port)
     return handle.join(timeout) if join else handle
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (an exited, not yet reaped "zombie" counts as dead).
+
+    Example:
+        >>> pid_alive(os.getpid())
+        True
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -42,6 +42,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from tensorplay_jax.runtime.launch import pid_alive
+
 __all__ = ["Cluster", "unavailable"]
 
 _NETWORK = "198.18.0"  # /24 on each cluster's own bridge (namespaces isolate clusters)
@@ -68,16 +70,6 @@ def unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"network namespaces need the '{tool}' command"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Cluster:
@@ -197,7 +189,7 @@ def reap() -> list[str]:
     gone: set[str] = set()
     for n in _ip("netns", "list", check=False).stdout.split():
         m = _NAME.match(n)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             gone.add(f"tpj{m.group(1)}x{m.group(2)}")
     for name in sorted(gone):
         _remove(name)
