@@ -207,18 +207,23 @@ class Agent:
                 f"init_rpc: not every worker joined the rendezvous: {e} "
                 f"(world_size={self.world_size}; raise init_timeout or start the missing ranks)"
             ) from None
-        if dead:
-            raise RpcPeerError(f"init_rpc: ranks {dead} exited during the rendezvous")
-        trace.startup("init_rpc: rendezvous", t1, time.time_ns(), world_size=self.world_size)
+        # Names first: a rank that published its entry and then exited may have exited
+        # on this very error, seen before this worker read the table.
         names: dict[str, int] = {}
         for r in range(self.world_size):
-            ent = table[f"rank/{r}"]
-            if ent["name"] in names:
+            ent = table.get(f"rank/{r}")
+            if ent is not None and ent["name"] in names:
                 raise ValueError(
                     f"init_rpc: duplicate worker name {ent['name']!r} (ranks {names[ent['name']]} "
                     f"and {r}); every worker needs a unique name"
                 )
-            names[ent["name"]] = r
+            if ent is not None:
+                names[ent["name"]] = r
+        if dead:
+            raise RpcPeerError(f"init_rpc: ranks {dead} exited during the rendezvous")
+        trace.startup("init_rpc: rendezvous", t1, time.time_ns(), world_size=self.world_size)
+        for r in range(self.world_size):
+            ent = table[f"rank/{r}"]
             info = WorkerInfo(ent["name"], r)
             self.workers[info.name] = info
             self.by_id[r] = info
