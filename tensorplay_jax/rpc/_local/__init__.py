@@ -17,8 +17,6 @@ One module per job, in the order a connection meets them:
 - ``link``: ``LocalLink``, a socket link that lends shared-memory segments.
 - ``frames``: the frame kinds this adds, and the reader of passed descriptors.
 - ``segments``: shared-memory segments: staging, sealed mapping, the reuse pool.
-- ``watchdog``: ``on_reader_thread`` (the socket base's) where ``rpc/_futures``
-  imports it from.
 """
 
 from tensorplay_jax.rpc._local.link import LocalLink as LocalLink
@@ -26,7 +24,6 @@ from tensorplay_jax.rpc._local.server import LocalServer as LocalServer
 from tensorplay_jax.rpc._local.server import available as available
 from tensorplay_jax.rpc._local.server import connect_local as connect_local
 from tensorplay_jax.rpc._local.server import host_id as host_id
-from tensorplay_jax.rpc._socket.watchdog import on_reader_thread as on_reader_thread
 
 __all__ = [
     "LocalLink",
@@ -34,5 +31,4 @@ __all__ = [
     "available",
     "connect_local",
     "host_id",
-    "on_reader_thread",
 ]
