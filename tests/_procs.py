@@ -53,6 +53,19 @@ def reported(result: WorkerResult) -> dict:
     return json.loads(lines[0])
 
 
+def collected(out_dir: Path, results: Sequence[WorkerResult]) -> list[dict]:
+    """Each rank's :func:`tests._worker.hand_back` values from ``out_dir``, in rank order.
+
+    The workers ran with ``TPJ_TEST_OUT`` (``tests._worker.OUT_DIR``) set to ``out_dir``.
+    """
+    values = []
+    for r in results:
+        path = Path(out_dir) / f"{r.rank}.pkl"
+        assert path.exists(), f"rank {r.rank} handed nothing back\n{r}"
+        values.append(pickle.loads(path.read_bytes()))
+    return values
+
+
 def run_and_collect(
     script: Callable[[], object], nprocs: int, out_dir: Path, **kwargs: object
 ) -> list[dict]:
@@ -62,13 +75,7 @@ def run_and_collect(
     go to :func:`run_workers` (an ``env`` given there is extended, not replaced).
     """
     env = {**dict(kwargs.pop("env", None) or {}), OUT_DIR: str(out_dir)}  # type: ignore[arg-type]
-    results = run_workers(script, nprocs, env=env, **kwargs)  # type: ignore[arg-type]
-    collected = []
-    for r in results:
-        path = Path(out_dir) / f"{r.rank}.pkl"
-        assert path.exists(), f"rank {r.rank} handed nothing back\n{r}"
-        collected.append(pickle.loads(path.read_bytes()))
-    return collected
+    return collected(out_dir, run_workers(script, nprocs, env=env, **kwargs))  # type: ignore[arg-type]
 
 
 class WorkersFailed(AssertionError):
