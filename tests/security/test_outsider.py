@@ -25,7 +25,7 @@ import pytest
 from tensorplay_jax.rpc import _codec, _framing, _grpc, _local, _rendezvous, _tcp
 from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.runtime import secret as _secret
-from tests._procs import run_workers
+from tests._procs import reported, run_workers
 from tests.security import _rendezvous_workers as W
 
 MARKER = "pwned"
@@ -196,7 +196,8 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
     assert not job.is_alive()
     res = results[0]
     for r in res:
-        assert r.returncode == 0 and f"JOB-OK {r.rank}" in r.stdout, r
+        assert r.returncode == 0, r
+        assert reported(r) == {"rpc_sync": r.rank + 10, "remote": 5}, r
     # Nothing the outsider sent ran, and rank 1 was not squatted.
     assert not marker.exists(), "an outsider's payload ran"
     assert "already taken" not in res[1].stderr
