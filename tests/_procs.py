@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import secrets
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from pathlib import Path
 from tensorplay_jax.runtime.launch import free_port as free_port
 from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
 from tensorplay_jax.testing.netns import Cluster
-from tests._worker import RESULT
+from tests._worker import OUT_DIR, RESULT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ADDRESS_CHOICES = (LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV, "GLOO_SOCKET_IFNAME")
@@ -50,6 +51,31 @@ def reported(result: WorkerResult) -> dict:
     lines = [ln[len(RESULT) :] for ln in result.stdout.splitlines() if ln.startswith(RESULT)]
     assert len(lines) == 1, f"expected one {RESULT.strip()} line\n{result}"
     return json.loads(lines[0])
+
+
+def collected(out_dir: Path, results: Sequence[WorkerResult]) -> list[dict]:
+    """Each rank's :func:`tests._worker.hand_back` values from ``out_dir``, in rank order.
+
+    The workers ran with ``TPJ_TEST_OUT`` (``tests._worker.OUT_DIR``) set to ``out_dir``.
+    """
+    values = []
+    for r in results:
+        path = Path(out_dir) / f"{r.rank}.pkl"
+        assert path.exists(), f"rank {r.rank} handed nothing back\n{r}"
+        values.append(pickle.loads(path.read_bytes()))
+    return values
+
+
+def run_and_collect(
+    script: Callable[[], object], nprocs: int, out_dir: Path, **kwargs: object
+) -> list[dict]:
+    """:func:`run_workers`, then each rank's :func:`tests._worker.hand_back` values, in rank order.
+
+    ``out_dir`` is an empty directory (e.g. from ``tmp_path_factory``); other arguments
+    go to :func:`run_workers` (an ``env`` given there is extended, not replaced).
+    """
+    env = {**dict(kwargs.pop("env", None) or {}), OUT_DIR: str(out_dir)}  # type: ignore[arg-type]
+    return collected(out_dir, run_workers(script, nprocs, env=env, **kwargs))  # type: ignore[arg-type]
 
 
 class WorkersFailed(AssertionError):

@@ -5,13 +5,15 @@ A worker function lives in a module next to its tests (``tests/rpc/_workers.py``
 these helpers: the rank and world size from the environment, RPC start-up with the
 usual ``w{rank}`` names, an error check by substring, a bounded wait, a tape
 Tensor as numpy, and :func:`report`, which hands values back to the test process
-(read there with :func:`tests._procs.reported`): the test asserts, not the worker.
+(read there with :func:`tests._procs.reported`), or :func:`hand_back` for values
+too large or too typed for JSON (arrays): the test asserts, not the worker.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +67,19 @@ RESULT = "RESULT "
 def report(**values: Any) -> None:
     """Print one ``RESULT {json}`` line of ``values`` for the test process to check."""
     print(RESULT + json.dumps(values), flush=True)
+
+
+OUT_DIR = "TPJ_TEST_OUT"
+
+
+def hand_back(values: dict[str, Any]) -> None:
+    """Pickle ``values`` (arrays included) to ``$TPJ_TEST_OUT/{RANK}.pkl`` for the test process.
+
+    Read there with :func:`tests._procs.run_and_collect`.
+    """
+    rank, _ = rank_and_world_size()
+    with open(os.path.join(os.environ[OUT_DIR], f"{rank}.pkl"), "wb") as f:
+        pickle.dump(values, f)
 
 
 def error_text(fn: Callable, *args, **kwargs) -> str | None:

@@ -8,11 +8,13 @@ import socket
 import threading
 import time
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from tensorplay_jax.process_group._tcp_mesh import MAGIC, connect_mesh
 from tensorplay_jax.runtime import handshake
-from tests._procs import run_workers
+from tests._procs import run_and_collect
 from tests.distributed import _pg_workers as W
 
 
@@ -71,8 +73,30 @@ def test_mesh_times_out_naming_the_missing_members():
     lst.close()
 
 
-@pytest.mark.parametrize("nprocs", [4])
-def test_hierarchical_all_reduce_matches_numpy(nprocs):
-    res = run_workers(W.tcp_hierarchical, nprocs, timeout=240)
-    for w in res:
-        assert f"HIER-OK {w.rank}" in w.stdout, str(w)
+@pytest.fixture(scope="module")
+def hierarchical(tmp_path_factory) -> list[dict]:
+    """Every rank's results of one ``tcp_hierarchical`` job: 4 ranks, 2 per "host"."""
+    out = tmp_path_factory.mktemp("hier")
+    return run_and_collect(W.tcp_hierarchical, 4, out, timeout=240)
+
+
+def test_hierarchical_engine_has_a_local_group_per_host(hierarchical):
+    assert [got["local_n"] for got in hierarchical] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("dtype", W.HIER_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_hierarchical_all_reduce_matches_numpy(hierarchical, dtype):
+    n = len(hierarchical)
+    tol = 2e-2 if dtype == ml_dtypes.bfloat16 else 1e-6
+    for shape in W.HIER_SHAPES:
+        stack = np.stack([W.hier_input(k, shape, dtype) for k in range(n)])
+        answers = {"sum": stack.sum(0), "max": stack.max(0), "min": stack.min(0)}
+        if dtype != np.int32:
+            answers["avg"] = stack.astype(np.float64).mean(0)
+        for r, got in enumerate(hierarchical):
+            for name, want in answers.items():
+                y = got[f"{np.dtype(dtype).name}{shape}/{name}"]
+                assert y.shape == shape and y.dtype == dtype, (r, shape, name, y.shape, y.dtype)
+                np.testing.assert_allclose(
+                    y.astype(np.float64), want, rtol=tol, err_msg=f"rank {r} {shape} {name}"
+                )

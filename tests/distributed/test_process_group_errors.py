@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tensorplay_jax.distributed as dist
-from tests._procs import free_port, run_workers
+from tensorplay_jax.runtime.settings import PG_SHM_DEPTH
+from tests._procs import free_port, run_and_collect, run_workers
 from tests.distributed import _pg_workers as W
 
 
@@ -58,11 +59,144 @@ def test_init_process_group_rejects_bad_arguments(monkeypatch, kwargs, exc, msg)
     assert not dist.is_initialized()
 
 
-def test_mismatches_and_bad_arguments_raise_on_every_rank():
-    port = free_port()
-    res = run_workers(W.errors, 2, args=[str(port)], timeout=180)
-    for w in res:
-        assert f"ERRORS-OK {w.rank}" in w.stdout, str(w)
+ENGINES = ("shm", "xla", "tcp")
+_SHAPES = "(rank 0: (2,), rank 1: (3,))"
+_EARLIER = "not run, because an earlier call"
+
+# case: (engines, the error each rank raises: "Type: substring", or None: it returned)
+ERRORS = {
+    "init_twice": (ENGINES, ["RuntimeError: already initialized"] * 2),
+    "shape_mismatch": (
+        ENGINES,
+        [f"ValueError: all_reduce: shape mismatch across ranks {_SHAPES}"] * 2,
+    ),
+    "dtype_mismatch": (ENGINES, ["ValueError: all_gather: dtype mismatch across ranks"] * 2),
+    "different_collectives": (
+        ENGINES,
+        ["ValueError: different collectives (rank 0: all_reduce, rank 1: all_gather)"] * 2,
+    ),
+    "reduce_dst_disagrees": (
+        ENGINES,
+        ["ValueError: reduce: ranks disagree on src/dst (rank 0: 0, rank 1: 1)"] * 2,
+    ),
+    "broadcast_src_disagrees": (
+        ("xla", "tcp"),
+        ["ValueError: broadcast: ranks disagree on src/dst (rank 0: 0, rank 1: 1)"] * 2,
+    ),
+    # A small shared-memory broadcast's src does not wait for the receivers: a
+    # disagreement surfaces on the receivers at once and on the src at its next call,
+    # which then runs on no rank.
+    "broadcast_shape_mismatch": (
+        ("xla", "tcp"),
+        ["ValueError: broadcast: shape mismatch across ranks"] * 2,
+    ),
+    "broadcast_shape_mismatch_src_first": (
+        ("shm",),
+        [None, f"ValueError: shape mismatch across ranks {_SHAPES}"],
+    ),
+    "broadcast_both_src": (("shm",), [None, None]),
+    "after_both_src": (
+        ("shm",),
+        ["ValueError: all_reduce: not run, because an earlier call this rank made as src"] * 2,
+    ),
+    "after_shape_mismatch": (("shm",), [f"ValueError: all_gather: {_EARLIER}"] * 2),
+    "broadcast_that_finds_it": (("shm",), [f"ValueError: broadcast: {_EARLIER}"] * 2),
+    "src_out_of_range": (
+        ENGINES,
+        ["ValueError: broadcast: src=5 is out of range; valid ranks are 0..1"] * 2,
+    ),
+    "dst_negative": (ENGINES, ["ValueError: reduce: dst=-1 is out of range"] * 2),
+    "dst_float": (ENGINES, ["TypeError: gather: dst=0.0 must be an int rank"] * 2),
+    "scatter_leading_axis": (
+        ENGINES,
+        ["ValueError: scatter: tensor must have a leading axis of the group size 2"] * 2,
+    ),
+    "split_sizes_disagree": (
+        ENGINES,
+        ["ValueError: does not match what the others send it"] * 2,
+    ),
+    "split_sizes_sum": (
+        ENGINES,
+        ["ValueError: input_split_sizes=[1, 1] sum to 2, but tensor has 4 rows"] * 2,
+    ),
+    "avg_of_ints": (
+        ENGINES,
+        ["TypeError: all_reduce: op='avg' needs a floating or complex input"] * 2,
+    ),
+    "unknown_op": (ENGINES, ["ValueError: all_reduce: unknown op='median'"] * 2),
+    "send_to_self": (
+        ENGINES,
+        [f"ValueError: send: dst={r} is this process's own rank" for r in (0, 1)],
+    ),
+    "p2p_shape_mismatch": (
+        ENGINES,
+        [
+            "ValueError: send: shape mismatch across ranks",
+            "ValueError: recv: shape mismatch across ranks",
+        ],
+    ),
+    "new_group_out_of_range": (
+        ENGINES,
+        ["ValueError: new_group: ranks=[0, 7] must be distinct ranks in 0..1 ([7] out of range)"]
+        * 2,
+    ),
+    "src_not_member": (
+        ENGINES,
+        ["ValueError: broadcast: src=1 is not a member of the group [0]", "absent"],
+    ),
+    "non_member": (
+        ENGINES,
+        ["absent", "ValueError: rank 1 is not a member of the group with ranks [0]"],
+    ),
+    "after_destroy": (ENGINES, ["RuntimeError: has not been initialized"] * 2),
+}
+
+
+@pytest.fixture(scope="module")
+def errors(tmp_path_factory) -> list[dict]:
+    """Both ranks' results of one ``_pg_workers.errors`` job (every engine in turn)."""
+    out = tmp_path_factory.mktemp("errors")
+    return run_and_collect(W.errors, 2, out, args=[str(free_port())], timeout=180)
+
+
+def _matches(got: object, want: str | None) -> bool:
+    if want is None or got is None:
+        return got is want
+    kind, _, text = want.partition(": ")
+    return str(got).startswith(kind + ": ") and text in str(got)
+
+
+@pytest.mark.parametrize(
+    "engine, case", [(e, c) for c, (engines, _) in ERRORS.items() for e in engines]
+)
+def test_bad_call_raises_the_same_error_on_every_rank(errors, engine, case):
+    for r, want in enumerate(ERRORS[case][1]):
+        key = f"{engine}/{case}"
+        if want == "absent":
+            assert key not in errors[r], (r, key)
+        else:
+            assert key in errors[r] and _matches(errors[r][key], want), (r, key, errors[r].get(key))
+
+
+def test_shm_mismatched_broadcast_ahead_is_found_within_the_ring_depth(errors):
+    # A src running broadcasts ahead validates each at the latest PG_SHM_DEPTH - 1
+    # calls later; the calls in between run, the one that finds it runs nowhere.
+    assert errors[0]["shm/broadcast_shape_mismatch_ahead"] is None
+    want = "ValueError: shape mismatch across ranks"
+    assert _matches(errors[1]["shm/broadcast_shape_mismatch_ahead"], want)
+    for r in (0, 1):
+        assert errors[r]["shm/broadcasts_in_between"] == [1.0] * (PG_SHM_DEPTH - 2), r
+        assert _matches(
+            errors[r]["shm/broadcast_that_finds_it"], ERRORS["broadcast_that_finds_it"][1][r]
+        )
+        assert errors[r]["shm/all_reduce_after_ahead"] == 2.0, r  # and the group works on
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_group_works_after_the_errors(errors, engine):
+    for r in (0, 1):
+        np.testing.assert_allclose(errors[r][f"{engine}/all_reduce_after"], np.full(4, 2.0))
+    np.testing.assert_allclose(errors[0][f"{engine}/solo_all_reduce"], np.ones(4))
 
 
 # A live peer that never joins first: the barrier test takes those three (indirect), at the

@@ -6,7 +6,6 @@ host, the TCP link between hosts (TLS keeps everything on gRPC).
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
@@ -16,31 +15,68 @@ import numpy as np
 import optax
 import pytest
 
-from tests._procs import reported, run_on_hosts
+from tests._procs import collected, reported, run_on_hosts
+from tests._worker import OUT_DIR
 from tests.multihost import _workers as W
 
-
-def _links(results) -> dict[tuple[int, int], str]:
-    out = {}
-    for r in results:
-        for a, b, kind in re.findall(r"^LINK (\d+)->(\d+) (\w+)$", r.stdout, re.M):
-            out[int(a), int(b)] = kind
-    return out
+HOST_LAYOUTS = {"1-per-host": [0, 1], "2-per-host": [0, 0, 1, 1]}
 
 
-@pytest.mark.parametrize("hosts", [[0, 1], [0, 0, 1, 1]], ids=["1-per-host", "2-per-host"])
-def test_rpc_between_hosts(on_hosts, hosts):
-    res = on_hosts(W.rpc_calls, hosts, timeout=150)
+@pytest.fixture(scope="module", params=list(HOST_LAYOUTS))
+def calls(request, cluster, tmp_path_factory) -> tuple[list[int], list[dict]]:
+    """``(hosts, every rank's {peer: results})`` of one ``rpc_calls`` job."""
+    hosts = HOST_LAYOUTS[request.param]
+    out = tmp_path_factory.mktemp(f"rpc-{request.param}")
+    res = run_on_hosts(cluster, W.rpc_calls, hosts, timeout=150, env={OUT_DIR: str(out)})
+    return hosts, collected(out, res)
+
+
+def _pairs(calls):
+    hosts, got = calls
+    for rank, per_peer in enumerate(got):
+        assert sorted(per_peer) == [p for p in range(len(hosts)) if p != rank], rank
+        for peer, seen in per_peer.items():
+            yield rank, peer, seen
+
+
+def test_rpc_reaches_the_peer_on_its_host(calls, cluster):
+    hosts = calls[0]
+    for _rank, peer, seen in _pairs(calls):
+        assert seen["where"] == (peer, cluster.hosts[hosts[peer]]), (_rank, peer, seen["where"])
+
+
+def test_rpc_sync_and_async_return_the_peers_results(calls):
+    x = np.arange(6.0, dtype=np.float32)
+    for rank, peer, seen in _pairs(calls):
+        np.testing.assert_array_equal(seen["add"], x + peer, err_msg=f"{rank}->{peer}")
+        for k, y in enumerate(seen["async"]):
+            np.testing.assert_array_equal(y, x * k, err_msg=f"{rank}->{peer} async {k}")
+
+
+def test_remote_rrefs_both_ways(calls):
+    x = np.arange(6.0, dtype=np.float32)
+    for rank, peer, seen in _pairs(calls):
+        assert seen["rref_owner"] == f"w{peer}" and seen["rref_is_owner"] is False
+        np.testing.assert_array_equal(seen["rref_value"], np.arange(peer + 3))
+        assert seen["rref_sum"] == float((x + rank).sum()), (rank, peer)
+
+
+def test_a_4_mib_argument_comes_back_intact(calls):
+    for rank, peer, seen in _pairs(calls):
+        np.testing.assert_array_equal(seen["echo"], W.big_payload(rank), err_msg=f"{rank}->{peer}")
+
+
+def test_each_pair_uses_the_socket_on_a_host_and_tcp_between_hosts(calls):
+    hosts = calls[0]
+    links = {(rank, peer): seen["link"] for rank, peer, seen in _pairs(calls)}
     n = len(hosts)
-    for r in res:
-        assert f"RPC-OK {r.rank}" in r.stdout, str(r)
     want = {
         (a, b): "socket" if hosts[a] == hosts[b] else "tcp"
         for a in range(n)
         for b in range(n)
         if a != b
     }
-    assert _links(res) == want
+    assert links == want
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +128,13 @@ def test_tls_across_hosts(cluster, on_hosts, tmp_path):
          "-subj", "/CN=tpj-multihost", "-addext", f"subjectAltName={san}"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    hosts = [0, 1]
-    res = on_hosts(W.tls, hosts, timeout=150, env={"TPJ_CERTS": str(tmp_path)})
-    for r in res:
-        assert f"TLS-OK {r.rank}" in r.stdout, str(r)
-    assert _links(res) == {(0, 1): "grpc", (1, 0): "grpc"}
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"TPJ_CERTS": str(tmp_path), OUT_DIR: str(out)}
+    got = collected(out, on_hosts(W.tls, [0, 1], timeout=150, env=env))
+    x = np.arange(3 << 18, dtype=np.float32)
+    for rank, seen in enumerate(got):
+        peer = 1 - rank
+        np.testing.assert_array_equal(seen["echo"], x, err_msg=f"rank {rank}")
+        assert seen["remote_where"] == (peer, cluster.hosts[peer]), seen["remote_where"]
+        assert seen["link"] == "grpc", (rank, seen["link"])

@@ -4,17 +4,104 @@ Every kind of use (``to_here``, the three proxies, passing the RRef on to
 ``rpc_sync``/``rpc_async``/``remote``) raises an ``RpcTimeoutError`` naming the
 owner, the function and the timeout, whether it started before the deadline or
 after; within the timeout every use works; the owner frees the values all the
-same once the user drops its RRefs.
+same once the user drops its RRefs. This process is ``w0`` (the user), ``w1`` owns
+the values, ``w2`` receives RRefs passed on.
 """
 
 from __future__ import annotations
 
+import gc
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tensorplay_jax.distributed import rpc
+from tests._worker import expect, wait_until
 from tests.rpc import _rref_workers as W
+from tests.rpc import _targets as T
+from tests.rpc._jobs import rpc_job
+
+T_OUT = 0.4  # the remote() timeout
+SLOW = 1.5  # how long the owner takes to make the value
+# What a timeout says: the owner, the function and the timeout.
+SAYS = [f"RPC ran for more than {T_OUT:g} seconds", "'w1'", "make_slowly"]
+
+USES: dict[str, Callable[[rpc.RRef], int]] = {
+    "to_here": lambda r: r.to_here().total(),
+    "rref.rpc_sync()": lambda r: r.rpc_sync().total(),
+    "rref.rpc_async()": lambda r: r.rpc_async().total().wait(),
+    "rref.remote()": lambda r: r.remote().total().to_here(),
+    "passed to rpc_sync": lambda r: rpc.rpc_sync("w2", W.fetch_total, args=(r,)),
+    "passed to rpc_async": lambda r: rpc.rpc_async("w2", W.fetch_total, args=(r,)).wait(),
+    "passed to remote": lambda r: rpc.remote("w2", W.fetch_total, args=(r,)).to_here(),
+}
+made = [0]  # make_slowly values this module asked w1 for (each is made, late or not)
 
 
-def test_remote_timeout_fails_every_later_use_and_leaks_nothing(workers):
-    res = workers(W.remote_timeout, 3, timeout=180)
-    out = res[0].stdout
-    for line in ("OVERDUE-OK", "LATE-OK", "IN-TIME-OK", "NO-LEAK-OK"):
-        assert line in out, res[0]
-    assert all(f"DONE {r.rank}" in r.stdout for r in res)
+def _remote(delay: float, n: int, timeout: float) -> rpc.RRef:
+    made[0] += 1
+    return rpc.remote("w1", W.make_slowly, args=(delay, n), timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def job():
+    with rpc_job(3, timeout=60) as w:
+        yield w
+
+
+@pytest.mark.parametrize("use", list(USES))
+def test_a_use_right_after_remote_fails_once_the_creation_is_overdue(job, use):
+    # It fails at T_OUT, not when the value is made (SLOW), and never returns the value.
+    r = _remote(SLOW, 4, T_OUT)
+    t0 = time.monotonic()
+    e = expect(rpc.RpcTimeoutError, SAYS, USES[use], r)
+    assert time.monotonic() - t0 < SLOW - 0.2
+    assert isinstance(e, TimeoutError)
+    assert not r.confirmed_by_owner()
+    # The next use fails at once, naming what was tried.
+    t0 = time.monotonic()
+    expect(rpc.RpcTimeoutError, ["not confirmed by its owner in time", *SAYS], USES[use], r)
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_to_here_after_a_timed_out_use_says_the_creation_was_not_confirmed(job):
+    r = _remote(SLOW, 4, T_OUT)
+    expect(rpc.RpcTimeoutError, SAYS, USES["passed to remote"], r)
+    expect(
+        rpc.RpcTimeoutError, ["to_here: this RRef's creation was not confirmed", *SAYS], r.to_here
+    )
+
+
+def test_a_use_after_the_deadline_raises_at_once(job):
+    late = _remote(SLOW, 4, T_OUT)
+    time.sleep(T_OUT + 0.3)
+    for name, use in USES.items():
+        t0 = time.monotonic()
+        expect(rpc.RpcTimeoutError, SAYS, use, late)
+        assert time.monotonic() - t0 < 0.3, name
+
+
+@pytest.mark.parametrize("use", list(USES))
+def test_every_use_works_within_the_timeout(job, use):
+    assert USES[use](_remote(0.1, 5, 10)) == 10
+
+
+def test_a_confirmed_rref(job):
+    r = _remote(0.1, 5, 10)
+    assert r.to_here().total() == 10 and r.confirmed_by_owner()
+
+
+def test_an_error_in_the_function_stays_that_error(job):
+    bad = rpc.remote("w1", T.fail, args=("boom",), timeout=10)
+    expect(ValueError, ["boom"], bad.to_here)
+
+
+def test_the_owner_frees_every_value_once_its_user_dropped_it(job):
+    # Timed out or not: the owner made every value (some late), and frees each.
+    gc.collect()
+    owner = lambda: rpc.rpc_sync("w1", W.made_and_alive)
+    wait_until(lambda: owner() == (made[0], 0), timeout=30)
+    # KNOWN BUG, not checked here: the owner can keep one bookkeeping record (a fork
+    # of a remote() that timed out on the user) after its value is gone
+    # (num_owner_rrefs == 1, most runs under load); see the closing note of issue 15.

@@ -1,7 +1,8 @@
 """Worker functions for the process-group security tests (run in real processes by ``run_workers``).
 
 Each reads its rank from ``RANK`` and its case from ``PGX_*`` environment variables, and
-reports by printing tagged lines (``RAISED ...``, ``REFUSED ...``) that the tests parse.
+reports by printing tagged lines (``RAISED ...``, ``REFUSED ...``) that the tests parse, or
+hands values back with ``tests._worker.report``.
 """
 
 from __future__ import annotations
@@ -81,21 +82,23 @@ def planted_values() -> None:
 
     Rank 1 acts as the outsider: it writes into JAX's key-value store directly (as
     anyone who reaches the coordinator port can), then the rank that would read
-    the value makes the call. Each refusal prints ``REFUSED <case> ...``; after each,
-    both ranks rebuild the process group and check that it still works.
+    the value makes the call; after each, both ranks rebuild the process group and
+    use it. Hands back (``tests._worker.report``) what the call that read a planted
+    value raised (``error_text``: None if it was accepted) and every collective's result.
     """
     import tensorplay_jax.distributed as dist
+    from tensorplay_jax.process_group import _group as pg
+    from tests._worker import error_text, report
 
     rank = int(os.environ["RANK"])
     timeout = float(_env("PGX_TIMEOUT", "10"))
     x = np.ones(8, np.float32)
+    got: dict[str, object] = {}
 
     # 1. A replayed XLA descriptor for rank 1's next call, read by rank 0: the outsider
     #    copies rank 1's last (genuine) descriptor to the key of its next one.
     dist.init_process_group("gloo", timeout=timeout, engine="xla")
-    np.testing.assert_allclose(np.asarray(dist.all_reduce(x)), 2 * x)
-    from tensorplay_jax.process_group import _group as pg
-
+    got["xla/before"] = np.asarray(dist.all_reduce(x)).tolist()
     eng = pg.world().world.engine
     if rank == 1:
         client = _raw_client()
@@ -103,13 +106,13 @@ def planted_values() -> None:
         client.key_value_set_bytes(f"{eng.key}/{eng.seq + 1}/1", old, allow_overwrite=True)
     dist.barrier()
     if rank == 0:
-        _expect_refused("descriptor", dist.all_reduce, x)
+        got["descriptor"] = error_text(dist.all_reduce, x)
     dist.barrier()
     dist.destroy_process_group()
 
     # 2. A planted shared-memory segment name for a new shm group, read by rank 1.
     dist.init_process_group("gloo", timeout=timeout, engine="shm")
-    np.testing.assert_allclose(np.asarray(dist.all_reduce(x)), 2 * x)
+    got["shm/before"] = np.asarray(dist.all_reduce(x)).tolist()
     w = pg.world()
     key = f"{w.prefix}/g{w.next_gid}/ctrl"
     if rank == 1:
@@ -120,7 +123,7 @@ def planted_values() -> None:
             f.truncate(64 << 20)  # sparse; large enough to map as a control segment
         try:
             _raw_client().key_value_set_bytes(key, evil.encode(), allow_overwrite=True)
-            _expect_refused("shm-path", dist.new_group, [0, 1])
+            got["shm-path"] = error_text(dist.new_group, [0, 1])
         finally:
             os.unlink(evil)
     dist.barrier()
@@ -129,12 +132,11 @@ def planted_values() -> None:
     # 3. The job still works for its real ranks.
     for engine in ("shm", "xla"):
         dist.init_process_group("gloo", timeout=timeout, engine=engine)
-        y = np.asarray(dist.all_reduce(x * (rank + 1)))
-        np.testing.assert_allclose(y, 3 * x)
+        got[f"{engine}/after"] = np.asarray(dist.all_reduce(x * (rank + 1))).tolist()
         pair = dist.new_group([0, 1])
-        np.testing.assert_allclose(np.asarray(dist.all_reduce(x, group=pair)), 2 * x)
+        got[f"{engine}/pair"] = np.asarray(dist.all_reduce(x, group=pair)).tolist()
         dist.destroy_process_group()
-    print(f"JOB-OK {rank}", flush=True)
+    report(**got)
 
 
 def different_secrets() -> None:

@@ -10,6 +10,7 @@ import sys
 import time
 
 from tensorplay_jax.distributed import rpc
+from tests._worker import report
 from tests.rpc import _targets as T
 
 
@@ -31,7 +32,8 @@ def _publish(path: pathlib.Path, obj: object) -> None:
 
 
 def outsider_target_job() -> None:
-    """Two real workers an outsider (the test process) attacks; they must keep serving.
+    """Two real workers an outsider (the test process) attacks; they must keep serving
+    (each reports, once the outsider is done, what one call to the other returned).
 
     Rank 1 joins only once the outsider has probed the store (``store-probed``),
     so the probe runs while rank 0 waits in the rendezvous, the rank-1 key free.
@@ -53,19 +55,21 @@ def outsider_target_job() -> None:
     )
     _wait_for(tmp / "outsider-done")
     other = f"w{1 - rank}"
-    assert rpc.rpc_sync(other, T.add, args=(rank, 10)) == rank + 10
-    assert rpc.remote(other, T.add, args=(2, 3)).to_here() == 5
+    got = {
+        "rpc_sync": rpc.rpc_sync(other, T.add, args=(rank, 10)),
+        "remote": rpc.remote(other, T.add, args=(2, 3)).to_here(),
+    }
     rpc.shutdown()
-    print("JOB-OK", rank, flush=True)
+    report(**got)
 
 
 def two_workers_ping() -> None:
-    """The smallest real job: each worker calls the other once."""
+    """The smallest real job: each worker calls the other once and reports the reply."""
     rank = _rank()
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
-    assert rpc.rpc_sync(f"w{1 - rank}", T.add, args=(rank, 1)) == rank + 1
+    reply = rpc.rpc_sync(f"w{1 - rank}", T.add, args=(rank, 1))
     rpc.shutdown()
-    print("PING-OK", rank, flush=True)
+    report(reply=reply)
 
 
 def init_expecting_error() -> None:

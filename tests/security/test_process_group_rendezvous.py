@@ -17,20 +17,37 @@ import stat
 import pytest
 
 from tensorplay_jax.process_group import _shared_memory as shared_memory
+from tests._procs import reported, run_workers
 from tests.security import _pg_workers
 
 REFUSAL = "not signed with this job's secret"
 
 
-def test_planted_values_are_refused_and_the_job_still_works(workers):
-    res = workers(_pg_workers.planted_values, 2, timeout=150, env={"PGX_TIMEOUT": "10"})
-    assert re.search(rf"REFUSED descriptor \w+: all_reduce: .*{REFUSAL}", res[0].stdout), str(
-        res[0]
-    )
-    assert re.search(rf"REFUSED shm-path \w+: new_group: .*{REFUSAL}", res[1].stdout), str(res[1])
-    for w in res:
-        assert "ACCEPTED" not in w.stdout, str(w)
-        assert f"JOB-OK {w.rank}" in w.stdout, str(w)
+@pytest.fixture(scope="module")
+def planted() -> list[dict]:
+    """Both ranks' reports of one ``planted_values`` job (rank 1 plants, the reader calls)."""
+    res = run_workers(_pg_workers.planted_values, 2, timeout=150, env={"PGX_TIMEOUT": "10"})
+    return [reported(w) for w in res]
+
+
+def test_a_replayed_descriptor_is_refused(planted):
+    got = planted[0]["descriptor"]
+    assert got is not None, "the replayed descriptor was accepted"
+    assert re.fullmatch(rf"\w+: all_reduce: .*{REFUSAL}.*", got, re.S), got
+
+
+def test_a_planted_segment_name_is_refused(planted):
+    got = planted[1]["shm-path"]
+    assert got is not None, "the planted segment name was accepted"
+    assert re.fullmatch(rf"\w+: new_group: .*{REFUSAL}.*", got, re.S), got
+
+
+@pytest.mark.parametrize("engine", ["xla", "shm"])
+def test_the_group_works_before_and_after_the_planting(planted, engine):
+    for r, got in enumerate(planted):
+        assert got[f"{engine}/before"] == [2.0] * 8, r
+        assert got[f"{engine}/after"] == [3.0] * 8, r  # ranks give 1 and 2
+        assert got[f"{engine}/pair"] == [2.0] * 8, r
 
 
 def test_ranks_with_different_secrets_refuse_each_other(workers):
