@@ -262,6 +262,14 @@ class Agent:
 
     # ------------------------------------------------------------------ lookups
 
+    def debug_counters(self) -> dict[str, int]:
+        """``rpc.get_debug_info``'s counters: pending calls, served calls in flight, owned RRefs."""
+        return {
+            "num_pending_requests": len(self._pending),
+            "num_inflight_served": self._flight.serving,
+            "num_owner_rrefs": len(self.rrefs.owned_ids()),
+        }
+
     def resolve(self, to: Any, what: str) -> WorkerInfo:
         if isinstance(to, WorkerInfo):
             info = self.by_id.get(to.id)

@@ -221,9 +221,7 @@ def get_debug_info() -> dict[str, Any]:
         "name": agent.name,
         "rank": agent.rank,
         "world_size": agent.world_size,
-        "num_pending_requests": len(agent._pending),
-        "num_inflight_served": agent._flight.serving,
-        "num_owner_rrefs": len(agent.rrefs.owned_ids()),
+        **agent.debug_counters(),
     }
 
 
