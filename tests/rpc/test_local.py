@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 import pytest
 
-from tensorplay_jax.rpc import _codec, _local
+from tensorplay_jax.rpc import _codec, _local, _socket
 from tests.rpc import _workers as W
 
 pytestmark = pytest.mark.skipif(not _local.available(), reason="needs Linux memfd + Unix sockets")
@@ -173,7 +173,7 @@ def test_reader_does_frame_work_inline_and_is_relieved_when_it_blocks():
 
     def on_message(link, m):
         tag = bytes(m.envelope)
-        seen.put((tag, threading.get_ident(), _local.on_reader_thread(), time.monotonic()))
+        seen.put((tag, threading.get_ident(), _socket.on_reader_thread(), time.monotonic()))
         if tag == b"block":
             assert gate.wait(30)  # opened by the handler of a LATER frame on this link
         elif tag == b"open":
