@@ -10,7 +10,9 @@ by name and resolve in the destination's own ``__main__``, with its globals,
 locks and module state. Elsewhere (a notebook, a REPL, ``python -c``, another
 script) and for what has no name there (a lambda, a nested function) they go
 by value. Inside pickled values (a ``functools.partial``, an instance of a
-main-script class) the same rule holds, through :func:`dumps`.
+main-script class) the same rule holds, through :func:`dumps`. By-value code
+keeps its file name (``runtime.pickling``), so a remote traceback shows the
+sender's file and lines.
 
 Costs per call: whether an object goes by reference is cached per object;
 the by-value bytes of a function are cached per function while the values it
@@ -35,6 +37,7 @@ from typing import Any
 import cloudpickle
 
 from tensorplay_jax.rpc._registry import DecodeError
+from tensorplay_jax.runtime import pickling
 
 _FUNC_CACHE_SIZE = 256
 _MAIN_NAMES = ("__main__", "__mp_main__")  # a multiprocessing child names its main this way
@@ -178,8 +181,8 @@ def load_objref(rec: list[Any]) -> Any:
 # By value
 
 
-class _MainPickler(cloudpickle.Pickler):
-    """cloudpickle that sends main-script functions and classes by name."""
+class _MainPickler(pickling.Pickler):
+    """cloudpickle that sends main-script functions and classes by name (file names kept)."""
 
     def reducer_override(self, obj: Any) -> Any:
         if callable(obj):  # functions, classes, jitted functions, custom_vjp ...
@@ -198,7 +201,7 @@ def dumps(obj: Any, main: bool = False) -> bytes:
       0
     """
     if not main:
-        return cloudpickle.dumps(obj)
+        return pickling.dumps(obj)
     buf = io.BytesIO()
     _MainPickler(buf).dump(obj)
     return buf.getvalue()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -26,6 +27,13 @@ from typing import IO, Any
 import cloudpickle
 
 from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime._main_script import (
+    BOOT,
+    MainByName,
+    check_not_importing_main,
+    main_script,
+)
+from tensorplay_jax.runtime.pickling import Pickler
 from tensorplay_jax.runtime.secret import new_secret
 from tensorplay_jax.runtime.settings import (
     INSECURE_ENV,
@@ -226,17 +234,6 @@ def worker_env(
     return env
 
 
-_BOOT = """
-import sys, cloudpickle
-with open(sys.argv[1], "rb") as f:
-    fn, args = cloudpickle.load(f)
-rank = int(sys.argv[2])
-result = fn(rank, *args)
-with open(sys.argv[1] + f".{rank}.out", "wb") as f:
-    cloudpickle.dump(result, f)
-"""
-
-
 class LocalWorkers:
     """Handle on workers started by ``spawn(..., join=False)``."""
 
@@ -266,6 +263,8 @@ class LocalWorkers:
                     f"spawn: worker rank {rank} exited with code {rc}; stopped the other workers "
                     "(its traceback is in the output above)"
                 )
+            # A worker's main-script classes are ``__mp_main__``'s there: this process's main.
+            sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
             results = []
             for rank in self._group.ranks:
                 with open(f"{self._blob}.{rank}.out", "rb") as f:
@@ -294,7 +293,13 @@ def spawn(
 ) -> list[Any] | LocalWorkers:
     """Run ``fn(rank, *args)`` in ``nprocs`` new local processes (works from a notebook).
 
-    ``fn`` may be defined in the notebook: it travels by value (cloudpickle).
+    As ``torch.multiprocessing.spawn``: each worker first imports this
+    process's main script as ``__mp_main__`` (its top level runs there, its
+    ``if __name__ == "__main__":`` block does not; ``sys.argv`` and
+    ``sys.path`` are this process's), then calls ``fn``, found by name in that
+    module. A function with no name there (a closure, one from a notebook or
+    under the ``__main__`` guard) travels by value (cloudpickle), keeping its
+    file name, so a worker's traceback shows the user's file and lines.
     Each process gets the RPC environment (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank)``. Unless
     ``TENSORPLAY_JAX_RPC_SECRET`` (or ``..._SECRET_FILE``) is set, the job gets a
@@ -318,12 +323,18 @@ def spawn(
     Returns:
       The return values in rank order, or a :class:`LocalWorkers` handle.
 
+    Raises:
+      RuntimeError: a worker failed (with ``join``), or this is a worker still
+        importing the main script (a script that spawns at its top level, not
+        under ``if __name__ == "__main__":``).
+
     Example:
       >>> def hello(rank):
       ...     return rank * 10
       >>> spawn(hello, 2, timeout=60)
       [0, 10]
     """
+    check_not_importing_main("spawn")
     ws = world_size or nprocs + rank_offset
     port = master_port or free_port(master_addr)
     secret_env = launch_secret_env("spawn", multi_node=False)
@@ -332,14 +343,17 @@ def spawn(
         os.environ[SECRET_ENV] = secret_env[SECRET_ENV]
     workdir = tempfile.TemporaryDirectory(prefix="tpj-spawn-")
     blob = Path(workdir.name) / "fn.pkl"
+    main = main_script()
     with open(blob, "wb") as f:
-        cloudpickle.dump((fn, tuple(args)), f)
+        pickle.dump(main, f)
+        pickler = MainByName if main["module"] or main["file"] else Pickler
+        pickler(f).dump((fn, tuple(args)))
     ranks = [rank_offset + i for i in range(nprocs)]
     here = str(Path(__file__).resolve().parents[2])
     extra = {**secret_env, **(env or {})}
     extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, settings.raw("PYTHONPATH")) if p)
     envs = [worker_env(r, i, ws, nprocs, master_addr, port, extra) for i, r in enumerate(ranks)]
-    cmds = [[sys.executable, "-c", _BOOT, str(blob), str(r)] for r in ranks]
+    cmds = [[sys.executable, "-c", BOOT, str(blob), str(r)] for r in ranks]
     group = WorkerProcesses(cmds, envs, ranks)
     handle = LocalWorkers(group, workdir, blob, master_addr, port)
     return handle.join(timeout) if join else handle
