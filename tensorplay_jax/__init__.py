@@ -4,6 +4,7 @@ import jax.numpy as _jnp
 
 from tensorplay_jax import autograd as autograd
 from tensorplay_jax import collectives as collectives
+from tensorplay_jax import distributions as distributions
 from tensorplay_jax import futures as futures
 from tensorplay_jax import nn as nn
 from tensorplay_jax import tensors as tensors
@@ -20,6 +21,9 @@ from tensorplay_jax.autograd import set_grad_enabled as set_grad_enabled
 # whatever that worker imported itself (a callee that only imported rpc still decodes
 # Tensors and records autograd).
 from tensorplay_jax.distributed import autograd as _distributed_autograd  # noqa: F401
+from tensorplay_jax.runtime import accelerator as accelerator
+from tensorplay_jax.runtime import cuda as cuda
+from tensorplay_jax.runtime.device import device as device
 from tensorplay_jax.tensors import *  # noqa: F403  (the tensor library's __all__ is tp's)
 
 # dtypes, as tensorplay spells them (JAX/NumPy dtype objects)
@@ -34,11 +38,15 @@ bool_ = _jnp.bool_
 __version__ = "0.1.0"
 
 __all__ = [
+    "accelerator",
     "apply",
     "autograd",
     "bfloat16",
     "bool_",
     "collectives",
+    "cuda",
+    "device",
+    "distributions",
     "enable_grad",
     "float16",
     "float32",

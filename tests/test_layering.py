@@ -56,6 +56,7 @@ LAYERS: dict[str, set[str]] = {
     "tensors": {"runtime", "autograd"},
     "collectives": {"runtime"},
     "nn": {"runtime", "autograd", "tensors"},
+    "distributions": {"runtime", "autograd", "tensors"},
     "rpc": {"runtime", "futures"},
     # process groups need only the runtime and ReduceOp (collectives/reduce_op.py), and
     # "futures", the one public Future module that process groups and RPC return.

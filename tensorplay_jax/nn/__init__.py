@@ -9,6 +9,7 @@ Initialisations follow tensorplay and draw from ``tp.manual_seed``.
 
 from tensorplay_jax.nn import functional as functional
 from tensorplay_jax.nn import init as init
+from tensorplay_jax.nn._activation import AdaptiveAvgPool2d as AdaptiveAvgPool2d
 from tensorplay_jax.nn._activation import Dropout as Dropout
 from tensorplay_jax.nn._activation import Dropout2d as Dropout2d
 from tensorplay_jax.nn._activation import Flatten as Flatten
@@ -30,11 +31,15 @@ from tensorplay_jax.nn._loss import CrossEntropyLoss as CrossEntropyLoss
 from tensorplay_jax.nn._loss import MSELoss as MSELoss
 from tensorplay_jax.nn._loss import NLLLoss as NLLLoss
 from tensorplay_jax.nn._module import Module as Module
+from tensorplay_jax.nn._normalization import BatchNorm2d as BatchNorm2d
 from tensorplay_jax.nn._normalization import LayerNorm as LayerNorm
 from tensorplay_jax.nn._parameter import Parameter as Parameter
+from tensorplay_jax.nn._recurrent import LSTM as LSTM
 from tensorplay_jax.nn._sparse import Embedding as Embedding
 
 __all__ = [
+    "AdaptiveAvgPool2d",
+    "BatchNorm2d",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
@@ -42,6 +47,7 @@ __all__ = [
     "Embedding",
     "Flatten",
     "Identity",
+    "LSTM",
     "LayerNorm",
     "Linear",
     "LogSoftmax",

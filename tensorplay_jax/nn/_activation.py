@@ -1,4 +1,4 @@
-"""Parameter-free layers: ReLU, Tanh, Sigmoid, Softmax, LogSoftmax, Flatten, Dropout."""
+"""Parameter-free layers: activations, Flatten, Dropout, max and adaptive average pooling."""
 
 from __future__ import annotations
 
@@ -141,3 +141,23 @@ class MaxPool2d(Module):
 
     def forward(self, input: Any) -> Any:
         return F.max_pool2d(input, self.kernel_size, self.stride, self.padding)
+
+
+class AdaptiveAvgPool2d(Module):
+    """``F.adaptive_avg_pool2d`` as a layer: any ``(H, W)`` pooled to ``output_size``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.AdaptiveAvgPool2d((1, 1))(tp.ones(2, 3, 7, 5)).shape
+        (2, 3, 1, 1)
+    """
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Any) -> Any:
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"

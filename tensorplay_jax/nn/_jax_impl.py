@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -187,3 +188,58 @@ def cross_entropy(
     if reduction == "sum":
         return jnp.sum(losses)
     return losses[0] if unbatched else losses
+
+
+def batch_norm(
+    x: jax.Array,
+    running_mean: jax.Array | None,
+    running_var: jax.Array | None,
+    weight: jax.Array | None,
+    bias: jax.Array | None,
+    batch_stats: bool,
+    momentum: jax.Array,
+    eps: float,
+) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """Normalise each channel (axis 1); returns the output and the updated running stats.
+
+    With ``batch_stats`` the batch's mean and biased variance normalise, and
+    the running stats (when given) move towards the batch mean and the
+    unbiased variance by ``momentum``; else the running stats normalise and
+    come back unchanged.
+    """
+    axes = (0, *range(2, x.ndim))
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if batch_stats:
+        mean = jnp.mean(x, axis=axes)
+        var = jnp.mean(jnp.square(x - mean.reshape(shape)), axis=axes)
+        if running_mean is not None and running_var is not None:
+            n = x.size // x.shape[1]
+            m = momentum.astype(x.dtype)
+            unbiased = jax.lax.stop_gradient(var) * (n / max(n - 1, 1))
+            running_mean = (1 - m) * running_mean + m * jax.lax.stop_gradient(mean)
+            running_var = (1 - m) * running_var + m * unbiased
+    else:
+        mean, var = running_mean, running_var
+    y = (x - mean.reshape(shape)) * jax.lax.rsqrt(var.reshape(shape) + eps)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y, running_mean, running_var
+
+
+def _bins(size: int, out: int) -> np.ndarray:
+    """The (out, size) averaging matrix of adaptive pooling: row i averages [floor(i*size/out),
+    ceil((i+1)*size/out)), torch's bins."""
+    m = np.zeros((out, size), np.float32)
+    for i in range(out):
+        lo, hi = (i * size) // out, -((-(i + 1) * size) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def adaptive_avg_pool2d(x: jax.Array, output_size: tuple[int, int]) -> jax.Array:
+    """The mean over each of ``output_size`` adaptive bins of the last two axes."""
+    ph = jnp.asarray(_bins(x.shape[-2], output_size[0]), x.dtype)
+    pw = jnp.asarray(_bins(x.shape[-1], output_size[1]), x.dtype)
+    return jnp.einsum("ih,...hw,jw->...ij", ph, x, pw, precision=jax.lax.Precision.HIGHEST)

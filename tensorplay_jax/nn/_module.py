@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.nn._parameter import Parameter
+from tensorplay_jax.runtime.device import device as device_type
 from tensorplay_jax.runtime.device import resolve_device, to_device
 from tensorplay_jax.tensors import Tensor
 
@@ -357,12 +358,12 @@ class Module:
 
         As tensorplay's: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``;
         devices as ``Tensor.to`` names them (``"cpu"``, ``"cuda:1"``, ``"cpu:1"``, a
-        ``jax.Device``); an absent device raises, naming those present.
+        ``tp.device``, a ``jax.Device``); an absent device raises, naming those present.
         """
         for a in args:
             if isinstance(a, Tensor):
                 device, dtype = next(iter(a.value.devices())), a.dtype
-            elif isinstance(a, str) or hasattr(a, "platform"):
+            elif isinstance(a, str | device_type) or hasattr(a, "platform"):
                 device = a
             else:
                 dtype = a

@@ -1,4 +1,4 @@
-"""``LayerNorm``: normalisation over the trailing dimensions, one tape node per call."""
+"""``LayerNorm`` and ``BatchNorm2d``: normalisation layers, one tape node per call."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from tensorplay_jax.nn import functional as F
 from tensorplay_jax.nn._module import Module
 from tensorplay_jax.nn._parameter import Parameter
-from tensorplay_jax.tensors import ones, zeros
+from tensorplay_jax.tensors import ones, tensor, zeros
 
 
 class LayerNorm(Module):
@@ -57,4 +57,96 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class BatchNorm2d(Module):
+    """Normalise each channel of ``(N, C, H, W)`` over the batch and the image, as torch's.
+
+    In training mode the batch's mean and (biased) variance normalise, and the
+    buffers ``running_mean`` / ``running_var`` follow them:
+    ``r = (1 - momentum) * r + momentum * batch_stat`` (the variance unbiased;
+    ``momentum=None``: the cumulative average over ``num_batches_tracked``
+    batches). In eval mode the running stats normalise. Then
+    ``* weight + bias`` (ones and zeros at first) when ``affine``.
+
+    Args:
+        num_features: channels ``C``.
+        eps: added to the variance.
+        momentum: the running stats' update factor, or None for a cumulative average.
+        affine: learn ``weight`` and ``bias``.
+        track_running_stats: keep running stats (else batch stats in both modes).
+
+    Raises:
+        ValueError: the input is not 4-D (at call time).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> bn = tp.nn.BatchNorm2d(3)
+        >>> y = bn(tp.randn(4, 3, 2, 2))
+        >>> max(abs(v) for v in y.mean(dim=(0, 2, 3)).tolist()) < 1e-5  # per-channel mean 0
+        True
+        >>> sorted(bn.state_dict())
+        ['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        *,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(ones(self.num_features, dtype=dtype))
+            self.bias = Parameter(zeros(self.num_features, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(self.num_features, dtype=dtype))
+            self.register_buffer("running_var", ones(self.num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", tensor(0))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        """Running mean 0, running variance 1, no batches tracked."""
+        if self.track_running_stats:
+            self.running_mean.data = zeros(self.num_features, dtype=self.running_mean.dtype).value
+            self.running_var.data = ones(self.num_features, dtype=self.running_var.dtype).value
+            self.num_batches_tracked.data = tensor(0).value
+
+    def forward(self, input: Any) -> Any:
+        if input.ndim != 4:
+            raise ValueError(f"BatchNorm2d: expected 4D input (got {input.ndim}D input)")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.data = self.num_batches_tracked.value + 1
+            if self.momentum is None:  # the cumulative moving average
+                momentum = 1.0 / float(self.num_batches_tracked.item())
+        use_batch = self.training or self.running_mean is None
+        return F.batch_norm(
+            input,
+            self.running_mean if not self.training or self.track_running_stats else None,
+            self.running_var if not self.training or self.track_running_stats else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            momentum,
+            self.eps,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 
 from tensorplay_jax import tensors as _tensors
 from tensorplay_jax.autograd import apply
@@ -17,6 +18,8 @@ from tensorplay_jax.nn import _jax_impl
 from tensorplay_jax.tensors import Tensor, in_key_scope, next_key
 
 __all__ = [
+    "adaptive_avg_pool2d",
+    "batch_norm",
     "conv2d",
     "cross_entropy",
     "dropout",
@@ -168,6 +171,91 @@ def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 
     kernel = _pair("kernel_size", kernel_size)
     strides = kernel if stride is None else _pair("stride", stride)
     return apply(_jax_impl.max_pool2d, input, kernel, strides, _pair("padding", padding))
+
+
+def adaptive_avg_pool2d(input: Any, output_size: Any) -> Tensor:
+    """The mean over each of ``output_size`` adaptive windows of ``(N, C, H, W)`` or ``(C, H, W)``.
+
+    Window ``i`` of a dimension of size ``n`` pooled to ``m`` spans
+    ``[floor(i * n / m), ceil((i + 1) * n / m))``, as torch's; an entry of
+    ``output_size`` that is None keeps that dimension's size.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.nn import functional as F
+        >>> F.adaptive_avg_pool2d(tp.arange(16.0).reshape(1, 1, 4, 4), 1)
+        tensor([[[[7.5]]]])
+    """
+    if input.ndim not in (3, 4):
+        raise ValueError(
+            f"adaptive_avg_pool2d: input must be (N, C, H, W) or (C, H, W), got shape "
+            f"{tuple(input.shape)}"
+        )
+    size = (output_size, output_size) if not isinstance(output_size, tuple | list) else output_size
+    if len(size) != 2:
+        raise ValueError(
+            f"adaptive_avg_pool2d: output_size={output_size!r} must be an int or a pair"
+        )
+    out = tuple(int(input.shape[-2 + i] if s is None else s) for i, s in enumerate(size))
+    if min(out) < 1:
+        raise ValueError(f"adaptive_avg_pool2d: output_size={output_size!r} must be positive")
+    return apply(_jax_impl.adaptive_avg_pool2d, input, out)
+
+
+def batch_norm(
+    input: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalise each channel (dimension 1) by its mean and variance, then scale and shift.
+
+    In ``training`` (or with no running stats) the batch's statistics are
+    used and ``running_mean`` / ``running_var`` (when given) are updated in
+    place: ``r = (1 - momentum) * r + momentum * batch_stat``, the variance
+    unbiased, as torch does. Outside JAX transformations only: under
+    ``jax.grad``/``jit`` (``nn.functional_call``) the running stats are left
+    as they are.
+
+    Raises:
+        ValueError: training with one value per channel.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.nn import functional as F
+        >>> rm, rv = tp.zeros(2), tp.ones(2)
+        >>> y = F.batch_norm(tp.tensor([[1.0, 2.0], [3.0, 6.0]]), rm, rv, training=True)
+        >>> y
+        tensor([[-1., -1.],
+                [ 1.,  1.]])
+        >>> rm, rv
+        (tensor([0.2, 0.4]), tensor([1.1, 1.7]))
+    """
+    batch_stats = training or running_mean is None or running_var is None
+    if batch_stats and input.shape[0] * int(np.prod(input.shape[2:])) <= 1:
+        raise ValueError(
+            f"batch_norm: expected more than 1 value per channel when training, got input "
+            f"shape {tuple(input.shape)}"
+        )
+    y, new_mean, new_var = apply(
+        _jax_impl.batch_norm,
+        input,
+        running_mean,
+        running_var,
+        weight,
+        bias,
+        batch_stats,
+        np.float32(momentum),
+        float(eps),
+    )
+    if training and running_mean is not None and not isinstance(new_mean.value, jax.core.Tracer):
+        running_mean.data = new_mean.value
+        running_var.data = new_var.value
+    return y
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:

@@ -9,7 +9,10 @@ README's "Configuration" section) and the environment variables it lists.
 - ``settings``: timeouts, sizes and defaults, and every environment variable read.
 - ``secret``: the job secret and the challenge built on it.
 - ``ids``: job-unique ids (rank above a serial), packed and unpacked in one place.
-- ``device``: host arrays to ``jax.Array`` (``jax.device_put``), aligned host buffers.
+- ``device``: host arrays to ``jax.Array`` (``jax.device_put``), aligned host buffers,
+  device names and ``tp.device``.
+- ``accelerator``, ``cuda``: ``tp.accelerator`` and ``tp.cuda`` (what devices are here).
+- ``pickling``: cloudpickle keeping code file names (remote tracebacks show user lines).
 - ``init_method``: ``env://`` / ``tcp://``, RANK and WORLD_SIZE, SLURM, a world of one.
 - ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
 - ``trace``: the profiler's recorder (a flag, an event buffer, spans); ``tensorplay_jax.profiler``.
@@ -22,7 +25,18 @@ Example:
 
 import importlib
 
-__all__ = ["device", "ids", "init_method", "launch", "secret", "settings", "trace"]
+__all__ = [
+    "accelerator",
+    "cuda",
+    "device",
+    "ids",
+    "init_method",
+    "launch",
+    "pickling",
+    "secret",
+    "settings",
+    "trace",
+]
 
 
 def __getattr__(name: str):

@@ -20,7 +20,8 @@ parser: :func:`parse_device` reads ``"kind"`` or ``"kind:index"`` (kinds in
 ``jax.Device``) into this process's JAX device: ``"cuda"`` and ``"gpu"`` are
 JAX's gpu platform, the index counts that platform's local devices (none
 given: 0). A device that is not here raises an error naming those that are.
-Factories, ``Tensor.to`` and ``RemoteModule`` all go through it.
+Factories, ``Tensor.to`` and ``RemoteModule`` all go through it. :class:`device`
+is torch's device object (``tp.device("cuda", 1)``), taken wherever a name is.
 
 Example:
     >>> import numpy as np
@@ -45,6 +46,7 @@ __all__ = [
     "DEVICE_TYPES",
     "HOST_ALIGN",
     "aligned_empty",
+    "device",
     "device_name",
     "on_device",
     "parse_device",
@@ -219,7 +221,7 @@ def resolve_device(device: Any, what: str = "device") -> Any:
 
     Args:
       device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"gpu"``, ``"tpu"``,
-        ``"cpu:1"``, a ``jax.Device``, or None.
+        ``"cpu:1"``, a :class:`device`, a ``jax.Device``, or None.
       what: the caller, for errors (``"tp.randn"``).
 
     Raises:
@@ -236,6 +238,8 @@ def resolve_device(device: Any, what: str = "device") -> Any:
     """
     if device is None or isinstance(device, jax.Device):
         return device
+    if isinstance(device, _device_class):
+        device = str(device)
     if not isinstance(device, str):
         raise TypeError(
             f"{what}: device={device!r} must be a string like 'cpu' or 'cuda:0', a jax.Device "
@@ -249,3 +253,91 @@ def resolve_device(device: Any, what: str = "device") -> Any:
             f"{what}: device {device!r} is not available here; devices: {present_devices()}"
         )
     return local[i]
+
+
+class device:  # lower case: torch's spelling, tp.device("cuda:0"), isinstance(d, tp.device)
+    """A device by type and index, as torch's ``torch.device``; taken wherever a name is.
+
+    ``device("cuda:1")``, ``device("cuda", 1)``, ``device("cpu")`` (no index),
+    ``device(0)`` (the accelerator's device 0), or ``device(other)``. It names
+    a device and checks the name, not whether that device is present: the
+    factories, ``Tensor.to`` and ``Module.to`` resolve it as they resolve
+    ``"cuda:1"``.
+
+    Raises:
+        ValueError: an unknown type, or an index given twice.
+        RuntimeError: ``device(int)`` where there is no accelerator.
+
+    Example:
+        >>> d = device("cuda", 1)
+        >>> d, str(d), d.type, d.index
+        (device(type='cuda', index=1), 'cuda:1', 'cuda', 1)
+        >>> device("cpu") == device("cpu"), device("cpu") == device("cpu", 0)
+        (True, False)
+    """
+
+    __slots__ = ("_index", "_type")
+
+    def __init__(self, type: Any, index: int | None = None) -> None:
+        if isinstance(type, device):
+            kind, idx = type.type, type.index
+        elif isinstance(type, int) and not isinstance(type, bool):
+            accelerator = present_accelerator()
+            if accelerator is None:
+                raise RuntimeError(
+                    "device: cannot access accelerator device when none is available"
+                )
+            kind, idx = accelerator, type
+        else:
+            kind, idx = parse_device(type, "device")
+        if index is not None:
+            if idx is not None:
+                raise ValueError(f"device: type {type!r} has an index already; index={index}")
+            if index < 0:
+                raise ValueError(f"device: index={index} must be >= 0")
+            idx = int(index)
+        self._type, self._index = kind, idx
+
+    @property
+    def type(self) -> str:
+        """The device type: ``"cpu"``, ``"cuda"``, ``"gpu"`` or ``"tpu"``."""
+        return self._type
+
+    @property
+    def index(self) -> int | None:
+        """The device's index among its type's local devices, or None (the current one)."""
+        return self._index
+
+    def __str__(self) -> str:
+        return self._type if self._index is None else f"{self._type}:{self._index}"
+
+    def __repr__(self) -> str:
+        index = "" if self._index is None else f", index={self._index}"
+        return f"device(type={self._type!r}{index})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, device):
+            return NotImplemented
+        return (self._type, self._index) == (other._type, other._index)
+
+    def __hash__(self) -> int:
+        return hash((self._type, self._index))
+
+    def __reduce__(self) -> tuple[Any, tuple[str, int | None]]:
+        return device, (self._type, self._index)
+
+
+_device_class = device  # for resolve_device, whose argument is named ``device``
+
+
+def present_accelerator() -> str | None:
+    """The device type of JAX's default backend when it is not the CPU, else None.
+
+    Example:
+        >>> present_accelerator() in (None, "cuda", "tpu")
+        True
+    """
+    platform = jax.default_backend()
+    if platform == "cpu":
+        return None
+    return "tpu" if platform == "tpu" else "cuda"

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
+from tensorplay_jax.runtime.device import device as device_type
 from tensorplay_jax.runtime.device import parse_device, resolve_device, to_device
 from tensorplay_jax.tensors import _ops
 from tensorplay_jax.tensors._tensor import Tensor
@@ -37,7 +38,7 @@ def place(value: jax.Array, device: Any, what: str) -> jax.Array:
 
 
 def _is_device(arg: Any) -> bool:
-    if isinstance(arg, jax.Device):
+    if isinstance(arg, jax.Device | device_type):
         return True
     if not isinstance(arg, str):
         return False
