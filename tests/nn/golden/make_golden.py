@@ -20,7 +20,8 @@ import numpy as np
 GOLDEN = Path(__file__).with_name("torch_layers.npz")
 
 
-def _x(*shape: int, seed: int) -> np.ndarray:
+def normal(*shape: int, seed: int) -> np.ndarray:
+    """Standard-normal float32 samples of ``shape`` from ``seed`` (the cases' inputs)."""
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
@@ -43,15 +44,15 @@ def _lstm_case(out: dict, name: str, kwargs: dict, x: np.ndarray, state: bool) -
         d = 2 if kwargs.get("bidirectional") else 1
         shape = (kwargs.get("num_layers", 1) * d, x.shape[0 if kwargs.get("batch_first") else 1])
         h0, c0 = (
-            _x(*shape, kwargs["hidden_size"], seed=2),
-            _x(*shape, kwargs["hidden_size"], seed=3),
+            normal(*shape, kwargs["hidden_size"], seed=2),
+            normal(*shape, kwargs["hidden_size"], seed=3),
         )
         out[f"{name}/h0"], out[f"{name}/c0"] = h0, c0
         inputs += [_t(h0), _t(c0)]
         y, (h, c) = lstm(inputs[0], (inputs[1], inputs[2]))
     else:
         y, (h, c) = lstm(inputs[0])
-    loss = (y * torch.tensor(_x(*y.shape, seed=4))).sum() + (h * c).sum()
+    loss = (y * torch.tensor(normal(*y.shape, seed=4))).sum() + (h * c).sum()
     loss.backward()
     out[f"{name}/y"], out[f"{name}/h"], out[f"{name}/c"] = (t.detach().numpy() for t in (y, h, c))
     for label, t in zip(("x", "h0", "c0"), inputs, strict=False):
@@ -67,11 +68,15 @@ def _batchnorm_case(out: dict, name: str, momentum: float | None) -> None:
     with torch.no_grad():
         bn.weight.copy_(torch.tensor([0.5, 1.5, -1.0]))
         bn.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
-    x1, x2, x3 = _x(4, 3, 2, 5, seed=5), _x(4, 3, 2, 5, seed=6) * 2 + 1, _x(2, 3, 2, 5, seed=7)
+    x1, x2, x3 = (
+        normal(4, 3, 2, 5, seed=5),
+        normal(4, 3, 2, 5, seed=6) * 2 + 1,
+        normal(2, 3, 2, 5, seed=7),
+    )
     out[f"{name}/x1"], out[f"{name}/x2"], out[f"{name}/x3"] = x1, x2, x3
     t1 = _t(x1)
     y1 = bn(t1)
-    (y1 * torch.tensor(_x(*y1.shape, seed=8))).sum().backward()
+    (y1 * torch.tensor(normal(*y1.shape, seed=8))).sum().backward()
     out[f"{name}/y1"] = y1.detach().numpy()
     out[f"{name}/grad/x1"] = t1.grad.numpy()
     out[f"{name}/grad/weight"], out[f"{name}/grad/bias"] = (
@@ -88,12 +93,12 @@ def _batchnorm_case(out: dict, name: str, momentum: float | None) -> None:
 def _pool_case(out: dict) -> None:
     import torch
 
-    x = _x(2, 3, 7, 5, seed=9)
+    x = normal(2, 3, 7, 5, seed=9)
     out["pool/x"] = x
     for label, size in (("3x2", (3, 2)), ("none4", (None, 4)), ("1", 1)):
         t = _t(x)
         y = torch.nn.AdaptiveAvgPool2d(size)(t)
-        (y * torch.tensor(_x(*y.shape, seed=10))).sum().backward()
+        (y * torch.tensor(normal(*y.shape, seed=10))).sum().backward()
         out[f"pool/{label}/y"], out[f"pool/{label}/grad/x"] = y.detach().numpy(), t.grad.numpy()
 
 
@@ -101,12 +106,12 @@ def _categorical_case(out: dict) -> None:
     import torch
     from torch.distributions import Categorical
 
-    logits = _x(3, 4, seed=11)
-    probs = np.abs(_x(3, 4, seed=12))
+    logits = normal(3, 4, seed=11)
+    probs = np.abs(normal(3, 4, seed=12))
     probs[1, 2] = 0.0  # a class of probability 0: entropy's 0 * log 0
     value = np.array([0, 2, 3], np.int64)
     out["cat/logits"], out["cat/probs"], out["cat/value"] = logits, probs, value
-    w = torch.tensor(_x(3, seed=13))
+    w = torch.tensor(normal(3, seed=13))
     for label, kw in (("logits", "logits"), ("probs", "probs")):
         t = _t(out[f"cat/{kw}"])
         m = Categorical(**{kw: t})
@@ -129,14 +134,14 @@ def cases() -> dict[str, np.ndarray]:
         out,
         "lstm_bi",
         dict(input_size=3, hidden_size=4, num_layers=2, batch_first=True, bidirectional=True),
-        _x(2, 5, 3, seed=1),
+        normal(2, 5, 3, seed=1),
         state=True,
     )
     _lstm_case(
         out,
         "lstm_plain",
         dict(input_size=3, hidden_size=4, bias=False),
-        _x(6, 3, seed=1),
+        normal(6, 3, seed=1),
         state=False,
     )
     _batchnorm_case(out, "bn", 0.1)
