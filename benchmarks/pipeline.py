@@ -167,16 +167,66 @@ def measure(splits: list[int], warmup: int, steps: int) -> dict[str, dict[str, f
     return res
 
 
+_COMPILES = [0]
+
+
+def _count_compiles(name: str, *args: Any, **kwargs: Any) -> None:
+    if name == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[0] += 1
+
+
+def compiles() -> int:
+    """XLA compilations in this process so far (ours only)."""
+    return _COMPILES[0]
+
+
+def counts(splits: list[int]) -> dict[str, dict[str, float]]:
+    """On the driver (ours): messages and compilations per step on each worker, per split.
+
+    Each split runs two traced steps after its warm-up; a cell is per step.
+    """
+    from tensorplay_jax import profiler
+
+    assert _LIB is not None
+    rpc = _LIB.rpc
+    drv = _Driver()
+    res: dict[str, dict[str, float]] = {}
+    for n in splits:
+        for _ in range(3):
+            drv.step(n)
+        before = [rpc.rpc_sync(f"w{r}", compiles) for r in range(WORLD)]
+        with profiler.trace() as t:
+            for _ in range(2):
+                drv.step(n)
+        after = [rpc.rpc_sync(f"w{r}", compiles) for r in range(WORLD)]
+        cell: dict[str, float] = {}
+        for row in t.summary().rows:
+            if row.name.startswith("send "):  # one per message a worker sends
+                key = f"{row.worker} {row.name[5:].replace('tensorplay_jax.', '')}"
+                cell[key] = row.calls / 2
+        for r in range(WORLD):
+            cell[f"w{r} compilations"] = (after[r] - before[r]) / 2
+        res[str(n)] = cell
+    return res
+
+
 def worker(impl: str, rank: int, port: int, cfg: str, out: str) -> None:
     global _LIB
     warnings.filterwarnings("ignore")  # torch's deprecation notes about its own internals
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     _LIB = _Lib(impl)
     rpc = _LIB.rpc
+    if impl == "ours":
+        import jax
+
+        jax.monitoring.register_event_duration_secs_listener(_count_compiles)
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=WORLD)
     if rank == 0:
         c = json.loads(cfg)
-        res = measure(c["splits"], c["warmup"], c["steps"])
+        if c.get("counts"):
+            res: Any = counts(c["splits"])
+        else:
+            res = measure(c["splits"], c["warmup"], c["steps"])
         Path(out).write_text(json.dumps(res))
     rpc.shutdown()
 
@@ -213,8 +263,16 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--counts", action="store_true", help="ours: messages, compilations / step")
     a = ap.parse_args()
-    cfg = {"splits": a.splits, "warmup": a.warmup, "steps": a.steps}
+    cfg = {"splits": a.splits, "warmup": a.warmup, "steps": a.steps, "counts": a.counts}
+    if a.counts:
+        got = run("ours", cfg)
+        keys = sorted({k for cell in got.values() for k in cell})
+        print(f"{'per step (ours)':<58}" + "".join(f"{'n=' + n:>8}" for n in got))
+        for k in keys:
+            print(f"{k:<58}" + "".join(f"{got[n].get(k, 0):>8g}" for n in got))
+        return
     impls = [i for i in ("ours", "torch") if a.only in (None, i)]
     cells: dict[str, dict[str, list[float]]] = {i: {str(n): [] for n in a.splits} for i in impls}
     first: dict[str, dict[str, float]] = {i: {} for i in impls}
