@@ -31,9 +31,7 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -41,17 +39,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._launch import free_port, run_job
+
 WORLD = 3
 BATCH, D_IN, D_HID = 256, 512, 2048
 SPLITS = (1, 2, 4, 8)
 LR = 1e-3
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Lib:
@@ -232,28 +227,12 @@ def worker(impl: str, rank: int, port: int, cfg: str, out: str) -> None:
 
 
 def run(impl: str, cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
-    port = _port()
-    out = f"/tmp/tpj-bench-pipe-{impl}-{os.getpid()}.json"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    port = str(free_port())
     boot = (
         "import sys; from benchmarks.pipeline import worker; "
         "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])"
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", boot, impl, str(r), str(port), json.dumps(cfg), out],
-            env=env,
-            cwd=ROOT,
-        )
-        for r in range(WORLD)
-    ]
-    for p in procs:
-        if p.wait(timeout=1800) != 0:
-            raise SystemExit(f"{impl} benchmark worker failed")
-    res = json.loads(Path(out).read_text())
-    os.unlink(out)
-    return res
+    return run_job(boot, [[impl, str(r), port, json.dumps(cfg)] for r in range(WORLD)], impl)
 
 
 def main() -> None:
