@@ -19,9 +19,9 @@ So the peers' passes overlap the caller's, as in torch's engine: in a
 pipeline, the last stage's gradient for micro-batch 0 reaches the stage
 before it while the last stage still works on micro-batch 1. The local runs
 of one context on one worker go one at a time, in arrival order
-(``_serial``): on a CPU (XLA already spreads one run over the cores)
-the first micro-batch's gradients then leave first instead of all together at
-the end, and a run queued behind another costs no waiting thread.
+(``_serial``): runs sharing one worker's cores would all end late together,
+while one at a time the first micro-batch's gradients are done, and leave,
+first; a run queued behind another costs no waiting thread.
 
 ``backward`` returns when every worker the gradients reached is done. A
 recv node that no gradient reaches sends nothing and nobody waits for it, so
@@ -246,7 +246,11 @@ class _Task:
 
 
 def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
-    """Called by a recv node's backward: queue ``grads`` for the Tensors of message ``key``."""
+    """Called by a recv node's backward: send ``grads`` for the Tensors of message ``key``.
+
+    They leave at once for ``dest``, unless ``dest`` is this worker (run after this
+    local pass) or the worker this task replies to (they ride in the reply).
+    """
     run: _Run | None = getattr(_tls, "run", None)
     if run is None:
         raise RuntimeError(
