@@ -23,6 +23,9 @@ Usage::
     PYTHONPATH=/tmp/torchlib python benchmarks/pipeline.py           # both
     python benchmarks/pipeline.py --only ours --rounds 1              # skip torch
     python benchmarks/pipeline.py --only ours --counts                # per-step costs
+
+torch's ``DistributedOptimizer`` imports ``sympy`` (through FSDP): install it in the
+interpreter that runs the torch workers.
 """
 
 from __future__ import annotations
