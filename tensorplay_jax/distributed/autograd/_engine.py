@@ -6,17 +6,24 @@ One backward pass over a context is a tree of *tasks*, one per worker visit:
   local tape from ``roots`` (``autograd.run_backward``; leaf gradients go into
   the context, never into ``Tensor.grad``).
 * When the local pass reaches a recv node (a Tensor that arrived over RPC),
-  the node hands the cotangents to the running task, addressed to the worker
-  that sent the Tensor and keyed by that message. After the local pass the
-  task sends one ``_apply_gradients`` RPC per destination; gradients for
-  this worker itself are applied in the same task, and gradients for the
-  worker that called this task ride back in the reply (one round trip saved
-  per return hop).
+  the node's cotangents leave at once, while the pass goes on: one
+  ``_apply_gradients`` RPC to the worker that sent the Tensor, keyed by that
+  message. Gradients for this worker itself run in the same task after the
+  pass, and gradients for the worker that called this task ride back in its
+  reply (one round trip saved per return hop).
 * ``_apply_gradients`` (an ``async_execution`` target: no thread waits) starts
-  a task there that runs the local tape from the send edges of those
-  messages; its reply is due when its own outgoing RPCs have answered.
+  a task there that runs the local tape from the send edges of that message;
+  its reply is due when its own outgoing RPCs have answered.
 
-So ``backward`` returns when every worker the gradients reached is done. A
+So the peers' passes overlap the caller's, as in torch's engine: in a
+pipeline, the last stage's gradient for micro-batch 0 reaches the stage
+before it while the last stage still works on micro-batch 1. The local runs
+of one context on one worker go one at a time, in arrival order
+(``_serial``): runs sharing one worker's cores would all end late together,
+while one at a time the first micro-batch's gradients are done, and leave,
+first; a run queued behind another costs no waiting thread.
+
+``backward`` returns when every worker the gradients reached is done. A
 recv node that no gradient reaches sends nothing and nobody waits for it, so
 an RPC result the loss never used cannot hang backward. Each visit runs with
 ``retain_graph=True`` (a node shared by two incoming gradients must survive
@@ -27,6 +34,7 @@ fails the pass as "Error on worker NAME: ...".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
@@ -39,6 +47,7 @@ import numpy as np
 
 from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, as_cotangent, run_backward
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
+from tensorplay_jax.distributed.autograd._serial import serial_for
 from tensorplay_jax.rpc import Future, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc.functions import async_execution
@@ -62,6 +71,17 @@ def filled_array(value: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
     return jnp.full(shape, value, dtype)
 
 
+class _Run:
+    """What one local run collects: gradients for this worker, and where it sent."""
+
+    __slots__ = ("dests", "local", "task")
+
+    def __init__(self, task: _Task) -> None:
+        self.task = task
+        self.local: list[Item] = []
+        self.dests: set[int] = set()
+
+
 class _Task:
     """One worker's share of one backward pass: local runs, and the RPCs they started."""
 
@@ -81,6 +101,7 @@ class _Task:
         me = get_worker_info()
         self.me, self.me_name = me.id, me.name
         self.done: Future[list[Item]] = Future()
+        self._serial = serial_for(ctx)
         self._lock = threading.Lock()
         self._pending = 1  # the first local run
         self._reply: list[Item] = []
@@ -91,16 +112,15 @@ class _Task:
 
     # ----------------------------------------------------------------- running
     def start(self, roots: Sequence[Any], grads: Sequence[Any]) -> None:
-        try:
-            self._run(roots, grads)
-        except BaseException as e:
-            self._fail(e)
-        finally:
-            self._settle()
+        self._serial.submit(functools.partial(self._guarded, self._run, roots, grads))
 
     def start_items(self, items: list[Item]) -> None:
+        self._serial.submit(functools.partial(self._guarded, self._run_items, items))
+
+    def _guarded(self, run: Callable[..., None], *args: Any) -> None:
+        """One queued unit of this task: ``run(*args)``, then one pending count settled."""
         try:
-            self._run_items(items)
+            run(*args)
         except BaseException as e:
             self._fail(e)
         finally:
@@ -127,33 +147,35 @@ class _Task:
             if self._failed:
                 return
             self.ctx.begin_pass(self.pass_id, roots, self.retain)
-            outgoing: dict[int, list[Item]] = {}
-            prev = getattr(_tls, "outgoing", None)
-            _tls.outgoing = outgoing
+            run = _Run(self)
+            prev = getattr(_tls, "run", None)
+            _tls.run = run
             span = trace.begin("dist_autograd: local", "autograd") if trace.RECORDING else None
             try:
                 run_backward(roots, grads, retain_graph=True, accumulate=self.accumulate)
             finally:
-                _tls.outgoing = prev
+                _tls.run = prev
                 if span is not None:
-                    span.end(context_id=self.ctx.context_id, sends=sorted(outgoing))
-            local = outgoing.pop(self.me, None)
-            for dest, items in outgoing.items():
-                if dest == self.reply_to:
-                    with self._lock:
-                        self._reply.extend(items)
-                else:
-                    self._send(dest, items)
-            if not local:
-                return
+                    span.end(context_id=self.ctx.context_id, sends=sorted(run.dests))
             roots, grads = [], []
-            for key, gs in local:
+            for key, gs in run.local:
                 for edge, g in zip(self.ctx.send_edges(key), gs, strict=True):
                     if edge is not None and g is not None:
                         roots.append(edge)
                         grads.append(g)
             if not roots:
                 return
+
+    def emit(self, run: _Run, dest: int, item: Item) -> None:
+        """A recv node's gradients: on their way to ``dest`` at once, unless they stay here."""
+        run.dests.add(dest)
+        if dest == self.me:
+            run.local.append(item)
+        elif dest == self.reply_to:
+            with self._lock:
+                self._reply.append(item)
+        else:
+            self._send(dest, [item])
 
     def _send(self, dest: int, items: list[Item]) -> None:
         with self._lock:
@@ -173,32 +195,33 @@ class _Task:
             fut.add_done_callback(self._on_reply)
 
     def run_inline(self) -> None:
-        """On the worker that called backward: process replies here until the pass is done."""
+        """On the worker that called backward: process replies here until the pass is done.
+
+        Runs of this task may go on in another thread (one draining the context's
+        queue), so replies keep coming until ``done``, not only while some are known.
+        """
         assert self._inline is not None
         futs = self._inline
-        while futs and not self._failed:
+        while not self.done.done():
             ready = next((f for f in futs if f.done()), None)
             if ready is None:
-                try:
-                    futs[0].wait(_POLL_S)
-                except TimeoutError:
-                    continue
-                except BaseException:
-                    pass  # handled below, through _on_reply
-                ready = futs[0]
-                if not ready.done():
-                    continue
+                # a timeout, or an error handled below, through _on_reply
+                with contextlib.suppress(BaseException):
+                    (futs[0] if futs else self.done).wait(_POLL_S)
+                continue
             futs.remove(ready)
             self._on_reply(ready)
 
     def _on_reply(self, fut: Future[list[Item]]) -> None:
         try:
             items = fut.wait()
-            if items:
-                self._run_items(items)
         except BaseException as e:
             self._fail(e)
-        finally:
+            self._settle()
+            return
+        if items:
+            self._serial.submit(functools.partial(self._guarded, self._run_items, items))
+        else:
             self._settle()
 
     # ----------------------------------------------------------------- finishing
@@ -223,9 +246,13 @@ class _Task:
 
 
 def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
-    """Called by a recv node's backward: queue ``grads`` for the Tensors of message ``key``."""
-    outgoing = getattr(_tls, "outgoing", None)
-    if outgoing is None:
+    """Called by a recv node's backward: send ``grads`` for the Tensors of message ``key``.
+
+    They leave at once for ``dest``, unless ``dest`` is this worker (run after this
+    local pass) or the worker this task replies to (they ride in the reply).
+    """
+    run: _Run | None = getattr(_tls, "run", None)
+    if run is None:
         raise RuntimeError(
             "backward reached a Tensor that arrived over RPC, outside distributed autograd: "
             "call tensorplay_jax.distributed.autograd.backward(context_id, [loss]) instead of "
@@ -234,7 +261,7 @@ def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
     # Host arrays: the codec sends their bytes either way, and the receiver then
     # feeds them to its jitted backward as they are, with no device_put first.
     host = [None if g is None else np.asarray(g) for g in grads]
-    outgoing.setdefault(dest, []).append([key, host])  # a list: one msgpack level less
+    run.task.emit(run, dest, [key, host])  # a list: one msgpack level less
 
 
 @internal_target

@@ -154,6 +154,30 @@ def die_in_backward(x: tp.Tensor) -> tp.Tensor:
     return attach_outputs(node, [x.value * 1.0])[0]
 
 
+def tap(x: tp.Tensor, on_backward: Callable[[], None]) -> tp.Tensor:
+    """Identity on the tape; ``on_backward()`` runs when the backward pass goes through it."""
+
+    def backward(grads: Any) -> Any:
+        on_backward()
+        return (grads[0],)
+
+    node = make_node(backward, [x], name="Tap")
+    return attach_outputs(node, [x.value])[0]
+
+
+_gradient_arrived = threading.Event()
+
+
+def noted_double(x: tp.Tensor) -> tp.Tensor:
+    """``x * 2``, noting here when its gradient arrives (:func:`gradient_arrived`)."""
+    _gradient_arrived.clear()
+    return tap(x * 2.0, _gradient_arrived.set)
+
+
+def gradient_arrived() -> bool:
+    return _gradient_arrived.is_set()
+
+
 def pid() -> int:
     return os.getpid()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -222,3 +223,27 @@ def test_a_worker_dying_in_its_backward_fails_the_backward_in_time(workers, tmp_
     assert seen["error"] is not None and "w2" in seen["error"], seen
     assert seen["took"] < 20, seen  # the job's RPC timeout
     np.testing.assert_allclose(seen["grad"], 2.0, err_msg="a backward through the survivor w1")
+
+
+def test_a_gradient_leaves_as_soon_as_the_pass_reaches_its_recv_node(job):
+    # The pass reaches the recv node of w1's result before the Tap made earlier (nodes run
+    # newest first). When the Tap runs, w1 must already have its gradient: it left at the
+    # recv node, while this worker's pass went on, not after the pass.
+    seen = []
+
+    def poll_w1() -> None:
+        deadline = time.monotonic() + 10
+        while not rpc.rpc_sync("w1", T.gradient_arrived) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(rpc.rpc_sync("w1", T.gradient_arrived))
+
+    with dist_autograd.context() as cid:
+        a = tp.ones(2, requires_grad=True)
+        later = T.tap(a, poll_w1)
+        t = tp.ones(2, requires_grad=True)
+        y = rpc.rpc_sync("w1", T.noted_double, args=(t,))
+        dist_autograd.backward(cid, [y.sum() + later.sum()])
+        grads = dist_autograd.get_gradients(cid)
+    assert seen == [True]
+    np.testing.assert_allclose(np.asarray(grads[t]), [2.0, 2.0])
+    np.testing.assert_allclose(np.asarray(grads[a]), [1.0, 1.0])

@@ -1,0 +1,292 @@
+"""Pipeline-parallel training step: tensorplay_jax beside torch.distributed.rpc, 3 workers.
+
+The pattern of the pipeline-parallel tutorial: a driver (``w0``) and two stage
+workers (``w1``, ``w2``), each stage an MLP ``Linear(512, 2048) -> ReLU ->
+Linear(2048, 512)``. One training step on a batch of 256 rows cut into ``n``
+micro-batches::
+
+    for x in batch.split(256 // n):
+        y_rref = stage1.remote().forward(RRef(x))      # stays on w1
+        futs.append(stage2.rpc_async().forward(y_rref))  # w2 fetches it from w1
+    out = cat([f.wait() for f in futs])
+    dist_autograd.backward(ctx, [mse_loss(out, target)])
+    opt.step(ctx)                                       # DistributedOptimizer, SGD
+
+Each stage computes one micro-batch at a time (a lock, like one device). For
+each split (1, 2, 4, 8) the driver warms up, then runs the splits in turn, step
+by step, so that every split meets the same load; a cell is the median step.
+A round starts fresh workers for ours, then for torch; the table shows, per
+cell, the lower median over the rounds (the machine's swings affect both).
+
+Usage::
+
+    PYTHONPATH=/tmp/torchlib python benchmarks/pipeline.py           # both
+    python benchmarks/pipeline.py --only ours --rounds 1              # skip torch
+    python benchmarks/pipeline.py --only ours --counts                # per-step costs
+
+torch's ``DistributedOptimizer`` imports ``sympy`` (through FSDP): install it in the
+interpreter that runs the torch workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._launch import free_port, run_job
+
+WORLD = 3
+BATCH, D_IN, D_HID = 256, 512, 2048
+SPLITS = (1, 2, 4, 8)
+LR = 1e-3
+
+
+class _Lib:
+    """The handful of names that differ between the two libraries."""
+
+    def __init__(self, impl: str) -> None:
+        self.impl = impl
+        if impl == "torch":
+            import torch
+            import torch.distributed.autograd as ag
+            import torch.distributed.rpc as rpc
+            from torch import nn
+            from torch.distributed.optim import DistributedOptimizer
+
+            self.tp, self.nn = torch, nn
+            self.optimizer = lambda rrefs: DistributedOptimizer(torch.optim.SGD, rrefs, lr=LR)
+            self.mse = torch.nn.functional.mse_loss
+        else:
+            import optax
+
+            import tensorplay_jax as tp
+            import tensorplay_jax.distributed.autograd as ag
+            from tensorplay_jax import nn
+            from tensorplay_jax.distributed import rpc
+            from tensorplay_jax.distributed.optim import DistributedOptimizer
+            from tensorplay_jax.nn import functional as F
+
+            self.tp, self.nn = tp, nn
+            self.optimizer = lambda rrefs: DistributedOptimizer(optax.sgd(LR), rrefs)
+            self.mse = F.mse_loss
+        self.rpc, self.ag = rpc, ag
+
+
+_LIB: _Lib | None = None
+
+
+class Stage:
+    """One pipeline stage on its worker: the MLP and a lock (one micro-batch at a time)."""
+
+    def __init__(self, seed: int) -> None:
+        assert _LIB is not None
+        tp, nn = _LIB.tp, _LIB.nn
+        tp.manual_seed(seed)
+        self.seq = nn.Sequential(nn.Linear(D_IN, D_HID), nn.ReLU(), nn.Linear(D_HID, D_IN))
+        self.lock = threading.Lock()
+
+    def forward(self, x_rref: Any) -> Any:
+        x = x_rref.to_here()
+        with self.lock:
+            return self.seq(x)
+
+    def parameter_rrefs(self) -> list[Any]:
+        assert _LIB is not None
+        return [_LIB.rpc.RRef(p) for p in self.seq.parameters()]
+
+
+def make_stage(seed: int) -> Stage:
+    return Stage(seed)
+
+
+class _Driver:
+    """The driver's model: two stage RRefs, the optimizer, one batch."""
+
+    def __init__(self) -> None:
+        assert _LIB is not None
+        lib = _LIB
+        self.s1 = lib.rpc.remote("w1", make_stage, args=(1,))
+        self.s2 = lib.rpc.remote("w2", make_stage, args=(2,))
+        params = self.s1.rpc_sync().parameter_rrefs() + self.s2.rpc_sync().parameter_rrefs()
+        self.opt = lib.optimizer(params)
+        lib.tp.manual_seed(0)
+        self.x = lib.tp.randn(BATCH, D_IN)
+        self.target = lib.tp.randn(BATCH, D_IN)
+
+    def step(self, n: int) -> list[float]:
+        """One training step in ``n`` micro-batches; the times its phases end at."""
+        assert _LIB is not None
+        rpc, ag, tp = _LIB.rpc, _LIB.ag, _LIB.tp
+        with ag.context() as cid:
+            futs = []
+            for x in self.x.split(BATCH // n, dim=0):
+                y_rref = self.s1.remote().forward(rpc.RRef(x))
+                futs.append(self.s2.rpc_async().forward(y_rref))
+            out = tp.cat([f.wait() for f in futs])
+            t_fwd = time.perf_counter()
+            ag.backward(cid, [_LIB.mse(out, self.target)])
+            t_bwd = time.perf_counter()
+            self.opt.step(cid)
+        return [t_fwd, t_bwd, time.perf_counter()]
+
+
+def measure(splits: list[int], warmup: int, steps: int) -> dict[str, dict[str, float]]:
+    """On the driver: warm every split up, then time them in turn; the median step per split."""
+    drv = _Driver()
+    res: dict[str, dict[str, float]] = {}
+    for n in splits:
+        t0 = time.perf_counter()
+        drv.step(n)
+        first = time.perf_counter() - t0
+        for _ in range(warmup - 1):
+            drv.step(n)
+        res[str(n)] = {"first_ms": first * 1e3}
+    times: dict[int, list[list[float]]] = {n: [] for n in splits}
+    for _ in range(steps):
+        for n in splits:
+            t0 = time.perf_counter()
+            ends = drv.step(n)
+            times[n].append([b - a for a, b in zip([t0, *ends[:-1]], ends, strict=True)])
+    for n in splits:
+        for i, phase in enumerate(("forward", "backward", "optimizer")):
+            res[str(n)][f"{phase}_ms"] = statistics.median(t[i] for t in times[n]) * 1e3
+        res[str(n)]["median_ms"] = statistics.median(sum(t) for t in times[n]) * 1e3
+    return res
+
+
+_COMPILES = [0]
+
+
+def _count_compiles(name: str, *args: Any, **kwargs: Any) -> None:
+    if name == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[0] += 1
+
+
+def compiles() -> int:
+    """XLA compilations in this process so far (ours only)."""
+    return _COMPILES[0]
+
+
+def counts(splits: list[int]) -> dict[str, dict[str, float]]:
+    """On the driver (ours): messages and compilations per step on each worker, per split.
+
+    Each split runs two traced steps after its warm-up; a cell is per step.
+    """
+    from tensorplay_jax import profiler
+
+    assert _LIB is not None
+    rpc = _LIB.rpc
+    drv = _Driver()
+    res: dict[str, dict[str, float]] = {}
+    for n in splits:
+        for _ in range(3):
+            drv.step(n)
+        before = [rpc.rpc_sync(f"w{r}", compiles) for r in range(WORLD)]
+        with profiler.trace() as t:
+            for _ in range(2):
+                drv.step(n)
+        after = [rpc.rpc_sync(f"w{r}", compiles) for r in range(WORLD)]
+        cell: dict[str, float] = {}
+        for row in t.summary().rows:
+            if row.name.startswith("send "):  # one per message a worker sends
+                key = f"{row.worker} {row.name[5:].replace('tensorplay_jax.', '')}"
+                cell[key] = row.calls / 2
+        for r in range(WORLD):
+            cell[f"w{r} compilations"] = (after[r] - before[r]) / 2
+        res[str(n)] = cell
+    return res
+
+
+def worker(impl: str, rank: int, port: int, cfg: str, out: str) -> None:
+    global _LIB
+    warnings.filterwarnings("ignore")  # torch's deprecation notes about its own internals
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    _LIB = _Lib(impl)
+    rpc = _LIB.rpc
+    if impl == "ours":
+        import jax
+
+        jax.monitoring.register_event_duration_secs_listener(_count_compiles)
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=WORLD)
+    if rank == 0:
+        c = json.loads(cfg)
+        if c.get("counts"):
+            res: Any = counts(c["splits"])
+        else:
+            res = measure(c["splits"], c["warmup"], c["steps"])
+        Path(out).write_text(json.dumps(res))
+    rpc.shutdown()
+
+
+def run(impl: str, cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
+    port = str(free_port())
+    boot = (
+        "import sys; from benchmarks.pipeline import worker; "
+        "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])"
+    )
+    return run_job(boot, [[impl, str(r), port, json.dumps(cfg)] for r in range(WORLD)], impl)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["ours", "torch"], default=None)
+    ap.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--counts", action="store_true", help="ours: messages, compilations / step")
+    a = ap.parse_args()
+    cfg = {"splits": a.splits, "warmup": a.warmup, "steps": a.steps, "counts": a.counts}
+    if a.counts:
+        got = run("ours", cfg)
+        keys = sorted({k for cell in got.values() for k in cell})
+        print(f"{'per step (ours)':<58}" + "".join(f"{'n=' + n:>8}" for n in got))
+        for k in keys:
+            print(f"{k:<58}" + "".join(f"{got[n].get(k, 0):>8g}" for n in got))
+        return
+    impls = [i for i in ("ours", "torch") if a.only in (None, i)]
+    cells: dict[str, dict[str, list[float]]] = {i: {str(n): [] for n in a.splits} for i in impls}
+    first: dict[str, dict[str, float]] = {i: {} for i in impls}
+    for r in range(a.rounds):
+        for impl in impls:
+            got = run(impl, cfg)
+            for n, v in got.items():
+                cells[impl][n].append(v["median_ms"])
+                first[impl].setdefault(n, v["first_ms"])
+            line = ", ".join(
+                f"{n}: {v['median_ms']:.1f} ({v['forward_ms']:.0f}+{v['backward_ms']:.0f}"
+                f"+{v['optimizer_ms']:.0f})"
+                for n, v in got.items()
+            )
+            print(f"round {r + 1}/{a.rounds} {impl} step ms (fwd+bwd+opt): {line}", flush=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, "
+        f"load {load:.1f}; python benchmarks/pipeline.py "
+        f"--rounds {a.rounds} --steps {a.steps} --warmup {a.warmup}"
+    )
+    print("| micro-batches | torch step | ours step | ours / torch | ours first step |")
+    print("|---|---|---|---|---|")
+    for n in map(str, a.splits):
+        o = min(cells["ours"][n]) if "ours" in cells else None
+        t = min(cells["torch"][n]) if "torch" in cells else None
+        fo = f"{o:.1f} ms" if o is not None else "-"
+        ft = f"{t:.1f} ms" if t is not None else "-"
+        ratio = f"{o / t:.2f}x" if o and t else "-"
+        f1 = f"{first['ours'][n]:.0f} ms" if "ours" in first and n in first["ours"] else "-"
+        print(f"| {n} | {ft} | {fo} | {ratio} | {f1} |")
+
+
+if __name__ == "__main__":
+    main()
