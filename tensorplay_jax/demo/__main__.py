@@ -41,16 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     jax.config.update("jax_platforms", "cpu")
     from tensorplay_jax.demo import _ps
 
-    ok = _ps.run(
-        epochs=a.epochs,
-        batch_size=a.batch_size,
-        lr=a.lr,
-        hidden=a.hidden,
-        seed=a.seed,
-        asynchronous=a.asynchronous,
-        profile=a.profile,
-    )
-    return 0 if ok else 1
+    options = vars(a)
+    del options["demo"]  # the rest are _ps.run's keywords, named alike
+    return 0 if _ps.run(**options) else 1
 
 
 if __name__ == "__main__":

@@ -138,14 +138,26 @@ def nll_loss(
     if unbatched:
         input, target = input[None], target[None]
     logp = _class_last(input)  # (N, ..., C)
+    n_classes = logp.shape[-1]
+    cw = jnp.ones((n_classes,), logp.dtype) if weight is None else weight.astype(logp.dtype)
+    nll, w_t = _picked(logp, target, cw, ignore_index)
+    return _weighted(nll, w_t, reduction, unbatched)
+
+
+def _picked(
+    logp: jax.Array, target: jax.Array, cw: jax.Array, ignore_index: int
+) -> tuple[jax.Array, jax.Array]:
+    """``-w[t] * logp[t]`` per position and the weights ``w[t]`` (zero where ignored)."""
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0)
-    picked = -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
-    w = jnp.ones_like(picked) if weight is None else weight[safe].astype(picked.dtype)
-    w = jnp.where(valid, w, 0)
-    losses = picked * w
+    w_t = jnp.where(valid, cw[safe], 0)
+    return -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0] * w_t, w_t
+
+
+def _weighted(losses: jax.Array, w_t: jax.Array, reduction: str, unbatched: bool) -> jax.Array:
+    """Reduce per-position losses; ``mean`` divides by the total weight, as tensorplay does."""
     if reduction == "mean":
-        return jnp.sum(losses) / jnp.sum(w)
+        return jnp.sum(losses) / jnp.sum(w_t)
     if reduction == "sum":
         return jnp.sum(losses)
     return losses[0] if unbatched else losses
@@ -173,21 +185,14 @@ def cross_entropy(
         losses = -jnp.sum(logp * probs * cw, axis=-1)
         out = _reduce(losses, reduction)
         return out[0] if unbatched and reduction == "none" else out
-    valid = target != ignore_index
-    safe = jnp.where(valid, target, 0)
-    w_t = jnp.where(valid, cw[safe], 0)
-    nll = -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0] * w_t
+    nll, w_t = _picked(logp, target, cw, ignore_index)
     if label_smoothing > 0:
         smooth = -jnp.sum(logp * cw, axis=-1) / n_classes
-        smooth = jnp.where(valid, smooth, 0)
-        losses = (1 - label_smoothing) * nll + label_smoothing * smooth
-    else:
-        losses = nll
-    if reduction == "mean":
-        return jnp.sum(losses) / jnp.sum(w_t)
-    if reduction == "sum":
-        return jnp.sum(losses)
-    return losses[0] if unbatched else losses
+        smooth = jnp.where(target != ignore_index, smooth, 0)
+        return _weighted(
+            (1 - label_smoothing) * nll + label_smoothing * smooth, w_t, reduction, unbatched
+        )
+    return _weighted(nll, w_t, reduction, unbatched)
 
 
 def batch_norm(

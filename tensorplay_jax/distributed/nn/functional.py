@@ -50,24 +50,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax import collectives
 from tensorplay_jax import distributed as dist
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
 from tensorplay_jax.collectives import ReduceOp
 from tensorplay_jax.collectives.reduce_op import local_partials, normalize_op
 from tensorplay_jax.tensors import Tensor, cat, split, stack
 
-__all__ = [
-    "all_gather",
-    "all_gather_single",
-    "all_reduce",
-    "all_to_all",
-    "all_to_all_single",
-    "broadcast",
-    "gather",
-    "reduce",
-    "reduce_scatter",
-    "scatter",
-]
+# The ten collectives of ``tensorplay_jax.collectives``, each under its own name.
+__all__ = [name for name in collectives.__all__ if name != "ReduceOp"]
 
 
 def _value(fn: str, tensor: Any) -> jax.Array:
