@@ -58,6 +58,7 @@ from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
+from tensorplay_jax.autograd._compile import compile as compile
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
@@ -92,6 +93,7 @@ __all__ = [
     "as_cotangent",
     "attach_outputs",
     "call_op",
+    "compile",
     "enable_grad",
     "function",
     "get_gradient_edge",
