@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd._cache import zero_cotangent
+from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ Plan = tuple[Any, ...]
 
 @functools.partial(jax.jit, static_argnums=0)
 def _fused_backward(plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...]) -> Any:
+    _trace_counts["<fused backward>"] += 1
     steps, roots, n_leaves = plan
     bufs: dict[tuple[int, int], Any] = {}
     for slot, ct in zip(roots, root_cts, strict=True):
@@ -143,6 +144,8 @@ def try_fused(
         _seen.popitem(last=False)
     if count < FUSE_AFTER:
         return False
+    for node in order:
+        node.check_saved()
     grads = _fused_backward(plan, tuple(n.vjp for n in order), tuple(root_cts))
     if not retain_graph:
         for node in order:

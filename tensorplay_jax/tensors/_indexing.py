@@ -131,11 +131,13 @@ def _setitem(x: jax.Array, v: jax.Array, *arrays: jax.Array, spec: Spec) -> jax.
 
 
 def _read(spec: Spec, arrays: Sequence[Any], base: Any) -> Tensor:
-    return call_op(_getitem, "IndexBackward", (base, *arrays), (("spec", spec),))
+    return call_op(_getitem, "IndexBackward", (base, *arrays), (("spec", spec),), saves=False)
 
 
 def _write(spec: Spec, arrays: Sequence[Any], base: Any, value: Any) -> Tensor:
-    return call_op(_setitem, "IndexPutBackward", (base, value, *arrays), (("spec", spec),))
+    return call_op(
+        _setitem, "IndexPutBackward", (base, value, *arrays), (("spec", spec),), saves=False
+    )
 
 
 def link_index(out: Tensor, base: Tensor, spec: Spec, arrays: Sequence[Any]) -> Tensor:
@@ -198,7 +200,7 @@ def iterate(t: Tensor) -> Iterator[Tensor]:
     if v.ndim == 0:
         raise TypeError("iteration over a 0-d Tensor")
     if (t._requires_grad and is_grad_enabled()) or isinstance(v, jax.core.Tracer):
-        rows = call_op(_unbind0, "UnbindBackward", (t,))
+        rows = call_op(_unbind0, "UnbindBackward", (t,), saves=False)
     else:
         host = np.asarray(v)
         rows = tuple(Tensor._wrap(host[i, ...]) for i in range(host.shape[0]))

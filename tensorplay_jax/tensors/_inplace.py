@@ -63,7 +63,7 @@ def _copy(x: jax.Array, src: jax.Array) -> jax.Array:
 def _copy_op(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
     if isinstance(src, list | tuple):
         src = np.asarray(src)
-    return call_op(_copy, "CopyBackwards", (self, src))
+    return call_op(_copy, "CopyBackwards", (self, src), saves=False)
 
 
 def _fill(x: jax.Array, value: jax.Array) -> jax.Array:
@@ -71,11 +71,11 @@ def _fill(x: jax.Array, value: jax.Array) -> jax.Array:
 
 
 def _fill_op(self: Tensor, value: Any) -> Tensor:
-    return call_op(_fill, "FillBackward", (self, value))
+    return call_op(_fill, "FillBackward", (self, value), saves=False)
 
 
 def _zero_op(self: Tensor) -> Tensor:
-    return call_op(_fill, "FillBackward", (self, 0))
+    return call_op(_fill, "FillBackward", (self, 0), saves=False)
 
 
 def _normal(x: jax.Array, key: jax.Array, mean: Any, std: Any) -> jax.Array:
@@ -83,7 +83,7 @@ def _normal(x: jax.Array, key: jax.Array, mean: Any, std: Any) -> jax.Array:
 
 
 def _normal_op(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    return call_op(_normal, "NormalBackward", (self, _random.next_key(), mean, std))
+    return call_op(_normal, "NormalBackward", (self, _random.next_key(), mean, std), saves=False)
 
 
 def _uniform(x: jax.Array, key: jax.Array, low: Any, high: Any) -> jax.Array:
@@ -91,7 +91,7 @@ def _uniform(x: jax.Array, key: jax.Array, low: Any, high: Any) -> jax.Array:
 
 
 def _uniform_op(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
-    return call_op(_uniform, "UniformBackward", (self, _random.next_key(), a, b))
+    return call_op(_uniform, "UniformBackward", (self, _random.next_key(), a, b), saves=False)
 
 
 # ------------------------------------------------------------------ out-of-place companions
@@ -107,7 +107,7 @@ def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
         >>> tp.zeros(3).masked_fill(tp.tensor([True, False, True]), 2.0)
         tensor([2., 0., 2.])
     """
-    return call_op(_masked_fill, "MaskedFillBackward", (input, mask, value))
+    return call_op(_masked_fill, "MaskedFillBackward", (input, mask, value), saves=False)
 
 
 def _scatter(x: jax.Array, index: jax.Array, src: jax.Array, *, dim: int, add: bool) -> jax.Array:
@@ -126,7 +126,7 @@ def _scatter_call(input: Any, dim: int, index: Any, src: Any, add: bool, name: s
     if not -ndim <= dim < max(ndim, 1):
         raise IndexError(f"{name}: dim={dim} is out of range for a Tensor with {ndim} dimensions")
     static = (("dim", dim % max(ndim, 1)), ("add", add))
-    return call_op(_scatter, name, (input, index, src), static)
+    return call_op(_scatter, name, (input, index, src), static, saves=False)
 
 
 def scatter(input: Any, dim: int, index: Any, src: Any = None, *, value: Any = None) -> Tensor:

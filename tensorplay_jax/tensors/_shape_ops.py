@@ -55,7 +55,7 @@ def _reshape(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 def _reshaped(input: Any, shape: tuple[int, ...]) -> Tensor:
-    return call_op(_reshape, "ReshapeBackward", (input,), (("shape", shape),))
+    return call_op(_reshape, "ReshapeBackward", (input,), (("shape", shape),), saves=False)
 
 
 def _reshape_back(base: Tensor, view: Tensor) -> Tensor:
@@ -91,7 +91,7 @@ def view(input: Any, *shape: Any) -> Tensor:
 
 def _swapped(input: Any, axis1: int, axis2: int) -> Tensor:
     static = (("axis1", axis1), ("axis2", axis2))
-    return call_op(jnp.swapaxes, "TransposeBackward", (input,), static)
+    return call_op(jnp.swapaxes, "TransposeBackward", (input,), static, saves=False)
 
 
 def transpose(input: Any, dim0: int, dim1: int) -> Tensor:
@@ -103,7 +103,7 @@ def transpose(input: Any, dim0: int, dim1: int) -> Tensor:
 
 
 def _permuted(input: Any, axes: tuple[int, ...]) -> Tensor:
-    return call_op(jnp.transpose, "PermuteBackward", (input,), (("axes", axes),))
+    return call_op(jnp.transpose, "PermuteBackward", (input,), (("axes", axes),), saves=False)
 
 
 def permute(input: Any, *dims: Any) -> Tensor:
@@ -167,7 +167,7 @@ def expand(input: Any, *sizes: Any) -> Tensor:
     target = tuple(shape[i - lead] if (s == -1 and i >= lead) else s for i, s in enumerate(sizes_t))
 
     def read(x: Any) -> Tensor:
-        return call_op(jnp.broadcast_to, "ExpandBackward", (x,), (("shape", target),))
+        return call_op(jnp.broadcast_to, "ExpandBackward", (x,), (("shape", target),), saves=False)
 
     return _as_view(read(input), input, read, _no_write)
 
@@ -193,7 +193,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("tp.cat: expected a non-empty sequence of Tensors")
     d = _norm_dim("cat", dim, _ndim(tensors[0]))
-    return call_op(_cat, "CatBackward", tensors, (("axis", d),))
+    return call_op(_cat, "CatBackward", tensors, (("axis", d),), saves=False)
 
 
 def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
@@ -202,7 +202,7 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("tp.stack: expected a non-empty sequence of Tensors")
     d = _norm_dim("stack", dim, _ndim(tensors[0]) + 1)
-    return call_op(_stack, "StackBackward", tensors, (("axis", d),))
+    return call_op(_stack, "StackBackward", tensors, (("axis", d),), saves=False)
 
 
 def _split(x: jax.Array, indices: tuple[int, ...], axis: int) -> tuple[jax.Array, ...]:
@@ -211,7 +211,9 @@ def _split(x: jax.Array, indices: tuple[int, ...], axis: int) -> tuple[jax.Array
 
 def _split_at(input: Any, sizes: Sequence[int], dim: int, fn: str) -> tuple[Tensor, ...]:
     indices = tuple(int(i) for i in np.cumsum(sizes)[:-1])
-    outs = call_op(_split, f"{fn}Backward", (input,), (("indices", indices), ("axis", dim)))
+    outs = call_op(
+        _split, f"{fn}Backward", (input,), (("indices", indices), ("axis", dim)), saves=False
+    )
     if isinstance(input, Tensor):
         for out, start, stop in zip(outs, (0, *indices), np.cumsum(sizes), strict=True):
             _link_slice(out, input, dim, ("slice", start, int(stop), None), ())
@@ -275,7 +277,7 @@ def narrow(input: Any, dim: int, start: int, length: int) -> Tensor:
             f"tp.narrow: start={start}, length={length} does not fit dim {d} of size {shape[d]}"
         )
     static = (("start", start), ("length", int(length)), ("axis", d))
-    out = call_op(_narrow, "NarrowBackward", (input,), static)
+    out = call_op(_narrow, "NarrowBackward", (input,), static, saves=False)
     if isinstance(input, Tensor):
         _link_slice(out, input, d, ("slice", start, start + int(length), None), ())
     return out
@@ -288,7 +290,7 @@ def _unbind(x: jax.Array, axis: int) -> tuple[jax.Array, ...]:
 def unbind(input: Any, dim: int = 0) -> tuple[Tensor, ...]:
     """The slices along ``dim``, with that dimension removed."""
     d = _norm_dim("unbind", dim, _ndim(input))
-    outs = call_op(_unbind, "UnbindBackward", (input,), (("axis", d),))
+    outs = call_op(_unbind, "UnbindBackward", (input,), (("axis", d),), saves=False)
     if isinstance(input, Tensor):
         for i, out in enumerate(outs):
             _link_slice(out, input, d, ("int",), (i,))

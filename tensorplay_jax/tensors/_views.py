@@ -100,9 +100,13 @@ def check_writable(t: Tensor, op: str) -> None:
 def _rebind(t: Tensor, new: Tensor, linked: bool) -> None:
     """Give ``t`` the value (and, in grad mode, the history) of ``new``; bump its version."""
     t._value = new._value
-    if linked and new._grad_fn is not None:
-        t._grad_fn, t._output_nr, t._requires_grad = new._grad_fn, new._output_nr, True
+    node = new._grad_fn
+    if linked and node is not None:
+        t._grad_fn, t._output_nr, t._requires_grad = node, new._output_nr, True
     t._version += 1
+    saved = getattr(node, "saved", None)
+    if saved:  # the write's own node holds t's old value itself: later writes are no conflict
+        node.saved = tuple((s, v) for s, v in saved if s is not t)
 
 
 def commit(t: Tensor, new: Tensor) -> Tensor:

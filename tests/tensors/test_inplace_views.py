@@ -243,3 +243,28 @@ def test_integer_indexing_compiles_once_per_shape():
 def test_integer_index_out_of_range_raises():
     with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 0 with size 4"):
         tp.zeros(4)[4]
+
+
+def prog_saved_input_modified(lib):
+    x = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    a = x * 1.0
+    y = a * a  # saves a
+    a.add_(1.0)
+    y.sum().backward()
+
+
+def prog_unsaved_input_modified(lib):
+    x = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    a = x * 1.0
+    y = a + 1.0  # add saves nothing
+    a.mul_(2.0)
+    y.sum().backward()
+    return x.grad.tolist()
+
+
+def test_backward_after_saved_input_written_raises_like_torch():
+    libs = [tp] + ([_torch()] if _torch() is not None else [])
+    for lib in libs:
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            prog_saved_input_modified(lib)
+    _check(prog_unsaved_input_modified, [1.0, 1.0, 1.0])
