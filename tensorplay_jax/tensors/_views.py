@@ -18,8 +18,10 @@ mode every step is a recorded node, so gradients flow through the writes as in
 torch (``CopySlices``). A *detached* view (``detach``, ``.data``) shares values
 only: its writes reach the base without touching the base's graph.
 
-A base holds its views weakly (``_views``); a view holds its base strongly, as
-in torch.
+A base holds its views weakly (``_views``). A view holds its base strongly, as
+in torch, except a detached one: it holds its base weakly, so that keeping
+``loss.detach()`` does not keep ``loss``'s graph alive (once the base is gone,
+nothing else can see the write).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tensorplay_jax.autograd import is_grad_enabled, no_grad
 
@@ -47,10 +49,15 @@ _LEAF_VIEW_MSG = (
 class ViewOf(NamedTuple):
     """How a view relates to its base (see the module docstring)."""
 
-    base: Tensor
+    ref: Any  # the base Tensor; a weakref to it when not linked
     read: Callable[[Tensor], Tensor]
     write: Callable[[Tensor, Tensor], Tensor]
     linked: bool  # False for detach/.data: values shared, graphs separate
+
+    @property
+    def base(self) -> Tensor | None:
+        """The base Tensor (None: a detached view whose base is gone)."""
+        return self.ref if self.linked else self.ref()
 
 
 def link(
@@ -62,7 +69,7 @@ def link(
     linked: bool = True,
 ) -> Tensor:
     """Make ``view`` a view of ``base``; returns ``view``."""
-    view._view = ViewOf(base, read, write, linked)
+    view._view = ViewOf(base if linked else weakref.ref(base), read, write, linked)
     views = base._views
     if views is None:
         views = base._views = weakref.WeakSet()
@@ -92,7 +99,8 @@ def check_writable(t: Tensor, op: str) -> None:
         raise RuntimeError(_LEAF_MSG.format(op=op))
     root, view = t, t._view
     while view is not None and view.linked:
-        root, view = view.base, view.base._view
+        root = view.ref
+        view = root._view
     if root is not t and root._requires_grad and root._grad_fn is None and root._view is None:
         raise RuntimeError(_LEAF_VIEW_MSG.format(op=op))
 
@@ -120,6 +128,8 @@ def commit(t: Tensor, new: Tensor) -> Tensor:
     child, view = t, t._view
     while view is not None:
         base = view.base
+        if base is None:
+            break
         with contextlib.nullcontext() if view.linked else no_grad():
             new_base = view.write(base, child)
         _rebind(base, new_base, view.linked)
