@@ -26,7 +26,14 @@ How it works
 * ``run_backward`` counts dependencies with an iterative walk and runs nodes
   in topological order (Kahn's algorithm, latest-created first), so graph
   depth is limited by memory only. ``retain_graph=False`` frees each node's
-  residuals after use; a second pass then raises.
+  residuals after use; a second pass then raises. A graph shape that recurs
+  (a training step) runs its whole backward as one compiled call (``_fused``).
+* A node remembers the ``_version`` of each input it saved; a backward after
+  one of them was written in place raises torch's "modified by an inplace
+  operation" error (``call_op(..., saves=False)`` for operations whose
+  gradient needs no input value).
+* ``compile`` (``tp.compile``) takes ``torch.compile``'s call and returns the
+  function itself (``_compile``).
 
 Hooks for distributed autograd
 ------------------------------
