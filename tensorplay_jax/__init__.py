@@ -9,6 +9,7 @@ from tensorplay_jax import futures as futures
 from tensorplay_jax import nn as nn
 from tensorplay_jax import tensors as tensors
 from tensorplay_jax.autograd import apply as apply
+from tensorplay_jax.autograd import compile as compile
 from tensorplay_jax.autograd import enable_grad as enable_grad
 from tensorplay_jax.autograd import function as function
 from tensorplay_jax.autograd import is_grad_enabled as is_grad_enabled
@@ -44,6 +45,7 @@ __all__ = [
     "bfloat16",
     "bool_",
     "collectives",
+    "compile",
     "cuda",
     "device",
     "distributions",

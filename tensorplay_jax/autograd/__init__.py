@@ -26,7 +26,14 @@ How it works
 * ``run_backward`` counts dependencies with an iterative walk and runs nodes
   in topological order (Kahn's algorithm, latest-created first), so graph
   depth is limited by memory only. ``retain_graph=False`` frees each node's
-  residuals after use; a second pass then raises.
+  residuals after use; a second pass then raises. A graph shape that recurs
+  (a training step) runs its whole backward as one compiled call (``_fused``).
+* A node remembers the ``_version`` of each input it saved; a backward after
+  one of them was written in place raises torch's "modified by an inplace
+  operation" error (``call_op(..., saves=False)`` for operations whose
+  gradient needs no input value).
+* ``compile`` (``tp.compile``) takes ``torch.compile``'s call and returns the
+  function itself (``_compile``).
 
 Hooks for distributed autograd
 ------------------------------
@@ -58,6 +65,7 @@ from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
+from tensorplay_jax.autograd._compile import compile as compile
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
@@ -92,6 +100,7 @@ __all__ = [
     "as_cotangent",
     "attach_outputs",
     "call_op",
+    "compile",
     "enable_grad",
     "function",
     "get_gradient_edge",

@@ -104,7 +104,7 @@ def out_info_of(leaves: list[Any], treedef: Any) -> OutInfo:
     return treedef, tuple((tuple(x.shape), x.dtype) for x in leaves)
 
 
-def _zero_cotangent(shape: tuple[int, ...], dtype: Any) -> Any:
+def zero_cotangent(shape: tuple[int, ...], dtype: Any) -> Any:
     if jnp.issubdtype(dtype, jnp.inexact):
         return jnp.zeros(shape, dtype)
     return np.zeros(shape, jax.dtypes.float0)
@@ -115,7 +115,7 @@ def _apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
     _trace_counts["<backward>"] += 1
     treedef, avals = out_info
     full = [
-        ct.astype(dtype) if ct is not None else _zero_cotangent(shape, dtype)
+        ct.astype(dtype) if ct is not None else zero_cotangent(shape, dtype)
         for ct, (shape, dtype) in zip(cts, avals, strict=True)
     ]
     return pullback(jax.tree_util.tree_unflatten(treedef, full))

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.autograd import _fused
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
 
@@ -40,6 +41,16 @@ Accumulate = Callable[["Tensor", jax.Array], None]
 
 
 _grad_lock = threading.Lock()
+_ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
+
+
+def _ones_like(value: Any) -> jax.Array:
+    """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)."""
+    key = (value.shape, value.dtype)
+    ones = _ones.get(key)
+    if ones is None:
+        ones = _ones[key] = jnp.ones(value.shape, value.dtype)
+    return ones
 
 
 def as_array(x: Any, dtype: Any = None) -> jax.Array:
@@ -99,7 +110,7 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
                 f"grad can be implicitly created only for scalar outputs: roots[{i}] has shape "
                 f"{root.shape}; pass a gradient of that shape"
             )
-        return jnp.ones(root._value.shape, root._value.dtype)
+        return _ones_like(root._value)
     grad = as_array(grad, root._value.dtype)
     if grad.shape != root._value.shape:
         raise RuntimeError(
@@ -191,6 +202,8 @@ def run_backward(
         buf[edge.output_nr] = _add(buf[edge.output_nr], grad)
 
     deps = _dependencies(starts)
+    if _fused.try_fused(starts, buffers, deps, retain_graph, accumulate):
+        return
     ready = [(-n.seq, id(n), n) for n in starts if deps.get(n, 0) == 0]
     heapq.heapify(ready)
     while ready:

@@ -51,10 +51,13 @@ def _run(
     entry: _cache._Entry,
     values: Sequence[Any],
     tensors: Sequence[Tensor | None],
+    saves: bool = True,
 ) -> Any:
     """Run a cached operation on dynamic ``values``; record a node if any Tensor needs grad.
 
     ``tensors[i]`` is the Tensor behind ``values[i]`` (``None`` for arrays/scalars).
+    With ``saves`` the node remembers each input Tensor's ``_version``, so that a
+    backward after one of them was written in place raises, as torch does.
     Returns the output pytree with every array leaf wrapped in a Tensor.
     """
     mask = tuple(t is not None and t._requires_grad for t in tensors)
@@ -70,9 +73,11 @@ def _run(
     other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
     out, pullback = entry.forward_vjp(mask)(diff, other)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
+    saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
     if isinstance(out, jax.Array):  # one output (most operations): no pytree work
         info = (_cache.LEAF, ((out.shape, out.dtype),))
-        return _tc.Tensor._wrap_output(out, VJPNode(entry.name, pullback, info, edges, 1), 0)
+        node = VJPNode(entry.name, pullback, info, edges, 1, saved)
+        return _tc.Tensor._wrap_output(out, node, 0)
     leaves, treedef = jax.tree_util.tree_flatten(out)
     node = VJPNode(
         entry.name,
@@ -80,6 +85,7 @@ def _run(
         _cache.out_info_of(leaves, treedef),
         edges,
         len(leaves),
+        saved,
     )
     wrapped = [_tc.Tensor._wrap_output(leaf, node, i) for i, leaf in enumerate(leaves)]
     return jax.tree_util.tree_unflatten(treedef, wrapped)
@@ -90,8 +96,14 @@ def call_op(
     name: str,
     args: Sequence[Any],
     static: tuple[tuple[str, Hashable], ...] = (),
+    *,
+    saves: bool = True,
 ) -> Any:
-    """Run the built-in operation ``fn(*args, **dict(static))`` as one node (see module doc)."""
+    """Run the built-in operation ``fn(*args, **dict(static))`` as one node (see module doc).
+
+    ``saves=False`` for operations whose backward needs no input value (``add``,
+    reshapes, indexing ...): writing their inputs in place later is no error.
+    """
     # id(fn): some functions hash slowly (jnp ufuncs, ~5 us); the entry holds fn, so the
     # id cannot be reused while the entry exists.
     key = (id(fn), static)
@@ -105,7 +117,7 @@ def call_op(
         else:
             values.append(a)
             tensors.append(None)
-    return _run(entry, values, tensors)
+    return _run(entry, values, tensors, saves)
 
 
 def _static_leaf(leaf: Any, where: str) -> Hashable:

@@ -85,6 +85,14 @@ class Node:
         return f"<{self.name}>"
 
 
+_MODIFIED_MSG = (
+    "one of the variables needed for gradient computation has been modified by an inplace "
+    "operation: [{dtype} {shape}], saved by {name}, is at version {now}; expected version "
+    "{saved} instead. Clone it before the in-place write (x = x.clone()), or write it after "
+    "the backward."
+)
+
+
 class VJPNode(Node):
     """A node whose backward is a cached, jitted JAX VJP (see ``_cache.apply_vjp``).
 
@@ -94,7 +102,7 @@ class VJPNode(Node):
     operation, static arguments and input shapes/dtypes.
     """
 
-    __slots__ = ("out_info", "vjp")
+    __slots__ = ("out_info", "saved", "vjp")
 
     def __init__(
         self,
@@ -103,17 +111,35 @@ class VJPNode(Node):
         out_info: Any,
         next_edges: Sequence[GradientEdge | None],
         num_outputs: int,
+        saved: tuple[tuple[Tensor, int], ...] = (),
     ) -> None:
         super().__init__(name, next_edges, num_outputs)
         self.vjp = vjp
         self.out_info = out_info
+        self.saved = saved  # (input Tensor, its _version when recorded)
+
+    def check_saved(self) -> None:
+        """Raise torch's error if an input this node saved was written in place since."""
+        for t, version in self.saved:
+            if t._version != version:
+                raise RuntimeError(
+                    _MODIFIED_MSG.format(
+                        dtype=t.dtype,
+                        shape=list(t.shape),
+                        name=self.name,
+                        now=t._version,
+                        saved=version,
+                    )
+                )
 
     def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        self.check_saved()
         return apply_vjp(self.vjp, grads, self.out_info)
 
     def release(self) -> None:
         super().release()
         self.vjp = None
+        self.saved = ()
 
 
 class FunctionNode(Node):

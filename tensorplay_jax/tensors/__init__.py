@@ -6,8 +6,10 @@ What it owns
   its place on the tape; the methods with real bodies. Operators and the math,
   reduction and shape methods are attached from one table (``_methods``).
 * The operations, each one recorded node: elementwise and activations
-  (``_ops``), reductions (``_reductions``), shapes, indexing, joining and
-  splitting (``_shape_ops``).
+  (``_ops``), reductions (``_reductions``), shapes, joining and splitting
+  (``_shape_ops``), indexing (``_indexing``) and the in-place methods
+  (``_inplace``). Views and in-place writes (a write reaches the Tensor's base
+  and views, as torch's storage does) are ``_views``.
 * Factories (``tensor``, ``randn``, ``zeros`` ... in ``_factories``) and the
   process-wide random state (``manual_seed``) in ``_random``.
 

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.tensors import _device, _ops, _reductions, _shape_ops
+from tensorplay_jax.tensors import _device, _indexing, _inplace, _ops, _reductions, _shape_ops
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -102,8 +102,9 @@ _METHODS: dict[str, Any] = {
     "__le__": _ops.le,
     "__gt__": _ops.gt,
     "__ge__": _ops.ge,
-    "__getitem__": _shape_ops.getitem,
-    "__setitem__": _shape_ops.setitem_,
+    "__getitem__": _indexing.getitem,
+    "__setitem__": _indexing.setitem_,
+    "__iter__": _indexing.iterate,
     # comparisons, as methods (``pred.eq(target)``)
     "eq": _eq,
     "ne": _ne,
@@ -177,8 +178,11 @@ _METHODS: dict[str, Any] = {
 
 
 def attach_methods(cls: type[Tensor]) -> None:
-    """Set every entry of ``_METHODS`` on ``cls`` (an entry never replaces a method with a body)."""
-    for name, fn in _METHODS.items():
+    """Set every entry of ``_METHODS`` and of ``_inplace.METHODS`` on ``cls``.
+
+    An entry never replaces a method with a body.
+    """
+    for name, fn in {**_METHODS, **_inplace.METHODS}.items():
         if name in cls.__dict__:
             raise RuntimeError(f"attach_methods: {cls.__name__}.{name} is already defined")
         setattr(cls, name, fn)

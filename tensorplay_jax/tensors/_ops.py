@@ -42,12 +42,12 @@ def _operand(x: Any, fn: str) -> Any:
     )
 
 
-def _binary(fn: Any, name: str, a: Any, b: Any) -> Tensor:
-    return call_op(fn, name, (_operand(a, name), _operand(b, name)))
+def _binary(fn: Any, name: str, a: Any, b: Any, saves: bool = True) -> Tensor:
+    return call_op(fn, name, (_operand(a, name), _operand(b, name)), saves=saves)
 
 
-def _unary(fn: Any, name: str, x: Any) -> Tensor:
-    return call_op(fn, name, (_operand(x, name),))
+def _unary(fn: Any, name: str, x: Any, saves: bool = True) -> Tensor:
+    return call_op(fn, name, (_operand(x, name),), saves=saves)
 
 
 def _node_name(name: str) -> str:
@@ -90,14 +90,14 @@ def add(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     """
     if alpha is not None:
         other = mul(other, alpha)
-    return _binary(jnp.add, "AddBackward", input, other)
+    return _binary(jnp.add, "AddBackward", input, other, saves=False)
 
 
 def sub(input: Any, other: Any, *, alpha: Any = None) -> Tensor:
     """Elementwise ``input - alpha * other``."""
     if alpha is not None:
         other = mul(other, alpha)
-    return _binary(jnp.subtract, "SubBackward", input, other)
+    return _binary(jnp.subtract, "SubBackward", input, other, saves=False)
 
 
 mul = _binary_op("mul", jnp.multiply, "Elementwise product.")
@@ -130,7 +130,11 @@ def matmul(input: Any, other: Any) -> Tensor:
     return _binary(jnp.matmul, "MatmulBackward", input, other)
 
 
-neg = _unary_op("neg", jnp.negative, "Elementwise negation.")
+def neg(input: Any) -> Tensor:
+    """Elementwise negation."""
+    return _unary(jnp.negative, "NegBackward", input, saves=False)
+
+
 abs = _unary_op("abs", jnp.abs, "Elementwise absolute value.")
 sqrt = _unary_op("sqrt", jnp.sqrt, "Elementwise square root.")
 square = _unary_op("square", jnp.square, "Elementwise square.")
@@ -209,7 +213,8 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:
 
 def astype(input: Any, dtype: Any) -> Tensor:
     """Convert to ``dtype`` (float -> float conversions are differentiable)."""
-    return call_op(_astype, "ToCopyBackward", (input,), (("dtype", jnp.dtype(dtype)),))
+    static = (("dtype", jnp.dtype(dtype)),)
+    return call_op(_astype, "ToCopyBackward", (input,), static, saves=False)
 
 
 def _astype(x: jax.Array, dtype: Any) -> jax.Array:
@@ -222,7 +227,7 @@ def _identity(x: jax.Array) -> jax.Array:
 
 def clone(input: Any) -> Tensor:
     """A recorded copy of ``input``."""
-    return call_op(_identity, "CloneBackward", (input,))
+    return call_op(_identity, "CloneBackward", (input,), saves=False)
 
 
 # ------------------------------------------------------------------ comparisons (no gradient)

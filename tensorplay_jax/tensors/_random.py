@@ -1,23 +1,25 @@
 """The global random state behind ``tp.randn``/``tp.rand``/initialisation: ``manual_seed``.
 
-One JAX PRNG key per process, split under a lock for every draw. Code that
-runs inside a JAX transformation supplies its own key instead (see
-``key_scope``), so a traced function never bakes in a global draw.
+One JAX PRNG key per process, split under a lock for every draw. As in torch,
+a process that never calls ``manual_seed`` starts from a seed drawn from the
+operating system (so two unseeded workers draw different data);
+``manual_seed(s)`` makes every later draw exact. Code that runs inside a JAX
+transformation supplies its own key instead (see ``key_scope``), so a traced
+function never bakes in a global draw.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import jax
 
-DEFAULT_SEED = 0
-
 _lock = threading.Lock()
-_state: dict[str, Any] = {"key": None, "seed": DEFAULT_SEED}
+_state: dict[str, Any] = {"key": None, "seed": None}  # seed None: draw one from the OS
 _scoped = threading.local()
 
 
@@ -39,9 +41,24 @@ def manual_seed(seed: int) -> None:
         _state["key"] = jax.random.key(int(seed))
 
 
+def _os_seed() -> int:
+    """A fresh 63-bit seed from the operating system (torch's default per process)."""
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
 def initial_seed() -> int:
-    """The seed last given to ``manual_seed`` (``DEFAULT_SEED`` before any)."""
-    return _state["seed"]
+    """The seed of the global state: the last ``manual_seed``, else the one drawn from the OS.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.manual_seed(7)
+        >>> tp.initial_seed()
+        7
+    """
+    with _lock:
+        if _state["seed"] is None:
+            _state["seed"] = _os_seed()
+        return _state["seed"]
 
 
 def next_key() -> jax.Array:
@@ -54,6 +71,8 @@ def next_key() -> jax.Array:
     with _lock:
         key = _state["key"]
         if key is None:
+            if _state["seed"] is None:
+                _state["seed"] = _os_seed()
             key = jax.random.key(_state["seed"])
         _state["key"], sub = jax.random.split(key)
     return sub

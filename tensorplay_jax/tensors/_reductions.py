@@ -42,7 +42,8 @@ def _dims(fn: str, dim: Any, axis: Any) -> int | tuple[int, ...] | None:
 
 def _reduce(jfn: Any, name: str, x: Any, dim: Any, keepdim: bool, **static: Any) -> Tensor:
     kw = (("axis", dim), ("keepdims", builtins.bool(keepdim)), *sorted(static.items()))
-    return call_op(jfn, name, (x,), kw)
+    # sum and mean need only the input's shape for their gradient
+    return call_op(jfn, name, (x,), kw, saves=name not in ("SumBackward", "MeanBackward"))
 
 
 def sum(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None) -> Tensor:

@@ -1,13 +1,15 @@
-"""Shape operations, indexing, and cat/stack/split/narrow, each one recorded node.
+"""Shape operations and cat/stack/split/narrow, each one recorded node.
 
 Shapes, dimensions and split points are static (part of the compile cache
-key); integer/array indices are traced, so ``x[idx]`` with a new index array of
-the same shape does not recompile. A boolean mask index is turned into integer
-indices first (its result shape depends on its values).
+key). The operations torch returns views from (``reshape``/``view``,
+``transpose``, ``permute``, ``squeeze``, ``unsqueeze``, ``expand``, ``narrow``,
+``split``, ``chunk``, ``unbind``) return views here too (``_views``): an in-place
+write to the result reaches ``input``. Indexing is in ``_indexing``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import call_op, is_grad_enabled
+from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors import _indexing, _views
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -51,42 +54,68 @@ def _reshape(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return jnp.reshape(x, shape)
 
 
+def _reshaped(input: Any, shape: tuple[int, ...]) -> Tensor:
+    return call_op(_reshape, "ReshapeBackward", (input,), (("shape", shape),), saves=False)
+
+
+def _reshape_back(base: Tensor, view: Tensor) -> Tensor:
+    return _reshaped(view, base.shape)
+
+
+def _as_view(out: Tensor, input: Any, read: Any, write: Any) -> Tensor:
+    """``out`` as a view of ``input`` (see ``_views``) when ``input`` is a Tensor."""
+    if isinstance(input, Tensor):
+        _views.link(out, input, read, write)
+    return out
+
+
 def reshape(input: Any, *shape: Any) -> Tensor:
     """The same elements in a new shape; one entry may be -1.
+
+    The result is a view: in-place writes to it reach ``input``.
 
     Example:
         >>> import tensorplay_jax as tp
         >>> tp.arange(6).reshape(2, 3).shape
         (2, 3)
     """
-    return call_op(
-        _reshape, "ReshapeBackward", (input,), (("shape", _shape_arg("reshape", shape)),)
-    )
+    shape_t = _shape_arg("reshape", shape)
+    out = _reshaped(input, shape_t)
+    return _as_view(out, input, functools.partial(_reshaped, shape=shape_t), _reshape_back)
 
 
 def view(input: Any, *shape: Any) -> Tensor:
-    """Same as ``reshape`` (JAX arrays have no views)."""
+    """Same as ``reshape`` (a view of ``input``)."""
     return reshape(input, *shape)
 
 
+def _swapped(input: Any, axis1: int, axis2: int) -> Tensor:
+    static = (("axis1", axis1), ("axis2", axis2))
+    return call_op(jnp.swapaxes, "TransposeBackward", (input,), static, saves=False)
+
+
 def transpose(input: Any, dim0: int, dim1: int) -> Tensor:
-    """Swap dimensions ``dim0`` and ``dim1``."""
+    """Swap dimensions ``dim0`` and ``dim1`` (a view of ``input``)."""
     n = _ndim(input)
-    static = (
-        ("axis1", _norm_dim("transpose", dim0, n)),
-        ("axis2", _norm_dim("transpose", dim1, n)),
-    )
-    return call_op(jnp.swapaxes, "TransposeBackward", (input,), static)
+    d0, d1 = _norm_dim("transpose", dim0, n), _norm_dim("transpose", dim1, n)
+    swap = functools.partial(_swapped, axis1=d0, axis2=d1)
+    return _as_view(swap(input), input, swap, lambda base, v: swap(v))
+
+
+def _permuted(input: Any, axes: tuple[int, ...]) -> Tensor:
+    return call_op(jnp.transpose, "PermuteBackward", (input,), (("axes", axes),), saves=False)
 
 
 def permute(input: Any, *dims: Any) -> Tensor:
-    """Reorder dimensions: ``x.permute(2, 0, 1)``."""
+    """Reorder dimensions: ``x.permute(2, 0, 1)`` (a view of ``input``)."""
     perm = _shape_arg("permute", dims)
     n = _ndim(input)
     if sorted(d % max(n, 1) for d in perm) != list(range(n)):
         raise ValueError(f"tp.permute: dims={perm} is not a permutation of {n} dimensions")
     perm = tuple(d % max(n, 1) for d in perm)
-    return call_op(jnp.transpose, "PermuteBackward", (input,), (("axes", perm),))
+    inverse = tuple(int(i) for i in np.argsort(perm))
+    read = functools.partial(_permuted, axes=perm)
+    return _as_view(read(input), input, read, lambda base, v: _permuted(v, inverse))
 
 
 def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -101,11 +130,10 @@ def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 
 def unsqueeze(input: Any, dim: int) -> Tensor:
-    """Insert a dimension of size 1 at ``dim``."""
-    n = _ndim(input) + 1
-    return call_op(
-        jnp.expand_dims, "UnsqueezeBackward", (input,), (("axis", _norm_dim("unsqueeze", dim, n)),)
-    )
+    """Insert a dimension of size 1 at ``dim`` (a view of ``input``)."""
+    shape = _shape(input)
+    d = _norm_dim("unsqueeze", dim, len(shape) + 1)
+    return reshape(input, (*shape[:d], 1, *shape[d:]))
 
 
 def squeeze(input: Any, dim: Any = None) -> Tensor:
@@ -118,103 +146,30 @@ def squeeze(input: Any, dim: Any = None) -> Tensor:
         axes = tuple(
             d for d in (_norm_dim("squeeze", int(d), len(shape)) for d in dims) if shape[d] == 1
         )
-    return call_op(jnp.squeeze, "SqueezeBackward", (input,), (("axis", axes),))
+    return reshape(input, tuple(s for i, s in enumerate(shape) if i not in axes))
+
+
+def _no_write(base: Tensor, view: Tensor) -> Tensor:
+    raise RuntimeError(
+        "unsupported operation: more than one element of the written-to tensor refers to a "
+        "single memory location (an expand() view). Please clone() the tensor before "
+        "performing the operation."
+    )
 
 
 def expand(input: Any, *sizes: Any) -> Tensor:
-    """Broadcast to ``sizes``; -1 keeps that dimension's size."""
+    """Broadcast to ``sizes``; -1 keeps that dimension's size (a view that cannot be written)."""
     sizes_t = _shape_arg("expand", sizes)
     shape = _shape(input)
     lead = len(sizes_t) - len(shape)
     if lead < 0:
         raise ValueError(f"tp.expand: sizes {sizes_t} have fewer dimensions than {shape}")
     target = tuple(shape[i - lead] if (s == -1 and i >= lead) else s for i, s in enumerate(sizes_t))
-    return call_op(jnp.broadcast_to, "ExpandBackward", (input,), (("shape", target),))
 
+    def read(x: Any) -> Tensor:
+        return call_op(jnp.broadcast_to, "ExpandBackward", (x,), (("shape", target),), saves=False)
 
-# ------------------------------------------------------------------ indexing
-def _encode_index(index: Any) -> tuple[tuple[Any, ...], list[Any]]:
-    """A static spec (hashable) and the traced index arrays of a NumPy-style index."""
-    items = index if isinstance(index, tuple) else (index,)
-    spec: list[Any] = []
-    arrays: list[Any] = []
-    for item in items:
-        if item is None:
-            spec.append(("none",))
-        elif item is Ellipsis:
-            spec.append(("ellipsis",))
-        elif isinstance(item, slice):
-            parts = [None if p is None else int(p) for p in (item.start, item.stop, item.step)]
-            spec.append(("slice", *parts))
-        elif isinstance(item, bool):
-            spec.append(("bool", item))
-        elif isinstance(item, int | np.integer):
-            spec.append(("int", int(item)))
-        else:
-            value = item.value if isinstance(item, Tensor) else item
-            if isinstance(value, list | tuple):
-                value = np.asarray(value)
-            if getattr(value, "dtype", None) is not None and value.dtype == np.bool_:
-                for part in np.nonzero(np.asarray(value)):
-                    spec.append(("array",))
-                    arrays.append(part)
-            elif getattr(value, "ndim", None) == 0 and not isinstance(value, jax.core.Tracer):
-                spec.append(("int", int(value)))
-            else:
-                spec.append(("array",))
-                arrays.append(value)
-    return tuple(spec), arrays
-
-
-def _decode_index(spec: tuple[Any, ...], arrays: Sequence[Any]) -> tuple[Any, ...]:
-    it = iter(arrays)
-    out: list[Any] = []
-    for s in spec:
-        kind = s[0]
-        if kind == "none":
-            out.append(None)
-        elif kind == "ellipsis":
-            out.append(Ellipsis)
-        elif kind == "slice":
-            out.append(slice(*s[1:]))
-        elif kind in ("int", "bool"):
-            out.append(s[1])
-        else:
-            out.append(next(it))
-    return tuple(out)
-
-
-def _getitem(x: jax.Array, *arrays: jax.Array, spec: tuple[Any, ...]) -> jax.Array:
-    return x[_decode_index(spec, arrays)]
-
-
-def getitem(input: Any, index: Any) -> Tensor:
-    """``input[index]`` with NumPy indexing (ints, slices, None, ..., int/bool arrays)."""
-    spec, arrays = _encode_index(index)
-    return call_op(_getitem, "IndexBackward", (input, *arrays), (("spec", spec),))
-
-
-def _setitem(x: jax.Array, v: jax.Array, *arrays: jax.Array, spec: tuple[Any, ...]) -> jax.Array:
-    return x.at[_decode_index(spec, arrays)].set(v)
-
-
-def index_put(input: Any, index: Any, value: Any) -> Tensor:
-    """A copy of ``input`` with ``input[index] = value`` (recorded; gradient reaches both)."""
-    spec, arrays = _encode_index(index)
-    return call_op(_setitem, "IndexPutBackward", (input, value, *arrays), (("spec", spec),))
-
-
-def setitem_(t: Tensor, index: Any, value: Any) -> None:
-    """``t[index] = value``: rebinds ``t`` to the recorded result (not allowed on grad leaves)."""
-    if t.is_leaf and t.requires_grad and is_grad_enabled():
-        raise RuntimeError(
-            "a leaf Tensor that requires grad is being used in an in-place operation "
-            "(t[index] = value); do it under tp.no_grad(), or on t.clone()"
-        )
-    r = index_put(t, index, value)
-    t._value = r._value
-    if is_grad_enabled():
-        t._grad_fn, t._output_nr, t._requires_grad = r._grad_fn, r._output_nr, r._requires_grad
+    return _as_view(read(input), input, read, _no_write)
 
 
 # ------------------------------------------------------------------ joining and splitting
@@ -238,7 +193,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("tp.cat: expected a non-empty sequence of Tensors")
     d = _norm_dim("cat", dim, _ndim(tensors[0]))
-    return call_op(_cat, "CatBackward", tensors, (("axis", d),))
+    return call_op(_cat, "CatBackward", tensors, (("axis", d),), saves=False)
 
 
 def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
@@ -247,7 +202,7 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("tp.stack: expected a non-empty sequence of Tensors")
     d = _norm_dim("stack", dim, _ndim(tensors[0]) + 1)
-    return call_op(_stack, "StackBackward", tensors, (("axis", d),))
+    return call_op(_stack, "StackBackward", tensors, (("axis", d),), saves=False)
 
 
 def _split(x: jax.Array, indices: tuple[int, ...], axis: int) -> tuple[jax.Array, ...]:
@@ -256,7 +211,21 @@ def _split(x: jax.Array, indices: tuple[int, ...], axis: int) -> tuple[jax.Array
 
 def _split_at(input: Any, sizes: Sequence[int], dim: int, fn: str) -> tuple[Tensor, ...]:
     indices = tuple(int(i) for i in np.cumsum(sizes)[:-1])
-    return call_op(_split, f"{fn}Backward", (input,), (("indices", indices), ("axis", dim)))
+    outs = call_op(
+        _split, f"{fn}Backward", (input,), (("indices", indices), ("axis", dim)), saves=False
+    )
+    if isinstance(input, Tensor):
+        for out, start, stop in zip(outs, (0, *indices), np.cumsum(sizes), strict=True):
+            _link_slice(out, input, dim, ("slice", start, int(stop), None), ())
+    return outs
+
+
+_ALL = ("slice", None, None, None)
+
+
+def _link_slice(out: Tensor, base: Tensor, dim: int, item: Any, arrays: tuple[Any, ...]) -> None:
+    """``out`` as the view ``base[:, ..., item]`` (``item`` at ``dim``)."""
+    _indexing.link_index(out, base, (*(_ALL,) * dim, item), arrays)
 
 
 def split(input: Any, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
@@ -308,7 +277,10 @@ def narrow(input: Any, dim: int, start: int, length: int) -> Tensor:
             f"tp.narrow: start={start}, length={length} does not fit dim {d} of size {shape[d]}"
         )
     static = (("start", start), ("length", int(length)), ("axis", d))
-    return call_op(_narrow, "NarrowBackward", (input,), static)
+    out = call_op(_narrow, "NarrowBackward", (input,), static, saves=False)
+    if isinstance(input, Tensor):
+        _link_slice(out, input, d, ("slice", start, start + int(length), None), ())
+    return out
 
 
 def _unbind(x: jax.Array, axis: int) -> tuple[jax.Array, ...]:
@@ -318,4 +290,8 @@ def _unbind(x: jax.Array, axis: int) -> tuple[jax.Array, ...]:
 def unbind(input: Any, dim: int = 0) -> tuple[Tensor, ...]:
     """The slices along ``dim``, with that dimension removed."""
     d = _norm_dim("unbind", dim, _ndim(input))
-    return call_op(_unbind, "UnbindBackward", (input,), (("axis", d),))
+    outs = call_op(_unbind, "UnbindBackward", (input,), (("axis", d),), saves=False)
+    if isinstance(input, Tensor):
+        for i, out in enumerate(outs):
+            _link_slice(out, input, d, ("int",), (i,))
+    return outs

@@ -1,10 +1,12 @@
 """``Tensor``: a ``jax.Array`` with ``requires_grad``, a ``grad`` and a place on the local tape.
 
-A Tensor is hashable by identity (so gradients can be keyed by it), immutable in
-value except through ``.data = ...``/``t[idx] = v`` (which rebinds it), and
-knows the node that produced it (``grad_fn``) and which output of that node it
-is. This class holds the state and the methods with real bodies; operators and
-the math, reduction and shape methods are the functions of
+A Tensor is hashable by identity (so gradients can be keyed by it), holds an
+immutable ``jax.Array`` that in-place operations (``t[idx] = v``, ``add_``...)
+replace (see ``_views``: a write reaches the Tensor's base and views, and bumps
+``_version``), and knows the node that produced it (``grad_fn``) and which
+output of that node it is. This class holds the state and the methods with
+real bodies; operators and the math, reduction and shape methods are the
+functions of
 ``_ops``/``_reductions``/``_shape_ops``, attached from one table in
 ``_methods``, and each runs as one recorded node.
 """
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -28,6 +29,7 @@ from tensorplay_jax.autograd import (
     run_backward,
 )
 from tensorplay_jax.runtime.device import to_device
+from tensorplay_jax.tensors import _views
 
 _DEFAULT_DTYPES = (np.dtype("float32"), np.dtype("int32"), np.dtype("int64"), np.dtype("bool"))
 
@@ -92,6 +94,9 @@ class Tensor(metaclass=_TensorMeta):
         "_output_nr",
         "_requires_grad",
         "_value",
+        "_version",
+        "_view",
+        "_views",
     )
 
     # NumPy must defer binary operators to us (np_array + tensor -> Tensor.__radd__).
@@ -108,6 +113,9 @@ class Tensor(metaclass=_TensorMeta):
         self._output_nr = 0
         self._accumulator: weakref.ref[AccumulateGrad] | None = None
         self._requires_grad = False
+        self._version = 0
+        self._view: _views.ViewOf | None = None
+        self._views: weakref.WeakSet[Tensor] | None = None
         if requires_grad:
             self.requires_grad = True
 
@@ -123,6 +131,9 @@ class Tensor(metaclass=_TensorMeta):
         t._output_nr = 0
         t._accumulator = None
         t._requires_grad = False
+        t._version = 0
+        t._view = None
+        t._views = None
         return t
 
     @classmethod
@@ -226,8 +237,12 @@ class Tensor(metaclass=_TensorMeta):
         run_backward([self], [gradient], retain_graph=bool(retain_graph))
 
     def detach(self) -> Tensor:
-        """A new leaf sharing this value, cut from the graph."""
-        return Tensor._wrap(self._value)
+        """A new leaf sharing this value, cut from the graph.
+
+        As in torch it shares the data: an in-place write to either one shows in
+        the other (no gradient crosses).
+        """
+        return _views.detached_view(self)
 
     def detach_(self) -> Tensor:
         """Cut this Tensor from the graph in place; returns ``self``."""
@@ -247,8 +262,12 @@ class Tensor(metaclass=_TensorMeta):
 
     @property
     def data(self) -> Tensor:
-        """A detached Tensor sharing this value; assigning replaces the value in place."""
-        return Tensor._wrap(self._value)
+        """A detached Tensor sharing this value (in-place writes to it reach ``self``).
+
+        Assigning replaces the value without recording (views made before keep
+        the old value, as torch's do).
+        """
+        return _views.detached_view(self)
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -345,11 +364,6 @@ class Tensor(metaclass=_TensorMeta):
         if self._value.ndim == 0:
             raise TypeError("len() of a 0-d Tensor")
         return self._value.shape[0]
-
-    def __iter__(self) -> Iterator[Tensor]:
-        if self._value.ndim == 0:
-            raise TypeError("iteration over a 0-d Tensor")
-        return (self[i] for i in range(self._value.shape[0]))
 
     def __bool__(self) -> bool:
         if self._value.size != 1:

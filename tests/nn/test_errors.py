@@ -35,7 +35,7 @@ from tensorplay_jax.nn import functional as F
         (lambda: nn.Linear(1, 1).add_module("m", 3), TypeError, "is not a Module subclass"),
         (lambda: nn.Linear(1, 1).train("yes"), ValueError, "expected to be boolean"),
         (lambda: nn.init.kaiming_uniform_(tp.ones(3)), ValueError, "fewer than 2 dimensions"),
-        (lambda: nn.init.calculate_gain("swish"), ValueError, "unsupported nonlinearity"),
+        (lambda: nn.init.calculate_gain("swish"), ValueError, "Unsupported nonlinearity swish"),
     ],
 )
 def test_error_messages(call, exc, text):

@@ -146,7 +146,7 @@ BINARY = [
     ("add_alpha", lambda a, b: tp.add(a, b, alpha=3.0), lambda a, b: a + 3 * b, _n(4), _n(4)),
     (
         "index_put",
-        lambda a, b: tp.tensors._shape_ops.index_put(a, (slice(None), 1), b),
+        lambda a, b: tp.tensors._indexing.index_put(a, (slice(None), 1), b),
         lambda a, b: a.at[:, 1].set(b),
         _n(3, 4),
         _n(3),
@@ -183,7 +183,7 @@ def test_setitem_rebinds_and_records():
 
 def test_setitem_on_grad_leaf_raises():
     x = tp.ones(3, requires_grad=True)
-    with pytest.raises(RuntimeError, match="leaf Tensor that requires grad"):
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad is being used"):
         x[0] = 5.0
     with tp.no_grad():
         x[0] = 5.0

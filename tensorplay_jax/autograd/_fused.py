@@ -1,0 +1,155 @@
+"""A backward pass as ONE compiled call, for graph shapes the program has run before.
+
+The node-by-node engine (``_engine``) dispatches one compiled pullback per node.
+In a training loop the same graph shape comes back every step, so once a shape
+(the nodes' operations, output avals and edges, in execution order) has been
+seen ``FUSE_AFTER`` times, its whole backward runs as one ``jax.jit`` function
+of the nodes' pullbacks (their residuals are the arguments) and the root
+cotangents, returning each reached leaf's summed gradient. A new shape (an
+episode of a new length) never compiles anything here: it runs node by node
+until it has recurred, so variable-length loops do not recompile per step.
+
+Only graphs made of ``VJPNode`` s (and leaf sinks) are fused; a graph with a
+Python-callable node (an RPC send/recv edge, a custom rule) or a freed node
+runs node by node, which also raises the usual errors.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import heapq
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
+from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
+
+FUSE_AFTER = 3  # runs of one graph shape before its backward is compiled as one call
+MAX_FUSED_NODES = 256  # larger graphs run node by node (compile time grows with size)
+_MAX_SHAPES = 1024
+
+_seen: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
+
+# plan = (steps, roots, n_leaves): steps[k] = (out_info, targets) for the k-th node run,
+# targets[j] = (is_leaf, index, output_nr) for its j-th input; roots[i] = (k, output_nr).
+Plan = tuple[Any, ...]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _fused_backward(plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...]) -> Any:
+    _trace_counts["<fused backward>"] += 1
+    steps, roots, n_leaves = plan
+    bufs: dict[tuple[int, int], Any] = {}
+    for slot, ct in zip(roots, root_cts, strict=True):
+        bufs[slot] = ct if slot not in bufs else bufs[slot] + ct
+    leaves: list[Any] = [None] * n_leaves
+    for k, ((treedef, avals), targets) in enumerate(steps):
+        full = [
+            bufs.pop((k, i)).astype(dtype) if (k, i) in bufs else zero_cotangent(shape, dtype)
+            for i, (shape, dtype) in enumerate(avals)
+        ]
+        grads = pullbacks[k](jax.tree_util.tree_unflatten(treedef, full))
+        for (is_leaf, idx, out_nr), g in zip(targets, grads, strict=True):
+            if is_leaf:
+                leaves[idx] = g if leaves[idx] is None else leaves[idx] + g
+            else:
+                slot = (idx, out_nr)
+                bufs[slot] = g if slot not in bufs else bufs[slot] + g
+    return tuple(leaves)
+
+
+def _schedule(
+    starts: list[Node], buffers: dict[Node, list[Any]], deps: dict[Node, int]
+) -> tuple[list[VJPNode], list[AccumulateGrad]] | None:
+    """The nodes the engine would run, in its order, and the leaves it would reach.
+
+    None when a node that would run is not a live ``VJPNode``. The order is the
+    engine's (ready nodes, latest created first); which nodes receive a gradient
+    depends only on the graph, since a VJP node returns one for every input.
+    """
+    pending = dict(deps)
+    reached = {n for n in starts if any(g is not None for g in buffers[n])}
+    ready = [(-n.seq, id(n), n) for n in starts if pending.get(n, 0) == 0]
+    heapq.heapify(ready)
+    order: list[VJPNode] = []
+    leaves: list[AccumulateGrad] = []
+    while ready:
+        _, _, node = heapq.heappop(ready)
+        if isinstance(node, AccumulateGrad):
+            if node in reached:
+                leaves.append(node)
+            continue
+        if node in reached:
+            if type(node) is not VJPNode or node.released:
+                return None
+            order.append(node)
+        for edge in node.next_edges:
+            if edge is None:
+                continue
+            nxt = edge.node
+            if node in reached:
+                reached.add(nxt)
+            left = pending[nxt] - 1
+            pending[nxt] = left
+            if left == 0:
+                heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
+    return order, leaves
+
+
+def try_fused(
+    starts: list[Node],
+    buffers: dict[Node, list[Any]],
+    deps: dict[Node, int],
+    retain_graph: bool,
+    accumulate: Callable[[Tensor, Any], None],
+) -> bool:
+    """Run the backward as one compiled call if its graph shape recurs (False: node by node)."""
+    if len(deps) > MAX_FUSED_NODES:
+        return False
+    scheduled = _schedule(starts, buffers, deps)
+    if scheduled is None:
+        return False
+    order, sinks = scheduled
+    if not order or any(n not in order for n in starts):
+        return False
+    index: dict[Node, int] = {node: k for k, node in enumerate(order)}
+    leaf_index = {sink: i for i, sink in enumerate(sinks)}
+    steps = []
+    for node in order:
+        targets = tuple(
+            (True, leaf_index[e.node], 0)
+            if isinstance(e.node, AccumulateGrad)
+            else (False, index[e.node], e.output_nr)
+            for e in node.next_edges
+            if e is not None
+        )
+        steps.append((node.out_info, targets))
+    roots, root_cts = [], []
+    for node in starts:
+        for out_nr, g in enumerate(buffers[node]):
+            if g is not None:
+                roots.append((index[node], out_nr))
+                root_cts.append(g)
+    plan = (tuple(steps), tuple(roots), len(sinks))
+    shape_key = (plan, tuple(n.name for n in order))
+    count = _seen.pop(shape_key, 0) + 1
+    _seen[shape_key] = count
+    while len(_seen) > _MAX_SHAPES:
+        _seen.popitem(last=False)
+    if count < FUSE_AFTER:
+        return False
+    for node in order:
+        node.check_saved()
+    grads = _fused_backward(plan, tuple(n.vjp for n in order), tuple(root_cts))
+    if not retain_graph:
+        for node in order:
+            node.release()
+    for sink, g in zip(sinks, grads, strict=True):
+        accumulate(sink.variable, g)
+    return True

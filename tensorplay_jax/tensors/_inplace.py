@@ -1,0 +1,201 @@
+"""In-place Tensor methods (``add_``, ``copy_``, ``zero_``, ``normal_``, ``scatter_`` ...).
+
+Each computes its result with the out-of-place operation (one recorded node in
+grad mode, with the written Tensor as an input, so the gradient through the old
+value is right: zero for ``fill_``/``copy_``/``normal_``, ``2`` for ``mul_(2)``)
+and hands it to ``_views.commit``, which rebinds the Tensor and carries the
+write to its base and views. torch's rules hold: a leaf that requires grad (or
+a view of one) cannot be written in grad mode, and a result of a wider kind
+than the Tensor (``int_tensor.add_(0.5)``) is an error, not a silent cast.
+``METHODS`` is the table ``_methods.attach_methods`` sets on ``Tensor``, beside
+the out-of-place ``masked_fill``, ``scatter``, ``scatter_add``, ``addcmul``,
+``addcdiv`` and ``lerp`` defined here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors import _ops, _random, _views
+from tensorplay_jax.tensors._tensor import Tensor
+
+
+def _cast_back(t: Tensor, result: Tensor, op: str) -> Tensor:
+    """``result`` in ``t``'s dtype; torch's error when that would change the kind of number."""
+    if result.dtype == t.dtype:
+        return result
+    if not np.can_cast(result.dtype, t.dtype, casting="same_kind"):
+        raise RuntimeError(
+            f"{op}: result type {result.dtype} can't be cast to the desired output type "
+            f"{t.dtype} of the Tensor written in place; convert it first (x = x.float()) or "
+            "use the out-of-place operation"
+        )
+    return _ops.astype(result, t.dtype)
+
+
+def _inplace(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """The in-place method ``name``: ``self`` becomes ``fn(self, *args, **kwargs)``."""
+
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        _views.check_writable(self, name)
+        return _views.commit(self, _cast_back(self, fn(self, *args, **kwargs), name))
+
+    method.__name__ = method.__qualname__ = name
+    plain = name.rstrip("_")
+    method.__doc__ = (
+        f"In-place ``{plain}``: ``self`` becomes the result of ``{plain}(self, ...)``; returns "
+        "``self`` (recorded, and seen by its base and views)."
+    )
+    return method
+
+
+# ------------------------------------------------------------------ fills
+def _copy(x: jax.Array, src: jax.Array) -> jax.Array:
+    return jnp.broadcast_to(src, x.shape).astype(x.dtype)
+
+
+def _copy_op(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
+    if isinstance(src, list | tuple):
+        src = np.asarray(src)
+    return call_op(_copy, "CopyBackwards", (self, src), saves=False)
+
+
+def _fill(x: jax.Array, value: jax.Array) -> jax.Array:
+    return jnp.full_like(x, value)
+
+
+def _fill_op(self: Tensor, value: Any) -> Tensor:
+    return call_op(_fill, "FillBackward", (self, value), saves=False)
+
+
+def _zero_op(self: Tensor) -> Tensor:
+    return call_op(_fill, "FillBackward", (self, 0), saves=False)
+
+
+def _normal(x: jax.Array, key: jax.Array, mean: Any, std: Any) -> jax.Array:
+    return mean + std * jax.random.normal(key, x.shape, x.dtype)
+
+
+def _normal_op(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    return call_op(_normal, "NormalBackward", (self, _random.next_key(), mean, std), saves=False)
+
+
+def _uniform(x: jax.Array, key: jax.Array, low: Any, high: Any) -> jax.Array:
+    return jax.random.uniform(key, x.shape, x.dtype, low, high)
+
+
+def _uniform_op(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    return call_op(_uniform, "UniformBackward", (self, _random.next_key(), a, b), saves=False)
+
+
+# ------------------------------------------------------------------ out-of-place companions
+def _masked_fill(x: jax.Array, mask: jax.Array, value: jax.Array) -> jax.Array:
+    return jnp.where(mask, jnp.asarray(value, x.dtype), x)
+
+
+def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
+    """``value`` where ``mask`` is True, ``input`` elsewhere.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.zeros(3).masked_fill(tp.tensor([True, False, True]), 2.0)
+        tensor([2., 0., 2.])
+    """
+    return call_op(_masked_fill, "MaskedFillBackward", (input, mask, value), saves=False)
+
+
+def _scatter(x: jax.Array, index: jax.Array, src: jax.Array, *, dim: int, add: bool) -> jax.Array:
+    grids = list(jnp.meshgrid(*(jnp.arange(n) for n in index.shape), indexing="ij"))
+    grids[dim] = index
+    if jnp.ndim(src) == 0:
+        src = jnp.broadcast_to(jnp.asarray(src, x.dtype), index.shape)
+    else:
+        src = src[tuple(slice(0, n) for n in index.shape)].astype(x.dtype)
+    at = x.at[tuple(grids)]
+    return at.add(src) if add else at.set(src)
+
+
+def _scatter_call(input: Any, dim: int, index: Any, src: Any, add: bool, name: str) -> Tensor:
+    ndim = input.ndim
+    if not -ndim <= dim < max(ndim, 1):
+        raise IndexError(f"{name}: dim={dim} is out of range for a Tensor with {ndim} dimensions")
+    static = (("dim", dim % max(ndim, 1)), ("add", add))
+    return call_op(_scatter, name, (input, index, src), static, saves=False)
+
+
+def scatter(input: Any, dim: int, index: Any, src: Any = None, *, value: Any = None) -> Tensor:
+    """``input`` with ``out[index[i][j]][j] = src[i][j]`` (for ``dim=0``), as torch's ``scatter``.
+
+    ``src`` may be a Tensor or a scalar (or give ``value=``). A one-hot encoding:
+    ``tp.zeros(n, k).scatter_(1, labels.unsqueeze(1), 1.0)``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.zeros(2, 3).scatter(1, tp.tensor([[2], [0]]), 1.0)
+        tensor([[0., 0., 1.],
+                [1., 0., 0.]])
+    """
+    src = value if src is None else src
+    return _scatter_call(input, dim, index, src, False, "ScatterBackward")
+
+
+def scatter_add(input: Any, dim: int, index: Any, src: Any) -> Tensor:
+    """``input`` with ``src`` added at ``index`` along ``dim`` (repeated indices add up)."""
+    return _scatter_call(input, dim, index, src, True, "ScatterAddBackward")
+
+
+def addcmul(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+    """``input + value * tensor1 * tensor2``."""
+    return _ops.add(input, _ops.mul(_ops.mul(tensor1, tensor2), value))
+
+
+def addcdiv(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+    """``input + value * tensor1 / tensor2``."""
+    return _ops.add(input, _ops.mul(_ops.div(tensor1, tensor2), value))
+
+
+def lerp(input: Any, end: Any, weight: Any) -> Tensor:
+    """``input + weight * (end - input)``."""
+    return _ops.add(input, _ops.mul(_ops.sub(end, input), weight))
+
+
+METHODS: dict[str, Any] = {
+    "masked_fill": masked_fill,
+    "scatter": scatter,
+    "scatter_add": scatter_add,
+    "addcmul": addcmul,
+    "addcdiv": addcdiv,
+    "lerp": lerp,
+    "copy_": _inplace("copy_", _copy_op),
+    "fill_": _inplace("fill_", _fill_op),
+    "zero_": _inplace("zero_", _zero_op),
+    "normal_": _inplace("normal_", _normal_op),
+    "uniform_": _inplace("uniform_", _uniform_op),
+    "masked_fill_": _inplace("masked_fill_", masked_fill),
+    "scatter_": _inplace("scatter_", scatter),
+    "scatter_add_": _inplace("scatter_add_", scatter_add),
+    "addcmul_": _inplace("addcmul_", addcmul),
+    "addcdiv_": _inplace("addcdiv_", addcdiv),
+    "lerp_": _inplace("lerp_", lerp),
+    "add_": _inplace("add_", _ops.add),
+    "sub_": _inplace("sub_", _ops.sub),
+    "mul_": _inplace("mul_", _ops.mul),
+    "div_": _inplace("div_", _ops.div),
+    "pow_": _inplace("pow_", _ops.pow),
+    "clamp_": _inplace("clamp_", _ops.clamp),
+    "clip_": _inplace("clip_", _ops.clamp),
+    "neg_": _inplace("neg_", _ops.neg),
+    "abs_": _inplace("abs_", _ops.abs),
+    "sqrt_": _inplace("sqrt_", _ops.sqrt),
+    "exp_": _inplace("exp_", _ops.exp),
+    "log_": _inplace("log_", _ops.log),
+    "tanh_": _inplace("tanh_", _ops.tanh),
+    "sigmoid_": _inplace("sigmoid_", _ops.sigmoid),
+    "relu_": _inplace("relu_", _ops.relu),
+}

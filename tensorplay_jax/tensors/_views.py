@@ -1,0 +1,156 @@
+"""Views and in-place writes: a write to a Tensor reaches its base and every live view of it.
+
+JAX arrays are immutable, so an in-place operation computes the new value (as a
+recorded node, when grad mode is on) and *rebinds* the Tensor to it. To keep
+torch's storage semantics on top of that, a Tensor made by a view operation
+(basic indexing, ``narrow``, ``view``/``reshape``, ``transpose``, ``detach``,
+``.data`` ...) remembers its base and two functions (``ViewOf``):
+
+* ``read(base) -> Tensor``: the view's value taken from the base (``base[idx]``);
+* ``write(base, view) -> Tensor``: the base's new value once the view changed
+  (``index_put(base, idx, view)``).
+
+``commit(t, new)`` rebinds ``t`` to ``new``, bumps ``t._version``, then walks up
+(each base is rebound to ``write(base, view)``) and down (each live view is
+re-read from its changed base), so ``r = tp.zeros(4); c = r[1:3]; c[0] = 5.``
+leaves ``r`` as ``[0, 5, 0, 0]``, and a later ``r[2] = 7.`` shows in ``c``. In grad
+mode every step is a recorded node, so gradients flow through the writes as in
+torch (``CopySlices``). A *detached* view (``detach``, ``.data``) shares values
+only: its writes reach the base without touching the base's graph.
+
+A base holds its views weakly (``_views``). A view holds its base strongly, as
+in torch, except a detached one: it holds its base weakly, so that keeping
+``loss.detach()`` does not keep ``loss``'s graph alive (once the base is gone,
+nothing else can see the write).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tensorplay_jax.autograd import is_grad_enabled, no_grad
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors._tensor import Tensor
+
+_LEAF_MSG = (
+    "a leaf Variable that requires grad is being used in an in-place operation "
+    "({op}); do it under tp.no_grad() (as optimisers and nn.init do), or on t.clone()"
+)
+_LEAF_VIEW_MSG = (
+    "a view of a leaf Variable that requires grad is being used in an in-place operation "
+    "({op}); do it under tp.no_grad(), or on a clone of the leaf"
+)
+
+
+class ViewOf(NamedTuple):
+    """How a view relates to its base (see the module docstring)."""
+
+    ref: Any  # the base Tensor; a weakref to it when not linked
+    read: Callable[[Tensor], Tensor]
+    write: Callable[[Tensor, Tensor], Tensor]
+    linked: bool  # False for detach/.data: values shared, graphs separate
+
+    @property
+    def base(self) -> Tensor | None:
+        """The base Tensor (None: a detached view whose base is gone)."""
+        return self.ref if self.linked else self.ref()
+
+
+def link(
+    view: Tensor,
+    base: Tensor,
+    read: Callable[[Tensor], Tensor],
+    write: Callable[[Tensor, Tensor], Tensor],
+    *,
+    linked: bool = True,
+) -> Tensor:
+    """Make ``view`` a view of ``base``; returns ``view``."""
+    view._view = ViewOf(base if linked else weakref.ref(base), read, write, linked)
+    views = base._views
+    if views is None:
+        views = base._views = weakref.WeakSet()
+    views.add(view)
+    return view
+
+
+def _same(base: Tensor) -> Tensor:
+    return base
+
+
+def _replace(base: Tensor, view: Tensor) -> Tensor:
+    return view
+
+
+def detached_view(base: Tensor) -> Tensor:
+    """``base.detach()``: a new leaf sharing ``base``'s value (writes cross, gradients do not)."""
+    out = type(base)._wrap(base._value)
+    return link(out, base, _same, _replace, linked=False)
+
+
+def check_writable(t: Tensor, op: str) -> None:
+    """Raise torch's error for a write to a grad leaf (or a view of one) in grad mode."""
+    if not is_grad_enabled():
+        return
+    if t._requires_grad and t._grad_fn is None and t._view is None:
+        raise RuntimeError(_LEAF_MSG.format(op=op))
+    root, view = t, t._view
+    while view is not None and view.linked:
+        root = view.ref
+        view = root._view
+    if root is not t and root._requires_grad and root._grad_fn is None and root._view is None:
+        raise RuntimeError(_LEAF_VIEW_MSG.format(op=op))
+
+
+def _rebind(t: Tensor, new: Tensor, linked: bool) -> None:
+    """Give ``t`` the value (and, in grad mode, the history) of ``new``; bump its version."""
+    t._value = new._value
+    node = new._grad_fn
+    if linked and node is not None:
+        t._grad_fn, t._output_nr, t._requires_grad = node, new._output_nr, True
+    t._version += 1
+    saved = getattr(node, "saved", None)
+    if saved:  # the write's own node holds t's old value itself: later writes are no conflict
+        node.saved = tuple((s, v) for s, v in saved if s is not t)
+
+
+def commit(t: Tensor, new: Tensor) -> Tensor:
+    """Finish an in-place operation on ``t`` whose result is ``new``; returns ``t``.
+
+    ``new`` was computed from ``t``'s current value (recorded in grad mode, with
+    ``t`` as an input, so the node stands for the write). The write then
+    reaches ``t``'s bases and views (module docstring).
+    """
+    _rebind(t, new, True)
+    child, view = t, t._view
+    while view is not None:
+        base = view.base
+        if base is None:
+            break
+        with contextlib.nullcontext() if view.linked else no_grad():
+            new_base = view.write(base, child)
+        _rebind(base, new_base, view.linked)
+        _refresh_views(base, skip=child)
+        child, view = base, base._view
+    _refresh_views(t, skip=None)
+    return t
+
+
+def _refresh_views(base: Tensor, skip: Tensor | None) -> None:
+    """Re-read every live view of ``base`` (and theirs) after ``base`` changed."""
+    stack = [(base, skip)]
+    while stack:
+        b, s = stack.pop()
+        if not b._views:
+            continue
+        for v in list(b._views):
+            if v is s:
+                continue
+            info = v._view
+            assert info is not None
+            with contextlib.nullcontext() if info.linked else no_grad():
+                _rebind(v, info.read(b), info.linked)
+            stack.append((v, None))

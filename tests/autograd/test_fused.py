@@ -1,0 +1,39 @@
+"""The fused backward: a recurring graph shape runs as one compiled call, same gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tensorplay_jax as tp
+from tensorplay_jax.autograd import _fused, trace_counts
+
+
+def _step(x, w):
+    w.grad = None
+    ((x @ w).relu() * 2.0).sum().backward()
+    return w.grad.numpy()
+
+
+def test_recurring_graph_fuses_with_the_same_gradient():
+    x = tp.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2.0)
+    w = tp.tensor(np.ones((3, 4), np.float32) * 0.5, requires_grad=True)
+    xn = x.numpy()
+    mask = (xn @ w.numpy()) > 0
+    expected = xn.T @ (2.0 * mask)  # d/dw sum(2 relu(x w))
+    before = trace_counts().get("<fused backward>", 0)
+    for _ in range(_fused.FUSE_AFTER + 3):
+        np.testing.assert_allclose(_step(x, w), expected, rtol=1e-6)
+    assert trace_counts().get("<fused backward>", 0) == before + 1  # compiled once
+
+
+def test_graphs_of_new_shapes_never_compile_fused():
+    before = trace_counts().get("<fused backward>", 0)
+    x = tp.ones(3, requires_grad=True)
+    for n in range(1, 8):  # a chain of n multiplications: a new shape each time
+        y = x
+        for _ in range(n):
+            y = y * 1.5
+        x.grad = None
+        y.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), np.full(3, 1.5**n), rtol=1e-5)
+    assert trace_counts().get("<fused backward>", 0) == before

@@ -1,0 +1,60 @@
+"""Per-process seeding (torch's default: from the OS) and ``tp.compile``'s torch signature."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tensorplay_jax as tp
+
+_DRAW = (
+    "import tensorplay_jax as tp\n"
+    "print(tp.randn(4).tolist(), tp.initial_seed())\n"
+    "tp.manual_seed(543)\n"
+    "print(tp.randn(4).tolist(), tp.initial_seed())\n"
+)
+
+
+def test_fresh_processes_draw_from_the_os_unless_seeded():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _DRAW], stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0].splitlines() for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert outs[0][0] != outs[1][0]  # unseeded: different values and different seeds
+    assert outs[0][1] == outs[1][1] and outs[0][1].endswith(" 543")
+
+
+def test_manual_seed_is_exact_in_process():
+    tp.manual_seed(11)
+    a = tp.randn(3).tolist()
+    tp.manual_seed(11)
+    assert tp.randn(3).tolist() == a and tp.initial_seed() == 11
+
+
+def test_compile_returns_the_callable():
+    def step(x):
+        return (x * 2).sum()
+
+    assert tp.compile(step) is step
+    assert tp.compile(step, fullgraph=True, dynamic=False, backend="inductor") is step
+    assert tp.compile(mode="max-autotune")(step) is step
+    opt_step = tp.nn.Linear(2, 2).parameters  # a bound method, as torch.compile(opt.step)
+    assert tp.compile(opt_step) is opt_step
+
+
+def test_compile_jax_backend_jits_pure_functions():
+    import jax.numpy as jnp
+
+    f = tp.compile(lambda a: a * 3.0, backend="jax")
+    assert float(f(jnp.float32(2.0))) == 6.0 and f is not None and hasattr(f, "lower")
+
+
+def test_compile_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        tp.compile(lambda: None, mode="fast")
