@@ -236,8 +236,9 @@ class Agent:
             self.connections.add_peer(r, ent)
             if r == self.rank or (main is not None and ent.get("main") == main):
                 self.same_main.add(info.name)
-        self.device_maps.build(
-            {table[f"rank/{r}"]["name"]: table[f"rank/{r}"] for r in names.values()}
+        self.device_maps.agree(
+            {table[f"rank/{r}"]["name"]: table[f"rank/{r}"] for r in names.values()},
+            lambda err: self.store.all_gather("devices", err, self.world_size, opts.init_timeout),
         )
 
     def _serve(self, secret: str, host: str, port: int) -> None:

@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -164,6 +164,27 @@ class DeviceMaps:
             "devices": self.given,
             "local_devices": local_device_names() if used else None,
         }
+
+    def agree(
+        self, entries: Mapping[str, Mapping[str, Any]], gather: Callable[[str], list[str]]
+    ) -> None:
+        """:meth:`build`; where any worker sets maps, every worker fails if one does.
+
+        A worker that sets no maps can only check its peers' maps to it itself,
+        so the outcome is shared (``gather``: publish this worker's error, or
+        ``""``, and get every worker's), and ``init_rpc`` raises the first.
+        """
+        if not any(e.get("device_maps") or e.get("devices") is not None for e in entries.values()):
+            self.build(entries)
+            return
+        try:
+            self.build(entries)
+            mine = ""
+        except ValueError as e:
+            mine = str(e)
+        errors = [e for e in gather(mine) if e]
+        if errors:
+            raise ValueError(errors[0])
 
     def build(self, entries: Mapping[str, Mapping[str, Any]]) -> None:
         """Check every worker's maps (``{name: its published entry}``) and make the placements.
