@@ -82,6 +82,8 @@ class Workers:
       env: extra environment variables for the started workers.
       rpc_options: per worker name, more ``GrpcRpcBackendOptions`` fields as
         JSON values, e.g. ``{"worker1": {"device_maps": {"worker0": {"cpu:1": "cpu:2"}}}}``.
+      devices_per_worker: GPUs each started worker gets on a GPU host, counted
+        with this process as local rank 0 (see ``tensorplay_jax.runtime.placement``).
 
     Example:
       >>> w = Workers(3)
@@ -100,6 +102,7 @@ class Workers:
         timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
         rpc_options: Mapping[str, Mapping[str, Any]] | None = None,
+        devices_per_worker: int | str | None = None,
     ) -> None:
         if n < 1:
             raise ValueError(f"Workers: n={n} must be at least 1 (this process is rank 0)")
@@ -111,6 +114,7 @@ class Workers:
         self.timeout = float(timeout)
         self._env = dict(env or {})
         self._rpc_options = {k: dict(v) for k, v in (rpc_options or {}).items()}
+        self._devices_per_worker = devices_per_worker
         for name in self._rpc_options:
             self._check_name(name)
         self._out, self._err = _Lines(), _Lines()
@@ -135,7 +139,8 @@ class Workers:
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         }
         ranks = list(range(1, n))
-        envs = [worker_env(r, r, n, n, "127.0.0.1", port, extra) for r in ranks]
+        per = self._devices_per_worker
+        envs = [worker_env(r, r, n, n, "127.0.0.1", port, extra, per) for r in ranks]
         argv = [json.dumps(self.names), str(port), str(self.timeout), str(os.getpid())]
         argv.append(json.dumps(self._rpc_options))
         cmds = [[sys.executable, "-c", _BOOT, *argv, str(r)] for r in ranks]

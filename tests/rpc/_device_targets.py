@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -36,3 +37,8 @@ def send_from(to: str, device: str) -> str:
 def held_where(rref: rpc.RRef) -> str:
     """The device of the value ``rref`` (owned here) holds."""
     return where(rref.local_value())
+
+
+def environment(names: list[str]) -> list[str | None]:
+    """These environment variables of this worker."""
+    return [os.environ.get(n) for n in names]

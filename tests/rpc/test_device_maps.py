@@ -4,6 +4,8 @@ One job of two workers per transport: ``w0`` (this process) maps ``cpu:1`` to
 ``w1``'s ``cpu:2``; ``w1`` maps its ``cpu:3`` to ``w0``'s ``cpu:1``. So ``w0``'s
 devices are ``[cpu:1]`` and ``w1``'s ``[cpu:2, cpu:3]`` (their maps' keys and
 the reverse maps'). The expected devices follow from those maps by hand.
+The job's environment names two GPUs (``CUDA_VISIBLE_DEVICES=5,7``; JAX runs
+on CPU): the started worker must be given its own (placement).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ MAPS = {
 
 @pytest.fixture(scope="module", params=TR.NAMES)
 def job(request):
-    with rpc_job(2, request.param, rpc_options=MAPS) as w:
+    env = {"CUDA_VISIBLE_DEVICES": "5,7"}
+    with rpc_job(2, request.param, env=env, rpc_options=MAPS) as w:
         yield w
 
 
@@ -109,6 +112,12 @@ def test_distributed_autograd_gradient_goes_back_to_the_forward_device(job, thro
     want = [2.0, 2.0, 2.0] if through == "leaf" else [4.0, 8.0, 12.0]
     np.testing.assert_allclose(np.asarray(g), want)
     assert name_of(g) == "cpu:1"
+
+
+def test_the_started_worker_is_given_its_own_gpu(job):
+    # w1 is local rank 1 of 2: the second GPU, and the variable that says it was placed
+    got = job.run("w1", D.environment, ["CUDA_VISIBLE_DEVICES", "TENSORPLAY_JAX_LOCAL_DEVICES"])
+    assert got == ["7", "7"]
 
 
 # ----------------------------------------------------------------- start-up checks
