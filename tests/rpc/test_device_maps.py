@@ -13,11 +13,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import tensorplay_jax as tp
 from tensorplay_jax import rpc
 from tensorplay_jax.distributed import autograd as dist_autograd
+from tensorplay_jax.distributed.nn import RemoteModule
+from tensorplay_jax.distributed.optim import DistributedOptimizer
 from tensorplay_jax.rpc._device_maps import DeviceMaps
 from tensorplay_jax.runtime.device import device_name, local_device_names
 from tests._worker import expect
@@ -112,6 +115,29 @@ def test_distributed_autograd_gradient_goes_back_to_the_forward_device(job, thro
     want = [2.0, 2.0, 2.0] if through == "leaf" else [4.0, 8.0, 12.0]
     np.testing.assert_allclose(np.asarray(g), want)
     assert name_of(g) == "cpu:1"
+
+
+def test_remote_module_on_the_mapped_device_answers_by_the_inverse_map(job):
+    module = RemoteModule("w1/cpu:2", tp.nn.Linear, args=(3, 2))
+    weight, bias = (r.to_here() for r in module.remote_parameters())
+    assert {name_of(weight), name_of(bias)} == {"cpu:1"}  # owned on cpu:2, back by the map
+    x = on("cpu:1")[None]
+    y = module(x)
+    assert name_of(y) == "cpu:1"
+    want = np.asarray(x) @ np.asarray(weight.value).T + np.asarray(bias.value)
+    np.testing.assert_allclose(np.asarray(y.detach().value), want, rtol=1e-6)
+
+
+def test_distributed_optimizer_steps_a_parameter_on_its_device(job):
+    x = tp.tensor(on("cpu:1"), requires_grad=True)
+    opt = DistributedOptimizer(optax.sgd(0.5), [rpc.RRef(x)])
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync("w1", D.double, args=(x,))
+        dist_autograd.backward(cid, [y.sum()])
+        opt.step(cid)
+    # x - 0.5 * d/dx sum(2 x) = x - 1, by hand
+    np.testing.assert_allclose(np.asarray(x.value), [0.0, 1.0, 2.0])
+    assert name_of(x) == "cpu:1"
 
 
 def test_the_started_worker_is_given_its_own_gpu(job):
