@@ -42,3 +42,10 @@ def held_where(rref: rpc.RRef) -> str:
 def environment(names: list[str]) -> list[str | None]:
     """These environment variables of this worker."""
     return [os.environ.get(n) for n in names]
+
+
+def square_sum_where(x: Any) -> Any:
+    """``sum(x * x)``; asserts first that ``x`` arrived on cpu:2 (unless it is traced)."""
+    if not isinstance(x, jax.core.Tracer):
+        assert where(x) == "cpu:2", where(x)
+    return (x * x).sum()

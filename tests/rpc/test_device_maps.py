@@ -117,6 +117,20 @@ def test_distributed_autograd_gradient_goes_back_to_the_forward_device(job, thro
     assert name_of(g) == "cpu:1"
 
 
+@pytest.mark.parametrize("mode", ["jax", "tape"])
+def test_differentiable_rpc_follows_the_maps(job, mode):
+    x = on("cpu:1")
+    with dist_autograd.context() as cid:
+        ctx = {"context_id": cid} if mode == "tape" else {}
+        g = jax.grad(
+            lambda v: dist_autograd.differentiable_rpc(
+                "w1", D.square_sum_where, (v,), mode=mode, **ctx
+            )
+        )(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.asarray(x))  # d/dx sum(x^2) = 2 x
+    assert name_of(g) == "cpu:1"
+
+
 def test_remote_module_on_the_mapped_device_answers_by_the_inverse_map(job):
     module = RemoteModule("w1/cpu:2", tp.nn.Linear, args=(3, 2))
     weight, bias = (r.to_here() for r in module.remote_parameters())
