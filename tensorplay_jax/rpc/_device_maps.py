@@ -7,7 +7,8 @@ every worker checks every worker's maps against those names (so all fail
 alike), builds the reverse map of each peer's map to it, and takes as its
 devices, unless given, the keys of its own maps and of the reverse maps.
 
-Then each message to a peer is encoded with a :class:`Placement`: a request
+Then each message to a peer is encoded with a :class:`Placement` (a call
+to this worker itself keeps every array on its device): a request
 array on device ``d`` arrives on ``map[d]``; a reply array on ``d`` arrives
 on the caller's device that maps to ``d``. An array on the host device
 (``cpu:0``) with no entry arrives on the peer's default device, as it would
@@ -93,14 +94,21 @@ class Placement:
       mapping: ``{this worker's device: the peer's device}``.
       allowed: the devices arrays may leave from (None: any that ``mapping`` has).
       reply: this placement serves replies (errors then name the caller's map).
+      keep: a call to this worker itself: every array stays on its device.
     """
 
-    __slots__ = ("_names", "allowed", "mapping", "peer", "reply")
+    __slots__ = ("_names", "allowed", "keep", "mapping", "peer", "reply")
 
     def __init__(
-        self, peer: str, mapping: dict[str, str], allowed: frozenset[str] | None, reply: bool
+        self,
+        peer: str,
+        mapping: dict[str, str],
+        allowed: frozenset[str] | None,
+        reply: bool,
+        keep: bool = False,
     ) -> None:
         self.peer, self.mapping, self.allowed, self.reply = peer, mapping, allowed, reply
+        self.keep = keep
         self._names: dict[Any, str] = {}
 
     def __call__(self, x: jax.Array) -> str | None:
@@ -116,6 +124,8 @@ class Placement:
         name = self._names.get(dev)
         if name is None:
             name = self._names[dev] = device_name(dev)
+        if self.keep:
+            return name if x.committed else None
         if self.reply and self.allowed is not None and name not in self.allowed:
             if name == HOST_DEVICE and name not in self.mapping:
                 return None
@@ -215,6 +225,7 @@ class DeviceMaps:
         allowed = frozenset(self.devices)
         for peer in entries:
             if peer == self.me:
+                self._send[peer] = self._reply[peer] = Placement(peer, {}, None, False, True)
                 continue
             self._send[peer] = Placement(peer, self.maps.get(peer, {}), None, False)
             self._reply[peer] = Placement(peer, reverse.get(peer, {}), allowed, True)

@@ -79,6 +79,11 @@ def test_a_tensor_keeps_its_device(job):
     assert isinstance(back, tp.Tensor) and name_of(back) == "cpu:1"
 
 
+def test_a_call_to_this_worker_keeps_the_device(job):
+    assert rpc.rpc_sync("w0", D.where, args=(on("cpu:3"),)) == "cpu:3"
+    assert name_of(rpc.rpc_sync("w0", D.double, args=(on("cpu:3"),))) == "cpu:3"
+
+
 def test_a_host_array_needs_no_map(job):
     assert rpc.rpc_sync("w1", D.where, args=(jnp.ones(2),)) == "cpu:0"
     assert type(rpc.rpc_sync("w1", D.double, args=(np.ones(2),))) is np.ndarray
