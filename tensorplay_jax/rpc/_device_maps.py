@@ -2,10 +2,12 @@
 
 The options say, per peer, ``{local device: peer device}`` (one-to-one) and
 the devices this worker places arrays on (``devices``). At start-up every
-worker publishes its maps, its ``devices`` and its local device names;
-every worker checks every worker's maps against those names (so all fail
-alike), builds the reverse map of each peer's map to it, and takes as its
-devices, unless given, the keys of its own maps and of the reverse maps.
+worker publishes its maps and ``devices``, and, if it sets either, its local
+device names; every worker checks every map against the names published (a
+worker that published none checks its peers' maps to it itself), the
+outcome is shared so that all fail alike, and each builds the reverse map of
+each peer's map to it and takes as its devices, unless given, the keys of its
+own maps and of the reverse maps.
 
 Then each message to a peer is encoded with a :class:`Placement` (a call
 to this worker itself keeps every array on its device): a request
@@ -46,7 +48,10 @@ __all__ = [
 
 HOST_DEVICE = "cpu:0"  # arrays here need no map: they land on the peer's default device
 
-_FIX = "set them with options.set_device_map(to, {local: remote})"
+_FIX = (
+    "a map names devices by their index among each worker's own local devices "
+    "(options.set_device_map(to, {local: remote}))"
+)
 
 
 def normalize_map(to: str, mapping: Mapping[Any, Any], what: str) -> dict[str, str]:
