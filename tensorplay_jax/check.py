@@ -7,17 +7,18 @@ an independent answer:
    over every local device (the accelerators, else the CPU devices), each
    against NumPy, and its gradients by ``jax.test_util.check_grads``;
 2. ``rpc``: a second process, RPC with a device map (one device each, where
-   there are two or more), the array arriving on the mapped device and
-   coming back by the inverse map; round trips of a device array and of a
-   host array of the same size;
+   there are two or more; a TPU host's second process runs on CPU), the
+   array arriving on the mapped device and coming back by the inverse map;
+   round trips of a device array and of a host array of the same size;
 3. ``dist autograd``: a gradient through that RPC against ``jax.grad``, on
    the device its forward value came from;
 4. ``process group``: ``all_reduce`` across two new processes on the
-   accelerator engine (NCCL across two GPUs where there are two, else gloo);
-   they start first and run while the other steps do.
+   accelerator engine (NCCL across two GPUs where there are two; gloo on a
+   CPU or TPU host, whose chips one process holds); they start first and run
+   while the other steps do.
 
 On a host with no accelerator it runs the same steps on virtual CPU devices
-and says so. It prints a table (step, devices, result, seconds) and exits 1
+and says so. It prints a table (step, result, seconds, details) and exits 1
 if a step failed.
 
 Example::
@@ -99,7 +100,12 @@ def _collective_cases(n: int) -> list[tuple[str, Callable, Callable, tuple[int, 
 
 
 def check_collectives() -> str:
-    """The ten collectives over every local device: values against NumPy, then check_grads."""
+    """The ten collectives over every local device: values against NumPy, then check_grads.
+
+    All ten run in one ``shard_map`` program (one compilation, of the values
+    and of the gradients); when its gradients fail, each collective's alone
+    names the one that is wrong.
+    """
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -108,26 +114,33 @@ def check_collectives() -> str:
 
     _, devs = _devices()
     n = len(devs)
-    mesh = Mesh(np.array(devs), ("i",))
+    cases = _collective_cases(n)
     rng = np.random.default_rng(0)
-    for name, fn, answer, shape in _collective_cases(n):
-        f = jax.jit(
-            jax.shard_map(
-                lambda x, fn=fn: fn(x[0], "i")[None],
-                mesh=mesh,
-                in_specs=PartitionSpec("i"),
-                out_specs=PartitionSpec("i"),
-            )
-        )
-        x = rng.standard_normal((n, *shape)).astype(np.float32)
-        got = np.asarray(f(jnp.asarray(x)))
-        want = np.stack(answer(x.astype(np.float64)))
-        if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
-            raise AssertionError(f"{name}: values differ from NumPy's by {abs(got - want).max()}")
+    xs = [rng.standard_normal((n, *shape)).astype(np.float32) for *_, shape in cases]
+    mesh = Mesh(np.array(devs), ("i",))
+
+    def program(fns: list[Callable]) -> Callable:
+        body = lambda *x: tuple(fn(xi[0], "i")[None] for fn, xi in zip(fns, x, strict=True))
+        specs = tuple(PartitionSpec("i") for _ in fns)
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs))
+
+    def grads_ok(f: Callable, args: list[Any]) -> str | None:
         try:
-            check_grads(f, (jnp.asarray(x),), order=1, modes=("rev",), atol=3e-2, rtol=3e-2)
+            check_grads(f, tuple(map(jnp.asarray, args)), 1, modes=("rev",), atol=3e-2, rtol=3e-2)
         except AssertionError as e:
-            raise AssertionError(f"{name}: gradients: {e}") from None
+            return str(e)
+        return None
+
+    every = program([fn for _, fn, _, _ in cases])
+    for (name, _, answer, _), x, got in zip(cases, xs, every(*map(jnp.asarray, xs)), strict=True):
+        want = np.stack(answer(x.astype(np.float64)))
+        if not np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5):
+            raise AssertionError(f"{name}: values differ from NumPy's by {abs(got - want).max()}")
+    if grads_ok(every, xs) is not None:
+        for (name, fn, _, _), x in zip(cases, xs, strict=True):
+            error = grads_ok(program([fn]), [x])
+            if error is not None:
+                raise AssertionError(f"{name}: gradients: {error}")
     return f"10 collectives on {n} devices: values and gradients ok"
 
 
@@ -151,23 +164,24 @@ class _Pair:
     """This process (``check0``) and one started worker (``check1``), with a device map."""
 
     def __init__(self) -> None:
-        backend, devs = _devices()
+        backend, _ = _devices()
         kind = "cpu" if backend == "cpu" else ("tpu" if backend == "tpu" else "cuda")
         # One device each: the started worker is given its own GPU (runtime.placement), its
-        # cuda:0; on CPU devices this process sends from cpu:1 to the worker's cpu:2.
-        if kind == "cpu":
-            self.mine, self.theirs = "cpu:1", "cpu:2"
-        elif kind == "cuda" and len(devs) >= 2:
-            self.mine, self.theirs = "cuda:0", "cuda:0"
-        else:
-            self.mine, self.theirs = f"{kind}:0", f"{kind}:0"
+        # cuda:0 (shared, without preallocation, on a one-GPU host); on CPU devices this
+        # process sends from cpu:1 to the worker's cpu:2. A TPU host's chips open in one
+        # process only: there the worker runs on CPU devices (tpu:0 -> its cpu:2).
+        self.env = {"JAX_PLATFORMS": "cpu"} if kind == "tpu" else {}
+        self.mine = "cpu:1" if kind == "cpu" else f"{kind}:0"
+        self.theirs = "cpu:2" if kind in ("cpu", "tpu") else "cuda:0"
         self.workers: Any = None
 
     def __enter__(self) -> _Pair:
         from tensorplay_jax.testing import Workers
 
         opts = {"check0": {"device_maps": {"check1": {self.mine: self.theirs}}}}
-        self.workers = Workers(2, names=["check0", "check1"], timeout=60, rpc_options=opts)
+        self.workers = Workers(
+            2, names=["check0", "check1"], timeout=60, env=self.env, rpc_options=opts
+        )
         self.workers.start()
         return self
 
@@ -231,7 +245,7 @@ def check_dist_autograd(pair: _Pair) -> str:
 
 
 # ---------------------------------------------------------------- 4. process group
-def _pg_worker(rank: int, backend: str | None) -> tuple[list[float], str, float]:
+def _pg_worker(rank: int, backend: str) -> tuple[list[float], str, float]:
     import jax
     import jax.numpy as jnp
 
@@ -250,16 +264,18 @@ def _pg_worker(rank: int, backend: str | None) -> tuple[list[float], str, float]
         dist.destroy_process_group()
 
 
-def _start_process_group() -> tuple[str | None, Any]:
+def _start_process_group() -> tuple[str, Any]:
     """Start the two processes of step 4 (they run while the other steps do)."""
     from tensorplay_jax.runtime.launch import spawn
 
     backend, _ = _devices()
-    pg = "nccl" if backend == "gpu" else ("gloo" if backend == "cpu" else None)
-    return pg, spawn(_pg_worker, 2, args=(pg,), join=False)
+    # A TPU host's chips open in one process only: there the two processes use gloo on CPU.
+    pg = "nccl" if backend == "gpu" else "gloo"
+    env = {"JAX_PLATFORMS": "cpu"} if backend == "tpu" else None
+    return pg, spawn(_pg_worker, 2, args=(pg,), join=False, env=env)
 
 
-def check_process_group(started: tuple[str | None, Any]) -> str:
+def check_process_group(started: tuple[str, Any]) -> str:
     """all_reduce across two new processes: each gets 1 + 2 = 3."""
     pg, handle = started
     got = handle.join(120)
@@ -268,7 +284,7 @@ def check_process_group(started: tuple[str | None, Any]) -> str:
             raise AssertionError(f"all_reduce gave {vals}, not 3.0 everywhere")
     platforms = ",".join(sorted({p for _, p, _ in got}))
     ms = max(t for _, _, t in got)
-    return f"2 processes, backend {pg or 'default'}, on {platforms}: ok, {ms:.2f} ms"
+    return f"2 processes, backend {pg}, on {platforms}: ok, {ms:.2f} ms"
 
 
 # ---------------------------------------------------------------- the table
