@@ -94,6 +94,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(sets TENSORPLAY_JAX_SOCKET_IFNAME)",
     )
     p.add_argument(
+        "--devices-per-worker",
+        "--devices_per_worker",
+        dest="devices_per_worker",
+        default=None,
+        help="GPUs each local worker gets (CUDA_VISIBLE_DEVICES by LOCAL_RANK): auto (one "
+        "each; the default), 0 (every worker sees every GPU) or a number",
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         help="run a multi-node job with no job secret, unauthenticated (a warning is printed)",
@@ -153,7 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank = node_rank * nproc + local
         ranks.append(rank)
         cmds.append([sys.executable, "-u", *target, *a.script_args])
-        envs.append(worker_env(rank, local, world, nproc, master_addr, master_port, extra))
+        try:
+            env = worker_env(
+                rank, local, world, nproc, master_addr, master_port, extra, a.devices_per_worker
+            )
+        except ValueError as e:
+            print(f"tensorplay-jax-run: {e}", file=sys.stderr)
+            return 2
+        envs.append(env)
     group = WorkerProcesses(cmds, envs, ranks, prefix=not a.no_prefix)
 
     def stop(signum: int, _frame: object) -> None:

@@ -64,6 +64,8 @@ LAYERS: dict[str, set[str]] = {
     "distributed": set(_UNDER_DISTRIBUTED),
     "demo": {*_UNDER_DISTRIBUTED, "distributed", "profiler"},
     "run": {"runtime"},
+    # check.py (python -m tensorplay_jax.check) drives every layer, as a user's first job would.
+    "check": {*_UNDER_DISTRIBUTED, "distributed", "testing"},
     # testing/ is a top layer like demo/: its worker jobs and check_dist_grads drive RPC and
     # distributed autograd. (Its pytest plugin, tensorplay_jax_pytest.py beside the package,
     # imports none of it at import time.)

@@ -22,6 +22,7 @@ from tensorplay_jax.process_group.engine import engines
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.address import local_address, net_namespace, spans_hosts
 from tensorplay_jax.runtime.init_method import coordinator_port, local_rank
+from tensorplay_jax.runtime.placement import assigned_devices
 from tensorplay_jax.runtime.settings import (
     DEFAULT_PG_TIMEOUT_S,
     PG_ENGINE_ENV,
@@ -153,8 +154,8 @@ def start_runtime(
     if backend == "gloo":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     local = None
-    if backend == "nccl" and local_rank() is not None:
-        local = [local_rank()]
+    if backend == "nccl" and local_rank() is not None and assigned_devices() is None:
+        local = [local_rank()]  # the launcher did not place this worker (runtime.placement)
     gloo_address = None
     if backend == "gloo":
         try:

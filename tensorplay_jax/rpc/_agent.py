@@ -36,6 +36,7 @@ from tensorplay_jax.rpc import _call_hooks, _codec, _grpc, _local, _objref, _tcp
 from tensorplay_jax.rpc._connections import Connections
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
+from tensorplay_jax.rpc._device_maps import DeviceMaps
 from tensorplay_jax.rpc._dispatch import Dispatcher, _Pool, func_name
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._futures import Future
@@ -116,6 +117,8 @@ class Agent:
         self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
         self._deadlines = Deadlines(self._expire, self._pending)
         self.rrefs = RRefTable(self)
+        # Where arrays land on each peer; checked and completed at start-up.
+        self.device_maps = DeviceMaps(name, options.device_maps or {}, options.devices)
         self.dispatch = Dispatcher(
             name=self.name,
             rank=self.rank,
@@ -125,6 +128,7 @@ class Agent:
             executor=self._executor,
             workers=self.workers,
             same_main=self.same_main,
+            device_maps=self.device_maps,
         )
         # What every link reports to: one bundle for every transport (see _link).
         self._inbound = Inbound(
@@ -190,6 +194,7 @@ class Agent:
         main = _objref.main_identity()
         mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
         mine.update(self.connections.advertised())
+        mine.update(self.device_maps.advertised())
         t1 = time.time_ns()  # start-up phases: kept for the profiler (see runtime.trace)
         trace.startup("init_rpc: store and servers", t0, t1, worker=self.name)
         got = self.store.setnx(f"rank/{self.rank}", mine)
@@ -231,6 +236,10 @@ class Agent:
             self.connections.add_peer(r, ent)
             if r == self.rank or (main is not None and ent.get("main") == main):
                 self.same_main.add(info.name)
+        self.device_maps.agree(
+            {table[f"rank/{r}"]["name"]: table[f"rank/{r}"] for r in names.values()},
+            lambda err: self.store.all_gather("devices", err, self.world_size, opts.init_timeout),
+        )
 
     def _serve(self, secret: str, host: str, port: int) -> None:
         """Start the transports of the options' list (those that carry TLS, with TLS on)."""
@@ -324,7 +333,11 @@ class Agent:
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)
             # A list, not a tuple, at the top: one msgpack level less per call.
-            enc = _codec.encode([func, list(args), kwargs], main=to.name in self.same_main)
+            enc = _codec.encode(
+                [func, list(args), kwargs],
+                main=to.name in self.same_main,
+                place=self.device_maps.for_request(to.name),
+            )
         else:
             if kind == FETCH:
                 for h in hooks:

@@ -7,6 +7,8 @@ and non-contiguous) appear in the header as an extension record holding dtype,
 shape and the index of their buffer; the buffer itself is a memoryview of the
 array's memory, so encoding copies no array data (a non-contiguous view is
 made contiguous once). Decoding rebuilds arrays on top of the received buffers.
+Given a ``place`` (the agent's device maps, ``_device_maps``), a JAX array's
+record also names the receiver's device it goes to, and decoding puts it there.
 
 Built in: None, bool, int (any size), float, complex, str, bytes (bytearray and
 memoryview arrive as bytes), list, tuple, dict, set, frozenset, namedtuples,
@@ -35,8 +37,9 @@ import msgpack
 import numpy as np
 
 from tensorplay_jax.rpc import _objref, _registry
+from tensorplay_jax.rpc._exceptions import exception_record, rebuild_exception
 from tensorplay_jax.rpc._registry import DecodeError, current_peer, register_type
-from tensorplay_jax.runtime.device import to_device
+from tensorplay_jax.runtime.device import resolve_device, to_device
 
 __all__ = [
     "DecodeError",
@@ -87,7 +90,7 @@ class Encoded(NamedTuple):
 # Per-call encoding costs add up on the small-call latency path: the records below
 # that depend only on a type, a dtype or a shape are made once and reused.
 _CACHE_LIMIT = 4096
-_array_bodies: dict[tuple[int, np.dtype, tuple[int, ...], int], bytes] = {}
+_array_bodies: dict[tuple[Any, ...], bytes] = {}
 _objref_exts: dict[Any, msgpack.ExtType] = {}
 _main_exts: dict[Any, msgpack.ExtType] = {}  # by name, for a same-script receiver
 
@@ -122,23 +125,29 @@ def _host_buffer(arr: np.ndarray, buffers: list[memoryview]) -> tuple[np.dtype, 
     return dt, len(buffers) - 1
 
 
-def _array_record(arr: np.ndarray, kind: int, buffers: list[memoryview]) -> msgpack.ExtType:
+def _array_record(
+    arr: np.ndarray, kind: int, buffers: list[memoryview], dest: str | None = None
+) -> msgpack.ExtType:
+    """``[kind, dtype, shape, index]``, and the receiver's device when one is named."""
     dt, index = _host_buffer(arr, buffers)
-    key = (kind, dt, arr.shape, index)
+    key = (kind, dt, arr.shape, index, dest)
     body = _array_bodies.get(key)
     if body is None:
-        body = msgpack.packb([kind, dt.name, list(arr.shape), index])
+        rec = [kind, dt.name, list(arr.shape), index]
+        body = msgpack.packb(rec if dest is None else [*rec, dest])
         _remember(_array_bodies, key, body)
     return _ext_type(_EXT_ARRAY, body)
 
 
 def _registered_array_record(
-    name: str, arr: Any, extra: Any, buffers: list[memoryview]
+    name: str, arr: Any, extra: Any, buffers: list[memoryview], default: _Hook
 ) -> msgpack.ExtType | None:
     """One record for an ``array=True`` registered value; None if ``arr`` cannot go this way."""
+    dest = None
     if type(arr) is np.ndarray:
         kind, host = _NUMPY, arr
     elif isinstance(arr, jax.Array) and not isinstance(arr, jax.core.Tracer):
+        dest = default.place(arr) if default.place is not None else None
         kind, host = _JAX, np.asarray(arr)
     else:
         return None
@@ -147,14 +156,15 @@ def _registered_array_record(
         dt, index = _host_buffer(host, buffers)
     except TypeError:
         return None
-    key = (name, kind, dt, host.shape, index, extra)
+    key = (name, kind, dt, host.shape, index, extra, dest)
     try:
         body = _array_bodies.get(key)
     except TypeError:  # unhashable extra
         body, key = None, None
     if body is None:
         try:
-            body = msgpack.packb([name, kind, dt.name, list(host.shape), index, extra])
+            rec = [name, kind, dt.name, list(host.shape), index, extra]
+            body = msgpack.packb(rec if dest is None else [*rec, dest])
         except TypeError:  # extra is not plain msgpack
             del buffers[n:]
             return None
@@ -163,13 +173,15 @@ def _registered_array_record(
     return _ext_type(_EXT_REGISTERED_ARRAY, body)
 
 
-def encode(obj: Any, *, main: bool = False) -> Encoded:
+def encode(obj: Any, *, main: bool = False, place: Callable[[Any], Any] | None = None) -> Encoded:
     """Encode ``obj`` into a msgpack header plus out-of-band array buffers.
 
     Args:
       obj: any value (see the module docstring for what travels how).
       main: the receiver runs this process's main script: the script's functions and
         classes go by name (else by value).
+      place: ``place(jax_array)``: the receiver's device name for that array (None: its
+        default device); it raises for an array that may not go (see ``_device_maps``).
 
     Returns:
       The :class:`Encoded` message; its buffers alias the arrays' memory.
@@ -183,7 +195,7 @@ def encode(obj: Any, *, main: bool = False) -> Encoded:
     buffers: list[memoryview] = []
 
     header = msgpack.packb(
-        obj, default=_Hook(_default, buffers, main), strict_types=True, use_bin_type=True
+        obj, default=_Hook(_default, buffers, main, place), strict_types=True, use_bin_type=True
     )
     return Encoded(header, buffers)
 
@@ -195,10 +207,16 @@ class _Hook:
     message's arrays alive until the garbage collector runs.)
     """
 
-    __slots__ = ("buffers", "fn", "main")
+    __slots__ = ("buffers", "fn", "main", "place")
 
-    def __init__(self, fn: Callable[..., Any], buffers: list[Any], main: bool = False) -> None:
-        self.fn, self.buffers, self.main = fn, buffers, main
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        buffers: list[Any],
+        main: bool = False,
+        place: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.fn, self.buffers, self.main, self.place = fn, buffers, main, place
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args, self.buffers, self)
@@ -214,7 +232,7 @@ def _default(o: Any, buffers: list[memoryview], default: _Hook) -> Any:
     if entry is not None:
         value = entry.encode(o)
         if entry.array:
-            rec = _registered_array_record(entry.name, value[0], value[1], buffers)
+            rec = _registered_array_record(entry.name, value[0], value[1], buffers, default)
             if rec is not None:
                 return rec
             value = list(value)
@@ -242,7 +260,8 @@ def _default(o: Any, buffers: list[memoryview], default: _Hook) -> Any:
                 "jax.jit/jax.grad, or use the differentiable RPC of "
                 "tensorplay_jax.distributed.autograd"
             )
-        return _array_record(np.asarray(o), _JAX, buffers)
+        dest = default.place(o) if default.place is not None else None
+        return _array_record(np.asarray(o), _JAX, buffers, dest)
     if isinstance(o, np.generic):
         try:
             return _array_record(np.asarray(o), _NUMPY_SCALAR, buffers)
@@ -284,11 +303,24 @@ def _host_array(dtype_name: str, shape: list[int], buf: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8).view(dtype).reshape(shape)
 
 
+_devices: dict[str, Any] = {}
+
+
+def _placed(arr: np.ndarray, dest: list[Any]) -> Any:
+    """``arr`` on the device the sender named (``dest[0]``), or JAX's default device."""
+    if not dest:
+        return to_device(arr)
+    dev = _devices.get(dest[0])
+    if dev is None:
+        dev = _remember(_devices, dest[0], resolve_device(dest[0], "rpc"))
+    return to_device(arr, dev)
+
+
 def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
-    kind, dtype_name, shape, index = rec
+    kind, dtype_name, shape, index, *dest = rec
     arr = _host_array(dtype_name, shape, buffers[index])
     if kind == _JAX:
-        return to_device(arr)
+        return _placed(arr, dest)
     if kind == _NUMPY_SCALAR:
         return arr[()]
     if not arr.flags.writeable:
@@ -341,10 +373,9 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
     if code == _EXT_ARRAY:
         return _array_from(msgpack.unpackb(data), buffers)
     if code == _EXT_REGISTERED_ARRAY:
-        name, _, dtype_name, shape, index, extra = msgpack.unpackb(data)
-        return _registry.registered(name).decode(
-            (_host_array(dtype_name, shape, buffers[index]), extra)
-        )
+        name, _, dtype_name, shape, index, extra, *dest = msgpack.unpackb(data)
+        arr = _host_array(dtype_name, shape, buffers[index])
+        return _registry.registered(name).decode((_placed(arr, dest) if dest else arr, extra))
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:
@@ -380,7 +411,7 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
 
 
 # ---------------------------------------------------------------------------
-# Small control records (envelopes) and exceptions.
+# Small control records (envelopes); exceptions travel as ``_exceptions`` records.
 
 
 def dumps_small(obj: Any) -> bytes:
@@ -409,37 +440,3 @@ def loads_small(data: bytes | memoryview, *, peer: Any = None) -> Any:
 
 def _small_ext(code: int, data: bytes) -> Any:
     return _ext(code, data, [], _small_ext)
-
-
-def exception_record(exc: BaseException, message: str | None = None) -> list[Any]:
-    """Describe ``exc`` by class and message (no pickle), for :func:`rebuild_exception`."""
-    t = type(exc)
-    return [t.__module__, t.__qualname__, str(exc) if message is None else message]
-
-
-def rebuild_exception(record: list[Any]) -> BaseException:
-    """Rebuild an exception of the same type with the recorded message.
-
-    A class this worker cannot import or construct from one message argument
-    becomes a RuntimeError that names it.
-    """
-    module, qualname, message = record
-    try:
-        cls = _objref.resolve(module, qualname)
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            raise TypeError(f"{module}.{qualname} is not an exception class")
-        return cls(message)
-    except Exception as e:
-        return RuntimeError(
-            f"remote exception {module}.{qualname} (not rebuildable here: "
-            f"{type(e).__name__}: {e}): {message}"
-        )
-
-
-def _encode_exception(exc: BaseException) -> list[Any]:
-    return exception_record(exc)
-
-
-register_type(
-    BaseException, _encode_exception, rebuild_exception, name="exception", subclasses=True
-)

@@ -28,6 +28,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc import _call_hooks, _codec
+from tensorplay_jax.rpc._device_maps import DeviceMaps
 from tensorplay_jax.rpc._errors import RpcPeerError
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
@@ -138,6 +139,7 @@ class Dispatcher:
       executor: the pool that serves what a link's reading thread does not.
       workers: the job's workers by name (filled at rendezvous).
       same_main: the workers that run this worker's main script (see ``_objref``).
+      device_maps: where a reply's arrays land on the caller (see ``_device_maps``).
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class Dispatcher:
         executor: concurrent.futures.Executor,
         workers: dict[str, WorkerInfo],
         same_main: set[str],
+        device_maps: DeviceMaps,
     ) -> None:
         self.name, self.rank = name, rank
         self._options = options
@@ -159,6 +162,7 @@ class Dispatcher:
         self._executor = executor
         self._workers = workers
         self._same_main = same_main
+        self._device_maps = device_maps
         # Set once init_rpc has made the agent current (a peer that finished the
         # rendezvous first may call in before this worker's init_rpc returns), or stopped.
         self._opened = threading.Event()
@@ -381,7 +385,8 @@ class Dispatcher:
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
         t0 = trace.now() if trace.RECORDING else 0
-        enc = _codec.encode(result, main=link.peer in self._same_main)
+        place = self._device_maps.for_reply(link.peer)
+        enc = _codec.encode(result, main=link.peer in self._same_main, place=place)
         span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
         try:
             link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)

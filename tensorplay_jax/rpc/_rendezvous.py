@@ -217,6 +217,7 @@ class StoreClient:
     reply_timeout: float | None = None
 
     def __init__(self, host: str, port: int, rank: int, timeout: float, secret: str) -> None:
+        self.rank = rank
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while True:
@@ -306,6 +307,19 @@ class StoreClient:
         if rep.get("err") == "aborted":
             raise StoreAborted(f"ranks {rep['missing']} did not arrive; {rep['why']}")
         return rep["v"], rep["dead"]
+
+    def all_gather(self, key: str, value: Any, world_size: int, timeout: float) -> list[Any]:
+        """Publish ``value`` as this rank's ``key``; every rank's value, in rank order.
+
+        Raises:
+          TimeoutError: a rank did not publish within ``timeout`` seconds.
+          ConnectionError: a rank exited first.
+        """
+        self.setnx(f"{key}/{self.rank}", value)
+        got, dead = self.wait({f"{key}/{r}": r for r in range(world_size)}, timeout)
+        if dead:
+            raise ConnectionError(f"init_rpc: ranks {dead} exited during the rendezvous ({key})")
+        return [got[f"{key}/{r}"] for r in range(world_size)]
 
     def wait_count(self, key: str, n: int, timeout: float) -> bool:
         return "err" not in self._call({"op": "wait_count", "k": key, "n": n, "timeout": timeout})

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tensorplay_jax.rpc import _codec
+from tensorplay_jax.rpc._device_maps import merge_map, normalize_devices, normalize_map
 from tensorplay_jax.rpc.transports import check_transports
 from tensorplay_jax.runtime.settings import (
     DEFAULT_INIT_METHOD,
@@ -79,6 +81,13 @@ class GrpcRpcBackendOptions:
         ``["local", "tcp", "grpc"]``, less ``"local"`` with
         ``TENSORPLAY_JAX_RPC_LOCAL=0`` and ``"tcp"`` with ``TENSORPLAY_JAX_RPC_TCP=0``.
         With TLS on, only those that carry TLS are used (``"grpc"``).
+      device_maps: ``{peer: {local device: peer device}}``: a JAX array on a
+        mapped device arrives on the peer's device, its reply comes back by the
+        inverse map (see :meth:`set_device_map`). Devices are names (``"cuda:1"``,
+        ``"gpu:0"``, ``"tpu:0"``, ``"cpu:3"``), ints (accelerator indices),
+        ``tp.device`` or ``jax.Device`` objects; they are stored by canonical name.
+      devices: the devices this worker's arrays may leave from and arrive on;
+        None (the default): the keys of its own maps and of its peers' maps to it.
 
     Example:
       >>> GrpcRpcBackendOptions(rpc_timeout=20).num_worker_threads
@@ -102,8 +111,15 @@ class GrpcRpcBackendOptions:
     tls_require_client_auth: bool = False
     init_timeout: float = RPC_INIT_TIMEOUT_S
     transports: Sequence[str] | None = None
+    device_maps: Mapping[str, Mapping[Any, Any]] | None = None
+    devices: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
+        maps, self.device_maps = self.device_maps, {}
+        for to, mapping in (maps or {}).items():
+            self.set_device_map(to, mapping)
+        if self.devices is not None:
+            self.set_devices(self.devices)
         if self.rpc_timeout < 0:
             raise ValueError(f"GrpcRpcBackendOptions: rpc_timeout={self.rpc_timeout} must be >= 0")
         if self.num_worker_threads < 1:
@@ -118,6 +134,40 @@ class GrpcRpcBackendOptions:
                 "GrpcRpcBackendOptions: set tls_cert_chain, tls_private_key and tls_root_certs "
                 "together"
             )
+
+    def set_device_map(self, to: str, device_map: Mapping[Any, Any]) -> None:
+        """Add ``{local device: device on to}`` entries to the map for worker ``to``.
+
+        As TensorPipe's: entries add to those there; the map stays one-to-one.
+        An array on a mapped device arrives on the mapped device of ``to``, and
+        what ``to`` replies from that device comes back to the local one. A JAX
+        array on any device but the host's (``cpu:0``) needs an entry.
+
+        Raises:
+          ValueError: an entry contradicts one already there, or two devices map to one.
+
+        Example:
+          >>> opts = GrpcRpcBackendOptions()
+          >>> opts.set_device_map("worker1", {"cpu:1": "cpu:2"})
+          >>> opts.device_maps
+          {'worker1': {'cpu:1': 'cpu:2'}}
+        """
+        what = "set_device_map"
+        new = normalize_map(to, device_map, what)
+        maps = dict(self.device_maps or {})
+        maps[to] = merge_map(dict(maps.get(to, {})), new, to, what)
+        self.device_maps = maps
+
+    def set_devices(self, devices: Sequence[Any]) -> None:
+        """Set the local devices this worker's arrays may leave from and arrive on.
+
+        Example:
+          >>> opts = GrpcRpcBackendOptions()
+          >>> opts.set_devices(["cpu:1", "gpu:0"])
+          >>> opts.devices
+          ['cpu:1', 'cuda:0']
+        """
+        self.devices = normalize_devices(devices, "set_devices")
 
 
 TensorPipeRpcBackendOptions = GrpcRpcBackendOptions

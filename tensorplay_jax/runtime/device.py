@@ -46,8 +46,10 @@ __all__ = [
     "DEVICE_TYPES",
     "HOST_ALIGN",
     "aligned_empty",
+    "canonical_device",
     "device",
     "device_name",
+    "local_device_names",
     "on_device",
     "parse_device",
     "present_devices",
@@ -216,12 +218,58 @@ def present_devices() -> str:
     return ", ".join(names) or "none"
 
 
+def local_device_names() -> list[str]:
+    """Every local device of this process by its canonical name (CPU first).
+
+    Example:
+        >>> local_device_names()[0]
+        'cpu:0'
+    """
+    names = []
+    for platform, label in (("cpu", "cpu"), ("gpu", "cuda"), ("tpu", "tpu")):
+        names += [f"{label}:{i}" for i in range(len(_local(platform)))]
+    return names
+
+
+def canonical_device(spec: Any, what: str = "device") -> str:
+    """The canonical name of a device, here or on another worker: ``"cuda:1"``, ``"cpu:0"``.
+
+    Takes a name (``"gpu:1"`` and ``"cuda:1"`` are the same device; no index
+    means 0), a :class:`device`, a ``jax.Device`` (one of this process's) or an
+    int (the accelerator's device of that index, as ``device(1)``). The device
+    need not be present: device maps name the devices of other workers.
+
+    Raises:
+      ValueError: an unknown device name.
+      TypeError: none of the above.
+
+    Example:
+        >>> canonical_device("gpu:1"), canonical_device("cpu"), canonical_device(device("cuda", 2))
+        ('cuda:1', 'cpu:0', 'cuda:2')
+    """
+    if isinstance(spec, jax.Device):
+        return device_name(spec)
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = device(spec)
+    if isinstance(spec, device):
+        kind, index = spec.type, spec.index
+    elif isinstance(spec, str):
+        kind, index = parse_device(spec, what)
+    else:
+        raise TypeError(
+            f"{what}: device={spec!r} must be a string like 'cuda:0', an int, a tp.device or "
+            "a jax.Device"
+        )
+    return f"{'cuda' if kind == 'gpu' else kind}:{index or 0}"
+
+
 def resolve_device(device: Any, what: str = "device") -> Any:
     """The local JAX device that ``device`` names (None stays None: JAX's default).
 
     Args:
       device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"gpu"``, ``"tpu"``,
-        ``"cpu:1"``, a :class:`device`, a ``jax.Device``, or None.
+        ``"cpu:1"``, a :class:`device`, an int (the accelerator's device of that
+        index), a ``jax.Device``, or None.
       what: the caller, for errors (``"tp.randn"``).
 
     Raises:
@@ -238,6 +286,8 @@ def resolve_device(device: Any, what: str = "device") -> Any:
     """
     if device is None or isinstance(device, jax.Device):
         return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = _device_class(device)
     if isinstance(device, _device_class):
         device = str(device)
     if not isinstance(device, str):

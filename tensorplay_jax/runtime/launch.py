@@ -34,6 +34,7 @@ from tensorplay_jax.runtime._main_script import (
     main_script,
 )
 from tensorplay_jax.runtime.pickling import Pickler
+from tensorplay_jax.runtime.placement import worker_placement
 from tensorplay_jax.runtime.secret import new_secret
 from tensorplay_jax.runtime.settings import (
     INSECURE_ENV,
@@ -211,8 +212,12 @@ def worker_env(
     master_addr: str,
     master_port: int,
     extra: Mapping[str, str] | None = None,
+    devices_per_worker: int | str | None = None,
 ) -> dict[str, str]:
     """This process's environment plus the rendezvous variables of one worker, and ``extra``.
+
+    On a GPU host the worker also gets its own GPUs (``CUDA_VISIBLE_DEVICES``)
+    by ``devices_per_worker`` (see ``runtime.placement``).
 
     Example:
       >>> env = worker_env(1, 1, 2, 2, "127.0.0.1", 29500)
@@ -231,6 +236,7 @@ def worker_env(
     )
     if extra:
         env.update(extra)
+    env.update(worker_placement(local_rank, local_world_size, devices_per_worker, env))
     return env
 
 
@@ -290,6 +296,7 @@ def spawn(
     master_port: int | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    devices_per_worker: int | str | None = None,
 ) -> list[Any] | LocalWorkers:
     """Run ``fn(rank, *args)`` in ``nprocs`` new local processes (works from a notebook).
 
@@ -319,6 +326,9 @@ def spawn(
         read it from the handle when ``join=False``.
       env: extra environment variables for the workers.
       timeout: seconds for ``join``.
+      devices_per_worker: GPUs each worker gets on a GPU host (``"auto"``: one
+        each; 0: every worker sees every GPU; see ``runtime.placement``); None:
+        ``TENSORPLAY_JAX_DEVICES_PER_WORKER``, else auto.
 
     Returns:
       The return values in rank order, or a :class:`LocalWorkers` handle.
@@ -352,7 +362,10 @@ def spawn(
     here = str(Path(__file__).resolve().parents[2])
     extra = {**secret_env, **(env or {})}
     extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, settings.raw("PYTHONPATH")) if p)
-    envs = [worker_env(r, i, ws, nprocs, master_addr, port, extra) for i, r in enumerate(ranks)]
+    envs = [
+        worker_env(r, i, ws, nprocs, master_addr, port, extra, devices_per_worker)
+        for i, r in enumerate(ranks)
+    ]
     cmds = [[sys.executable, "-c", BOOT, str(blob), str(r)] for r in ranks]
     group = WorkerProcesses(cmds, envs, ranks)
     handle = LocalWorkers(group, workdir, blob, master_addr, port)

@@ -94,6 +94,8 @@ SHM_NO_FUTEX_ENV = "TENSORPLAY_JAX_SHM_NO_FUTEX"
 LISTEN_ADDR_ENV = "TENSORPLAY_JAX_LISTEN_ADDR"
 SOCKET_IFNAME_ENV = "TENSORPLAY_JAX_SOCKET_IFNAME"
 LAUNCHED_NS_ENV = "TENSORPLAY_JAX_LAUNCHED_NS"
+DEVICES_PER_WORKER_ENV = "TENSORPLAY_JAX_DEVICES_PER_WORKER"
+LOCAL_DEVICES_ENV = "TENSORPLAY_JAX_LOCAL_DEVICES"
 SLURM_VARS = (
     "SLURM_PROCID",
     "SLURM_NTASKS",
@@ -132,6 +134,19 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         int,
         "processes on this node; fewer than WORLD_SIZE means the job spans hosts",
+    ),
+    Setting(
+        DEVICES_PER_WORKER_ENV,
+        "auto",
+        str,
+        "GPUs the launcher, spawn and testing.Workers give each local worker: auto (one "
+        "each, shared when there are fewer), 0 (every worker sees every GPU) or a number",
+    ),
+    Setting(
+        LOCAL_DEVICES_ENV,
+        None,
+        str,
+        "set by the launcher: the GPUs this worker was given (CUDA_VISIBLE_DEVICES's values)",
     ),
     # addresses of a job that spans hosts (runtime.address)
     Setting(

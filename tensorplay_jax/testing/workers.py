@@ -80,6 +80,10 @@ class Workers:
         job's default RPC timeout. Start-up may take ``max(timeout, 120)``
         seconds (new processes import JAX); shutdown at most 10 more.
       env: extra environment variables for the started workers.
+      rpc_options: per worker name, more ``GrpcRpcBackendOptions`` fields as
+        JSON values, e.g. ``{"worker1": {"device_maps": {"worker0": {"cpu:1": "cpu:2"}}}}``.
+      devices_per_worker: GPUs each started worker gets on a GPU host, counted
+        with this process as local rank 0 (see ``tensorplay_jax.runtime.placement``).
 
     Example:
       >>> w = Workers(3)
@@ -97,6 +101,8 @@ class Workers:
         names: Sequence[str] | None = None,
         timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
+        rpc_options: Mapping[str, Mapping[str, Any]] | None = None,
+        devices_per_worker: int | str | None = None,
     ) -> None:
         if n < 1:
             raise ValueError(f"Workers: n={n} must be at least 1 (this process is rank 0)")
@@ -107,6 +113,10 @@ class Workers:
             raise ValueError(f"Workers: timeout={timeout} must be > 0 seconds")
         self.timeout = float(timeout)
         self._env = dict(env or {})
+        self._rpc_options = {k: dict(v) for k, v in (rpc_options or {}).items()}
+        self._devices_per_worker = devices_per_worker
+        for name in self._rpc_options:
+            self._check_name(name)
         self._out, self._err = _Lines(), _Lines()
         self._group: WorkerProcesses | None = None
         self._killed: set[int] = set()
@@ -129,8 +139,10 @@ class Workers:
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         }
         ranks = list(range(1, n))
-        envs = [worker_env(r, r, n, n, "127.0.0.1", port, extra) for r in ranks]
+        per = self._devices_per_worker
+        envs = [worker_env(r, r, n, n, "127.0.0.1", port, extra, per) for r in ranks]
         argv = [json.dumps(self.names), str(port), str(self.timeout), str(os.getpid())]
+        argv.append(json.dumps(self._rpc_options))
         cmds = [[sys.executable, "-c", _BOOT, *argv, str(r)] for r in ranks]
         self._group = WorkerProcesses(cmds, envs, ranks, stdout=self._out, stderr=self._err)
         opts = rpc.GrpcRpcBackendOptions(
@@ -138,6 +150,7 @@ class Workers:
             rpc_timeout=self.timeout,
             init_timeout=max(self.timeout, _START_S),
             secret=secret.get(SECRET_ENV),
+            **self._rpc_options.get(self.names[0], {}),
         )
         self._started = True
         try:
@@ -263,15 +276,17 @@ def serve() -> None:
     """The body of a started worker: join the job, serve RPCs until rank 0 shuts down.
 
     Command line (from :meth:`Workers.start`): names as JSON, port, timeout, the
-    parent's pid, rank. The worker exits on its own when its parent dies.
+    parent's pid, the options per worker as JSON, rank. The worker exits on its
+    own when its parent dies.
     """
-    names, port, timeout, parent, rank = sys.argv[1:6]
+    names, port, timeout, parent, options, rank = sys.argv[1:7]
     threading.Thread(target=_exit_with_parent, args=(int(parent),), daemon=True).start()
     all_names = json.loads(names)
     opts = rpc.GrpcRpcBackendOptions(
         init_method=f"tcp://127.0.0.1:{port}",
         rpc_timeout=float(timeout),
         init_timeout=max(float(timeout), _START_S),
+        **json.loads(options).get(all_names[int(rank)], {}),
     )
     rpc.init_rpc(
         all_names[int(rank)], rank=int(rank), world_size=len(all_names), rpc_backend_options=opts

@@ -42,9 +42,16 @@ def worker_tracebacks(w: Workers) -> dict[str, str]:
 
 @contextlib.contextmanager
 def rpc_job(
-    n: int, transport: str = "local", *, timeout: float = 60.0, env: Mapping[str, str] | None = None
+    n: int,
+    transport: str = "local",
+    *,
+    timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    rpc_options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Iterator[Workers]:
     """A job of ``n`` workers ``w0`` (this process) ... ``w{n-1}`` on ``transport``.
+
+    ``rpc_options``: more options per worker name (see ``Workers``).
 
     At the end (``Workers.close``: a graceful shutdown) no worker may have printed a
     traceback. A test that checks shutdown itself uses :class:`Peers`: ``close`` after
@@ -52,7 +59,10 @@ def rpc_job(
     """
     full = T.env_of(transport, **(env or {}))
     names = [f"w{r}" for r in range(n)]
-    with environ(full), Workers(n, names=names, timeout=timeout, env=full) as w:
+    with (
+        environ(full),
+        Workers(n, names=names, timeout=timeout, env=full, rpc_options=rpc_options) as w,
+    ):
         yield w
     assert not rpc.is_initialized()
     assert not worker_tracebacks(w), worker_tracebacks(w)

@@ -93,7 +93,24 @@ def _grad_tensors(obj: Any) -> list[Tensor]:
 
 # --------------------------------------------------------------------- send / recv
 def _record_send(ctx: _context.DistAutogradContext, key: int, tensors: list[Tensor]) -> None:
-    ctx.add_send(key, [t._gradient_edge() for t in tensors])
+    ctx.add_send(key, [_placing_edge(t) for t in tensors])
+
+
+def _placing_edge(t: Tensor) -> Any:
+    """``t``'s gradient edge; for a value committed to a device, through a node that puts
+    the gradient (which arrives as host data) back on that device first."""
+    value = t._value
+    if not (isinstance(value, jax.Array) and value.committed):
+        return t._gradient_edge()
+    sharding = value.sharding
+
+    def back(grads: tuple[Any, ...]) -> tuple[Any]:
+        (g,) = grads
+        return (None if g is None else jax.device_put(g, sharding),)
+
+    node = make_node(back, [t], name="RpcDeviceBackward")
+    (placed,) = attach_outputs(node, [value])
+    return placed._gradient_edge()
 
 
 def _recv_node(

@@ -34,7 +34,9 @@ class LocalOptimizer:
     gradient in a step is skipped (value and state unchanged). A transform
     that couples parameters (``clip_by_global_norm``) therefore sees one
     parameter at a time. Steps are serialised by a lock; the update of all
-    parameters that have gradients is one jitted call.
+    parameters that have gradients is one jitted call per device they are on
+    (each gradient first put on its parameter's device), so parameters on
+    several devices each step where they are.
     """
 
     def __init__(self, tx: optax.GradientTransformation, params: Sequence[Tensor]) -> None:
@@ -50,18 +52,34 @@ class LocalOptimizer:
             idx = [i for i, p in enumerate(self.params) if p in grads]
             if not idx:
                 return 0
-            gs = [_array(grads[self.params[i]]) for i in idx]
-            ps = [self.params[i].value for i in idx]
-            new_ps, new_ss = self._update(gs, [self.states[i] for i in idx], ps)
-            with no_grad():
-                for i, p, s in zip(idx, new_ps, new_ss, strict=True):
-                    self.params[i].data = p
-                    self.states[i] = s
+            by_device: dict[Any, list[int]] = {}
+            for i in idx:
+                by_device.setdefault(_placement(self.params[i].value), []).append(i)
+            for where, group in by_device.items():
+                gs = [_on(_array(grads[self.params[i]]), where) for i in group]
+                ps = [self.params[i].value for i in group]
+                new_ps, new_ss = self._update(gs, [self.states[i] for i in group], ps)
+                with no_grad():
+                    for i, p, s in zip(group, new_ps, new_ss, strict=True):
+                        self.params[i].data = p
+                        self.states[i] = s
             return len(idx)
 
 
 def _array(g: Any) -> Any:
     return g.value if isinstance(g, Tensor) else g
+
+
+def _placement(value: Any) -> Any:
+    """The sharding a committed parameter is on (None: uncommitted, JAX's default device)."""
+    return value.sharding if isinstance(value, jax.Array) and value.committed else None
+
+
+def _on(g: Any, where: Any) -> Any:
+    """Gradient ``g`` on the parameter's sharding ``where`` (None: as it is)."""
+    if where is None or (isinstance(g, jax.Array) and g.sharding == where):
+        return g
+    return jax.device_put(g, where)
 
 
 def new_local_optimizer(
