@@ -1,12 +1,25 @@
 """Test-wide setup: 8 virtual CPU devices, and the shared fixtures every package's tests use."""
 
 import os
+import shutil
+import tempfile
 
 # Must happen before JAX is imported anywhere in the test process.
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# One JAX compilation cache for the whole run, shared by the xdist workers and every
+# process the tests start (they inherit this environment): the same eager operations,
+# worker start-ups and example programs compile in many processes, and a cache hit
+# skips XLA's compiler. Every program is cached (no minimum compile time or size).
+# The process that creates the directory (pytest's main process) removes it at the end.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpj-test-jax-cache-")
+    os.environ["TPJ_TEST_JAX_CACHE_OWNER"] = str(os.getpid())
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 
@@ -27,6 +40,11 @@ def pytest_configure(config):
         or pm.is_blocked("tensorplay_jax")
     ):
         pm.register(tensorplay_jax_pytest, "tensorplay_jax")
+
+
+def pytest_unconfigure(config):
+    if os.environ.get("TPJ_TEST_JAX_CACHE_OWNER") == str(os.getpid()):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture
