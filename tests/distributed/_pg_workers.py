@@ -230,7 +230,10 @@ def missing() -> None:
     if r == 1:
         if mode == "exit":
             os._exit(0)  # dies without a word
-        time.sleep(7)  # alive, but never joins
+        # Alive, but never joins, until rank 0 has recorded its failed calls.
+        deadline = time.monotonic() + 30
+        while not os.path.exists(out) and time.monotonic() < deadline:
+            time.sleep(0.05)
         sys.exit(0)
     seen = {}
     if mode == "stuck":

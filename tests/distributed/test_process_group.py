@@ -5,6 +5,8 @@ hands back what each returned; each test here checks one collective on every ran
 against numpy computed from every rank's input (``_pg_cases.expected``).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -15,20 +17,30 @@ from tests.distributed import _pg_workers as W
 JOBS = [("shm", 2), ("shm", 4), ("xla", 2), ("xla", 4), ("tcp", 2), ("tcp", 3), ("tcp", 4)]
 
 
+class Job(NamedTuple):
+    """One ``values`` job: its engine, world size, every rank's results and numpy answers."""
+
+    engine: str
+    n: int
+    got: list[dict]
+    want: list[dict[str, tuple[np.ndarray, float]]]  # ``_pg_cases.expected``, per rank
+
+
 @pytest.fixture(scope="module", params=JOBS, ids=lambda p: f"{p[0]}-{p[1]}")
-def job(request, tmp_path_factory) -> tuple[str, int, list[dict]]:
-    """``(engine, world size, every rank's results)`` of one ``values`` job."""
+def job(request, tmp_path_factory) -> Job:
+    """One ``values`` job; every rank's answers are computed once, for all the tests."""
     engine, n = request.param
     out = tmp_path_factory.mktemp(f"values-{engine}-{n}")
-    return engine, n, run_and_collect(W.values, n, out, args=[engine], timeout=240)
+    got = run_and_collect(W.values, n, out, args=[engine], timeout=240)
+    return Job(engine, n, got, [C.expected(n, r, engine) for r in range(n)])
 
 
-def _check(job: tuple[str, int, list[dict]], family: str) -> None:
+def _check(job: Job, family: str) -> None:
     """Every rank's results under ``family/`` equal the numpy answers, in shape and dtype."""
-    engine, n, got = job
+    n, got = job.n, job.got
     checked = 0
     for r in range(n):
-        want = {k: v for k, v in C.expected(n, r, engine).items() if k.startswith(family + "/")}
+        want = {k: v for k, v in job.want[r].items() if k.startswith(family + "/")}
         mine = {k: v for k, v in got[r].items() if k.startswith(family + "/")}
         checked += len(want)
         assert sorted(mine) == sorted(want), (r, family)
@@ -54,7 +66,7 @@ def test_collective_matches_numpy(job, family):
 
 
 def test_all_reduce_keeps_the_input_dtype(job):
-    engine, n, got = job
+    engine, n, got = job.engine, job.n, job.got
     for r in range(n):
         for dtype, shape, _ in C.cases(n, engine):
             t = C.tag(dtype, shape)
@@ -68,7 +80,7 @@ def test_scalars_and_empty_arrays(job):
 
 
 def test_subgroup_of_first_and_last_rank(job):
-    _, n, got = job
+    n, got = job.n, job.got
     for r in range(n):
         assert got[r]["subgroup_info/ranks"] == (0, n - 1) and got[r]["subgroup_info/size"] == 2
         assert got[r]["subgroup_info/rank"] == {0: 0, n - 1: 1}.get(r, -1), r
@@ -76,7 +88,7 @@ def test_subgroup_of_first_and_last_rank(job):
 
 
 def test_init_and_destroy_state(job):
-    _, n, got = job
+    n, got = job.n, job.got
     for r in range(n):
         assert got[r]["state/initialized"] is True and got[r]["state/backend"] == "gloo"
         assert got[r]["state/initialized_after_destroy"] is False

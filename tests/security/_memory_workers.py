@@ -1,7 +1,9 @@
 """Worker code for test_memory_bounds: a victim worker and a faulty-but-authenticated peer.
 
 Rank 0 is the victim, an RPC worker in a world of one that measures its own
-memory (``VmRSS`` and ``VmHWM`` of ``/proc/self/status``). Rank 1 holds the job
+memory (``VmRSS`` and ``VmHWM`` of ``/proc/self/status``). The peer (rank 1, or the
+test process itself where the peer need not die: :func:`attack_declared`,
+:func:`attack_partial`) holds the job
 secret (``TENSORPLAY_JAX_RPC_SECRET``) but speaks the wire format by hand, over
 ``TPJ_TRANSPORT`` (``local``: the same-host socket; ``tcp``: the TCP link between
 hosts, whose frames are the same-host socket's inline ones; ``grpc``: the gRPC stream).
@@ -267,7 +269,8 @@ def _connect() -> _LocalPeer | _GrpcPeer:
     return _GrpcPeer(addresses["grpc"])
 
 
-def _attack_declared() -> None:
+def attack_declared() -> None:
+    """The faulty peer of :func:`declared_bytes` (rank 1, or the test process itself)."""
     from tensorplay_jax.rpc import _framing
     from tensorplay_jax.rpc._local import frames
 
@@ -297,7 +300,9 @@ def _attack_declared() -> None:
     peer.close()
 
 
-def _attack_partial() -> None:
+def attack_partial() -> None:
+    """The faulty peer of :func:`partial_then_gone` (rank 1, or the test process itself
+    unless ``TPJ_GONE`` is ``kill``)."""
     from tensorplay_jax.rpc._local import frames
 
     peer = _connect()
@@ -330,9 +335,9 @@ def _run(victim: Callable[[float, Any], dict[str, Any]], attacker: Callable[[], 
 
 def declared_bytes() -> None:
     """Rank 1 declares 1 GiB and sends a few KiB; rank 0 reports its peak RSS growth."""
-    _run(_measure_peak, _attack_declared)
+    _run(_measure_peak, attack_declared)
 
 
 def partial_then_gone() -> None:
     """Rank 1 sends ``SENT_MIB`` of a declared 1 GiB, then goes; rank 0 times the release."""
-    _run(_measure_release, _attack_partial)
+    _run(_measure_release, attack_partial)

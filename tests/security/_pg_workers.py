@@ -84,7 +84,8 @@ def planted_values() -> None:
     anyone who reaches the coordinator port can), then the rank that would read
     the value makes the call; after each, both ranks rebuild the process group and
     use it. Hands back (``tests._worker.report``) what the call that read a planted
-    value raised (``error_text``: None if it was accepted) and every collective's result.
+    value raised (``error_text``: None if it was accepted), every collective's result,
+    and (rank 0, ``listen``) the local addresses that listen on the coordinator port.
     """
     import tensorplay_jax.distributed as dist
     from tensorplay_jax.process_group import _group as pg
@@ -98,6 +99,8 @@ def planted_values() -> None:
     # 1. A replayed XLA descriptor for rank 1's next call, read by rank 0: the outsider
     #    copies rank 1's last (genuine) descriptor to the key of its next one.
     dist.init_process_group("gloo", timeout=timeout, engine="xla")
+    if rank == 0:  # the coordinator (MASTER_PORT + 1) of this same-host job
+        got["listen"] = sorted(_listening(int(os.environ["MASTER_PORT"]) + 1))
     got["xla/before"] = np.asarray(dist.all_reduce(x)).tolist()
     eng = pg.world().world.engine
     if rank == 1:
@@ -144,19 +147,6 @@ def different_secrets() -> None:
     import tensorplay_jax.distributed as dist
 
     _expect_refused("init", dist.init_process_group, "gloo", timeout=10.0)
-
-
-def coordinator_listen() -> None:
-    """Print the local addresses that listen on the coordinator port (MASTER_PORT + 1)."""
-    import tensorplay_jax.distributed as dist
-
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", timeout=float(_env("PGX_TIMEOUT", "10")))
-    port = int(os.environ["MASTER_PORT"]) + 1
-    if rank == 0:
-        print("LISTEN", " ".join(sorted(_listening(port))), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def _listening(port: int) -> set[str]:

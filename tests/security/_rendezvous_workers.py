@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
@@ -37,9 +36,13 @@ def outsider_target_job() -> None:
 
     Rank 1 joins only once the outsider has probed the store (``store-probed``),
     so the probe runs while rank 0 waits in the rendezvous, the rank-1 key free.
+    ``TPJ_STORE_AUTH_TIMEOUT`` (seconds), when set, is how long the store waits for a
+    connection to prove the secret: each probe that never does lasts that long.
     """
-    from tensorplay_jax.rpc import _agent
+    from tensorplay_jax.rpc import _agent, _rendezvous
 
+    if "TPJ_STORE_AUTH_TIMEOUT" in os.environ:
+        _rendezvous.RPC_STORE_AUTH_TIMEOUT_S = float(os.environ["TPJ_STORE_AUTH_TIMEOUT"])
     rank = _rank()
     tmp = pathlib.Path(os.environ["TPJ_TMP"])
     if rank == 1:
@@ -85,9 +88,3 @@ def init_expecting_error() -> None:
         sys.exit(3)
     print("INIT-OK", rank, flush=True)
     rpc.shutdown()
-
-
-def print_secret_digest() -> None:
-    """Print a digest of the secret this worker got from its launcher (never the secret)."""
-    secret = os.environ.get("TENSORPLAY_JAX_RPC_SECRET", "")
-    print("DIGEST", hashlib.sha256(secret.encode()).hexdigest()[:16], len(secret), flush=True)

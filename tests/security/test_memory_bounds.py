@@ -4,13 +4,15 @@ A peer that holds the job secret but declares far more than it sends (a frame
 length, a chunked transfer, a shared-memory segment it never wrote) must not
 make the worker reserve what it declared; what a link does hold (the bytes that
 came) is freed within about a second once the peer closes the connection or
-dies. The worker measures its own RSS (``tests/security/_memory_workers.py``).
+dies. The worker measures its own RSS (``tests/security/_memory_workers.py``); the
+faulty peer is this test process, or a second worker where it has to die.
 The in-process tests at the end check that what a well-behaved peer sends still
 arrives whole on the paths this changed (long frame bodies, chunks in pieces).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import queue
 
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 
 from tensorplay_jax.rpc import _framing, _local
+from tests._procs import WorkerResult, run_workers
 from tests.security import _memory_workers as W
 
 SECRET = "memory-bounds-secret"
@@ -47,6 +50,17 @@ def _env(tmp_path, transport: str, **extra: str) -> dict[str, str]:
     }
 
 
+def _victim_here_peer(monkeypatch, victim, attacker, env: dict[str, str]) -> list[WorkerResult]:
+    """The victim (``victim``'s rank 0) in a worker process, the faulty peer (``attacker``)
+    in this process, which takes ``env`` too; returns the victim's result."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(run_workers, victim, 1, timeout=90, env=env)
+        attacker()
+        return job.result(timeout=100)
+
+
 @pytest.mark.parametrize(
     "transport, attack",
     [
@@ -56,8 +70,9 @@ def _env(tmp_path, transport: str, **extra: str) -> dict[str, str]:
         ("grpc", "frame"),
     ],
 )
-def test_declared_sizes_reserve_no_memory(workers, tmp_path, transport, attack):
-    res = workers(W.declared_bytes, 2, timeout=90, env=_env(tmp_path, transport, TPJ_ATTACK=attack))
+def test_declared_sizes_reserve_no_memory(monkeypatch, tmp_path, transport, attack):
+    env = _env(tmp_path, transport, TPJ_ATTACK=attack)
+    res = _victim_here_peer(monkeypatch, W.declared_bytes, W.attack_declared, env)
     got = _result(res)
     print("measured", got)
     assert got["growth"] < GROWTH_LIMIT_MIB, got
@@ -74,14 +89,14 @@ def test_declared_sizes_reserve_no_memory(workers, tmp_path, transport, attack):
         ("grpc", "kill"),
     ],
 )
-def test_a_link_frees_what_it_holds_when_its_peer_goes(workers, tmp_path, transport, gone):
-    res = workers(
-        W.partial_then_gone,
-        2,
-        timeout=90,
-        env=_env(tmp_path, transport, TPJ_GONE=gone),
-        allow_exit={1: -9} if gone == "kill" else None,
-    )
+def test_a_link_frees_what_it_holds_when_its_peer_goes(
+    workers, monkeypatch, tmp_path, transport, gone
+):
+    env = _env(tmp_path, transport, TPJ_GONE=gone)
+    if gone == "kill":  # the peer dies: a process of its own
+        res = workers(W.partial_then_gone, 2, timeout=90, env=env, allow_exit={1: -9})
+    else:
+        res = _victim_here_peer(monkeypatch, W.partial_then_gone, W.attack_partial, env)
     got = _result(res)
     print("measured", got)
     # It holds what came (SENT_MIB of the declared GiB), not what was declared ...

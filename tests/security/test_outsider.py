@@ -119,6 +119,8 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
         "XDG_CONFIG_HOME": str(cfg),
         "TENSORPLAY_JAX_RPC_LOCAL": "1" if transport == "local" else "0",
         "TENSORPLAY_JAX_RPC_TCP": "0" if transport == "grpc" else "1",
+        # The store's probes below last until it gives up on their handshake: this long.
+        "TPJ_STORE_AUTH_TIMEOUT": "3",
     }
     for k in (_secret.SECRET_ENV, _secret.SECRET_FILE_ENV, _secret.INSECURE_ENV):
         assert k not in os.environ, f"run this test without {k} set"

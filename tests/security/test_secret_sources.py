@@ -74,10 +74,12 @@ def test_a_job_runs_on_a_secret_file(workers, tmp_path):
 
 
 def test_workers_with_different_secrets_do_not_form_a_job(workers, tmp_path):
+    # Rank 1 hears the refusal when rank 0's store stops, at rank 0's init timeout: the job
+    # lasts that long, so it is short here (long enough for both to start under load).
     env = [{_secret.SECRET_ENV: "secret-a"}, {_secret.SECRET_ENV: "secret-b"}]
     res = workers(
         W.init_expecting_error, 2, timeout=120, per_rank_env=env, check=False,
-        env={"TPJ_INIT_TIMEOUT": "20"},
+        env={"TPJ_INIT_TIMEOUT": "8"},
     )  # fmt: skip
     assert res[1].returncode == 3, res[1]
     assert "refused this worker's job secret" in res[1].stdout, res[1]
@@ -94,12 +96,18 @@ def test_insecure_opt_out_warns_at_start_up(workers, tmp_path):
     assert not (tmp_path / "cfg").exists()  # the per-user file was not used
 
 
+# A launched worker prints a digest of the secret it got (never the secret). It imports
+# neither JAX nor tensorplay_jax: what is tested is the launcher's environment.
+DIGEST_SCRIPT = """\
+import hashlib, os
+secret = os.environ.get("TENSORPLAY_JAX_RPC_SECRET", "")
+print("DIGEST", hashlib.sha256(secret.encode()).hexdigest()[:16], len(secret), flush=True)
+"""
+
+
 def _launch(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     script = tmp_path / "digest.py"
-    script.write_text(
-        "from tests.security._rendezvous_workers import print_secret_digest\n"
-        "print_secret_digest()\n"
-    )
+    script.write_text(DIGEST_SCRIPT)
     e = {k: v for k, v in os.environ.items() if k not in _SECRET_VARS}
     e.update(PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu", **(env or {}))
     return subprocess.run(

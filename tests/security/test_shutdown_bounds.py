@@ -53,13 +53,14 @@ def test_default_bound_is_a_named_constant_in_the_docstring():
 def test_default_waits_for_a_worker_that_is_still_working(workers, transport):
     # tensorplay's shutdown waits for as long as the others work (a parameter server
     # waits for its trainers): the default has no time limit while they answer pings.
-    # Before: the default gave up after 60 s. Here pings come every 1 s, each given 2 s,
-    # and rank 1 works for 8 s: four times the ping timeout.
-    env = _env(transport, TPJ_PING="1,2", TPJ_WORK_S=8)
+    # Before: the default gave up after 60 s. Here pings come every 0.5 s, each given 2 s,
+    # and rank 1 works for 5 s: two and a half times the ping timeout, ten pings.
+    work_s = 5
+    env = _env(transport, TPJ_PING="0.5,2", TPJ_WORK_S=work_s)
     res = workers(W.long_worker, 2, timeout=PROCS_TIMEOUT_S, check=False, env=env)
     got = _one(res, 0)
     assert got["error"] is None, got
-    assert got["elapsed"] > 7, got
+    assert got["elapsed"] > work_s - 1, got
     assert _one(res, 1)["error"] is None, res[1]
 
 
@@ -98,7 +99,7 @@ def test_fetch_of_a_never_created_rref_ends_with_the_owners_rpc_timeout(workers,
 
 @pytest.mark.parametrize(
     "transport, bound",
-    [("local", "5"), ("grpc", "5"), ("local", "default")],
+    [("local", "2.5"), ("grpc", "2.5"), ("local", "default")],
     ids=["local-timeout", "grpc-timeout", "default-bound"],
 )
 @pytest.mark.parametrize("frozen", [1, 0], ids=["peer-stopped", "store-host-stopped"])
@@ -106,8 +107,8 @@ def test_shutdown_is_bounded_with_a_stopped_peer(workers, transport, bound, froz
     # SIGSTOP: the peer is alive (its connections stay open) but answers nothing, as
     # behind a network partition. Before: shutdown(timeout=10) took 20.4 s, the default
     # blocked for ever, and so did any timeout when the store's host was the one stopped.
-    if bound == "default":  # no answer to a ping: every 1 s, each given 2 s here
-        timeout, extra = 3.0, {"TPJ_PING": "1,2"}
+    if bound == "default":  # no answer to a ping: every 0.5 s, each given 2 s here
+        timeout, extra = 2.5, {"TPJ_PING": "0.5,2"}
     else:
         timeout, extra = float(bound), {"TPJ_SHUTDOWN_TIMEOUT": float(bound)}
     env = _env(transport, TPJ_FROZEN=frozen, **extra)
@@ -140,7 +141,7 @@ def test_exit_without_shutdown_while_the_store_host_is_stopped(workers, transpor
 def test_process_exits_while_a_served_call_never_ends(workers, transport):
     # Rank 0 serves a call that sleeps for an hour: shutdown reports it and gives up,
     # and the interpreter must not wait for that call at exit.
-    timeout = 3.0
+    timeout = 2.0
     env = _env(transport, TPJ_SHUTDOWN_TIMEOUT=timeout)
     res = workers(W.exit_with_call_stuck, 2, timeout=PROCS_TIMEOUT_S, check=False, env=env)
     by_rank = _results(res)
