@@ -52,6 +52,7 @@ import numpy as np
 from jax.interpreters.ad import JVPTracer
 
 from tensorplay_jax.distributed.autograd import _context
+from tensorplay_jax.distributed.autograd._callback import host_call
 from tensorplay_jax.distributed.autograd._functional_modes import (
     MODES,
     Call,
@@ -269,9 +270,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
         def run(*v: Any) -> list[np.ndarray]:
             return call.flat_result(strategy.evaluate(call, v), specs, call.batch_of(v))
 
-        return jax.tree_util.tree_unflatten(
-            tree, jax.pure_callback(run, specs, *vals, vmap_method=method)
-        )
+        return jax.tree_util.tree_unflatten(tree, host_call(run, specs, *vals, vmap_method=method))
 
     def forward(vals: Any, ops: Any, eager: bool) -> tuple[Any, int]:
         out, handle = strategy.forward(call, vals, _tape_context(ops, eager))
@@ -293,7 +292,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
             lead = np.shape(flat[0])[:batch] if flat else ()
             return [*flat, np.full(lead, handle, np.int32)]
 
-        res = jax.pure_callback(run, [*specs, _HANDLE], *vals, *ops, vmap_method=method)
+        res = host_call(run, [*specs, _HANDLE], *vals, *ops, vmap_method=method)
         return jax.tree_util.tree_unflatten(tree, res[:-1]), res[-1]
 
     def bwd(handle: jax.Array, ct: Any) -> tuple[Any, ...]:
@@ -306,7 +305,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
             grads = strategy.backward(call, int(np.asarray(h).flat[0]), list(c))
             return [np.asarray(g) for g in grads]
 
-        grads = jax.pure_callback(run, list(call.in_specs), handle, *cts, vmap_method=method)
+        grads = host_call(run, call.in_specs, handle, *cts, vmap_method=method)
         return (*grads, *nones)
 
     f = jax.custom_vjp(primal)

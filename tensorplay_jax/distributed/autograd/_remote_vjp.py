@@ -130,7 +130,7 @@ def forward(
         >>> import jax.numpy as jnp
         >>> out, handle = forward(jnp.multiply, (jnp.ones(2), 3.0), {}, [0], 0, False)
         >>> out, handle
-        (Array([3., 3.], dtype=float32), 0)
+        (array([3., 3.], dtype=float32), 0)
     """
     with _lock:
         _forwards[0] += 1
@@ -144,7 +144,7 @@ def forward(
             raise
         raise _mode_hint(func, e, "jax") from e
     if not vjp:
-        return res, 0
+        return _host(res), 0
     out, pullback = res
     flat, tree = jax.tree_util.tree_flatten(out)
     outs = [jax.ShapeDtypeStruct(np.shape(o), o.dtype) for o in flat]
@@ -153,7 +153,7 @@ def forward(
         _pending[handle] = (pullback, shape, outs, tree)
         while len(_pending) > MAX_PENDING:
             _pending.popitem(last=False)
-    return out, handle
+    return _host(out), handle
 
 
 @internal_target
@@ -164,7 +164,7 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         >>> import jax.numpy as jnp
         >>> out, h = forward(jnp.multiply, (jnp.ones(2), 3.0), {}, [0], 0, True)
         >>> backward(h, [jnp.ones(2)])
-        (Array([3., 3.], dtype=float32),)
+        (array([3., 3.], dtype=float32),)
     """
     with _lock:
         rec = _pending.pop(handle, None)
@@ -180,7 +180,14 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         else np.broadcast_to(np.asarray(c, o.dtype), o.shape)
         for c, o in zip(cts, outs, strict=True)
     ]
-    return tuple(_applier(len(shape))(pullback, jax.tree_util.tree_unflatten(tree, full)))
+    return _host(tuple(_applier(len(shape))(pullback, jax.tree_util.tree_unflatten(tree, full))))
+
+
+def _host(out: Any) -> Any:
+    """``out`` with its arrays as NumPy views: they travel as NumPy and arrive as NumPy,
+    which the caller's host callback copies into XLA's buffers (a JAX array would be put
+    on the caller's device first)."""
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def _applier(batch: int) -> Callable[..., Any]:
