@@ -8,7 +8,9 @@ inputs; what ``func`` is decides the mode, chosen by the caller:
   takes ``jax.vjp`` of it, compiled once per shape and kept (``_remote_vjp``);
   the forward message returns the result, the backward message sends the
   cotangents and gets the gradients. Under ``jax.jit``/``jax.vmap`` the call
-  runs in ``jax.pure_callback``, its result shape from ``jax.eval_shape`` of
+  runs in a host callback (``_callback.host_call``: on CPU a
+  ``buffer_callback`` that copies the reply into XLA's output buffers), its
+  result shape from ``jax.eval_shape`` of
   ``func`` here unless ``out_shape=`` gives it; under ``vmap`` one message
   carries the whole batch and the callee ``vmap``-s ``func``.
 * ``mode="tape"``: ``func`` is tensorplay code (Tensor ops, RRef-held
@@ -22,8 +24,8 @@ inputs; what ``func`` is decides the mode, chosen by the caller:
 
 Each mode is a strategy object (``_functional_modes``: ``JaxMode``,
 ``TapeMode``) behind one ``custom_vjp`` factory (``_custom_vjp``), which runs
-the call on this host when its values are concrete and in
-``jax.pure_callback`` when they are traced. Forward mode is refused before
+the call on this host when its values are concrete and in a host callback
+when they are traced. Forward mode is refused before
 anything runs: JAX marks the values it differentiates forward as
 ``jax.interpreters.ad.JVPTracer``. Under ``testing.in_process_rpc`` (whose
 agent runs calls here, on the very objects) ``func`` is called directly, so
@@ -143,7 +145,7 @@ def differentiable_rpc(
             their owners.
         out_shape: a pytree of ``jax.ShapeDtypeStruct`` matching ``func``'s
             result, for ``jax.jit``/``jax.vmap`` (per example), where the call
-            runs in ``jax.pure_callback``. Not needed in mode ``"jax"`` when
+            runs in a host callback. Not needed in mode ``"jax"`` when
             ``jax.eval_shape(func, ...)`` works here; needed in mode
             ``"tape"``.
         context_id: mode ``"tape"``: the distributed autograd context to run
@@ -258,7 +260,7 @@ def _tape_context(ops: Any, eager: bool) -> int | None:
 def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable[..., Any]:
     """``call`` as a ``jax.custom_vjp`` of its differentiable leaves (then ``n_ops`` operands
     that are not differentiated: the context id), running on this host when its values are
-    concrete and in ``jax.pure_callback`` when they are traced (``jit``, ``vmap``)."""
+    concrete and in a host callback (``host_call``) when they are traced (``jit``, ``vmap``)."""
     nd, method = len(call.diff), strategy.vmap_method
 
     def primal(*vals: Any) -> Any:

@@ -2,10 +2,13 @@
 
 ``mode="jax"``: the forward message runs :func:`forward` here, which takes
 ``jax.vjp`` of the remote function over its differentiable array arguments
-(``jax.jit`` of forward and VJP together, compiled once per function, static
-arguments and shapes, and cached), returns the result and keeps the pullback
-under a handle; the backward message runs :func:`backward`, which applies the
-pullback to the cotangents (compiled once too) and returns the gradients.
+(one jitted program, made once per function, static arguments and argument
+shapes, and cached: :class:`_VjpProgram`, which outputs only the residuals
+that are neither an input nor the result), returns the result and keeps the
+pullback under a handle; the backward message runs :func:`backward`, which
+applies the pullback to the cotangents (one jitted program too) and returns
+the gradients. Arrays go back as NumPy views of the results, so that they
+arrive as NumPy: the caller's host callback copies them into XLA's buffers.
 Under ``jax.vmap`` the arguments carry ``batch`` leading dimensions (size 1
 where an argument is not batched): they are broadcast and the function is
 ``jax.vmap``-ped here, so one message carries the whole batch.
