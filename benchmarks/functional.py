@@ -8,19 +8,31 @@ Measured, in the same run:
 - ``step, remote``: ``jax.jit(jax.value_and_grad(loss))`` with the remote stage;
 - ``step, local``: the same step with the stage computed in this process;
 - ``rpc part``: their difference, what the remote stage costs beyond its compute;
-- ``of which callbacks``: the same step with the stage replaced by two
-  ``jax.pure_callback`` s that do nothing, minus ``step, local``: JAX's own cost of
-  leaving a compiled step for Python and back (the floor under any RPC in ``jit``);
+- ``of which callbacks``: the same step with the stage replaced by two host
+  callbacks that do nothing (the mechanism ``differentiable_rpc`` uses), minus
+  the step without the stage: JAX's own cost of leaving a compiled step for Python and back
+  (the floor under any RPC in ``jit``);
 - ``rpc_sync, same payload``: two ``rpc_sync`` calls carrying the step's bytes
   (forward: ``w1`` and ``h`` out, the stage's output back; backward: the
-  cotangent out, the two gradients back) to functions that do no work.
+  cotangent out, the two gradients back) to functions that do no work;
+- ``callee work``: the stage's forward (keeping its VJP) and backward as the
+  callee runs them for the two messages, timed on w1 without the wire, minus
+  ``stage in step``: what the same stage costs inside the local step (``step,
+  local`` minus that step without the stage). ``floor`` is ``rpc_sync`` plus
+  that: what the remote step costs beyond the local one if nothing but the wire
+  and the callee's programs took time.
+
+The four are timed in blocks, interleaved (the order alternates every round),
+and each difference is taken between adjacent blocks of one round, so that a
+swing of the machine's load meets both sides; a cell is the median over the
+rounds. The load average is printed with the table.
 
 Target: ``rpc part`` at most 1.5x ``rpc_sync, same payload``.
 
 Usage::
 
     python benchmarks/functional.py
-    python benchmarks/functional.py --sizes 32x64 256x512 --iters 200
+    python benchmarks/functional.py --sizes 32x64 256x512 --rounds 31
 """
 
 from __future__ import annotations
@@ -28,8 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +47,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._launch import free_port, run_job
+
 _OUT: dict[tuple[int, int], Any] = {}
 
 
@@ -60,10 +73,23 @@ def backward_payload(ct: Any, d: int) -> Any:
     )
 
 
+def callee_work(w1: Any, h: Any, ct: Any, n: int) -> float:
+    """Milliseconds per forward + backward of the stage, run here as the two messages run it."""
+    from tensorplay_jax.distributed.autograd import _remote_vjp
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        _, handle = _remote_vjp.forward(stage, (w1, h), {}, [0, 1], 0, True)
+        _remote_vjp.backward(handle, [ct])
+    return (time.perf_counter() - t0) / n * 1e3
+
+
 def _noop_loss(w0: Any, w1: Any, x: Any) -> Any:
-    """The model with the remote stage replaced by two ``pure_callback`` s that do nothing."""
+    """The model with the remote stage replaced by two host callbacks that do nothing."""
     import jax
     import jax.numpy as jnp
+
+    from tensorplay_jax.distributed.autograd._callback import host_call
 
     b, d = x.shape
     spec = jax.ShapeDtypeStruct((b, d), jnp.float32)
@@ -71,38 +97,28 @@ def _noop_loss(w0: Any, w1: Any, x: Any) -> Any:
 
     @jax.custom_vjp
     def call(w1: Any, h: Any) -> Any:
-        return jax.pure_callback(lambda *_: zeros[0], spec, w1, h)
+        return host_call(lambda *_: [zeros[0]], [spec], w1, h, vmap_method="sequential")[0]
 
     def fwd(w1: Any, h: Any) -> Any:
         return call(w1, h), None
 
     def bwd(_: Any, ct: Any) -> Any:
         specs = [jax.ShapeDtypeStruct((d, d), jnp.float32), spec]
-        return tuple(jax.pure_callback(lambda *_: [zeros[1], zeros[0]], specs, ct))
+        return tuple(host_call(lambda *_: zeros[::-1], specs, ct, vmap_method="sequential"))
 
     call.defvjp(fwd, bwd)
     return jnp.sum(call(w1, jnp.tanh(x @ w0)) ** 2)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _time(fn: Any, iters: int, repeats: int) -> float:
-    for _ in range(max(iters // 10, 5)):
+def _block(fn: Any, n: int) -> float:
+    """Milliseconds per call of ``fn`` over ``n`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(n):
         fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e3
+    return (time.perf_counter() - t0) / n * 1e3
 
 
-def worker(rank: int, port: int, sizes: list[str], iters: int, repeats: int, out: str) -> None:
+def worker(rank: int, port: int, sizes: list[str], iters: int, rounds: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     from tensorplay_jax.distributed import rpc
 
@@ -111,12 +127,13 @@ def worker(rank: int, port: int, sizes: list[str], iters: int, repeats: int, out
         res = {}
         for size in sizes:
             b, d = (int(v) for v in size.split("x"))
-            res[size] = _measure(b, d, iters if b * d <= 65536 else max(iters // 4, 20), repeats)
+            n = iters if b * d <= 65536 else max(iters // 10, 2)
+            res[size] = _measure(b, d, n, rounds)
         Path(out).write_text(json.dumps(res))
     rpc.shutdown()
 
 
-def _measure(b: int, d: int, n: int, repeats: int) -> dict[str, float]:
+def _measure(b: int, d: int, n: int, rounds: int) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
 
@@ -134,6 +151,7 @@ def _measure(b: int, d: int, n: int, repeats: int) -> dict[str, float]:
         y = call("w1", stage, args=(w1, h))
         return jnp.sum(y**2)
 
+    stage1_step = jax.jit(jax.value_and_grad(lambda a, x: jnp.sum(jnp.tanh(x @ a) ** 2)))
     noop_step = jax.jit(jax.value_and_grad(lambda a, c, x: _noop_loss(a, c, x), (0, 1)))
     remote_step = jax.jit(jax.value_and_grad(lambda a, c, x: loss(a, c, x, True), (0, 1)))
     local_step = jax.jit(jax.value_and_grad(lambda a, c, x: loss(a, c, x, False), (0, 1)))
@@ -149,58 +167,70 @@ def _measure(b: int, d: int, n: int, repeats: int) -> dict[str, float]:
         rpc.rpc_sync("w1", forward_payload, args=(w1n, h))
         rpc.rpc_sync("w1", backward_payload, args=(ct, d))
 
-    remote = _time(lambda: jax.block_until_ready(remote_step(w0, w1, x)), n, repeats)
-    local = _time(lambda: jax.block_until_ready(local_step(w0, w1, x)), n, repeats)
-    noop = _time(lambda: jax.block_until_ready(noop_step(w0, w1, x)), n, repeats)
-    rpc_ms = _time(payload, n, repeats)
-    fwd_bytes = 4 * (d * d + 2 * b * d)
-    bwd_bytes = 4 * (b * d + d * d + b * d)
-    return {
-        "remote": remote,
-        "local": local,
-        "rpc_part": remote - local,
-        "callbacks": noop - local,
-        "rpc_sync": rpc_ms,
-        "bytes": fwd_bytes + bwd_bytes,
+    fns = {
+        "remote": lambda: jax.block_until_ready(remote_step(w0, w1, x)),
+        "local": lambda: jax.block_until_ready(local_step(w0, w1, x)),
+        "noop": lambda: jax.block_until_ready(noop_step(w0, w1, x)),
+        "rpc_sync": payload,
+        "stage1": lambda: jax.block_until_ready(stage1_step(w0, x)),
     }
+    work = lambda: rpc.rpc_sync("w1", callee_work, args=(w1n, h, ct, n))
+    for fn in fns.values():  # warm-up
+        _block(fn, max(n // 4, 3))
+    work()
+    keys = ("remote", "local", "rpc_part", "callbacks", "rpc_sync", "callee", "stage", "floor")
+    got: dict[str, list[float]] = {k: [] for k in keys}
+    for r in range(rounds):
+        order = ["remote", "local", "noop", "stage1", "rpc_sync", "callee"]
+        t = {}
+        for k in order if r % 2 == 0 else order[::-1]:
+            t[k] = work() if k == "callee" else _block(fns[k], n)
+        got["remote"].append(t["remote"])
+        got["local"].append(t["local"])
+        got["rpc_part"].append(t["remote"] - t["local"])
+        got["callbacks"].append(t["noop"] - t["stage1"])
+        got["rpc_sync"].append(t["rpc_sync"])
+        got["callee"].append(t["callee"])
+        got["stage"].append(t["local"] - t["stage1"])
+        got["floor"].append(t["rpc_sync"] + t["callee"] - (t["local"] - t["stage1"]))
+    med = {k: float(np.median(v)) for k, v in got.items()}
+    med["bytes"] = 4 * (d * d + 2 * b * d) + 4 * (b * d + d * d + b * d)
+    return med
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", default=["32x64", "256x512"], help="BATCHxWIDTH")
-    ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=50, help="steps per block (small sizes)")
+    ap.add_argument("--rounds", type=int, default=21)
     a = ap.parse_args()
-    port = _port()
-    out = f"/tmp/tpj-bench-functional-{os.getpid()}.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    port = str(free_port())
     boot = (
         "import sys; from benchmarks.functional import worker; "
         "worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(','), "
         "int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])"
     )
-    args = [",".join(a.sizes), str(a.iters), str(a.repeats), out]
-    procs = [
-        subprocess.Popen([sys.executable, "-c", boot, str(r), str(port), *args], env=env, cwd=ROOT)
-        for r in range(2)
-    ]
-    for p in procs:
-        if p.wait(timeout=900) != 0:
-            raise SystemExit("functional benchmark worker failed")
-    res = json.loads(Path(out).read_text())
-    os.unlink(out)
+    args = [",".join(a.sizes), str(a.iters), str(a.rounds)]
+    load = os.getloadavg()
+    res = run_job(boot, [[str(r), port, *args] for r in range(2)], "functional")
+    load_after = os.getloadavg()
     print(
         f"{'batch x width':<14}{'payload':>10}{'step, remote':>14}{'step, local':>13}"
-        f"{'rpc part':>10}{'of which callbacks':>20}{'rpc_sync, same payload':>24}{'ratio':>7}"
-        "  target"
+        f"{'rpc part':>10}{'callbacks':>11}{'rpc_sync':>10}{'ratio':>7}  target"
+        f"{'callee work':>13}{'stage in step':>15}{'floor':>9}{'floor ratio':>13}"
     )
     for size, r in res.items():
-        ratio = r["rpc_part"] / r["rpc_sync"]
         print(
             f"{size:<14}{r['bytes'] / 1024:>8.0f}KiB{r['remote']:>12.3f}ms{r['local']:>11.3f}ms"
-            f"{r['rpc_part']:>8.3f}ms{r['callbacks']:>18.3f}ms{r['rpc_sync']:>22.3f}ms"
-            f"{ratio:>7.2f}  <= 1.5"
+            f"{r['rpc_part']:>8.3f}ms{r['callbacks']:>9.3f}ms{r['rpc_sync']:>8.3f}ms"
+            f"{r['rpc_part'] / r['rpc_sync']:>7.2f}  <= 1.5"
+            f"{r['callee']:>11.3f}ms{r['stage']:>13.3f}ms{r['floor']:>7.3f}ms"
+            f"{r['floor'] / r['rpc_sync']:>13.2f}"
         )
+    print(
+        f"medians of {a.rounds} interleaved rounds; load average (1 min) "
+        f"{load[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} CPUs"
+    )
 
 
 if __name__ == "__main__":

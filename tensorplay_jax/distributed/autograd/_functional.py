@@ -8,7 +8,9 @@ inputs; what ``func`` is decides the mode, chosen by the caller:
   takes ``jax.vjp`` of it, compiled once per shape and kept (``_remote_vjp``);
   the forward message returns the result, the backward message sends the
   cotangents and gets the gradients. Under ``jax.jit``/``jax.vmap`` the call
-  runs in ``jax.pure_callback``, its result shape from ``jax.eval_shape`` of
+  runs in a host callback (``_callback.host_call``: on CPU a
+  ``buffer_callback`` that copies the reply into XLA's output buffers), its
+  result shape from ``jax.eval_shape`` of
   ``func`` here unless ``out_shape=`` gives it; under ``vmap`` one message
   carries the whole batch and the callee ``vmap``-s ``func``.
 * ``mode="tape"``: ``func`` is tensorplay code (Tensor ops, RRef-held
@@ -22,8 +24,8 @@ inputs; what ``func`` is decides the mode, chosen by the caller:
 
 Each mode is a strategy object (``_functional_modes``: ``JaxMode``,
 ``TapeMode``) behind one ``custom_vjp`` factory (``_custom_vjp``), which runs
-the call on this host when its values are concrete and in
-``jax.pure_callback`` when they are traced. Forward mode is refused before
+the call on this host when its values are concrete and in a host callback
+when they are traced. Forward mode is refused before
 anything runs: JAX marks the values it differentiates forward as
 ``jax.interpreters.ad.JVPTracer``. Under ``testing.in_process_rpc`` (whose
 agent runs calls here, on the very objects) ``func`` is called directly, so
@@ -52,6 +54,7 @@ import numpy as np
 from jax.interpreters.ad import JVPTracer
 
 from tensorplay_jax.distributed.autograd import _context
+from tensorplay_jax.distributed.autograd._callback import host_call
 from tensorplay_jax.distributed.autograd._functional_modes import (
     MODES,
     Call,
@@ -142,7 +145,7 @@ def differentiable_rpc(
             their owners.
         out_shape: a pytree of ``jax.ShapeDtypeStruct`` matching ``func``'s
             result, for ``jax.jit``/``jax.vmap`` (per example), where the call
-            runs in ``jax.pure_callback``. Not needed in mode ``"jax"`` when
+            runs in a host callback. Not needed in mode ``"jax"`` when
             ``jax.eval_shape(func, ...)`` works here; needed in mode
             ``"tape"``.
         context_id: mode ``"tape"``: the distributed autograd context to run
@@ -257,7 +260,7 @@ def _tape_context(ops: Any, eager: bool) -> int | None:
 def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable[..., Any]:
     """``call`` as a ``jax.custom_vjp`` of its differentiable leaves (then ``n_ops`` operands
     that are not differentiated: the context id), running on this host when its values are
-    concrete and in ``jax.pure_callback`` when they are traced (``jit``, ``vmap``)."""
+    concrete and in a host callback (``host_call``) when they are traced (``jit``, ``vmap``)."""
     nd, method = len(call.diff), strategy.vmap_method
 
     def primal(*vals: Any) -> Any:
@@ -269,9 +272,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
         def run(*v: Any) -> list[np.ndarray]:
             return call.flat_result(strategy.evaluate(call, v), specs, call.batch_of(v))
 
-        return jax.tree_util.tree_unflatten(
-            tree, jax.pure_callback(run, specs, *vals, vmap_method=method)
-        )
+        return jax.tree_util.tree_unflatten(tree, host_call(run, specs, *vals, vmap_method=method))
 
     def forward(vals: Any, ops: Any, eager: bool) -> tuple[Any, int]:
         out, handle = strategy.forward(call, vals, _tape_context(ops, eager))
@@ -293,7 +294,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
             lead = np.shape(flat[0])[:batch] if flat else ()
             return [*flat, np.full(lead, handle, np.int32)]
 
-        res = jax.pure_callback(run, [*specs, _HANDLE], *vals, *ops, vmap_method=method)
+        res = host_call(run, [*specs, _HANDLE], *vals, *ops, vmap_method=method)
         return jax.tree_util.tree_unflatten(tree, res[:-1]), res[-1]
 
     def bwd(handle: jax.Array, ct: Any) -> tuple[Any, ...]:
@@ -306,7 +307,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
             grads = strategy.backward(call, int(np.asarray(h).flat[0]), list(c))
             return [np.asarray(g) for g in grads]
 
-        grads = jax.pure_callback(run, list(call.in_specs), handle, *cts, vmap_method=method)
+        grads = host_call(run, call.in_specs, handle, *cts, vmap_method=method)
         return (*grads, *nones)
 
     f = jax.custom_vjp(primal)

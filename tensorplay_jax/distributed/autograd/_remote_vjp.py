@@ -2,10 +2,13 @@
 
 ``mode="jax"``: the forward message runs :func:`forward` here, which takes
 ``jax.vjp`` of the remote function over its differentiable array arguments
-(``jax.jit`` of forward and VJP together, compiled once per function, static
-arguments and shapes, and cached), returns the result and keeps the pullback
-under a handle; the backward message runs :func:`backward`, which applies the
-pullback to the cotangents (compiled once too) and returns the gradients.
+(one jitted program, made once per function, static arguments and argument
+shapes, and cached: :class:`_VjpProgram`, which outputs only the residuals
+that are neither an input nor the result), returns the result and keeps the
+pullback under a handle; the backward message runs :func:`backward`, which
+applies the pullback to the cotangents (one jitted program too) and returns
+the gradients. Arrays go back as NumPy views of the results, so that they
+arrive as NumPy: the caller's host callback copies them into XLA's buffers.
 Under ``jax.vmap`` the arguments carry ``batch`` leading dimensions (size 1
 where an argument is not batched): they are broadcast and the function is
 ``jax.vmap``-ped here, so one message carries the whole batch.
@@ -68,9 +71,8 @@ def _vmapped(fn: Callable[..., Any], k: int) -> Callable[..., Any]:
     return fn
 
 
-def _traceable(func: Any, args: Any, kwargs: Any, diff: list[int]) -> Callable[..., Any]:
+def _traceable(func: Any, leaves: list[Any], tree: Any, diff: list[int]) -> Callable[..., Any]:
     """``func`` as a function of its differentiable leaves, the other leaves fixed."""
-    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
 
     def g(*vals: Any) -> Any:
         full = list(leaves)
@@ -86,13 +88,15 @@ def _traceable(func: Any, args: Any, kwargs: Any, diff: list[int]) -> Callable[.
 
 
 def _program(
-    func: Any, args: Any, kwargs: Any, diff: list[int], batch: int, vjp: bool
+    func: Any, leaves: list[Any], tree: Any, diff: list[int], batch: int, vjp: bool, vals: list
 ) -> Callable[..., Any]:
-    """The jitted forward (with its VJP when ``vjp``), cached when the static leaves hash."""
-    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    """The jitted forward (a :class:`_VjpProgram` when ``vjp``) of ``func`` at the flattened
+    ``(args, kwargs)``, one per function, static leaves and argument shapes, cached when
+    the static leaves hash."""
     static = tuple((i, type(x), x) for i, x in enumerate(leaves) if i not in diff)
+    shapes = tuple((v.shape, v.dtype) for v in vals)
     try:
-        key: Any = (func, tree, static, tuple(diff), batch, vjp)
+        key: Any = (func, tree, static, tuple(diff), batch, vjp, shapes)
         hash(key)
     except TypeError:
         key = None
@@ -101,15 +105,53 @@ def _program(
             if key in _compiled:
                 _compiled.move_to_end(key)
                 return _compiled[key]
-    g = _traceable(func, args, kwargs, diff)
-    body = (lambda *v: jax.vjp(g, *v)) if vjp else g
-    prog = jax.jit(_vmapped(body, batch))
+    g = _traceable(func, leaves, tree, diff)
+    prog = _VjpProgram(g, batch) if vjp else jax.jit(_vmapped(g, batch))
     if key is not None:
         with _lock:
             _compiled[key] = prog
             while len(_compiled) > _CACHE_SIZE:
                 _compiled.popitem(last=False)
     return prog
+
+
+class _VjpProgram:
+    """``jax.vjp`` of ``g`` as one jitted program whose outputs are only what is new.
+
+    The pullback's residuals that are an input or a result leaf are not output
+    again (XLA would copy them into fresh buffers): the program returns the
+    result and the other residuals, and the call rebuilds the pullback from
+    those, the result and the very input arrays it was given. Which residual
+    comes from where is found while tracing, so one instance serves one
+    argument signature (``_program`` keys it by shapes).
+    """
+
+    def __init__(self, g: Callable[..., Any], batch: int) -> None:
+        self._g = g
+        self._where: list[tuple[int, int]] = []  # per residual: (0 input | 1 result | 2 new, i)
+        self._tree: Any = None
+        self._jit = jax.jit(_vmapped(self._body, batch))
+
+    def _body(self, *v: Any) -> tuple[Any, list[Any]]:
+        out, pullback = jax.vjp(self._g, *v)
+        residuals, self._tree = jax.tree_util.tree_flatten(pullback)
+        known, new = (v, jax.tree_util.tree_leaves(out)), []
+        where = []
+        for r in residuals:
+            at = next(((k, i) for k in (0, 1) for i, x in enumerate(known[k]) if x is r), None)
+            if at is None:
+                at = next(((2, i) for i, x in enumerate(new) if x is r), (2, len(new)))
+                if at[1] == len(new):
+                    new.append(r)
+            where.append(at)
+        self._where = where
+        return out, new
+
+    def __call__(self, *vals: Any) -> tuple[Any, Any]:
+        """``(result, pullback)`` of the function at ``vals`` (the pullback keeps them)."""
+        out, new = self._jit(*vals)
+        src = (vals, jax.tree_util.tree_leaves(out), new)
+        return out, self._tree.unflatten([src[k][i] for k, i in self._where])
 
 
 def _broadcast(vals: list[Any], batch: int) -> tuple[list[Any], tuple[int, ...]]:
@@ -130,13 +172,13 @@ def forward(
         >>> import jax.numpy as jnp
         >>> out, handle = forward(jnp.multiply, (jnp.ones(2), 3.0), {}, [0], 0, False)
         >>> out, handle
-        (Array([3., 3.], dtype=float32), 0)
+        (array([3., 3.], dtype=float32), 0)
     """
     with _lock:
         _forwards[0] += 1
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
     vals, shape = _broadcast([leaves[i] for i in diff], batch)
-    prog = _program(func, args, kwargs, diff, batch, vjp)
+    prog = _program(func, leaves, tree, diff, batch, vjp, vals)
     try:
         res = prog(*vals)
     except TypeError as e:
@@ -144,16 +186,15 @@ def forward(
             raise
         raise _mode_hint(func, e, "jax") from e
     if not vjp:
-        return res, 0
+        return _host(res), 0
     out, pullback = res
     flat, tree = jax.tree_util.tree_flatten(out)
-    outs = [jax.ShapeDtypeStruct(np.shape(o), o.dtype) for o in flat]
     handle = next(_handles) & 0x7FFFFFFF
     with _lock:
-        _pending[handle] = (pullback, shape, outs, tree)
+        _pending[handle] = (pullback, shape, [(o.shape, o.dtype) for o in flat], tree)
         while len(_pending) > MAX_PENDING:
             _pending.popitem(last=False)
-    return out, handle
+    return tree.unflatten([np.asarray(o) for o in flat]), handle
 
 
 @internal_target
@@ -164,7 +205,7 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         >>> import jax.numpy as jnp
         >>> out, h = forward(jnp.multiply, (jnp.ones(2), 3.0), {}, [0], 0, True)
         >>> backward(h, [jnp.ones(2)])
-        (Array([3., 3.], dtype=float32),)
+        (array([3., 3.], dtype=float32),)
     """
     with _lock:
         rec = _pending.pop(handle, None)
@@ -176,11 +217,18 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
     pullback, shape, outs, tree = rec
     full = [
         c
-        if np.shape(c) == o.shape and getattr(c, "dtype", None) == o.dtype
-        else np.broadcast_to(np.asarray(c, o.dtype), o.shape)
-        for c, o in zip(cts, outs, strict=True)
+        if np.shape(c) == o and getattr(c, "dtype", None) == dt
+        else np.broadcast_to(np.asarray(c, dt), o)
+        for c, (o, dt) in zip(cts, outs, strict=True)
     ]
-    return tuple(_applier(len(shape))(pullback, jax.tree_util.tree_unflatten(tree, full)))
+    return tuple(np.asarray(g) for g in _applier(len(shape))(pullback, tree.unflatten(full)))
+
+
+def _host(out: Any) -> Any:
+    """``out`` with its arrays as NumPy views: they travel as NumPy and arrive as NumPy,
+    which the caller's host callback copies into XLA's buffers (a JAX array would be put
+    on the caller's device first)."""
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def _applier(batch: int) -> Callable[..., Any]:
