@@ -136,6 +136,16 @@ def test_differentiable_rpc_follows_the_maps(job, mode):
     assert name_of(g) == "cpu:1"
 
 
+@pytest.mark.parametrize("mode", ["jax", "tape"])
+def test_differentiable_rpc_result_lands_where_its_argument_is(job, mode):
+    x = on("cpu:1")
+    with dist_autograd.context() as cid:
+        ctx = {"context_id": cid} if mode == "tape" else {}
+        y = dist_autograd.differentiable_rpc("w1", D.square_sum_where, (x,), mode=mode, **ctx)
+    np.testing.assert_allclose(np.asarray(y), 14.0)  # 1 + 4 + 9
+    assert name_of(y) == "cpu:1"
+
+
 def test_remote_module_on_the_mapped_device_answers_by_the_inverse_map(job):
     module = RemoteModule("w1/cpu:2", tp.nn.Linear, args=(3, 2))
     weight, bias = (r.to_here() for r in module.remote_parameters())

@@ -83,6 +83,30 @@ def _traced(vals: Any) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in vals)
 
 
+def _device_of(v: Any) -> Any:
+    """The one device a committed JAX array is on, else ``None`` (NumPy, scalars, sharded)."""
+    if isinstance(v, jax.Array) and getattr(v, "committed", False) and len(v.devices()) == 1:
+        return next(iter(v.devices()))
+    return None
+
+
+def _on_device_of(g: Any, like: Any) -> Any:
+    """``g`` on ``like``'s device when ``like`` is a committed array: JAX's rule that a
+    gradient lives where its primal does (the callee replies with NumPy)."""
+    device = _device_of(like)
+    return g if device is None else jax.device_put(g, device)
+
+
+def _placed_like(out: Any, vals: Any) -> Any:
+    """``out`` on the device its committed arguments share, as a JAX computation on them
+    would be; left where it is when they have none or several."""
+    devices = {d for d in map(_device_of, vals) if d is not None}
+    if len(devices) != 1:
+        return out
+    (device,) = devices
+    return jax.device_put(out, device)
+
+
 def context_id_array(context_id: int) -> np.ndarray:
     """A context id as a ``uint32[2]`` array, to pass into a jitted function.
 
@@ -266,7 +290,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
     def primal(*vals: Any) -> Any:
         vals = vals[:nd]
         if not _traced(vals):
-            return arrays(strategy.evaluate(call, vals))
+            return _placed_like(arrays(strategy.evaluate(call, vals)), vals)
         specs, tree = _out_specs(call, strategy)
 
         def run(*v: Any) -> list[np.ndarray]:
@@ -279,11 +303,12 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
         made.add(handle)
         return out, handle
 
-    def fwd(*vals: Any) -> tuple[Any, jax.Array]:
+    def fwd(*vals: Any) -> tuple[Any, tuple[jax.Array, tuple]]:
         vals, ops = vals[:nd], vals[nd:]
         if not _traced(vals) and not _traced(ops):
             out, handle = forward(vals, ops, True)
-            return arrays(out), jnp.asarray(handle, jnp.int32)
+            placed = tuple(v if _device_of(v) is not None else None for v in vals)
+            return _placed_like(arrays(out), vals), (jnp.asarray(handle, jnp.int32), placed)
         specs, tree = _out_specs(call, strategy)
 
         def run(*v: Any) -> list[np.ndarray]:
@@ -295,13 +320,15 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
             return [*flat, np.full(lead, handle, np.int32)]
 
         res = host_call(run, [*specs, _HANDLE], *vals, *ops, vmap_method=method)
-        return jax.tree_util.tree_unflatten(tree, res[:-1]), res[-1]
+        return jax.tree_util.tree_unflatten(tree, res[:-1]), (res[-1], ())
 
-    def bwd(handle: jax.Array, ct: Any) -> tuple[Any, ...]:
+    def bwd(residuals: tuple[jax.Array, tuple], ct: Any) -> tuple[Any, ...]:
+        handle, placed = residuals
         cts = jax.tree_util.tree_leaves(ct)
         nones = (None,) * n_ops
         if not isinstance(handle, jax.core.Tracer) and not _traced(cts):
-            return (*arrays(strategy.backward(call, int(handle), cts)), *nones)
+            grads = arrays(strategy.backward(call, int(handle), cts))
+            return (*(_on_device_of(g, p) for g, p in zip(grads, placed, strict=True)), *nones)
 
         def run(h: Any, *c: Any) -> list[np.ndarray]:
             grads = strategy.backward(call, int(np.asarray(h).flat[0]), list(c))
