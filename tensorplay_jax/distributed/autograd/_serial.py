@@ -24,11 +24,14 @@ log = logging.getLogger(__name__)
 class Serial:
     """Runs the local passes of one context on this worker one at a time, in arrival order.
 
-    A thread that submits while nothing runs drains the queue itself (no thread
+    A thread that submits while nothing runs runs its unit itself (no thread
     hand-off for the common single message); one that submits while another
-    drains leaves its work queued and returns at once. Work submitted from a
-    running unit (a reply handled inline) queues behind it, so it never nests.
-    Each unit handles its own errors.
+    runs leaves its unit queued and returns at once. Work a unit submits from
+    inside itself (a reply handled inline) queues behind it, so it never nests,
+    and runs next in the same thread. When the next unit is another thread's,
+    a fresh thread drains the rest: the submitter returns to its own caller
+    (an RPC handler replies with the gradients its unit computed) instead of
+    doing the others' work first. Each unit handles its own errors.
 
     Example:
         >>> order = []
@@ -40,22 +43,32 @@ class Serial:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: collections.deque[Callable[[], None]] = collections.deque()
+        self._queue: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
         self._running = False
 
     def submit(self, unit: Callable[[], None]) -> None:
         """Run ``unit`` after the units queued before it: here if none runs, else later."""
+        me = threading.get_ident()
         with self._lock:
-            self._queue.append(unit)
+            self._queue.append((me, unit))
             if self._running:
                 return
             self._running = True
+        self._drain(me)
+
+    def _drain(self, owner: int | None) -> None:
+        """Run queued units; a submitter (``owner``) runs only its own, then hands off."""
         while True:
             with self._lock:
                 if not self._queue:
                     self._running = False
                     return
-                unit = self._queue.popleft()
+                if owner is not None and self._queue[0][0] != owner:
+                    threading.Thread(
+                        target=self._drain, args=(None,), name="dist_autograd-serial", daemon=True
+                    ).start()
+                    return
+                _, unit = self._queue.popleft()
             try:
                 unit()
             except Exception:  # units report their own errors; this one escaped
