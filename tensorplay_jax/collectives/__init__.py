@@ -39,10 +39,9 @@ The rule table (function; per-rank input -> output; forward; backward):
 - ``all_to_all(x, axis_name, split_axis=0, concat_axis=0)``, ``(N, ...) -> (N, ...) with defaults``
     forward:  slice j goes to rank j: y_i[j] = x_j[i]
     backward: the inverse all_to_all of the gradient
-- ``all_to_all_single(x, axis_name, output_split_sizes=None, input_split_sizes=None)``,
-  ``(M, ...) -> (M', ...)``
-    forward:  rows split by input_split_sizes (default equal), piece j to rank j,
-              received pieces concatenated
+- ``all_to_all_single(x, axis_name, out_sizes, in_sizes)``, ``(M, ...) -> (M', ...)``
+    forward:  rows split by in_sizes (input_split_sizes; default equal), piece j to rank j,
+    received pieces concatenated
     backward: the inverse exchange, split sizes swapped
 
 Non-sum ops (see ``ReduceOp``): avg's gradient is the scaled sum's; max/min send
