@@ -11,7 +11,7 @@ sys.path.insert(0, str(DOCS.parent))
 
 project = "tensorplay_jax"
 author = "the tensorplay_jax authors"
-copyright = "2026, the tensorplay_jax authors"  # noqa: A001
+copyright = "2026, the tensorplay_jax authors"
 
 extensions = [
     "apigen",  # docs/_ext/apigen.py: the API pages and the configuration table
@@ -19,7 +19,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
-    "sphinx.ext.viewcode",
     "sphinx_copybutton",
     "sphinxcontrib.mermaid",
 ]

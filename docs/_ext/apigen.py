@@ -114,10 +114,8 @@ def _kind(obj) -> str:
         return "module"
     if inspect.isclass(obj):
         return "class"
-    if callable(obj) and (inspect.isfunction(obj) or inspect.isbuiltin(obj) or hasattr(obj, "__wrapped__")):
-        return "function"
     if callable(obj) and hasattr(obj, "__name__") and hasattr(obj, "__module__"):
-        return "function"
+        return "function"  # functions, builtins, and wrapped callables that keep a name
     return "data"
 
 
