@@ -51,6 +51,7 @@ html_title = "tensorplay_jax"
 html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    "navbar_persistent": [],  # one search field (the sidebar's), not a second in the header
 }
 html_static_path: list[str] = []
 html_last_updated_fmt = None

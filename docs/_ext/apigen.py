@@ -151,9 +151,13 @@ def _title(text: str, char: str = "=") -> str:
     return f"{text}\n{char * len(text)}\n"
 
 
-def _first_line(obj) -> str:
-    doc = inspect.getdoc(obj) or ""
-    return doc.strip().split("\n\n", 1)[0].replace("\n", " ")
+def _summary(obj) -> str:
+    """The first sentence-paragraph of ``obj``'s own docstring, on one line ("" if none)."""
+    doc = obj.__doc__ if inspect.isclass(obj) or callable(obj) else None
+    if not doc or (inspect.isclass(obj) and doc is type(obj).__doc__):
+        return ""
+    first = inspect.cleandoc(doc).split("\n\n", 1)[0].replace("\n", " ").strip()
+    return first[:-1] if first.endswith("::") else first
 
 
 def _module_page(mod_name: str, items: list[Entry]) -> str:
@@ -169,7 +173,7 @@ def _module_page(mod_name: str, items: list[Entry]) -> str:
             what = "module"
         else:
             ref = f":py:obj:`{e.name} <{e.target}>`"
-            what = "" if e.home else f"documented as ``{e.target}``"
+            what = _summary(_member(module, e.name)) if e.home else f"see ``{e.target}``"
         lines += [f"   * - {ref}", f"     - {what}"]
     lines.append("")
     for e in items:
