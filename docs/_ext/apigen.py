@@ -11,8 +11,8 @@ The configuration table is written from ``tensorplay_jax.runtime.settings.SETTIN
 the one list of environment variables the package reads.
 
 Both are written into ``docs/api/`` and ``docs/_generated/`` (neither is committed)
-when Sphinx starts (``builder-inited``); :func:`public_modules` and
-:func:`entries` are what ``tests/docs`` checks the built pages against.
+when Sphinx starts (``builder-inited``). ``tests/docs`` checks the built pages on its
+own reading of every ``__all__``: each name has an entry or a link to one.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import os
 import pkgutil
 import re
 import subprocess
@@ -141,3 +142,20 @@ def test_readme_and_pages_link_to_files_that_exist():
             if not (path.parent / parts.path).exists():
                 bad.append(f"{path.relative_to(REPO_ROOT)}: {target}")
     assert not bad, "links to files that are not in the repository:\n  " + "\n  ".join(bad)
+
+
+def test_no_text_cites_a_markdown_file_that_is_not_here():
+    """Every Markdown file the code, the tests, the notebooks or the pages name exists."""
+    skip = {".venv", "_build", ".git", "__pycache__", ".pytest_cache", ".ruff_cache"}
+    files = []
+    for folder, dirs, names in os.walk(REPO_ROOT):
+        dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]
+        files += [Path(folder) / n for n in names]
+    present = {p.name for p in files if p.suffix == ".md"} | {"configuration_table.md"}
+    text_files = [p for p in files if p.suffix in (".py", ".md", ".ipynb", ".sh", ".toml")]
+    cited = []
+    for path in text_files:
+        for name in re.findall(r"[\w./-]*\w\.md\b", path.read_text(errors="replace")):
+            if Path(name).name not in present:
+                cited.append(f"{path.relative_to(REPO_ROOT)}: {name}")
+    assert not cited, "cited files that are not in the repository:\n  " + "\n  ".join(cited)
