@@ -131,7 +131,8 @@ def test_notebook_page_shows_its_plots(site, stem):
     assert images, f"notebooks/{stem}.html shows no figure"
 
 
-def test_readme_and_pages_link_to_files_that_exist():
+def test_readme_and_pages_link_to_files_that_exist(site):
+    # ``site``: the build has written the generated pages (docs/api/) that pages link to.
     bad = []
     for path in markdown_files():
         text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
