@@ -44,7 +44,7 @@ for path in sys.argv[1:]:
 """
 
 
-def test_readme_rpc_and_process_group_examples_on_two_nodes(cluster, on_hosts, tmp_path):
+def test_documented_rpc_and_process_group_examples_on_two_nodes(cluster, on_hosts, tmp_path):
     (tmp_path / "in_turn.py").write_text(IN_TURN)
     (tmp_path / "rpc_demo.py").write_text(block("# rpc_demo.py"))
     (tmp_path / "pg_demo.py").write_text(block("# pg_demo.py"))
