@@ -17,7 +17,7 @@ or ``--insecure`` to run unauthenticated.
 
 Example::
 
-    python -m tensorplay_jax.run --nproc 2 examples/ping.py
+    python -m tensorplay_jax.run --nproc 2 examples/rnn_remote.py
     python -m tensorplay_jax.run --nnodes 2 --node-rank 0 --nproc-per-node 4 \\
         --master-addr node0 --master-port 29500 train.py --lr 0.1
 """

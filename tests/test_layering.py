@@ -1,6 +1,6 @@
 """The package's layering, checked by reading its source (``ast``), not by importing it.
 
-Two rules from the README's "Architecture" section:
+Two rules from the documentation's Architecture page (``docs/architecture.md``):
 
 * **No side doors.** A module never imports a private module or a private name
   (one starting with ``_``) of another top-level folder of ``tensorplay_jax``
@@ -12,7 +12,7 @@ Two rules from the README's "Architecture" section:
   facade, is the one exception. Dotted module paths written as strings (for
   ``importlib``) count as imports.
 * **Layers point down.** Each folder imports only the folders listed for it in
-  :data:`LAYERS` (and itself), so the picture in the README stays true.
+  :data:`LAYERS` (and itself), so the picture in ``docs/architecture.md`` stays true.
 
 One more seam is checked here, by importing the engine registry: every registered
 process-group engine implements every collective of the ``Engine`` protocol, which
@@ -152,7 +152,7 @@ def _is_layer(name: str) -> bool:
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_layers_point_down(path: pathlib.Path) -> None:
     me = _own_folder(path)
-    assert me in LAYERS, f"{me!r} is a new folder: add it to LAYERS and the README's Architecture"
+    assert me in LAYERS, f"{me!r} is a new folder: add it to LAYERS and docs/architecture.md"
     bad = [
         f"{path.relative_to(PACKAGE)}:{line}: {me} imports {_folder(target)}"
         for line, target in _imports(path)
@@ -185,11 +185,10 @@ def _closure(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return reach
 
 
-def test_readme_diagram_matches_layers() -> None:
-    """The README's Architecture diagram (mermaid) allows exactly what LAYERS allows."""
-    readme = (PACKAGE.parent / "README.md").read_text()
-    section = readme.split("## Architecture", 1)[1]
-    diagram = section.split("```mermaid", 1)[1].split("```", 1)[0]
+def test_architecture_diagram_matches_layers() -> None:
+    """The Architecture page's diagram (mermaid) allows exactly what LAYERS allows."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    diagram = page.split("```{mermaid}", 1)[1].split("```", 1)[0]
     edges: dict[str, set[str]] = {name: set() for name in LAYERS}
     for a, b in re.findall(r"^\s*(\w+)(?:\[[^\]]*\])?\s*-->\s*(\w+)", diagram, re.M):
         edges.setdefault(a, set()).add(b)

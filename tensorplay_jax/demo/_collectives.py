@@ -2,8 +2,8 @@
 
 For each collective it prints rank r's input, output and gradient of
 ``loss = sum_r w_r * sum(y_r)`` with per-rank weights ``w_r = r + 1`` (so the
-gradient rule is visible), the rule from DESIGN.md, and whether the gradient
-matches that rule computed independently in numpy.
+gradient rule is visible), the rule from the rule table (the ``tensorplay_jax.collectives``
+docstring), and whether the gradient matches that rule computed independently in numpy.
 """
 
 from __future__ import annotations

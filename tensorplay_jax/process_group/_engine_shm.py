@@ -2,7 +2,7 @@
 
 Why it exists: XLA's CPU collectives go through gloo over loopback TCP, and on one
 host they move data several times slower than ``torch.distributed`` gloo (the
-figures are in the README's benchmark section, from ``benchmarks/process_group.py``).
+figures are in ``docs/benchmarks.md``, from ``benchmarks/process_group.py``).
 Ranks on one host can skip the sockets: each rank owns a slot in a shared segment,
 writes what others need, meets them at a
 :class:`~tensorplay_jax.process_group._shared_memory.TickBarrier` and reads what it needs.

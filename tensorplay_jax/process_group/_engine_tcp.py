@@ -2,7 +2,7 @@
 
 Why it exists: across hosts, XLA's CPU collectives (gloo inside XLA) run all_reduce
 at a fraction of ``torch.distributed`` gloo's speed on the same link (the figures are
-in the README's benchmark section, from ``benchmarks/process_group.py --crosshost``).
+in ``docs/benchmarks.md``, from ``benchmarks/process_group.py --crosshost``).
 The data moves over the same kind of TCP link either way, so the gap is overhead,
 not the wire: this engine keeps the wire busy from Python with few, large syscalls.
 

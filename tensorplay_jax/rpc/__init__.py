@@ -1,9 +1,9 @@
 """RPC with the tensorplay API: init_rpc, rpc_sync, rpc_async, remote, RRef, shutdown.
 
-Also re-exported as ``tensorplay_jax.distributed.rpc``. See ``DESIGN.md``
-section 3. Workers reach each other through an ordered list of transports
-(``rpc.transports``: the same-host socket with shared memory, a plain TCP link,
-gRPC, which carries TLS and is the fallback); ``register_transport`` adds
+Also re-exported as ``tensorplay_jax.distributed.rpc``; why it is built this way:
+``docs/design.md`` section 3. Workers reach each other through an ordered list of
+transports (``rpc.transports``: the same-host socket with shared memory, a plain TCP
+link, gRPC, which carries TLS and is the fallback); ``register_transport`` adds
 one. Extension points for other packages (distributed autograd):
 
 - ``register_type(cls, encode, decode)``: carry your own classes on the wire

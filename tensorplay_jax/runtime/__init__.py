@@ -3,8 +3,9 @@
 Every other folder of ``tensorplay_jax`` may import these modules; this folder
 imports no other folder of the package. Its modules are an internal API for the
 sibling folders (their names are public so that any folder may import them);
-the user-facing parts are the settings table (:data:`settings.SETTINGS`, the
-README's "Configuration" section) and the environment variables it lists.
+the user-facing parts are the settings table (:data:`settings.SETTINGS`, from which
+the documentation's "Configuration" page is generated) and the environment variables
+it lists.
 
 - ``settings``: timeouts, sizes and defaults, and every environment variable read.
 - ``secret``: the job secret and the challenge built on it.

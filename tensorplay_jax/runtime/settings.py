@@ -2,8 +2,8 @@
 
 The constants below are the package's fixed values (tensorplay's where it has
 them). :data:`SETTINGS` is the table of environment variables: each one's name,
-default, type and meaning; the README's "Configuration" table lists the same
-rows, and a test keeps the two equal. Other modules read the environment only
+default, type and meaning; the documentation's "Configuration" page is generated
+from it (``docs/_ext/apigen.py``). Other modules read the environment only
 through the accessors here (:func:`raw`, :func:`get_str`, :func:`get_int`,
 :func:`get_float`, :func:`get_flag`, :func:`read`), which refuse a name that is
 not in the table. Writing variables for child processes stays with the caller.
@@ -250,7 +250,7 @@ def setting(env: str) -> Setting:
     """The table row of ``env``.
 
     Raises:
-      KeyError: ``env`` is not in :data:`SETTINGS` (add a row, and one to the README).
+      KeyError: ``env`` is not in :data:`SETTINGS` (add a row for it).
 
     Example:
         >>> setting("TENSORPLAY_JAX_PG_ENGINE").default
@@ -261,7 +261,7 @@ def setting(env: str) -> Setting:
     except KeyError:
         raise KeyError(
             f"settings: {env!r} is not in tensorplay_jax.runtime.settings.SETTINGS; add a "
-            "Setting row for it (and a row to the README's Configuration table)"
+            "Setting row for it (the documentation's Configuration table is made from them)"
         ) from None
 
 

@@ -24,7 +24,7 @@ def test_rnn_with_remote_embedding_and_decoder(workers):
 
 
 def test_the_pytest_example_passes_under_pytest():
-    # The README's "Testing distributed code" example, run as a user runs it.
+    # The example of the "Testing distributed code" guide, run as a user runs it.
     import importlib.metadata
     import os
     import subprocess
@@ -39,9 +39,3 @@ def test_the_pytest_example_passes_under_pytest():
     cmd = [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", str(path)]
     out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout + out.stderr
-
-
-def test_the_readme_shows_the_pytest_example_as_it_is():
-    readme = (REPO_ROOT / "README.md").read_text()
-    example = (REPO_ROOT / "examples" / "test_dist_grads_example.py").read_text()
-    assert f"```python\n{example}```" in readme

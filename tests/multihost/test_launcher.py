@@ -1,4 +1,4 @@
-"""The launcher on every node: the README's RPC example, unchanged and with no options, on
+"""The launcher on every node: the RPC guide's example, unchanged and with no options, on
 two simulated hosts; and a main-script function runs on the callee.
 
 Each job starts one node with torchrun's hyphens and the other with its underscores
@@ -7,12 +7,12 @@ Each job starts one node with torchrun's hyphens and the other with its undersco
 
 from __future__ import annotations
 
-import re
 import sys
 
 import jax.numpy as jnp
 
-from tests._procs import REPO_ROOT, free_port
+from tests._docs import block
+from tests._procs import free_port
 
 FLAGS = {
     "hyphens": ["--nnodes", "2", "--node-rank", "{k}", "--nproc-per-node", "{p}",
@@ -20,12 +20,6 @@ FLAGS = {
     "underscores": ["--nnodes=2", "--node_rank={k}", "--nproc_per_node={p}",
                     "--master_addr={addr}", "--master_port={port}"],
 }  # fmt: skip
-
-
-def _readme_block(marker: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", (REPO_ROOT / "README.md").read_text(), re.S)
-    (block,) = [b for b in blocks if b.startswith(marker)]
-    return block
 
 
 def _launch(cluster, on_hosts, script: list, spellings: list[str], per_node: int, timeout: float):
@@ -50,10 +44,10 @@ for path in sys.argv[1:]:
 """
 
 
-def test_readme_rpc_and_process_group_examples_on_two_nodes(cluster, on_hosts, tmp_path):
+def test_documented_rpc_and_process_group_examples_on_two_nodes(cluster, on_hosts, tmp_path):
     (tmp_path / "in_turn.py").write_text(IN_TURN)
-    (tmp_path / "rpc_demo.py").write_text(_readme_block("# rpc_demo.py"))
-    (tmp_path / "pg_demo.py").write_text(_readme_block("# pg_demo.py"))
+    (tmp_path / "rpc_demo.py").write_text(block("# rpc_demo.py"))
+    (tmp_path / "pg_demo.py").write_text(block("# pg_demo.py"))
     # pg_demo first: a process group must start before any JAX work in the process.
     script = [tmp_path / "in_turn.py", tmp_path / "pg_demo.py", tmp_path / "rpc_demo.py"]
     out = _launch(cluster, on_hosts, script, ["hyphens", "underscores"], 1, timeout=150)

@@ -1,4 +1,4 @@
-"""Distributed autograd over RPC: context, backward, get_gradients (DESIGN.md section 4).
+"""Distributed autograd over RPC: context, backward, get_gradients (docs/design.md §4).
 
 Inside ``with context() as context_id``, every RPC, ``remote()`` and
 ``to_here()`` carries the id; Tensors that require grad and cross the wire

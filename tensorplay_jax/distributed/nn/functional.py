@@ -37,7 +37,8 @@ step left out:
    ``tests/test_layering.py`` checks that the ``Engine`` protocol declares every
    collective the table runs.
 5. Tests: the engines' matrix (``tests/distributed/test_process_group.py``), the
-   tape's (``tests/distributed/nn``); the README's list of collectives.
+   tape's (``tests/distributed/nn``); the list of collectives in
+   ``docs/guides/process_groups.md``.
 """
 
 from __future__ import annotations
