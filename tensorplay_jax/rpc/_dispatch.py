@@ -271,7 +271,7 @@ class Dispatcher:
                 return
             record = None
             if kind == REMOTE:
-                record = self._rrefs.create_owned(extra[0], extra[1])
+                record = self._rrefs.create_owned(extra[0], extra[1], holder=caller.name)
             elif kind == FETCH:
                 record = self._rrefs.lookup_or_pending(extra[0])
             elif kind != CALL:

@@ -93,6 +93,8 @@ class RRefTable:
         self._owners: dict[int, _OwnerRecord] = {}
         # FORK_DELs that came before their FORK_ADD: (rref id, fork) -> deadline key (0: none).
         self._parked: dict[tuple[int, int], int] = {}
+        # Who holds a fork made by remote() (its caller): released if that worker dies.
+        self._holders: dict[tuple[int, int], str] = {}
         self._users: weakref.WeakSet[RRef] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -146,12 +148,14 @@ class RRefTable:
                 self._park_delete(rref_id, fork, sender)
                 return
             rec.forks.discard(fork)
+            self._holders.pop((rref_id, fork), None)
             # A placeholder stays for the remote() that fills it (a local handle may wait
             # on it), or until its deadline.
             if not rec.forks and rec.created:
                 del self._owners[rref_id]
 
-    def create_owned(self, rref_id: int, fork: int) -> _OwnerRecord:
+    def create_owned(self, rref_id: int, fork: int, holder: str | None = None) -> _OwnerRecord:
+        """A value ``remote()`` creates here; ``holder`` (its caller) holds ``fork``."""
         with self._lock:
             rec = self._owners.get(rref_id)
             if rec is None:
@@ -160,7 +164,8 @@ class RRefTable:
             if rec.expiry:  # a placeholder: filled now, in time
                 self._expiring.pop(rec.expiry, None)
                 rec.expiry = 0
-            self._add_fork(rref_id, fork, rec, None)
+            if self._add_fork(rref_id, fork, rec, None) is not None and holder is not None:
+                self._holders[(rref_id, fork)] = holder
         return rec
 
     def lookup(self, rref_id: int) -> _OwnerRecord | None:
@@ -313,6 +318,14 @@ class RRefTable:
                     "disconnected while it waited"
                 )
             )
+
+    def holder_gone(self, name: str, why: str) -> None:
+        """Worker ``name`` left a dynamic group or died: drop the forks it held by ``remote()``."""
+        with self._lock:
+            held = [k for k, holder in self._holders.items() if holder == name]
+        for rref_id, fork in held:
+            log.debug("rpc: releasing RRef %#x fork %#x: %s", rref_id, fork, why)
+            self.del_fork(rref_id, fork)
 
     def owned_ids(self) -> list[int]:
         with self._lock:
