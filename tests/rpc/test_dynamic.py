@@ -235,11 +235,12 @@ def killed(group) -> dict[str, Any]:
         "live": live,
         "live_opt": live_opt,
     }
-    ctx.__exit__(None, None, None)
     replacement = join("m2", 2)
     out["replacement_call"] = rpc.rpc_sync("m2", T.square, args=(6,))
     out["replacement_names"] = [w.name for w in rpc.get_worker_infos()]
     out["old_rref_after_replacement"] = caught(theirs.to_here)
+    out["backward_after_replacement"] = caught(dist_autograd.backward, ctx_id, [loss])
+    ctx.__exit__(None, None, None)
     rpc.rpc_async("m2", T.leave)
     assert replacement.line() == "left" and replacement.proc.wait(30) == 0
     return out
@@ -272,6 +273,11 @@ def test_rrefs_a_killed_member_held_are_released_on_their_owner(killed):
 
 def test_a_context_a_killed_member_took_part_in_fails_backward_naming_it(killed):
     e = killed["backward"]
+    assert isinstance(e, rpc.RpcPeerError) and "'m2'" in str(e) and "died" in str(e), e
+
+
+def test_a_context_of_a_killed_member_fails_backward_after_its_replacement_joined(killed):
+    e = killed["backward_after_replacement"]
     assert isinstance(e, rpc.RpcPeerError) and "'m2'" in str(e) and "died" in str(e), e
 
 
