@@ -338,11 +338,11 @@ class Agent:
         if kind in (CALL, REMOTE):
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)
-            # A list, not a tuple, at the top: one msgpack level less per call.
-            enc = _codec.encode(
+            enc = _codec.encode(  # a list at the top, not a tuple: one msgpack level less
                 [func, list(args), kwargs],
                 main=to.name in self.same_main,
                 place=self.device_maps.for_request(to.name),
+                to=to.name,  # an RRef in it records ``to`` as its fork's holder
             )
         else:
             if kind == FETCH:

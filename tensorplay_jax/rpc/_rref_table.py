@@ -93,7 +93,8 @@ class RRefTable:
         self._owners: dict[int, _OwnerRecord] = {}
         # FORK_DELs that came before their FORK_ADD: (rref id, fork) -> deadline key (0: none).
         self._parked: dict[tuple[int, int], int] = {}
-        # Who holds a fork made by remote() (its caller): released if that worker dies.
+        # Who holds each fork, where known (remote()'s caller, an RRef's receiver): a dynamic
+        # group releases the forks of a worker that leaves or dies.
         self._holders: dict[tuple[int, int], str] = {}
         self._users: weakref.WeakSet[RRef] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -115,12 +116,18 @@ class RRefTable:
 
     # owner side
     def add_fork(
-        self, rref_id: int, fork: int, record: _OwnerRecord | None = None, sender: Any = None
+        self,
+        rref_id: int,
+        fork: int,
+        record: _OwnerRecord | None = None,
+        sender: Any = None,
+        holder: str | None = None,
     ) -> None:
         """Register ``fork`` of ``rref_id`` (a FORK_ADD from ``sender``, or this worker
-        sending its own ``record``)."""
+        sending its own ``record``), held by the worker named ``holder`` if known."""
         with self._lock:
-            self._add_fork(rref_id, fork, record, sender)
+            if self._add_fork(rref_id, fork, record, sender) is not None and holder is not None:
+                self._holders[(rref_id, fork)] = holder
 
     def _add_fork(
         self, rref_id: int, fork: int, record: _OwnerRecord | None, sender: Any
@@ -320,7 +327,7 @@ class RRefTable:
             )
 
     def holder_gone(self, name: str, why: str) -> None:
-        """Worker ``name`` left a dynamic group or died: drop the forks it held by ``remote()``."""
+        """Worker ``name`` left a dynamic group or died: drop the forks it held."""
         with self._lock:
             held = [k for k, holder in self._holders.items() if holder == name]
         for rref_id, fork in held:

@@ -37,3 +37,13 @@ def hold_remote(owner: str, n: int) -> None:
     """Create a value on ``owner`` by ``remote()`` and keep the RRef (a fork there)."""
     HELD.append(rpc.remote(owner, np.arange, args=(n,)))
     HELD[-1].to_here()
+
+
+def keep(rref: Any) -> None:
+    """Keep ``rref`` (a fork of it, held here)."""
+    HELD.append(rref)
+
+
+def pass_on(to: str) -> None:
+    """Give worker ``to`` the last RRef this one keeps (a fork that ``to`` holds)."""
+    rpc.rpc_sync(to, keep, args=(HELD[-1],))

@@ -197,7 +197,12 @@ def killed(group) -> dict[str, Any]:
     """``m2`` joins, takes part in calls, RRefs and a dist-autograd context; then SIGKILL."""
     base = owned()
     m = join("m2", 2)
-    rpc.rpc_sync("m2", T.hold_remote, args=("ps", 4))  # m2 holds an RRef owned here
+    # m2 holds forks of three values owned here: made by its remote(), given by this
+    # worker, and passed on by m1 (which keeps its own fork of that one).
+    rpc.rpc_sync("m2", T.hold_remote, args=("ps", 4))
+    rpc.rpc_sync("m2", T.keep, args=(rpc.RRef(np.arange(2)),))
+    rpc.rpc_sync("m1", T.hold_remote, args=("ps", 5))
+    rpc.rpc_sync("m1", T.pass_on, args=("m2",))
     held = owned()
     theirs = rpc.remote("m2", T.square, args=(5,))  # owned by m2
     assert theirs.to_here() == 25
@@ -230,7 +235,7 @@ def killed(group) -> dict[str, Any]:
         "backward": caught(dist_autograd.backward, ctx_id, [loss]),
         "base": base,
         "held": held,
-        "released": until(lambda: owned() == base),
+        "released": until(lambda: owned() == base + 1),  # m1's stays
         "both_opt": both_opt,
         "live": live,
         "live_opt": live_opt,
@@ -267,7 +272,7 @@ def test_an_rref_owned_by_a_killed_member_fails_its_user_naming_it(killed):
 
 
 def test_rrefs_a_killed_member_held_are_released_on_their_owner(killed):
-    assert killed["held"] == killed["base"] + 1
+    assert killed["held"] == killed["base"] + 3
     assert killed["released"]
 
 
