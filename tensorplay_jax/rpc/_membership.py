@@ -23,8 +23,8 @@ member removes it at once:
   calls, to its name or through any handle (an RRef, a WorkerInfo) that refers to
   it, even once a replacement has taken its name and rank;
 - RRefs it owned fail their users' ``to_here`` and proxies the same way;
-- RRefs it held through ``remote()`` are released on their owners (its forks of
-  RRefs passed to it by others are kept: the owner cannot tell who holds them);
+- RRefs it held are released on their owners (each owner records who holds each
+  fork: ``remote()``'s caller, or the receiver of the call or reply that carried it);
 - distributed autograd contexts it took part in fail ``backward`` naming it
   (:func:`on_worker_gone` is how distributed autograd learns of it);
 - its name and rank are free for a replacement.
