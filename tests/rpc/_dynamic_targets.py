@@ -47,3 +47,15 @@ def keep(rref: Any) -> None:
 def pass_on(to: str) -> None:
     """Give worker ``to`` the last RRef this one keeps (a fork that ``to`` holds)."""
     rpc.rpc_sync(to, keep, args=(HELD[-1],))
+
+
+def open_context_on(to: str) -> int:
+    """Enter a dist-autograd context that reaches ``to`` and never leave it; its id."""
+    import tensorplay_jax as tp
+    import tensorplay_jax.distributed.autograd as dist_autograd
+
+    ctx = dist_autograd.context()
+    HELD.append(ctx)
+    ctx_id = ctx.__enter__()
+    HELD.append(rpc.rpc_sync(to, tp.mul, args=(tp.ones(2, requires_grad=True), 2.0)))
+    return ctx_id

@@ -28,6 +28,7 @@ import pytest
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
+from tensorplay_jax.distributed.autograd import _context
 from tensorplay_jax.distributed.nn import RemoteModule
 from tensorplay_jax.distributed.optim import DistributedOptimizer
 from tests._procs import REPO_ROOT, free_port
@@ -204,6 +205,8 @@ def killed(group) -> dict[str, Any]:
     rpc.rpc_sync("m1", T.hold_remote, args=("ps", 5))
     rpc.rpc_sync("m1", T.pass_on, args=("m2",))
     held = owned()
+    their_ctx = rpc.rpc_sync("m2", T.open_context_on, args=("ps",))  # never left by m2
+    ctx_here = their_ctx in _context.active_context_ids()
     theirs = rpc.remote("m2", T.square, args=(5,))  # owned by m2
     assert theirs.to_here() == 25
     live = RemoteModule("m1/cpu", tp.nn.Linear, args=(3, 1))  # a module whose owner stays
@@ -236,6 +239,8 @@ def killed(group) -> dict[str, Any]:
         "base": base,
         "held": held,
         "released": until(lambda: owned() == base + 1),  # m1's stays
+        "ctx_here": ctx_here,
+        "ctx_released": until(lambda: their_ctx not in _context.active_context_ids()),
         "both_opt": both_opt,
         "live": live,
         "live_opt": live_opt,
@@ -274,6 +279,10 @@ def test_an_rref_owned_by_a_killed_member_fails_its_user_naming_it(killed):
 def test_rrefs_a_killed_member_held_are_released_on_their_owner(killed):
     assert killed["held"] == killed["base"] + 3
     assert killed["released"]
+
+
+def test_a_context_a_killed_member_created_is_released_here(killed):
+    assert killed["ctx_here"] and killed["ctx_released"]
 
 
 def test_a_context_a_killed_member_took_part_in_fails_backward_naming_it(killed):

@@ -59,7 +59,7 @@ from tensorplay_jax.rpc.internal import (
     on_worker_gone,
 )
 from tensorplay_jax.runtime import trace
-from tensorplay_jax.runtime.ids import PASS_ID
+from tensorplay_jax.runtime.ids import CONTEXT_ID, PASS_ID
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
@@ -346,9 +346,12 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
 
 
 def _lose_contexts(info: Any, why: str) -> None:
-    """A dynamic group removed ``info``: the contexts it took part in cannot run backward."""
+    """A dynamic group removed ``info``: release the contexts it created (no one else
+    will), and mark those it took part in: they cannot run backward."""
     for ctx in list(_context._contexts.values()):
-        if info.id in ctx.known_worker_ids():
+        if CONTEXT_ID.unpack(ctx.context_id)[0] == info.id:
+            _context.release(ctx.context_id, skip=info.id)
+        elif info.id in ctx.known_worker_ids():
             ctx.lost_worker = why  # type: ignore[attr-defined]
 
 
