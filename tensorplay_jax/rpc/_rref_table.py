@@ -334,6 +334,11 @@ class RRefTable:
             log.debug("rpc: releasing RRef %#x fork %#x: %s", rref_id, fork, why)
             self.del_fork(rref_id, fork)
 
+    def fork_count(self) -> int:
+        """How many forks (users elsewhere) of the values this worker owns are recorded."""
+        with self._lock:
+            return sum(len(rec.forks) for rec in self._owners.values())
+
     def owned_ids(self) -> list[int]:
         with self._lock:
             return sorted(self._owners)
