@@ -185,6 +185,16 @@ def _resume(slot: _Slot) -> None:
     slot.stopped.clear()
 
 
+def _tell_leave(name: str) -> None:
+    """Ask trainer ``name`` to leave (it may die meanwhile: then there is no one to ask)."""
+    from tensorplay_jax.distributed import rpc
+
+    try:
+        rpc.rpc_sync(name, leave, timeout=30)
+    except Exception as e:
+        print(f"chaos: could not ask {name} to leave: {type(e).__name__}: {e}", flush=True)
+
+
 def _in_group(name: str) -> bool:
     from tensorplay_jax.distributed import rpc
 
@@ -229,7 +239,8 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
     deadline = time.monotonic() + args.seconds  # faults for this long after the warm-up
     while time.monotonic() + args.gap[1] < deadline:
         time.sleep(rnd.uniform(*args.gap))
-        running = [s for s in slots if not s.stopped.is_set()]
+        # Trainers that have joined (a replacement may still be starting) and run.
+        running = [s for s in slots if not s.stopped.is_set() and _in_group(s.name)]
         if not running:
             continue
         slot = rnd.choice(running)
@@ -246,8 +257,7 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
             threading.Timer(RPC_TIMEOUT_S + 1.0, _resume, (slot,)).start()
             continue
         else:
-            if _in_group(slot.name):
-                rpc.rpc_async(slot.name, leave)
+            _tell_leave(slot.name)
             if slot.proc.wait(60) != 0:
                 faults["leave failed"] = faults.get("leave failed", 0) + 1
         _wait(lambda s=slot: not _in_group(s.name), 30)
@@ -255,8 +265,7 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
     for slot in slots:  # every trainer leaves; the group is the server alone
         _wait(lambda s=slot: not s.stopped.is_set(), 30)
         _wait(lambda s=slot: _in_group(s.name) or s.proc.poll() is not None, 120)
-        if _in_group(slot.name):
-            rpc.rpc_async(slot.name, leave)
+        _tell_leave(slot.name)
     codes = [slot.proc.wait(120) for slot in slots if slot.proc is not None]
     _wait(lambda: len(rpc.get_worker_infos()) == 1, 30)
     served = rpc.rpc_sync(PS, len, args=([1, 2, 3],)) == 3  # the server still serves
