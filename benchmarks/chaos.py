@@ -165,6 +165,7 @@ class _Slot:
 
     def start(self) -> None:
         self.starts += 1
+        Path(self.phase_file).unlink(missing_ok=True)  # not the last process's phase
         args = [self.name, str(self.rank), str(self.port), self.phase_file]
         args.append(str(self.seed * 1000 + self.rank * 10 + self.starts))
         self.proc = subprocess.Popen(

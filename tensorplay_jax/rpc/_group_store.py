@@ -56,6 +56,13 @@ def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]
         return {"v": g.mode}
     if op == "join":
         ent = req["entry"]
+        if not (
+            isinstance(ent, dict)
+            and isinstance(ent.get("name"), str)
+            and isinstance(ent.get("nonce"), str)
+            and type(ent.get("rank")) is int
+        ):
+            return {"err": "a join needs an entry with a string name and nonce and an int rank"}
         if g.mode not in (None, "dynamic"):
             return {"err": "the rendezvous store serves a fixed-size group (world_size given)"}
         g.mode = "dynamic"
@@ -77,6 +84,8 @@ def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]
         return {"ok": True, "version": g.version}
     # watch
     since = int(req["since"])
+    if since < 0:
+        return {"err": f"watch: since={since} must be >= 0"}
     deadline = time.monotonic() + float(req["timeout"])
     while g.version <= since and st.aborted is None:
         left = deadline - time.monotonic()
