@@ -200,7 +200,9 @@ class Dispatcher:
         except Exception as e:
             self.on_malformed(link, e)
             return
-        if kind in (OK, ERR):
+        if kind == ERR and mid == 0:
+            self._on_protocol_error(link, msg)
+        elif kind in (OK, ERR):
             self._on_reply(kind, mid, meta, msg)
         else:
             self._on_request(link, kind, mid, meta, env[3:], msg)
@@ -209,6 +211,17 @@ class Dispatcher:
         log.warning("rpc: malformed message from %s: %s", link.peer, err)
         exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
         self._send_error(link, 0, exc, "")
+
+    def _on_protocol_error(self, link: Link, msg: Message) -> None:
+        """The peer could not read something sent on ``link`` (its answer to no call: message
+        id 0): close the link, naming the error, so its calls fail now, not at their timeout."""
+        try:
+            err = str(_codec.rebuild_exception(_codec.decode(msg.header, msg.buffers)))
+        except Exception as e:
+            err = f"(an undecodable error report: {type(e).__name__}: {e})"
+        err = err.split("\n\nRemote traceback", 1)[0]
+        log.warning("rpc: %s could not read what this worker sent: %s", link.peer, err)
+        link.close(f"protocol error: worker {link.peer!r} could not read a message: {err}")
 
     def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
         flight = self._flight
