@@ -197,3 +197,52 @@ def test_a_peer_whose_message_was_unreadable_fails_its_pending_calls_at_once(vic
     assert "malformed" in msg, msg
     # A new link to w1 serves.
     assert rpc.rpc_sync("w1", _targets.add, args=(2, 3), timeout=ANSWER_S) == 5
+
+
+def _worker_counts() -> dict[str, int]:
+    """w1's open descriptors and threads."""
+    import os
+    import threading
+
+    return {"fds": len(os.listdir("/proc/self/fd")), "threads": threading.active_count()}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_random_frames_through_a_real_socket_leave_the_worker_serving(victims, transport):
+    from hypothesis import given
+
+    from tests.fuzz import test_framing_fuzz as F
+    from tests.fuzz._fuzz import fuzz
+
+    entry = victims.on(transport)
+    checker = P.RawPeer(transport, entry)
+    mids = iter(range(1000, 1 << 62))
+    before = rpc.rpc_sync("w1", _worker_counts, timeout=ANSWER_S)
+
+    @fuzz(ci=40)
+    @given(F.st.lists(F.packets if transport == "grpc" else F.frames, max_size=4))
+    def feed(seq):
+        peer = P.RawPeer(transport, entry)
+        try:
+            for data in seq:
+                with contextlib.suppress(OSError):  # the worker may hang up
+                    peer.send_raw(data)
+        finally:
+            peer.close()  # a frame left half-sent ends with the connection
+        mid = next(mids)
+        checker.send_call(mid, mid, 1)
+        assert checker.outcome(mid, timeout=ANSWER_S)[1] == mid + 1
+
+    try:
+        feed()
+    finally:
+        checker.close()
+    assert rpc.rpc_sync("w1", _targets.add, args=(2, 3), timeout=ANSWER_S) == 5
+    # What the connections held is gone (a little slack for threads still ending).
+    deadline = time.monotonic() + ANSWER_S
+    while True:
+        after = rpc.rpc_sync("w1", _worker_counts, timeout=ANSWER_S)
+        if after["fds"] <= before["fds"] + 2 and after["threads"] <= before["threads"] + 4:
+            break
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.05)

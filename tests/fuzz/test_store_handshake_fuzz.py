@@ -38,7 +38,7 @@ def test_handshake_accept_refuses_random_clients(data, close):
         if close:
             b.shutdown(socket.SHUT_WR)
         # A silent client is refused at the timeout; one that closed, at once.
-        assert handshake.accept(a, SECRET.encode(), MAGIC, timeout=0.02) is None
+        assert handshake.accept(a, SECRET.encode(), MAGIC, timeout=0.005) is None
     finally:
         a.close()
         b.close()
