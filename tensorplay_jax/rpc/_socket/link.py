@@ -168,7 +168,7 @@ class SocketLink:
         """Let go of what the transport holds for the peer (the link just died; lock held)."""
 
     def close(self, reason: str = "closed") -> None:
-        self._fail(reason)
+        self._fail(reason or "closed")
 
     # ------------------------------------------------------------------ reading
 
