@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any
 
 from tensorplay_jax.rpc import _agent, _codec, _framing, _protocol
@@ -95,8 +96,6 @@ class RawPeer:
     def outcome(self, mid: int, timeout: float = WAIT_S) -> tuple[list[str], Any]:
         """What came back until the answer to call ``mid`` or the close: the errors (their
         text), and the call's result (None if the worker closed the connection first)."""
-        import time
-
         errors: list[str] = []
         end = time.monotonic() + timeout
         while True:
