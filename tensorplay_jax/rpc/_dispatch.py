@@ -41,6 +41,7 @@ from tensorplay_jax.rpc._protocol import (
     FORK_DEL,
     KIND_NAMES,
     OK,
+    PING,
     REMOTE,
     TRACE_NAMES,
 )
@@ -260,9 +261,13 @@ class Dispatcher:
         caller = self._peer_info(link.peer)
         flight = self._flight
         with flight.lock:
-            flight.serving += 1
+            flight.serve_begin(link)
             flight.handled += 1
         try:
+            if kind == PING:  # answered here, never queued behind the pool's work
+                self._send_ok(link, mid, True, {})
+                self._done_serving(link)
+                return
             if kind in (FORK_ADD, FORK_DEL):
                 if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
                     raise _codec.DecodeError(
@@ -280,7 +285,7 @@ class Dispatcher:
                 if span is not None:
                     span.close(None, 0, ("from", caller.name, "kind", KIND_NAMES[kind]))
                 self._send_ok(link, mid, None, {})
-                self._done_serving()
+                self._done_serving(link)
                 return
             record = None
             if kind == REMOTE:
@@ -299,14 +304,14 @@ class Dispatcher:
                 )
         except BaseException as e:
             self._send_error(link, mid, e, "")
-            self._done_serving()
+            self._done_serving(link)
             return
         if inline:
             self._serve(link, kind, mid, meta, msg, caller, record, extra)
 
-    def _done_serving(self) -> None:
+    def _done_serving(self, link: Link) -> None:
         with self._flight.lock:
-            self._flight.serving -= 1
+            self._flight.serve_end(link)
 
     def _serve(
         self,
@@ -359,7 +364,7 @@ class Dispatcher:
                     result = None
                 self._reply(link, mid, info, result)
         finally:
-            self._done_serving()
+            self._done_serving(link)
             if span is not None:
                 span.close(None, 0, ("from", caller.name, "kind", info.kind, "bytes", _nbytes(msg)))
 
@@ -371,7 +376,7 @@ class Dispatcher:
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
     ) -> None:
         with self._flight.lock:
-            self._flight.serving += 1
+            self._flight.serve_begin(link)
 
         def done(f: Future) -> None:
             try:
@@ -383,7 +388,7 @@ class Dispatcher:
                         return
                     self._reply(link, mid, info, None if remote else result)
             finally:
-                self._done_serving()
+                self._done_serving(link)
 
         value.add_done_callback(done)
 

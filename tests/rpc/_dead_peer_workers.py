@@ -1,10 +1,14 @@
-"""Worker code for test_dead_peer: a trainer SIGKILLed in the middle of training steps.
+"""Worker code for test_dead_peer: a worker SIGKILLed while the others work for it.
 
-Three workers: ``w0`` and ``w2`` own a layer each (RemoteModule), the trainer
-(rank ``TPJ_VICTIM``) runs distributed-autograd steps with a
-``DistributedOptimizer`` and SIGKILLs itself ``TPJ_KILL_S`` seconds in, from a
-thread, whatever the step is doing then. The survivors wait until it is gone,
-then time their default ``rpc.shutdown()`` and print ``RESULT {json}``.
+Three workers; the victim is rank ``TPJ_VICTIM``. The survivors wait until it
+is gone, then time their default ``rpc.shutdown()`` and print ``RESULT {json}``.
+
+- :func:`trainer_killed_mid_step`: the others own a layer each (RemoteModule);
+  the victim trains with distributed autograd and a ``DistributedOptimizer`` and
+  SIGKILLs itself ``TPJ_KILL_S`` seconds in, from a thread, whatever the step
+  is doing then.
+- :func:`caller_killed_while_served`: the victim sends ``w2`` more long calls
+  (``block``) than ``w2`` has worker threads, then SIGKILLs itself while they run.
 """
 
 from __future__ import annotations
@@ -50,13 +54,43 @@ def _train(owners: list[str]) -> None:
             opt.step(ctx)
 
 
+BLOCK_S = 40.0  # how long each of the dead caller's calls runs on w2
+POOL = 4  # w2's worker threads
+CALLS = 2 * POOL
+
+
+def block(s: float) -> float:
+    time.sleep(s)
+    return s
+
+
+def _flood() -> None:
+    futs = [rpc.rpc_async("w2", block, args=(BLOCK_S,), timeout=0) for _ in range(CALLS)]
+    time.sleep(1.0)  # they are being served (or queued for w2's pool)
+    open(_marker("training"), "w").close()
+    os.kill(os.getpid(), signal.SIGKILL)
+    del futs
+
+
+def caller_killed_while_served() -> None:
+    rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    opts = rpc.GrpcRpcBackendOptions(num_worker_threads=POOL if rank == 2 else 16)
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)
+    if rank == int(os.environ["TPJ_VICTIM"]):
+        _flood()
+    _survive(rank)
+
+
 def trainer_killed_mid_step() -> None:
     rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    victim = int(os.environ["TPJ_VICTIM"])
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws)
-    if rank == victim:
-        _train([f"w{r}" for r in range(ws) if r != victim])
-        return
+    if rank == int(os.environ["TPJ_VICTIM"]):
+        _train([f"w{r}" for r in range(ws) if r != rank])
+    _survive(rank)
+
+
+def _survive(rank: int) -> None:
+    victim = int(os.environ["TPJ_VICTIM"])
     wait_until(lambda: os.path.exists(_marker("training")), READY_S, "the trainer training")
     # The trainer is gone once its pid is (it wrote nothing else): poll the store's view
     # by pinging it until the ping fails.
