@@ -93,12 +93,19 @@ class RawPeer:
         grpc = self.transport == "grpc"
         self.send_raw(small_packet(env, header) if grpc else inline(env, header))
 
-    def outcome(self, mid: int, timeout: float = WAIT_S) -> tuple[list[str], Any]:
-        """What came back until the answer to call ``mid`` or the close: the errors (their
-        text), and the call's result (None if the worker closed the connection first)."""
+    def outcome(
+        self, mid: int, timeout: float = WAIT_S, *, errors_first: bool = False
+    ) -> tuple[list[str], Any]:
+        """What came back until the answer to call ``mid`` (and, with ``errors_first``, an
+        error too: the worker's pool may answer calls out of order) or the close: the
+        errors (their text), and the call's result (None if the worker closed first)."""
         errors: list[str] = []
+        value: Any = None
+        answered = False
         end = time.monotonic() + timeout
         while True:
+            if answered and (errors or not errors_first):
+                return errors, value
             left = end - time.monotonic()
             if left <= 0:
                 raise AssertionError(
@@ -109,14 +116,14 @@ class RawPeer:
                 env, header = self.replies.get(timeout=min(left, 0.05))
             except queue.Empty:
                 if self.closed.is_set() and self.replies.empty():
-                    return errors, None
+                    return errors, value
                 continue
             kind, got_mid = _codec.loads_small(env)[:2]
-            value = _codec.decode(header, [])
+            got = _codec.decode(header, [])
             if kind == _protocol.ERR:
-                errors.append(str(_codec.rebuild_exception(value)))
+                errors.append(str(_codec.rebuild_exception(got)))
             if got_mid == mid and kind == _protocol.OK:
-                return errors, value
+                answered, value = True, got
 
     def close(self) -> None:
         self.link.close()

@@ -143,7 +143,7 @@ def test_malformed_frame_is_answered_at_once_and_the_worker_serves_on(victims, t
         peer.send_raw(data)
         with contextlib.suppress(OSError):  # the worker may have hung up already
             peer.send_call(GOOD_MID, 20, 22)
-        errors, value = peer.outcome(GOOD_MID, timeout=ANSWER_S)
+        errors, value = peer.outcome(GOOD_MID, timeout=ANSWER_S, errors_first=True)
         took = time.monotonic() - t0
     finally:
         peer.close()
