@@ -19,6 +19,7 @@ from tensorplay_jax.rpc._local import frames
 from tests.rpc import _targets
 
 WAIT_S = 10.0
+ME = "fuzzer"  # the peers' worker name, as the worker sees them
 
 
 def secret() -> str:
@@ -64,7 +65,7 @@ class RawPeer:
             "on_malformed": lambda link, e: None,
             "on_closed": self._on_closed,
         }
-        kw = {"peer": "victim", "secret": secret(), "me": "fuzzer"}
+        kw = {"peer": "victim", "secret": secret(), "me": ME}
         if transport == "local":
             from tensorplay_jax.rpc import _local
 
