@@ -387,6 +387,7 @@ class Agent:
     def _on_closed(self, link: Link, reason: str) -> None:
         with self._lock:
             self.connections.forget(link)
+            self._flight.link_closed(link)  # what it asked for is no one's to wait for now
             dead = [m for m, p in self._pending.items() if p.link is link]
             pends = [self._pending.pop(m) for m in dead]
         self.rrefs.requester_gone(link)  # fetches it parked here: no one left to answer
