@@ -18,6 +18,11 @@ Two columns are ours:
   user's first one sees with ``JAX_COMPILATION_CACHE_DIR`` set and
   ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0``).
 
+``--compile-seconds`` instead runs each tutorial once on ours with JAX's
+``JAX_LOG_COMPILES=1`` and sums, over all its processes, the seconds JAX reports
+for tracing, lowering and XLA compilation: the part of ``ours`` that a warm
+persistent cache removes.
+
 torch needs to be importable (``--torch-path`` is put first on its
 ``PYTHONPATH``). Both run on the CPU (``JAX_PLATFORMS=cpu``; torch's CPU build).
 
@@ -40,6 +45,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -63,6 +69,10 @@ CASES: dict[str, tuple[str, list[str], int]] = {
     "pipeline": ("rpc_pipeline.py", ["--splits", "1,2,4,8"], 0),
 }
 TIMEOUT_S = 900.0
+_COMPILE_LOG = re.compile(
+    r"Finished (?:tracing \+ transforming|jaxpr to MLIR module conversion|XLA compilation)"
+    r".* in ([0-9.eE+-]+) sec"
+)
 
 
 def _env(backend: str, torch_path: str, cache: str | None) -> dict[str, str]:
@@ -90,7 +100,9 @@ def _commands(name: str) -> list[list[str]]:
     ]
 
 
-def run_once(name: str, env: dict[str, str]) -> tuple[float, float]:
+def run_once(
+    name: str, env: dict[str, str], outputs: list[str] | None = None
+) -> tuple[float, float]:
     """One run of tutorial ``name``: (wall seconds, CPU seconds of all its processes)."""
     cmds = _commands(name)
     if not CASES[name][2]:
@@ -109,6 +121,8 @@ def run_once(name: str, env: dict[str, str]) -> tuple[float, float]:
         for p in procs:
             p.kill()
     wall = time.perf_counter() - t
+    if outputs is not None:
+        outputs.extend(outs)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     bad = [p.returncode for p in procs if p.returncode != 0]
@@ -117,17 +131,37 @@ def run_once(name: str, env: dict[str, str]) -> tuple[float, float]:
     return wall, cpu
 
 
+def compile_seconds(names: list[str]) -> None:
+    """Print, per tutorial, one run's wall and CPU seconds and JAX's compile seconds in it."""
+    print(f"# JAX_LOG_COMPILES=1, one run each, {datetime.datetime.now().isoformat()}")
+    print("| tutorial | wall s | CPU s | XLA compilations | compiling s (wall, all processes) |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        outs: list[str] = []
+        env = dict(_env("tensorplay_jax", "", None), JAX_LOG_COMPILES="1")
+        wall, cpu = run_once(name, env, outs)
+        found = [float(m) for o in outs for m in _COMPILE_LOG.findall(o)]
+        n_xla = sum(o.count("Finished XLA compilation") for o in outs)
+        print(f"| {name} | {wall:.1f} | {cpu:.1f} | {n_xla} | {sum(found):.1f} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--reps", type=int, default=3, help="timed runs of each, per column")
     p.add_argument("--only", default=",".join(CASES), help="comma-separated tutorial names")
     p.add_argument("--torch-path", default="/tmp/torchlib", help="where torch is installed")
     p.add_argument("--no-cache", action="store_true", help="skip the 'ours, cache' column")
+    p.add_argument(
+        "--compile-seconds", action="store_true", help="only: JAX's compile seconds in one run"
+    )
     args = p.parse_args()
     names = [n for n in args.only.split(",") if n]
     unknown = sorted(set(names) - set(CASES))
     if unknown:
         p.error(f"--only: unknown tutorial(s) {unknown}; choose from {sorted(CASES)}")
+    if args.compile_seconds:
+        compile_seconds(names)
+        return
 
     load_before = os.getloadavg()
     started = datetime.datetime.now().isoformat(timespec="seconds")
