@@ -289,7 +289,7 @@ def run_worker(rank, world_size):
             if agent.running_reward > agent.reward_threshold:
                 print(f"Solved! Running reward is now {agent.running_reward}!")
                 break
-            if args.max_episodes is not None and i_episode >= args.max_episodes:  # port
+            if args.max_episodes is not None and i_episode >= args.max_episodes:  # port: bound
                 break
     else:
         # other ranks are the observer
