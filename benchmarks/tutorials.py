@@ -36,7 +36,29 @@ Usage::
 The parameter server runs with one trainer (``--world_size 2``): with two, the
 tutorial's trainers race (one's optimizer step writes the parameters in place
 while the other's backward still needs them), which torch reports as an error
-in some runs.
+in some runs. The pipeline runs ``--splits 1,4`` (two spawns of three processes).
+
+What still differs between a tutorial and its upstream program (each line is
+marked ``# port:`` in the file; the backend block is the one place the two
+backends differ):
+
+- the imports (``TUTORIAL_BACKEND``); ``torch.multiprocessing`` is
+  ``tensorplay_jax.rpc`` (its ``spawn``) or the standard ``multiprocessing``;
+- ``DistributedOptimizer(optim.SGD, rrefs, lr=lr)`` is
+  ``DistributedOptimizer(optax.sgd(learning_rate=lr), rrefs)``: optimizers are
+  optax transforms;
+- a local ``optim.SGD``/``optim.Adam`` (batch parameter server, RL) is a short
+  class over optax in the backend block: tensorplay_jax has no local optimizers;
+- ``dist_autograd.get_gradients`` maps to ``jax.Array`` s, moved with
+  ``jax.device_put`` instead of ``.to("cpu")``; ``torch.from_numpy`` is
+  ``tensor``;
+- ``torch.LongTensor(n, m)`` (uninitialized memory, then ``% k`` or
+  ``.random_``) is ``randint``, on both backends (JAX has no uninitialized memory);
+- torchvision and gymnasium are not installed: synthetic MNIST and a small
+  ``DataLoader``, a linear stand-in for ``resnet50``, torchvision's ``Bottleneck``
+  and a numpy CartPole (gymnasium's dynamics and API) are written in the files and
+  used by both backends; ``.cuda()`` / ``cuda:N`` are the CPU; sizes are small and
+  bounded by flags (``--num_batches``, ``--max-episodes``, ``--splits``).
 """
 
 from __future__ import annotations
