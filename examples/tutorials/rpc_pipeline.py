@@ -285,8 +285,9 @@ class DistResNet50(nn.Module):
 #########################################################
 
 num_batches = 3
-batch_size = 8  # port: 120, on 128 x 128 images (here 64 x 64: micro-batches of 1 still
-#                                  leave 2 x 2 values per channel for the last BatchNorm2d)
+# port: the tutorial's batches are 120 images of 128 x 128; on 64 x 64 images a
+# micro-batch of one still leaves 2 x 2 values per channel for the last BatchNorm2d.
+batch_size = 8
 image_w = 64
 image_h = 64
 
