@@ -38,27 +38,7 @@ tutorial's trainers race (one's optimizer step writes the parameters in place
 while the other's backward still needs them), which torch reports as an error
 in some runs. The pipeline runs ``--splits 1,4`` (two spawns of three processes).
 
-A run on the 2-CPU development VM, shared with other jobs (load 7-14: the wall
-times are loud; the CPU columns are steadier), 2026-12-02, after the one-call key
-split; ``python benchmarks/tutorials.py --reps 2`` (pipeline first; ``cache`` is the
-``ours, cache`` column)::
-
-    | tutorial | ours s | torch s | cache s | ours/torch | cache/torch | CPU: ours | torch | cache |
-    |---|---|---|---|---|---|---|---|---|
-    | pipeline | 210.3 | 71.6 | 23.1 | 2.94x | 0.32x | 78.5 | 21.6 | 15.9 |
-    | rl | 124.2 | 53.2 | 67.9 | 2.33x | 1.28x | 44.5 | 18.7 | 27.6 |
-    | rnn | 26.0 | 17.7 | 8.9 | 1.46x | 0.50x | 11.9 | 8.4 | 5.3 |
-    | batch_parameter_server | 17.6 | 16.8 | 9.0 | 1.05x | 0.54x | 10.0 | 7.7 | 5.3 |
-    | parameter_server | 13.1 | 11.9 | 8.0 | 1.10x | 0.67x | 12.8 | 12.1 | 7.8 |
-
-Where ``ours`` misses 1.5x, the difference is XLA compilation (the ``ours`` minus
-``ours, cache`` CPU): the pipeline compiles each operation of its ResNet parts,
-forward and pullback, once per process and micro-batch shape (about 60 CPU s of
-its 78); the RL agent compiles about nine programs for every new episode length
-(the returns' normalisation, ``cat`` of the log-probabilities and its pullback,
-``sum``), about 0.75 CPU s each time, and its per-step ``select_action`` costs
-about 0.6 ms to torch's 0.37 (dispatch of six recorded operations). The RL rows
-vary between runs: the two observers' calls interleave, so the episodes differ.
+Measured tables, with their date, machine and command: ``docs/benchmarks.md``.
 
 What still differs between a tutorial and its upstream program (each line is
 marked ``# port:`` in the file; the backend block is the one place the two
