@@ -1,34 +1,72 @@
 """PyTorch's "Implementing Batch RPC Processing Using Asynchronous Executions": the
 batch-updating parameter server, ported.
 
-The tutorial's script with its imports changed and nothing in its structure: the
-server's ``update_and_fetch_model`` is an ``@rpc.functions.async_execution``
-static method that returns a Future; it completes (sending the updated model to
-every waiting trainer at once) when ``batch_update_size`` trainers have reported
-their gradients. ``torch.multiprocessing.spawn`` is ``tensorplay_jax.rpc.spawn``.
+The server's ``update_and_fetch_model`` is an ``@rpc.functions.async_execution``
+static method that returns a ``torch.futures.Future``; it completes (sending the
+updated model to every waiting trainer at once) when ``batch_update_size``
+trainers have reported their gradients.
 
-Differences, each marked ``# port:`` below: torchvision is not installed, so a
-linear classifier stands in for ``resnet50``; tensorplay_jax has no local
-``torch.optim``, so ``SGD`` is a few lines over optax; the one-hot labels use
-``jax.nn.one_hot`` (no ``Tensor.scatter_``); the tutorial trains on GPU
-(``.cuda()``), this port on the default JAX device; the sizes are small.
+The same file runs on tensorplay_jax (the default) and on torch:
+``TUTORIAL_BACKEND=torch`` imports torch instead. The backend block below is the
+one place the two differ; every other line that differs from the upstream
+program is marked ``# port:`` with its reason (torchvision is not installed, so a
+linear classifier stands in for ``resnet50``; the tutorial trains on a GPU, this
+port on the CPU; the sizes are small).
 
 Run::
 
     python examples/tutorials/rpc_batch_parameter_server.py
+    TUTORIAL_BACKEND=torch python examples/tutorials/rpc_batch_parameter_server.py
 """
 
 import os
 import threading
 from datetime import datetime
 
-import jax
-import optax
+# --------- port: the backend (TUTORIAL_BACKEND=torch or tensorplay_jax) ---------
+BACKEND = os.environ.get("TUTORIAL_BACKEND", "tensorplay_jax")
+if BACKEND == "torch":
+    import torch
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    from torch import optim
+elif BACKEND == "tensorplay_jax":
+    from types import SimpleNamespace
 
-import tensorplay_jax as torch  # port: import torch
-import tensorplay_jax.distributed.rpc as rpc
-import tensorplay_jax.nn as nn
-from tensorplay_jax.rpc import spawn  # port: torch.multiprocessing.spawn
+    import optax
+
+    import tensorplay_jax as torch
+    import tensorplay_jax.distributed.rpc as rpc
+    import tensorplay_jax.nn as nn
+    import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
+
+    class SGD:
+        """torch.optim.SGD over optax (tensorplay_jax has no local optimizers)."""
+
+        def __init__(self, params, lr, momentum=0.0):
+            self.params = list(params)
+            self.tx = optax.sgd(lr, momentum=momentum)
+            self.state = self.tx.init([p.value for p in self.params])
+
+        def step(self):
+            values = [p.value for p in self.params]
+            grads = [p.grad.value for p in self.params]
+            updates, self.state = self.tx.update(grads, self.state, values)
+            for p, v in zip(self.params, optax.apply_updates(values, updates), strict=True):
+                p.data = v
+
+        def zero_grad(self, set_to_none=True):
+            for p in self.params:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+    optim = SimpleNamespace(SGD=SGD)
+else:
+    raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
+# --------- end of the backend block ---------
 
 batch_size = 8  # port: sizes made small (the tutorial: 20, 64, 64, 30, 5, 6)
 image_w = 8
@@ -42,37 +80,18 @@ def timed_log(text):
     print(f"{datetime.now().strftime('%H:%M:%S')} {text}", flush=True)
 
 
-def resnet_stand_in(num_classes):  # port: torchvision.models.resnet50
+def resnet_stand_in(num_classes):  # port: torchvision.models.resnet50 (not installed)
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * image_w * image_h, num_classes))
-
-
-class SGD:  # port: torch.optim.SGD, over optax
-    def __init__(self, params, lr, momentum=0.0):
-        self.params = list(params)
-        self.tx = optax.sgd(lr, momentum=momentum)
-        self.state = self.tx.init([p.value for p in self.params])
-
-    def step(self):
-        values = [p.value for p in self.params]
-        updates, self.state = self.tx.update(
-            [p.grad.value for p in self.params], self.state, values
-        )
-        for p, v in zip(self.params, optax.apply_updates(values, updates), strict=False):
-            p.data = v
-
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            p.grad = None if set_to_none else torch.zeros_like(p)
 
 
 class BatchUpdateParameterServer:
     def __init__(self, batch_update_size=batch_update_size):
         self.model = resnet_stand_in(num_classes=num_classes)
         self.lock = threading.Lock()
-        self.future_model = rpc.Future()  # port: torch.futures.Future
+        self.future_model = torch.futures.Future()
         self.batch_update_size = batch_update_size
         self.curr_update_size = 0
-        self.optimizer = SGD(self.model.parameters(), lr=0.001, momentum=0.9)
+        self.optimizer = optim.SGD(self.model.parameters(), lr=0.001, momentum=0.9)
         for p in self.model.parameters():
             p.grad = torch.zeros_like(p)
 
@@ -84,7 +103,7 @@ class BatchUpdateParameterServer:
     def update_and_fetch_model(ps_rref, grads):
         self = ps_rref.local_value()
         timed_log(f"PS got {self.curr_update_size}/{batch_update_size} updates")
-        for p, g in zip(self.model.parameters(), grads, strict=False):
+        for p, g in zip(self.model.parameters(), grads, strict=True):
             p.grad += g
         with self.lock:
             self.curr_update_size += 1
@@ -98,7 +117,7 @@ class BatchUpdateParameterServer:
                 self.optimizer.zero_grad(set_to_none=False)
                 fut.set_result(self.model)
                 timed_log("PS updated model")
-                self.future_model = rpc.Future()
+                self.future_model = torch.futures.Future()
 
         return fut
 
@@ -107,18 +126,18 @@ class Trainer:
     def __init__(self, ps_rref):
         self.ps_rref = ps_rref
         self.loss_fn = nn.MSELoss()
+        # port: torch.LongTensor(batch_size).random_(0, num_classes) (uninitialized memory)
         self.one_hot_indices = torch.randint(0, num_classes, (batch_size,)).view(batch_size, 1)
 
     def get_next_batch(self):
         for _ in range(num_batches):
             inputs = torch.randn(batch_size, 3, image_w, image_h)
-            # port: torch.zeros(batch_size, num_classes).scatter_(1, self.one_hot_indices, 1)
-            labels = torch.tensor(jax.nn.one_hot(self.one_hot_indices.value[:, 0], num_classes))
-            yield inputs, labels  # port: .cuda()
+            labels = torch.zeros(batch_size, num_classes).scatter_(1, self.one_hot_indices, 1)
+            yield inputs, labels  # port: on the CPU (the tutorial: .cuda())
 
     def train(self):
         name = rpc.get_worker_info().name
-        m = self.ps_rref.rpc_sync().get_model()  # port: .cuda()
+        m = self.ps_rref.rpc_sync().get_model()  # port: on the CPU (the tutorial: .cuda())
         for inputs, labels in self.get_next_batch():
             timed_log(f"{name} processing one batch")
             self.loss_fn(m(inputs), labels).backward()
@@ -126,8 +145,8 @@ class Trainer:
             m = rpc.rpc_sync(
                 self.ps_rref.owner(),
                 BatchUpdateParameterServer.update_and_fetch_model,
-                args=(self.ps_rref, [p.grad for p in m.parameters()]),  # port: m.cpu()
-            )  # port: .cuda()
+                args=(self.ps_rref, [p.grad for p in m.cpu().parameters()]),
+            )  # port: on the CPU (the tutorial: .cuda())
             timed_log(f"{name} got updated model")
 
 
@@ -143,7 +162,7 @@ def run_ps(trainers):
     for trainer in trainers:
         futs.append(rpc.rpc_async(trainer, run_trainer, args=(ps_rref,)))
 
-    rpc.wait_all(futs)  # port: torch.futures.wait_all
+    torch.futures.wait_all(futs)
     timed_log("Finish training")
 
 
@@ -166,4 +185,4 @@ def run(rank, world_size):
 
 if __name__ == "__main__":
     world_size = batch_update_size + 1
-    spawn(run, args=(world_size,), nprocs=world_size, join=True)
+    mp.spawn(run, args=(world_size,), nprocs=world_size, join=True)

@@ -1,15 +1,16 @@
 """PyTorch's "Implementing a Parameter Server Using Distributed RPC Framework", ported.
 
-The tutorial's script with its imports changed (``torch`` -> ``tensorplay_jax``,
-``torch.optim.SGD`` -> ``optax.sgd`` in the ``DistributedOptimizer``) and nothing
-in its structure: the parameter server is created once by ``get_parameter_server``
-under the script's ``global_lock``, trainers reach it through an RRef, train with
-distributed autograd, and ``rpc.shutdown()`` makes the server wait for them.
+The parameter server is created once by ``get_parameter_server`` under the
+script's ``global_lock``; trainers reach it through an RRef, train with
+distributed autograd and a ``DistributedOptimizer``, and ``rpc.shutdown()`` makes
+the server wait for them.
 
-Differences, each marked ``# port:`` below: torchvision is not installed, so a
-synthetic MNIST stand-in (``SyntheticMNIST``, ``DataLoader``) replaces
-``datasets.MNIST`` and ``torch.utils.data.DataLoader``; ``torch.cuda.is_available()``
-is asked of JAX; ``get_gradients`` gives jax.Arrays, moved with ``jax.device_put``;
+The same file runs on tensorplay_jax (the default) and on torch:
+``TUTORIAL_BACKEND=torch`` imports torch instead. The backend block below is the
+one place the two differ; every other line that differs from the upstream
+program is marked ``# port:`` with its reason: torchvision is not installed, so a
+synthetic MNIST (``SyntheticMNIST``) and a small ``DataLoader`` replace
+``datasets.MNIST`` and ``torch.utils.data.DataLoader`` on both backends;
 ``--num_batches`` bounds each epoch so the example runs small.
 
 Run one process per rank, as the tutorial does (rank 0 is the server)::
@@ -20,26 +21,51 @@ Run one process per rank, as the tutorial does (rank 0 is the server)::
 """
 
 import argparse
-import multiprocessing as mp  # port: torch.multiprocessing
 import os
 from threading import Lock
 
-import jax
 import numpy as np
-import optax  # port: torch.optim
 
-import tensorplay_jax as torch  # port: import torch
-import tensorplay_jax.distributed.autograd as dist_autograd
-import tensorplay_jax.distributed.rpc as rpc
-import tensorplay_jax.nn as nn
-import tensorplay_jax.nn.functional as F
-from tensorplay_jax.distributed.optim import DistributedOptimizer
+# --------- port: the backend (TUTORIAL_BACKEND=torch or tensorplay_jax) ---------
+BACKEND = os.environ.get("TUTORIAL_BACKEND", "tensorplay_jax")
+if BACKEND == "torch":
+    import torch
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch import optim
+    from torch.distributed.optim import DistributedOptimizer
+
+    def sgd_optimizer(param_rrefs, lr):
+        return DistributedOptimizer(optim.SGD, param_rrefs, lr=lr)
+
+    def grad_to_cpu(grad):
+        return grad.to("cpu")
+elif BACKEND == "tensorplay_jax":
+    import multiprocessing as mp  # Process and set_start_method, as torch.multiprocessing's
+
+    import jax
+    import optax
+
+    import tensorplay_jax as torch
+    import tensorplay_jax.distributed.autograd as dist_autograd
+    import tensorplay_jax.distributed.rpc as rpc
+    import tensorplay_jax.nn as nn
+    import tensorplay_jax.nn.functional as F
+    from tensorplay_jax.distributed.optim import DistributedOptimizer
+
+    def sgd_optimizer(param_rrefs, lr):  # the optimizer is an optax transform
+        return DistributedOptimizer(optax.sgd(learning_rate=lr), param_rrefs)
+
+    def grad_to_cpu(grad):  # get_gradients gives jax.Arrays (the values optax takes)
+        return jax.device_put(grad, jax.devices("cpu")[0])
+else:
+    raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
+# --------- end of the backend block ---------
 
 # --------- MNIST Network to train, from pytorch/examples -----
-
-
-def cuda_is_available():  # port: torch.cuda.is_available()
-    return any(d.platform == "gpu" for d in jax.devices())
 
 
 class Net(nn.Module):
@@ -47,14 +73,19 @@ class Net(nn.Module):
         super().__init__()
         print(f"Using {num_gpus} GPUs to train")
         self.num_gpus = num_gpus
-        device = "cuda:0" if cuda_is_available() and self.num_gpus > 0 else "cpu"
+        if torch.accelerator.is_available() and self.num_gpus > 0:
+            acc = torch.accelerator.current_accelerator()
+            device = torch.device(f"{acc}:0")
+        else:
+            device = torch.device("cpu")
         print(f"Putting first 2 convs on {device!s}")
-        # Put conv layers on the first cuda device
+        # Put conv layers on the first accelerator device
         self.conv1 = nn.Conv2d(1, 32, 3, 1).to(device)
         self.conv2 = nn.Conv2d(32, 64, 3, 1).to(device)
-        # Put rest of the network on the 2nd cuda device, if there is one
-        if "cuda" in str(device) and num_gpus > 1:
-            device = "cuda:1"
+        # Put rest of the network on the 2nd accelerator device, if there is one
+        if torch.accelerator.is_available() and self.num_gpus > 0:
+            acc = torch.accelerator.current_accelerator()
+            device = torch.device(f"{acc}:1")
 
         print(f"Putting rest of layers on {device!s}")
         self.dropout1 = nn.Dropout2d(0.25).to(device)
@@ -105,7 +136,11 @@ class ParameterServer(nn.Module):
         super().__init__()
         model = Net(num_gpus=num_gpus)
         self.model = model
-        self.input_device = "cuda:0" if cuda_is_available() and num_gpus > 0 else "cpu"
+        if torch.accelerator.is_available() and num_gpus > 0:
+            acc = torch.accelerator.current_accelerator()
+            self.input_device = torch.device(f"{acc}:0")
+        else:
+            self.input_device = torch.device("cpu")
 
     def forward(self, inp):
         inp = inp.to(self.input_device)
@@ -120,8 +155,7 @@ class ParameterServer(nn.Module):
         grads = dist_autograd.get_gradients(cid)
         cpu_grads = {}
         for k, v in grads.items():
-            # port: the gradients are jax.Arrays (tensorplay: Tensors), so v has no .to()
-            k_cpu, v_cpu = k.to("cpu"), jax.device_put(v, jax.devices("cpu")[0])
+            k_cpu, v_cpu = k.to("cpu"), grad_to_cpu(v)  # port: v.to("cpu")
             cpu_grads[k_cpu] = v_cpu
         return cpu_grads
 
@@ -185,7 +219,7 @@ def run_training_loop(rank, num_gpus, train_loader, test_loader):
     net = TrainerNet(num_gpus=num_gpus)
     # Build DistributedOptimizer.
     param_rrefs = net.get_global_param_rrefs()
-    opt = DistributedOptimizer(optax.sgd(learning_rate=0.03), param_rrefs)  # port: optim.SGD
+    opt = sgd_optimizer(param_rrefs, lr=0.03)  # port: DistributedOptimizer(optim.SGD, ...)
     for i, (data, target) in enumerate(train_loader):
         with dist_autograd.context() as cid:
             model_output = net(data)
@@ -210,7 +244,11 @@ def get_accuracy(test_loader, model):
     model.eval()
     correct_sum = 0
     # Use GPU to evaluate if possible
-    device = "cuda:0" if model.num_gpus > 0 and cuda_is_available() else "cpu"
+    if torch.accelerator.is_available() and model.num_gpus > 0:
+        acc = torch.accelerator.current_accelerator()
+        device = torch.device(f"{acc}:0")
+    else:
+        device = torch.device("cpu")
     with torch.no_grad():
         for _i, (data, target) in enumerate(test_loader):
             out = model(data)
@@ -233,7 +271,7 @@ def run_worker(rank, world_size, num_gpus, train_loader, test_loader):
     rpc.shutdown()
 
 
-# --------- Data (port: torchvision and torch.utils.data are not available) ----
+# --------- port: data (torchvision and a DataLoader for tensorplay_jax are not installed) ----
 
 
 class SyntheticMNIST:
@@ -314,18 +352,22 @@ if __name__ == "__main__":
     os.environ["MASTER_PORT"] = args.master_port
     processes = []
     world_size = args.world_size
+
+    # Note that Linux uses "fork" by default, which may cause deadlock.
+    mp.set_start_method("spawn")
+
     if args.rank == 0:
         p = mp.Process(target=run_parameter_server, args=(0, world_size))
         p.start()
         processes.append(p)
     else:
         # Get data to train on
-        train_loader = DataLoader(
+        train_loader = DataLoader(  # port: torch.utils.data.DataLoader(datasets.MNIST(...))
             SyntheticMNIST("../data", train=True, num_batches=args.num_batches),
             batch_size=32,
             shuffle=True,
         )
-        test_loader = DataLoader(
+        test_loader = DataLoader(  # port: as train_loader
             SyntheticMNIST("../data", train=False, num_batches=args.num_batches),
             batch_size=32,
             shuffle=True,

@@ -1,23 +1,27 @@
 """PyTorch's "Distributed Pipeline Parallelism Using RPC", ported.
 
-The tutorial's script with its imports changed and nothing in its structure: a
-ResNet in two parts on ``worker1`` and ``worker2``; the master splits each batch
+A ResNet in two parts on ``worker1`` and ``worker2``; the master splits each batch
 into micro-batches and, for each, runs part 1 with ``rpc.remote`` (its output
 stays on worker1 as an RRef) and part 2 with ``rpc_async`` on that RRef, so the
 two parts work on different micro-batches at once; distributed autograd and a
 ``DistributedOptimizer`` train both parts.
 
-Differences, each marked ``# port:`` below: torchvision is not installed, so its
-``Bottleneck`` is written here, with ``BatchNorm2d`` (batch statistics only) and
-``AdaptiveAvgPool2d((1, 1))`` stand-ins; the model is a small ResNet (fewer and
+The same file runs on tensorplay_jax (the default) and on torch:
+``TUTORIAL_BACKEND=torch`` imports torch instead. The backend block below is the
+one place the two differ; every other line that differs from the upstream
+program is marked ``# port:`` with its reason: torchvision is not installed, so
+its ``Bottleneck`` is written here; the model is a small ResNet (fewer and
 narrower layers) on small images; the parts live on the CPU (the tutorial:
-``cuda:0`` and ``cuda:1``); ``ProcessGroupRpcBackendOptions`` (gone from recent
-torch) is ``TensorPipeRpcBackendOptions``; one-hot labels use ``jax.nn.one_hot``;
-``--splits`` chooses the micro-batch counts (the tutorial: 1, 2, 4, 8).
+``cuda:0`` and ``cuda:1``); ``--splits`` chooses the micro-batch counts (the
+tutorial: 1, 2, 4, 8). The optimizer is the tutorial's ``DistributedOptimizer``
+(the current upstream file instead builds a local ``optim.SGD`` on each worker
+with ``torch.compile(opt.step)``; distributed autograd keeps the gradients in its
+context, not in ``.grad``, which that local step reads).
 
 Run::
 
     python examples/tutorials/rpc_pipeline.py --splits 1,2,4
+    TUTORIAL_BACKEND=torch python examples/tutorials/rpc_pipeline.py --splits 1,2,4
 """
 
 import argparse
@@ -25,46 +29,41 @@ import os
 import threading
 import time
 
-import jax
-import jax.numpy as jnp
-import optax
+# --------- port: the backend (TUTORIAL_BACKEND=torch or tensorplay_jax) ---------
+BACKEND = os.environ.get("TUTORIAL_BACKEND", "tensorplay_jax")
+if BACKEND == "torch":
+    import torch
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    import torch.optim as optim
+    from torch.distributed.optim import DistributedOptimizer
+    from torch.distributed.rpc import RRef
 
-import tensorplay_jax as torch  # port: import torch
-import tensorplay_jax.distributed.autograd as dist_autograd
-import tensorplay_jax.distributed.rpc as rpc
-import tensorplay_jax.nn as nn
-from tensorplay_jax.distributed.optim import DistributedOptimizer
-from tensorplay_jax.distributed.rpc import RRef
-from tensorplay_jax.rpc import spawn  # port: torch.multiprocessing.spawn
+    def sgd_optimizer(param_rrefs, lr):
+        return DistributedOptimizer(optim.SGD, param_rrefs, lr=lr)
+elif BACKEND == "tensorplay_jax":
+    import optax
+
+    import tensorplay_jax as torch
+    import tensorplay_jax.distributed.autograd as dist_autograd
+    import tensorplay_jax.distributed.rpc as rpc
+    import tensorplay_jax.nn as nn
+    import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
+    from tensorplay_jax.distributed.optim import DistributedOptimizer
+    from tensorplay_jax.distributed.rpc import RRef
+
+    def sgd_optimizer(param_rrefs, lr):  # the optimizer is an optax transform
+        return DistributedOptimizer(optax.sgd(learning_rate=lr), param_rrefs)
+else:
+    raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
+# --------- end of the backend block ---------
+
 
 #########################################################
-#    port: stand-ins for torchvision's Bottleneck        #
+#     port: torchvision's Bottleneck (not installed)    #
 #########################################################
-
-
-def _batch_norm(x, weight, bias):
-    mean = x.mean(axis=(0, 2, 3), keepdims=True)
-    var = x.var(axis=(0, 2, 3), keepdims=True)
-    return (x - mean) / jnp.sqrt(var + 1e-5) * weight[:, None, None] + bias[:, None, None]
-
-
-class BatchNorm2d(nn.Module):
-    def __init__(self, num_features):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_features))
-        self.bias = nn.Parameter(torch.zeros(num_features))
-
-    def forward(self, x):
-        return torch.apply(_batch_norm, x, self.weight, self.bias)
-
-
-class AdaptiveAvgPool2d(nn.Module):
-    def __init__(self, output_size):
-        super().__init__()
-        assert tuple(output_size) == (1, 1), "only (1, 1) here"
-
-    def forward(self, x):
-        return x.mean(dim=(2, 3), keepdim=True)
 
 
 class Bottleneck(nn.Module):
@@ -154,7 +153,7 @@ class ResNetBase(nn.Module):
 
         self._lock = threading.Lock()
         self._block = block
-        self._norm_layer = BatchNorm2d  # port: nn.BatchNorm2d
+        self._norm_layer = nn.BatchNorm2d
         self.inplanes = inplanes
         self.dilation = 1
         self.groups = groups
@@ -202,9 +201,8 @@ class ResNetPart1(ResNetBase):
 
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
-                # port: kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                nn.init.kaiming_uniform_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, BatchNorm2d):  # port: nn.BatchNorm2d
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
@@ -227,7 +225,7 @@ class ResNetPart2(ResNetBase):
         self.seq = nn.Sequential(
             self._make_layer(16, 1, stride=2),  # port: (256, 6, stride=2)
             self._make_layer(32, 1, stride=2),  # port: (512, 3, stride=2)
-            AdaptiveAvgPool2d((1, 1)),  # port: nn.AdaptiveAvgPool2d
+            nn.AdaptiveAvgPool2d((1, 1)),
         ).to(self.device)
 
         self.fc = nn.Linear(32 * self._block.expansion, num_classes).to(self.device)
@@ -287,25 +285,27 @@ class DistResNet50(nn.Module):
 #########################################################
 
 num_batches = 3
-batch_size = 8  # port: 120, on 128 x 128 images
-image_w = 32
-image_h = 32
+# port: the tutorial's batches are 120 images of 128 x 128; on 64 x 64 images a
+# micro-batch of one still leaves 2 x 2 values per channel for the last BatchNorm2d.
+batch_size = 8
+image_w = 64
+image_h = 64
 
 
 def run_master(split_size):
     # put the two model parts on worker1 and worker2 respectively
     model = DistResNet50(split_size, ["worker1", "worker2"])
     loss_fn = nn.MSELoss()
-    opt = DistributedOptimizer(optax.sgd(learning_rate=0.05), model.parameter_rrefs())  # port
+    opt = sgd_optimizer(model.parameter_rrefs(), lr=0.05)  # port: DistributedOptimizer(optim.SGD..)
 
+    # port: torch.LongTensor(batch_size).random_(0, num_classes) (uninitialized memory)
     one_hot_indices = torch.randint(0, num_classes, (batch_size,)).view(batch_size, 1)
 
     for i in range(num_batches):
         print(f"Processing batch {i}", flush=True)
         # generate random inputs and labels
         inputs = torch.randn(batch_size, 3, image_w, image_h)
-        # port: torch.zeros(batch_size, num_classes).scatter_(1, one_hot_indices, 1)
-        labels = torch.tensor(jax.nn.one_hot(one_hot_indices.value[:, 0], num_classes))
+        labels = torch.zeros(batch_size, num_classes).scatter_(1, one_hot_indices, 1)
 
         with dist_autograd.context() as context_id:
             outputs = model(inputs)
@@ -316,7 +316,7 @@ def run_master(split_size):
 def run_worker(rank, world_size, num_split):
     os.environ["MASTER_ADDR"] = "localhost"
     os.environ.setdefault("MASTER_PORT", "29500")  # port: a test runs it on a free port
-    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=256)  # port
+    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=256)
 
     if rank == 0:
         rpc.init_rpc("master", rank=rank, world_size=world_size, rpc_backend_options=options)
@@ -330,12 +330,12 @@ def run_worker(rank, world_size, num_split):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])  # port
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])  # port: --splits
     parser.add_argument("--splits", default="1,2,4,8", help="port: micro-batch counts to time")
     splits = [int(s) for s in parser.parse_args().splits.split(",")]
     world_size = 3
     for num_split in splits:  # port: [1, 2, 4, 8]
         tik = time.time()
-        spawn(run_worker, args=(world_size, num_split), nprocs=world_size, join=True)
+        mp.spawn(run_worker, args=(world_size, num_split), nprocs=world_size, join=True)
         tok = time.time()
         print(f"number of splits = {num_split}, execution time = {tok - tik}")

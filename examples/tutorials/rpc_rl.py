@@ -1,21 +1,23 @@
 """PyTorch's "Getting Started with Distributed RPC Framework", part 1: distributed
 reinforcement learning with an agent and observers, ported.
 
-The tutorial's script with its imports changed and nothing in its structure: rank
-0 is the agent holding the policy; every other rank is an observer with its own
-environment. The agent asks each observer (``rpc_async`` through an RRef) to
+Rank 0 is the agent holding the policy; every other rank is an observer with its
+own environment. The agent asks each observer (``rpc_async`` through an RRef) to
 run an episode; observers call back ``select_action`` and ``report_reward`` on
 the agent; the agent then trains the policy with REINFORCE.
 
-Differences, each marked ``# port:`` below: gym is not installed, so a CartPole
-written in numpy stands in for ``gym.make('CartPole-v1')`` (same dynamics, 500-step
-limit, reward threshold 475); ``torch.distributions.Categorical`` is a few lines
-here; tensorplay_jax has no local ``torch.optim``, so ``Adam`` is a few lines over
-optax; ``--max-episodes`` bounds the training loop so the example can run small.
+The same file runs on tensorplay_jax (the default) and on torch:
+``TUTORIAL_BACKEND=torch`` imports torch instead. The backend block below is the
+one place the two differ; every other line that differs from the upstream
+program is marked ``# port:`` with its reason: gymnasium is not installed, so a
+CartPole written in numpy (gymnasium's ``CartPole-v1`` dynamics and API) stands in
+for ``gym.make``; ``--max-episodes`` bounds the training loop so the example can
+run small.
 
 Run (agent + 2 observers)::
 
     python examples/tutorials/rpc_rl.py --world-size 3 --max-episodes 20
+    TUTORIAL_BACKEND=torch python examples/tutorials/rpc_rl.py --world-size 3 --max-episodes 20
 """
 
 import argparse
@@ -24,14 +26,52 @@ from itertools import count
 from types import SimpleNamespace
 
 import numpy as np
-import optax
 
-import tensorplay_jax as torch  # port: import torch
-import tensorplay_jax.distributed.rpc as rpc
-import tensorplay_jax.nn as nn
-import tensorplay_jax.nn.functional as F
-from tensorplay_jax.distributed.rpc import RRef, remote, rpc_async, rpc_sync
-from tensorplay_jax.rpc import spawn  # port: torch.multiprocessing.spawn
+# --------- port: the backend (TUTORIAL_BACKEND=torch or tensorplay_jax) ---------
+BACKEND = os.environ.get("TUTORIAL_BACKEND", "tensorplay_jax")
+if BACKEND == "torch":
+    import torch
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torch.optim as optim
+    from torch.distributed.rpc import RRef, remote, rpc_async, rpc_sync
+    from torch.distributions import Categorical
+elif BACKEND == "tensorplay_jax":
+    import optax
+
+    import tensorplay_jax as torch
+    import tensorplay_jax.distributed.rpc as rpc
+    import tensorplay_jax.nn as nn
+    import tensorplay_jax.nn.functional as F
+    import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
+    from tensorplay_jax.distributed.rpc import RRef, remote, rpc_async, rpc_sync
+    from tensorplay_jax.distributions import Categorical
+
+    class Adam:
+        """torch.optim.Adam over optax (tensorplay_jax has no local optimizers)."""
+
+        def __init__(self, params, lr):
+            self.params = list(params)
+            self.tx = optax.adam(lr)
+            self.state = self.tx.init([p.value for p in self.params])
+
+        def zero_grad(self):
+            for p in self.params:
+                p.grad = None
+
+        def step(self):
+            values = [p.value for p in self.params]
+            grads = [p.grad.value for p in self.params]
+            updates, self.state = self.tx.update(grads, self.state, values)
+            for p, v in zip(self.params, optax.apply_updates(values, updates), strict=True):
+                p.data = v
+
+    optim = SimpleNamespace(Adam=Adam)
+else:
+    raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
+# --------- end of the backend block ---------
 
 TOTAL_EPISODE_STEP = 5000
 AGENT_NAME = "agent"
@@ -58,23 +98,22 @@ args = parser.parse_args()
 torch.manual_seed(args.seed)
 
 
-# --------- port: stand-ins for gym, torch.distributions and torch.optim ---------
+# --------- port: gymnasium's CartPole-v1, in numpy (gymnasium is not installed) ---------
 
 
 class CartPole:
-    """CartPole-v1's dynamics (Barto, Sutton & Anderson), in numpy."""
+    """CartPole-v1 (Barto, Sutton & Anderson): gymnasium's dynamics, limits and API."""
 
     spec = SimpleNamespace(reward_threshold=475.0, max_episode_steps=500)
 
     def __init__(self):
         self.rng, self.state, self.steps = np.random.default_rng(), None, 0
 
-    def seed(self, seed):
-        self.rng = np.random.default_rng(seed)
-
-    def reset(self):
+    def reset(self, seed=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
         self.state, self.steps = self.rng.uniform(-0.05, 0.05, size=4), 0
-        return self.state.astype(np.float32)
+        return self.state.astype(np.float32), {}
 
     def step(self, action):
         x, x_dot, theta, theta_dot = self.state
@@ -86,49 +125,12 @@ class CartPole:
         x, x_dot = x + 0.02 * x_dot, x_dot + 0.02 * x_acc
         theta, theta_dot = theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc
         self.state, self.steps = np.array([x, x_dot, theta, theta_dot]), self.steps + 1
-        done = abs(x) > 2.4 or abs(theta) > 12 * 2 * np.pi / 360
-        done = done or self.steps >= self.spec.max_episode_steps
-        return self.state.astype(np.float32), 1.0, bool(done), {}
+        terminated = bool(abs(x) > 2.4 or abs(theta) > 12 * 2 * np.pi / 360)
+        truncated = self.steps >= self.spec.max_episode_steps
+        return self.state.astype(np.float32), 1.0, terminated, truncated, {}
 
 
 gym = SimpleNamespace(make=lambda name: CartPole())
-
-
-class Categorical:
-    """``torch.distributions.Categorical(probs)``: ``sample()`` and ``log_prob(action)``."""
-
-    def __init__(self, probs):
-        self.probs = probs
-
-    def sample(self):
-        p = np.asarray(self.probs.numpy(), np.float64)[0]
-        return torch.tensor([np.random.default_rng().choice(len(p), p=p / p.sum())])
-
-    def log_prob(self, action):
-        return torch.log(self.probs[:, action.item()])
-
-
-class Adam:
-    """``torch.optim.Adam`` over optax: ``zero_grad()``, then ``backward()``, then ``step()``."""
-
-    def __init__(self, params, lr):
-        self.params = list(params)
-        self.tx = optax.adam(lr)
-        self.state = self.tx.init([p.value for p in self.params])
-
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-
-    def step(self):
-        values = [p.value for p in self.params]
-        grads = [p.grad.value if p.grad is not None else 0 * p.value for p in self.params]
-        updates, self.state = self.tx.update(grads, self.state, values)
-        for p, v in zip(self.params, optax.apply_updates(values, updates), strict=True):
-            p.data = v
-
-
-optim = SimpleNamespace(Adam=Adam)
 
 # --------- the tutorial ---------
 
@@ -171,21 +173,21 @@ class Observer:
     def __init__(self):
         self.id = rpc.get_worker_info().id
         self.env = gym.make("CartPole-v1")
-        self.env.seed(args.seed)
+        self.env.reset(seed=args.seed)
 
     def run_episode(self, agent_rref, n_steps):
-        state, ep_reward = self.env.reset(), 0  # noqa: F841  (the tutorial's line)
+        state, ep_reward = self.env.reset()[0], 0  # noqa: F841  (the tutorial's line)
         for step in range(n_steps):  # noqa: B007  (the tutorial's line)
             # send the state to the agent to get an action
             action = _remote_method(Agent.select_action, agent_rref, self.id, state)
 
             # apply the action to the environment, and get the reward
-            state, reward, done, _ = self.env.step(action)
+            state, reward, terminated, truncated, _ = self.env.step(action)
 
             # report the reward to the agent for training purpose
             _remote_method(Agent.report_reward, agent_rref, self.id, reward)
 
-            if done:
+            if terminated or truncated:
                 break
 
 
@@ -207,7 +209,7 @@ class Agent:
             self.saved_log_probs[ob_info.id] = []
 
     def select_action(self, ob_id, state):
-        state = torch.tensor(state).float().unsqueeze(0)  # port: torch.from_numpy
+        state = torch.tensor(state).float().unsqueeze(0)  # port: torch.from_numpy (not in tp)
         probs = self.policy(state)
         m = Categorical(probs)
         action = m.sample()
@@ -287,7 +289,7 @@ def run_worker(rank, world_size):
             if agent.running_reward > agent.reward_threshold:
                 print(f"Solved! Running reward is now {agent.running_reward}!")
                 break
-            if args.max_episodes is not None and i_episode >= args.max_episodes:  # port
+            if args.max_episodes is not None and i_episode >= args.max_episodes:  # port: bound
                 break
     else:
         # other ranks are the observer
@@ -297,7 +299,7 @@ def run_worker(rank, world_size):
 
 
 def main():
-    spawn(run_worker, args=(args.world_size,), nprocs=args.world_size, join=True)
+    mp.spawn(run_worker, args=(args.world_size,), nprocs=args.world_size, join=True)
 
 
 if __name__ == "__main__":

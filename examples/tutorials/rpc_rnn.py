@@ -1,92 +1,54 @@
 """PyTorch's "Getting Started with Distributed RPC Framework", part 2: the distributed
 RNN (model parallel), ported.
 
-The tutorial's code with its imports changed and nothing in its structure: the
-embedding table and the decoder live on the parameter server ``ps`` (created
+The embedding table and the decoder live on the parameter server ``ps`` (created
 with ``rpc.remote``), the LSTM on the trainer; every forward crosses RPC twice,
 ``dist_autograd.backward`` reaches both workers and one ``DistributedOptimizer``
 steps all parameters. The tutorial's two files (``rnn.py``, ``main.py``) are one here.
 
-Differences, each marked ``# port:`` below: tensorplay_jax has no ``nn.LSTM``, so a
-multi-layer LSTM (one tape node per call, over ``jax.lax.scan``) is written here;
-``torch.LongTensor(n, m)`` (uninitialized memory) is ``torch.randint``; the
-tutorial keeps the embedding on GPU (``.cuda()``/``.cpu()``), this port on the
-default device.
+The same file runs on tensorplay_jax (the default) and on torch:
+``TUTORIAL_BACKEND=torch`` imports torch instead. The backend block below is the
+one place the two differ; every other line that differs from the upstream
+program is marked ``# port:`` with its reason.
 
 Run (ps, trainer)::
 
     python examples/tutorials/rpc_rnn.py
+    TUTORIAL_BACKEND=torch python examples/tutorials/rpc_rnn.py
 """
 
-import functools
 import os
 
-import jax
-import jax.numpy as jnp
-import optax
+# --------- port: the backend (TUTORIAL_BACKEND=torch or tensorplay_jax) ---------
+BACKEND = os.environ.get("TUTORIAL_BACKEND", "tensorplay_jax")
+if BACKEND == "torch":
+    import torch
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    import torch.optim as optim
+    from torch.distributed.optim import DistributedOptimizer
+    from torch.distributed.rpc import RRef
 
-import tensorplay_jax as torch  # port: import torch
-import tensorplay_jax.distributed.autograd as dist_autograd
-import tensorplay_jax.distributed.rpc as rpc
-import tensorplay_jax.nn as nn
-from tensorplay_jax.distributed.optim import DistributedOptimizer
-from tensorplay_jax.distributed.rpc import RRef
-from tensorplay_jax.rpc import spawn  # port: torch.multiprocessing.spawn
+    def sgd_optimizer(param_rrefs, lr):
+        return DistributedOptimizer(optim.SGD, param_rrefs, lr=lr)
+elif BACKEND == "tensorplay_jax":
+    import optax
 
-# --------- port: nn.LSTM ---------
+    import tensorplay_jax as torch
+    import tensorplay_jax.distributed.autograd as dist_autograd
+    import tensorplay_jax.distributed.rpc as rpc
+    import tensorplay_jax.nn as nn
+    import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
+    from tensorplay_jax.distributed.optim import DistributedOptimizer
+    from tensorplay_jax.distributed.rpc import RRef
 
-
-@functools.partial(jax.jit, static_argnums=4)  # compiled once per shape: one tape node a call
-def _lstm(x, h0, c0, dropout_key, dropout, *weights):
-    """Multi-layer LSTM over (T, B, ninp); weights are (w_ih, w_hh, b_ih, b_hh) per layer."""
-    hs, cs = [], []
-    for layer in range(len(weights) // 4):
-        w_ih, w_hh, b_ih, b_hh = weights[4 * layer : 4 * layer + 4]
-
-        def cell(carry, xt, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh):
-            h, c = carry
-            i, f, g, o = jnp.split(xt @ w_ih.T + b_ih + h @ w_hh.T + b_hh, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
-        (h, c), x = jax.lax.scan(cell, (h0[layer], c0[layer]), x)
-        hs.append(h)
-        cs.append(c)
-        if dropout > 0 and layer < len(weights) // 4 - 1:  # between layers, as nn.LSTM
-            keep = jax.random.bernoulli(
-                jax.random.fold_in(dropout_key, layer), 1 - dropout, x.shape
-            )
-            x = jnp.where(keep, x / (1 - dropout), 0.0)
-    return x, jnp.stack(hs), jnp.stack(cs)
-
-
-class LSTM(nn.Module):
-    def __init__(self, input_size, hidden_size, num_layers=1, dropout=0.0):
-        super().__init__()
-        self.dropout = dropout
-        k = 1.0 / hidden_size**0.5
-        self.weights = []
-        for layer in range(num_layers):
-            n_in = input_size if layer == 0 else hidden_size
-            g = 4 * hidden_size
-            shapes = [
-                ("w_ih", (g, n_in)),
-                ("w_hh", (g, hidden_size)),
-                ("b_ih", (g,)),
-                ("b_hh", (g,)),
-            ]
-            for name, shape in shapes:
-                p = nn.Parameter(torch.rand(*shape) * 2 * k - k)
-                setattr(self, f"{name}_l{layer}", p)
-                self.weights.append(p)
-
-    def forward(self, input, hidden):
-        h0, c0 = hidden
-        p = self.dropout if self.training else 0.0
-        key = jax.random.PRNGKey(int(torch.randint(0, 2**31 - 1, (1,)).item()))
-        out, h, c = torch.apply(_lstm, input, h0, c0, key, p, *self.weights)
-        return out, (h, c)
+    def sgd_optimizer(param_rrefs, lr):  # the optimizer is an optax transform
+        return DistributedOptimizer(optax.sgd(learning_rate=lr), param_rrefs)
+else:
+    raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
+# --------- end of the backend block ---------
 
 
 # --------- rnn.py ---------
@@ -127,11 +89,11 @@ class EmbeddingTable(nn.Module):
     def __init__(self, ntoken, ninp, dropout):
         super().__init__()
         self.drop = nn.Dropout(dropout)
-        self.encoder = nn.Embedding(ntoken, ninp)  # port: .cuda()
+        self.encoder = nn.Embedding(ntoken, ninp)  # port: on the CPU (the tutorial: .cuda())
         nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
 
     def forward(self, input):
-        return self.drop(self.encoder(input))  # port: input.cuda(), .cpu()
+        return self.drop(self.encoder(input)).cpu()  # port: input on the CPU (not .cuda())
 
 
 class Decoder(nn.Module):
@@ -162,7 +124,7 @@ class RNNModel(nn.Module):
         # setup embedding table remotely
         self.emb_table_rref = rpc.remote(ps, EmbeddingTable, args=(ntoken, ninp, dropout))
         # setup LSTM locally
-        self.rnn = LSTM(ninp, nhid, nlayers, dropout=dropout)  # port: nn.LSTM
+        self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=dropout)
         # setup decoder remotely
         self.decoder_rref = rpc.remote(ps, Decoder, args=(ntoken, nhid, dropout))
 
@@ -190,29 +152,26 @@ class RNNModel(nn.Module):
 
 def run_trainer():
     batch = 5
-    ntoken = 10
+    ntoken = 7
     ninp = 2
 
     nhid = 3
-    nindices = 3
+    nindices = 6
     nlayers = 4
     hidden = (torch.randn(nlayers, nindices, nhid), torch.randn(nlayers, nindices, nhid))
 
     model = RNNModel("ps", ntoken, ninp, nhid, nlayers)
 
     # setup distributed optimizer
-    opt = DistributedOptimizer(
-        optax.sgd(learning_rate=0.05), model.parameter_rrefs()
-    )  # port: optim.SGD
+    opt = sgd_optimizer(model.parameter_rrefs(), lr=0.05)  # port: DistributedOptimizer(optim.SGD..)
 
     criterion = torch.nn.CrossEntropyLoss()
 
     def get_next_batch():
         for _ in range(5):
-            data = torch.randint(
-                0, ntoken, (batch, nindices)
-            )  # port: torch.LongTensor(...) % ntoken
-            target = torch.randint(0, nindices, (batch, ntoken))  # port: ... % nindices
+            # port: torch.LongTensor(n, m) % k (uninitialized memory; JAX has none)
+            data = torch.randint(0, ntoken, (batch, nindices))
+            target = torch.randint(0, nindices, (batch, ntoken))  # port: as data
             yield data, target
 
     # train for 10 iterations
@@ -251,4 +210,4 @@ def run_worker(rank, world_size):
 
 if __name__ == "__main__":
     world_size = 2
-    spawn(run_worker, args=(world_size,), nprocs=world_size, join=True)
+    mp.spawn(run_worker, args=(world_size,), nprocs=world_size, join=True)

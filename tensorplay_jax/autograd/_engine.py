@@ -81,6 +81,17 @@ def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
             leaf._grad = _tc.Tensor._wrap(leaf._grad._value + grad)
 
 
+def replace_grad(leaf: Tensor, held: jax.Array | None, total: jax.Array) -> bool:
+    """Set ``leaf.grad`` to ``total`` (its gradient added to ``held``) if ``leaf.grad``
+    still holds ``held``; False when another pass accumulated into it meanwhile."""
+    with _grad_lock:
+        now = None if leaf._grad is None else leaf._grad._value
+        if now is not held:
+            return False
+        leaf._grad = _tc.Tensor._wrap(total)
+        return True
+
+
 def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:
     if isinstance(root, GradientEdge):
         return root

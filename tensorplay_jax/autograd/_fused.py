@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from tensorplay_jax.autograd import _engine
 from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 
@@ -42,7 +43,11 @@ Plan = tuple[Any, ...]
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _fused_backward(plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...]) -> Any:
+def _fused_backward(
+    plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...], held: tuple[Any, ...]
+) -> Any:
+    """Each reached leaf's gradient, and (``held``: each leaf's ``.grad`` or None) its sum
+    with what the leaf already held, so accumulating costs no call of its own."""
     _trace_counts["<fused backward>"] += 1
     steps, roots, n_leaves = plan
     bufs: dict[tuple[int, int], Any] = {}
@@ -61,7 +66,8 @@ def _fused_backward(plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any,
             else:
                 slot = (idx, out_nr)
                 bufs[slot] = g if slot not in bufs else bufs[slot] + g
-    return tuple(leaves)
+    summed = tuple(g if h is None else h + g for h, g in zip(held, leaves, strict=True))
+    return tuple(leaves), summed
 
 
 def _schedule(
@@ -146,10 +152,18 @@ def try_fused(
         return False
     for node in order:
         node.check_saved()
-    grads = _fused_backward(plan, tuple(n.vjp for n in order), tuple(root_cts))
+    into_grad = accumulate is _engine.accumulate_into_grad
+    held = tuple(_held_grad(s.variable) for s in sinks) if into_grad else (None,) * len(sinks)
+    grads, summed = _fused_backward(plan, tuple(n.vjp for n in order), tuple(root_cts), held)
     if not retain_graph:
         for node in order:
             node.release()
-    for sink, g in zip(sinks, grads, strict=True):
-        accumulate(sink.variable, g)
+    for sink, h, g, total in zip(sinks, held, grads, summed, strict=True):
+        if not into_grad or not _engine.replace_grad(sink.variable, h, total):
+            accumulate(sink.variable, g)
     return True
+
+
+def _held_grad(leaf: Tensor) -> Any:
+    grad = leaf._grad
+    return None if grad is None else grad._value

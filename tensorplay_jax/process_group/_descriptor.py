@@ -99,13 +99,13 @@ def encode(
 
 
 def decode(d: np.ndarray, n: int) -> dict:
-    """The fields of a descriptor, as Python values."""
+    """The fields of a descriptor, as Python values (``?`` for a code that names nothing)."""
     ndim = int(d[4])
     base = _HEAD + PG_MAX_NDIM
     return {
         "op": OPS[int(d[0])] if 0 <= d[0] < len(OPS) else "?",
         "dtype": _DTYPES[int(d[1])] if 0 <= d[1] < len(_DTYPES) else "?",
-        "reduce_op": None if d[2] < 0 else REDUCE_OPS[int(d[2])],
+        "reduce_op": None if d[2] < 0 else REDUCE_OPS[int(d[2])] if d[2] < len(REDUCE_OPS) else "?",
         "root": int(d[3]),
         "shape": tuple(int(s) for s in d[_HEAD : _HEAD + ndim]),
         "in_splits": tuple(int(s) for s in d[base : base + n]),
@@ -123,6 +123,11 @@ def poisoned(d: np.ndarray) -> np.ndarray:
     return d
 
 
+def _member(ranks: tuple[int, ...], index: int) -> int | str:
+    """The global rank of group index ``index`` (a descriptor's root), or ``?`` if none is."""
+    return ranks[index] if 0 <= index < len(ranks) else f"? (group index {index})"
+
+
 def check(fn: str, descs: np.ndarray, ranks: tuple[int, ...]) -> str | None:
     """Compare every rank's descriptor; return the error message, or None when they agree.
 
@@ -130,6 +135,9 @@ def check(fn: str, descs: np.ndarray, ranks: tuple[int, ...]) -> str | None:
       fn: the collective this rank called (named first in the message).
       descs: ``(n, length(n))`` descriptors, row i from group member ``ranks[i]``.
       ranks: global ranks of the group members.
+
+    Whatever the rows hold (another rank publishes them), the verdict is a message or
+    None, never an exception.
     """
     n = len(ranks)
     if descs[0][0] != OPS.index("all_to_all_single") and bool((descs == descs[0]).all()):
@@ -150,7 +158,9 @@ def check(fn: str, descs: np.ndarray, ranks: tuple[int, ...]) -> str | None:
             if field == "root":
                 return (
                     f"{fn}: ranks disagree on src/dst ("
-                    + ", ".join(f"rank {ranks[i]}: {ranks[rows[i]['root']]}" for i in range(n))
+                    + ", ".join(
+                        f"rank {ranks[i]}: {_member(ranks, rows[i]['root'])}" for i in range(n)
+                    )
                     + "); every rank must pass the same src/dst."
                 )
             return (

@@ -71,7 +71,13 @@ def _loads(buf: np.ndarray, ctx: bytes, fn: str, sender: int, key: str | None = 
             "secret for this call (a different secret, calls out of order, or bytes that did "
             "not come from a rank of this job); it was not unpickled."
         )
-    return pickle.loads(data)
+    try:
+        return pickle.loads(data)
+    except Exception as e:
+        raise RuntimeError(
+            f"{fn}: the object from rank {sender} is signed for this call but does not "
+            f"unpickle here ({type(e).__name__}: {e}); do all ranks run the same code?"
+        ) from e
 
 
 def _ctx(kind: str, *parts: object) -> bytes:

@@ -154,8 +154,7 @@ class Agent:
                 self._store_server.abort(why)
             self.stop(leak_check=False, graceful=False)
             raise
-        # Interpreter exit joins thread-pool threads before atexit handlers run, and grpc's
-        # stream threads would block in our outboxes forever: stop first (non-graceful).
+        # Exit joins pool threads before atexit, and grpc's would block: stop first.
         threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
 
     def open(self) -> None:
@@ -393,6 +392,7 @@ class Agent:
     def _on_closed(self, link: Link, reason: str) -> None:
         with self._lock:
             self.connections.forget(link)
+            self._flight.link_closed(link)  # what it asked for is no one's to wait for now
             dead = [m for m, p in self._pending.items() if p.link is link]
             pends = [self._pending.pop(m) for m in dead]
         self.rrefs.requester_gone(link)  # fetches it parked here: no one left to answer

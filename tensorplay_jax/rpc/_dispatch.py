@@ -41,6 +41,7 @@ from tensorplay_jax.rpc._protocol import (
     FORK_DEL,
     KIND_NAMES,
     OK,
+    PING,
     REMOTE,
     TRACE_NAMES,
 )
@@ -200,7 +201,9 @@ class Dispatcher:
         except Exception as e:
             self.on_malformed(link, e)
             return
-        if kind in (OK, ERR):
+        if kind == ERR and mid == 0:
+            self._on_protocol_error(link, msg)
+        elif kind in (OK, ERR):
             self._on_reply(kind, mid, meta, msg)
         else:
             self._on_request(link, kind, mid, meta, env[3:], msg)
@@ -209,6 +212,17 @@ class Dispatcher:
         log.warning("rpc: malformed message from %s: %s", link.peer, err)
         exc = _codec.DecodeError(f"rpc: worker {self.name!r} got a malformed message: {err}")
         self._send_error(link, 0, exc, "")
+
+    def _on_protocol_error(self, link: Link, msg: Message) -> None:
+        """The peer could not read something sent on ``link`` (its answer to no call: message
+        id 0): close the link, naming the error, so its calls fail now, not at their timeout."""
+        try:
+            err = str(_codec.rebuild_exception(_codec.decode(msg.header, msg.buffers)))
+        except Exception as e:
+            err = f"(an undecodable error report: {type(e).__name__}: {e})"
+        err = err.split("\n\nRemote traceback", 1)[0]
+        log.warning("rpc: %s could not read what this worker sent: %s", link.peer, err)
+        link.close(f"protocol error: worker {link.peer!r} could not read a message: {err}")
 
     def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
         flight = self._flight
@@ -247,9 +261,13 @@ class Dispatcher:
         caller = self._peer_info(link.peer)
         flight = self._flight
         with flight.lock:
-            flight.serving += 1
+            flight.serve_begin(link)
             flight.handled += 1
         try:
+            if kind == PING:  # answered here, never queued behind the pool's work
+                self._send_ok(link, mid, True, {})
+                self._done_serving(link)
+                return
             if kind in (FORK_ADD, FORK_DEL):
                 if (
                     len(extra) not in (2, 2 + (kind == FORK_ADD))
@@ -274,7 +292,7 @@ class Dispatcher:
                 if span is not None:
                     span.close(None, 0, ("from", caller.name, "kind", KIND_NAMES[kind]))
                 self._send_ok(link, mid, None, {})
-                self._done_serving()
+                self._done_serving(link)
                 return
             record = None
             if kind == REMOTE:
@@ -293,14 +311,14 @@ class Dispatcher:
                 )
         except BaseException as e:
             self._send_error(link, mid, e, "")
-            self._done_serving()
+            self._done_serving(link)
             return
         if inline:
             self._serve(link, kind, mid, meta, msg, caller, record, extra)
 
-    def _done_serving(self) -> None:
+    def _done_serving(self, link: Link) -> None:
         with self._flight.lock:
-            self._flight.serving -= 1
+            self._flight.serve_end(link)
 
     def _serve(
         self,
@@ -353,7 +371,7 @@ class Dispatcher:
                     result = None
                 self._reply(link, mid, info, result)
         finally:
-            self._done_serving()
+            self._done_serving(link)
             if span is not None:
                 span.close(None, 0, ("from", caller.name, "kind", info.kind, "bytes", _nbytes(msg)))
 
@@ -365,7 +383,7 @@ class Dispatcher:
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
     ) -> None:
         with self._flight.lock:
-            self._flight.serving += 1
+            self._flight.serve_begin(link)
 
         def done(f: Future) -> None:
             try:
@@ -377,7 +395,7 @@ class Dispatcher:
                         return
                     self._reply(link, mid, info, None if remote else result)
             finally:
-                self._done_serving()
+                self._done_serving(link)
 
         value.add_done_callback(done)
 

@@ -46,7 +46,15 @@ from tensorplay_jax.runtime.settings import (
     RPC_SMALL_MESSAGE_BYTES,
 )
 
-__all__ = ["FramingError", "Inbox", "Message", "Outbox", "pack_message", "unpack_message"]
+__all__ = [
+    "FramingError",
+    "Inbox",
+    "Message",
+    "Outbox",
+    "StreamError",
+    "pack_message",
+    "unpack_message",
+]
 
 _SMALL, _BEGIN, _CHUNK = 1, 2, 3
 _U32 = struct.Struct("<I")
@@ -68,6 +76,11 @@ _MADV_POPULATE_WRITE = getattr(
 
 class FramingError(ValueError):
     """A packet that does not parse (truncated, unknown kind, inconsistent sizes)."""
+
+
+class StreamError(FramingError):
+    """A frame after which the stream cannot be read on (its framing is lost, or what came
+    with it is): the receiver answers with the error, then closes the connection."""
 
 
 class Message(NamedTuple):

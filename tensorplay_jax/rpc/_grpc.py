@@ -169,7 +169,8 @@ class Link:
     def send(self, env: bytes, header: bytes, buffers: list[memoryview] | tuple = ()) -> None:
         self.outbox.put(env, header, buffers)
 
-    def close(self) -> None:
+    def close(self, reason: str = "") -> None:
+        self.reason = self.reason or reason
         self.alive = False
         self.outbox.close()
         if self._call is not None:
@@ -210,14 +211,14 @@ def _pump(link: Link, packets: Any, inbound: Inbound, close_on_end: bool = True)
         if not close_on_end:
             # The peer half-closed: replies to what it sent may still be on their way;
             # the outbox closes when the call ends (grpc's termination callback).
-            on_closed(link, reason)
+            on_closed(link, link.reason or reason)
             return
     finally:
         inbox.close()  # the transfers the peer never finished, and the memory they hold
-        link.reason = reason
+        link.reason = link.reason or reason
     link.alive = False
     link.outbox.close()
-    on_closed(link, reason)
+    on_closed(link, link.reason)
 
 
 class Server:

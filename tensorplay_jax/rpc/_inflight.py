@@ -38,6 +38,8 @@ class InFlight:
       lock: the agent's lock; hold it to read or change anything here.
       pending: message id -> the :class:`Pending` call it answers.
       serving: requests being served now (their replies not sent yet).
+      orphaned: those of them whose caller's link closed (their replies go nowhere):
+        the shutdown barrier does not wait for them.
       handled: messages sent and received so far; the shutdown barrier compares it
         between rounds to see whether anything moved.
 
@@ -51,15 +53,42 @@ class InFlight:
         self.lock = threading.Lock()
         self.pending: dict[int, Pending] = {}
         self.serving = 0
+        self.orphaned = 0
         self.handled = 0
+        self._serving_for: dict[Link, int] = {}  # requests being served, by caller's link
+        self._orphans: dict[Link, int] = {}  # those whose link closed, by link
+
+    def serve_begin(self, link: Link) -> None:
+        """A request from ``link`` is being served (hold the lock)."""
+        self.serving += 1
+        self._serving_for[link] = self._serving_for.get(link, 0) + 1
+
+    def serve_end(self, link: Link) -> None:
+        """A request from ``link`` was served (hold the lock)."""
+        self.serving -= 1
+        counts = self._orphans if link in self._orphans else self._serving_for
+        if link in counts:
+            counts[link] -= 1
+            if counts is self._orphans:
+                self.orphaned -= 1
+            if not counts[link]:
+                del counts[link]
+
+    def link_closed(self, link: Link) -> None:
+        """``link`` closed: what is served for it now is no one's to wait for (hold the lock)."""
+        n = self._serving_for.pop(link, 0)
+        if n:
+            self._orphans[link] = n
+            self.orphaned += n
 
     def outstanding(self) -> int:
-        """Calls waiting for a reply plus requests being served."""
-        return len(self.pending) + self.serving
+        """Calls waiting for a reply plus requests being served for callers still there."""
+        return len(self.pending) + self.serving - self.orphaned
 
     def detail(self) -> str:
         """What :meth:`outstanding` counts, in words."""
+        gone = f" ({self.orphaned} more for callers that are gone)" if self.orphaned else ""
         return (
-            f"{len(self.pending)} call(s) waiting for a reply, {self.serving} request(s) "
-            "being served"
+            f"{len(self.pending)} call(s) waiting for a reply, "
+            f"{self.serving - self.orphaned} request(s) being served{gone}"
         )

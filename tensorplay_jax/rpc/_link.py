@@ -16,11 +16,14 @@ arrives. The contract:
   and the transport then handed reading to another thread (see ``_local``).
   The ``msg`` buffers may be views on shared memory: hold them no longer
   than needed.
-- ``on_malformed(link, err)``: a message that could not be unpacked; the link
-  stays usable (the owner answers with an error).
+- ``on_malformed(link, err)``: a message that could not be unpacked; the owner
+  answers with an error (message id 0). The link stays usable, unless the
+  stream cannot be read past it (a socket link then hangs up, see ``_socket``).
+  A peer that gets such an answer closes its link, naming the error: its
+  calls on it fail at once.
 - ``on_closed(link, reason)``: the link ended (closed here, by the peer, or
   broken); ``alive`` is already False.
-- ``close()`` ends the link from this side (idempotent); ``on_closed``
+- ``close(reason)`` ends the link from this side (idempotent); ``on_closed``
   follows from the reading thread.
 """
 
@@ -45,8 +48,8 @@ class Link(Protocol):
         """Send one message: its envelope, codec header and buffers (see ``_framing``)."""
         ...
 
-    def close(self) -> None:
-        """End the link from this side."""
+    def close(self, reason: str = "") -> None:
+        """End the link from this side (``reason``: what ``on_closed`` reports, if given)."""
         ...
 
     def serves_inline(self) -> bool:

@@ -8,7 +8,9 @@ thread), a codec header and buffers (``_codec``), framed by the transport
   ``CALL`` (body: ``[func, [args...], kwargs]``),
   ``REMOTE`` (extra: rref id, fork id; same body),
   ``FETCH`` (extra: rref id; empty body),
-  ``FORK_ADD`` / ``FORK_DEL`` (extra: rref id, fork id; empty body);
+  ``FORK_ADD`` / ``FORK_DEL`` (extra: rref id, fork id; empty body),
+  ``PING`` (empty body: the shutdown barrier's liveness check, answered by the
+  reading thread itself, so a worker whose pool is busy still answers it);
 - replies ``[OK or ERR, message id, response metadata]``; an ERR body is an
   exception record (class reference + message with the remote traceback).
   An ERR for message id 0 answers a message that could not be read.
@@ -27,14 +29,22 @@ __all__ = [
     "FORK_DEL",
     "KIND_NAMES",
     "OK",
+    "PING",
     "REMOTE",
     "TRACE_NAMES",
 ]
 
-CALL, REMOTE, FETCH, FORK_ADD, FORK_DEL = 1, 2, 3, 4, 5
+CALL, REMOTE, FETCH, FORK_ADD, FORK_DEL, PING = 1, 2, 3, 4, 5, 6
 OK, ERR = 16, 17
 # A request's kind as hooks (CallInfo.kind) and error messages name it.
-KIND_NAMES = {CALL: "call", REMOTE: "remote", FETCH: "fetch", FORK_ADD: "fork", FORK_DEL: "unfork"}
+KIND_NAMES = {
+    CALL: "call",
+    REMOTE: "remote",
+    FETCH: "fetch",
+    FORK_ADD: "fork",
+    FORK_DEL: "unfork",
+    PING: "ping",
+}
 # How the profiler's trace names a kind: the user's words (to_here, an RRef's delete).
 TRACE_NAMES = {"call": "call", "remote": "remote", "fetch": "to_here", "fork": "rref_fork",
-               "unfork": "rref_delete"}  # fmt: skip
+               "unfork": "rref_delete", "ping": "ping"}  # fmt: skip

@@ -4,7 +4,9 @@ Where it listens (``env://`` or ``tcp://``, RANK and WORLD_SIZE, SLURM) is
 ``tensorplay_jax.runtime.init_method``.
 
 The store is a small line-oriented JSON protocol over TCP, served by rank 0 on
-MASTER_ADDR:MASTER_PORT for the life of the RPC session. It holds worker
+MASTER_ADDR:MASTER_PORT for the life of the RPC session. A request it cannot
+read gets ``{"err": ...}`` naming what is wrong, and the connection reads on
+(a line past ``RPC_STORE_MAX_LINE`` gets the error, then the connection closes). It holds worker
 names and addresses and the shutdown barrier; never the job secret. A
 connection that closes without saying goodbye marks its rank dead, so
 barriers never wait for a killed worker.
@@ -72,6 +74,28 @@ class _State:
         self.group = _group_store.GroupState()  # a dynamic group's members (``_group_store``)
 
 
+def _request(line: bytes) -> dict[str, Any]:
+    """One store request: a JSON object whose ``op`` is a string.
+
+    Raises:
+      ValueError: anything else (the store answers with an error and reads on).
+
+    Example:
+      >>> _request(b'{"op": "set", "k": "a", "v": 1}')["op"]
+      'set'
+      >>> _request(b'[1, 2]')
+      Traceback (most recent call last):
+      ...
+      ValueError: a store request is a JSON object with a string "op", not list
+    """
+    req = json.loads(line)
+    if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+        raise ValueError(
+            f'a store request is a JSON object with a string "op", not {type(req).__name__}'
+        )
+    return req
+
+
 class _Handler(socketserver.StreamRequestHandler):
     server: _TCPServer
     member: tuple[str, str] | None = None  # (name, nonce) of the dynamic member it joined
@@ -89,24 +113,36 @@ class _Handler(socketserver.StreamRequestHandler):
                 if not line:
                     break
                 if not line.endswith(b"\n"):
-                    raise ValueError("store request longer than RPC_STORE_MAX_LINE")
-                req = json.loads(line)
-                op = req["op"]
-                if op == "bye":
-                    clean = True
-                    self._reply({"ok": True})
+                    # The rest of the line is unread: nothing after it can be told apart.
+                    self._reply({"err": "store request longer than RPC_STORE_MAX_LINE"})
                     break
-                if op == "hello":
-                    rank = int(req["rank"])
-                    self._reply({"ok": True})
-                    continue
-                if op in _group_store.GROUP_OPS:
-                    with st.cond:
-                        rep = _group_store.group_op(st, self, op, req)
-                    self._reply(rep)
-                    continue
-                self._reply(self._op(st, op, req))
-        except (OSError, ValueError, KeyError):
+                try:
+                    req = _request(line)
+                    op = req["op"]
+                    if op == "bye":
+                        clean = True
+                        self._reply({"ok": True})
+                        break
+                    if op == "hello":
+                        rank = int(req["rank"])
+                        self._reply({"ok": True})
+                        continue
+                    if op in _group_store.GROUP_OPS:
+                        with st.cond:
+                            reply = _group_store.group_op(st, self, op, req)
+                    else:
+                        reply = self._op(st, op, req)
+                except (
+                    ValueError,
+                    KeyError,
+                    TypeError,
+                    AttributeError,
+                    ArithmeticError,
+                    RecursionError,
+                ) as e:
+                    reply = {"err": f"malformed store request ({type(e).__name__}: {e})"}
+                self._reply(reply)
+        except OSError:
             pass
         finally:
             _group_store.closed(st, self)
@@ -116,7 +152,11 @@ class _Handler(socketserver.StreamRequestHandler):
                     st.cond.notify_all()
 
     def _reply(self, obj: Any) -> None:
-        self.wfile.write(json.dumps(obj).encode() + b"\n")
+        try:
+            line = json.dumps(obj).encode()
+        except (ValueError, TypeError, RecursionError) as e:  # e.g. an int past JSON's digits
+            line = json.dumps({"err": f"cannot send the reply ({type(e).__name__}: {e})"}).encode()
+        self.wfile.write(line + b"\n")
         self.wfile.flush()
 
     @staticmethod

@@ -15,9 +15,10 @@ fork, and sends FORK_DEL when its RRef is garbage collected (or at graceful
 shutdown). A worker's FORK_ADD for a copy always precedes its own FORK_DEL on
 the same ordered stream, so the set cannot empty while a copy is in flight; a
 FORK_DEL that overtakes its FORK_ADD (they come from different workers) is
-parked until the FORK_ADD arrives. When the set empties the owner drops its
-record, and the value is freed once no local handle holds it. Records still
-alive at shutdown are reported by the leak check.
+parked until the FORK_ADD arrives; one that overtakes the ``remote()`` creating
+the value cancels the creation's fork, and the owner keeps no record. When the
+set empties the owner drops its record, and the value is freed once no local
+handle holds it. Records still alive at shutdown are reported by the leak check.
 
 Ids not created yet. A FORK_ADD, a fetch (``to_here``) or an RRef passed to
 its owner can reach the owner before the ``remote()`` that creates the value
@@ -171,7 +172,13 @@ class RRefTable:
             if rec.expiry:  # a placeholder: filled now, in time
                 self._expiring.pop(rec.expiry, None)
                 rec.expiry = 0
-            if self._add_fork(rref_id, fork, rec, None) is not None and holder is not None:
+            cancelled = self._add_fork(rref_id, fork, rec, None) is None
+            # The creation's own fork was released before it came (its FORK_DEL overtook
+            # it and was parked): no worker references the value, so the owner keeps no
+            # record of it (the serve still makes it, for nothing).
+            if cancelled and not (rec.forks or rec.fetches) and self._owners.get(rref_id) is rec:
+                del self._owners[rref_id]
+            elif not cancelled and holder is not None:
                 self._holders[(rref_id, fork)] = holder
         return rec
 

@@ -16,7 +16,6 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._rendezvous import StoreTimeout
 from tensorplay_jax.runtime.settings import (
     RPC_SHUTDOWN_PING_EVERY_S,
@@ -36,12 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["WHILE_ALIVE", "ShutdownBarrier"]
 
 WHILE_ALIVE = -1.0  # wait_for_all_workers: no time limit while the missing workers answer
-
-
-@internal_target
-def _alive() -> bool:
-    """The liveness ping of a graceful shutdown (served like any call)."""
-    return True
 
 
 class ShutdownBarrier:
@@ -183,13 +176,13 @@ class ShutdownBarrier:
 
     def _unanswered(self, ranks: list[int]) -> list[int]:
         """The ``ranks`` that do not answer a ping in time (a refused one is left to the store)."""
-        from tensorplay_jax.rpc._protocol import CALL
+        from tensorplay_jax.rpc._protocol import PING
 
         futs = {}
         for r in ranks:
             try:
                 to = self._resolve(r, "shutdown")
-                futs[r] = self._call(to, CALL, _alive, (), {}, RPC_SHUTDOWN_PING_TIMEOUT_S)
+                futs[r] = self._call(to, PING, None, (), {}, RPC_SHUTDOWN_PING_TIMEOUT_S)
             except Exception:  # gone already: the store marks it dead
                 continue
         silent = []

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplay_jax.rpc._framing import _PRELUDE, pack_message
+from tensorplay_jax.rpc._framing import _PRELUDE, StreamError, pack_message
 from tensorplay_jax.rpc._link import Inbound, inbound_of
 from tensorplay_jax.rpc._socket.frames import _FRAME, _INLINE, _Reader
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
@@ -122,7 +122,7 @@ def _take(n: int) -> tuple[mmap.mmap, bool]:
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
         return mmap.mmap(-1, size, flags=flags), False
     except (OSError, OverflowError, ValueError) as e:
-        raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
+        raise StreamError(f"cannot receive a frame of {n} bytes: {e}") from None
 
 
 class _TcpReader(_Reader):

@@ -111,10 +111,19 @@ def launch_secret_env(where: str, multi_node: bool, insecure: bool = False) -> d
 
 
 def _forward(stream: IO[str], out: IO[str], prefix: str, lock: threading.Lock) -> None:
+    """Copy a worker's lines to ``out``; once ``out`` refuses them (closed, or a notebook
+    kernel shutting down), read and drop the rest, so the worker never blocks on a full
+    pipe."""
+    writable = True
     for line in iter(stream.readline, ""):
+        if not writable:
+            continue
         with lock:
-            out.write(prefix + line if prefix else line)
-            out.flush()
+            try:
+                out.write(prefix + line if prefix else line)
+                out.flush()
+            except (ValueError, OSError, RuntimeError):
+                writable = False
     stream.close()
 
 

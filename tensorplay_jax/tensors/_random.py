@@ -61,12 +61,23 @@ def initial_seed() -> int:
         return _state["seed"]
 
 
+@jax.jit
+def _split(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``jax.random.split(key)`` unpacked, as one compiled call.
+
+    An eager split and the unpacking of its result are three dispatches of JAX
+    primitives, several times the cost of one cached call; the keys are the same.
+    """
+    new, sub = jax.random.split(key)
+    return new, sub
+
+
 def next_key() -> jax.Array:
     """A fresh key: from the innermost ``key_scope`` on this thread, else from the global state."""
     scope = getattr(_scoped, "stack", None)
     if scope:
         box = scope[-1]
-        box[0], sub = jax.random.split(box[0])
+        box[0], sub = _split(box[0])
         return sub
     with _lock:
         key = _state["key"]
@@ -74,7 +85,7 @@ def next_key() -> jax.Array:
             if _state["seed"] is None:
                 _state["seed"] = _os_seed()
             key = jax.random.key(_state["seed"])
-        _state["key"], sub = jax.random.split(key)
+        _state["key"], sub = _split(key)
     return sub
 
 

@@ -37,3 +37,17 @@ def test_graphs_of_new_shapes_never_compile_fused():
         y.sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), np.full(3, 1.5**n), rtol=1e-5)
     assert trace_counts().get("<fused backward>", 0) == before
+
+
+def test_fused_steps_accumulate_into_grad_including_a_grad_set_between_them():
+    x = tp.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2.0)
+    w = tp.tensor(np.ones((3, 4), np.float32) * 0.5, requires_grad=True)
+    xn = x.numpy()
+    one = xn.T @ (2.0 * ((xn @ w.numpy()) > 0))  # d/dw sum(2 relu(x w)), by hand
+    steps = _fused.FUSE_AFTER + 2  # the last ones run fused
+    for _ in range(steps):
+        ((x @ w).relu() * 2.0).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), steps * one, rtol=1e-6)
+    w.grad = tp.tensor(np.full((3, 4), 10.0, np.float32))
+    ((x @ w).relu() * 2.0).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), 10.0 + one, rtol=1e-6)

@@ -19,15 +19,42 @@ from tests.collectives._cases import CASE_IDS, CASES
 from tests.collectives._harness import global_shape, numeric_jacobian, oracle, spmd
 from tests.collectives.test_values_and_gradients import inputs
 
-# Each mode and each axis size appears in one of the two lists; the first-order
-# matrix in test_values_and_gradients.py covers every (mode, size) pair.
-JAC_PARAMS = [("shard_map-jit", 1), ("shard_map-jit", 4), ("shard_map-eager", 2), ("mesh2d-jit", 2)]
+# A covering set, as in test_values_and_gradients.py (which runs every case in every
+# mode and at every size). Here the reference mode, shard_map under jit, runs every case;
+# each other (mode, size) pair runs one case per collective and per non-linear rule
+# (max, prod, avg), because a case's variants (an axis, split/concat dimensions, uneven
+# sizes) change the parameters a rule is given, not how a mode dispatches it. Every mode
+# and every size appears in one of the two lists.
+REPRESENTATIVE = {
+    "all_reduce-sum",
+    "all_reduce-prod",
+    "reduce-max",
+    "reduce_scatter-avg",
+    "reduce_scatter-min",
+    "broadcast",
+    "gather-axis1",
+    "scatter",
+    "all_gather-axis2",
+    "all_gather_single",
+    "all_to_all-split1-concat0",
+    "all_to_all_single-uneven",
+}
+assert REPRESENTATIVE.issubset(CASE_IDS), "every representative case exists"
+JAC_PARAMS = [("shard_map-jit", 4), ("shard_map-jit", 1), ("shard_map-eager", 2), ("mesh2d-jit", 2)]
 GRADS_PARAMS = [
     ("shard_map-jit", 2),
     ("shard_map-jit", 8),
     ("shard_map-novma-jit", 4),
     ("pmap", 4),
 ]
+
+
+def _matrix(params):
+    """Every case with the first (reference) pair; the representative cases with the rest."""
+    for i, (mode, n) in enumerate(params):
+        for case, cid in zip(CASES, CASE_IDS, strict=True):
+            if i == 0 or cid in REPRESENTATIVE:
+                yield pytest.param(case, mode, n, id=f"{mode}-n{n}-{cid}")
 
 
 def _hessian_oracle(case, ref, x64):
@@ -40,8 +67,7 @@ def _hessian_oracle(case, ref, x64):
     return numeric_jacobian(grad_of, x64, h=1e-4)
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("mode,n", JAC_PARAMS, ids=[f"{m}-n{n}" for m, n in JAC_PARAMS])
+@pytest.mark.parametrize("case,mode,n", list(_matrix(JAC_PARAMS)))
 def test_jacobians_and_hessian(case, mode, n):
     shape = global_shape(mode, n, case.in_shape(n))
     x64 = inputs(case, shape, seed=2)
@@ -67,8 +93,7 @@ def test_jacobians_and_hessian(case, mode, n):
     np.testing.assert_allclose(h, _hessian_oracle(case, ref, x64), rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("mode,n", GRADS_PARAMS, ids=[f"{m}-n{n}" for m, n in GRADS_PARAMS])
+@pytest.mark.parametrize("case,mode,n", list(_matrix(GRADS_PARAMS)))
 def test_check_grads_second_order(case, mode, n):
     shape = global_shape(mode, n, case.in_shape(n))
     x = jnp.asarray(inputs(case, shape, seed=4), jnp.float32)

@@ -2,15 +2,21 @@
 
 Each tutorial is started as its own text says: the parameter server one process per
 rank with ``--rank``, the others through their own ``spawn``. Each test reads the
-script's own output (the tutorials print, they do not return results).
+script's own output (the tutorials print, they do not return results). The files
+run on tensorplay_jax by default; where torch is importable, one also runs on torch
+(``TUTORIAL_BACKEND=torch``) for the same outcome.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 from tests._procs import REPO_ROOT, free_port
 
@@ -57,9 +63,14 @@ def _run_ranks(script: str, world_size: int, *args: str, timeout: float = 240) -
     return [outs[k] for k in range(world_size)]
 
 
-def _run_spawned(script: str, *args: str, timeout: float = 240) -> str:
+def _run_spawned(script: str, *args: str, timeout: float = 240, backend: str = "") -> str:
     # The tutorials default to port 29500, as the originals do; a test gives a free one.
     env = dict(_env(), MASTER_PORT=str(free_port()))
+    if backend == "torch":  # where this process finds torch (PYTHONPATH is the repo's)
+        torch_dir = os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin))
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], torch_dir])
+    if backend:
+        env["TUTORIAL_BACKEND"] = backend
     p = subprocess.run(
         [sys.executable, str(TUTORIALS / script), *args],
         env=env, capture_output=True, text=True, timeout=timeout,
@@ -83,14 +94,26 @@ def test_parameter_server_with_its_global_lock():
         assert accuracy > 0.15, out  # chance is 0.1; asynchronous updates vary (0.24-0.6 seen)
 
 
-def test_batch_parameter_server_with_async_execution():
-    out = _run_spawned("rpc_batch_parameter_server.py")
+def _check_batch_parameter_server(out: str) -> None:
     # 2 trainers x 6 batches, batch_update_size 2: the async server answered both
     # trainers of a round with one update, six times, and every call got its model.
     assert out.count("PS updated model") == 6, out
     for t in ("trainer1", "trainer2"):
         assert out.count(f"{t} got updated model") == 6, out
     assert "Finish training" in out, out
+
+
+def test_batch_parameter_server_with_async_execution():
+    _check_batch_parameter_server(_run_spawned("rpc_batch_parameter_server.py"))
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not importable here (it is never a dependency); put it on PYTHONPATH",
+)
+def test_the_same_file_on_torch_reaches_the_same_outcome():
+    out = _run_spawned("rpc_batch_parameter_server.py", backend="torch")
+    _check_batch_parameter_server(out)
 
 
 def test_rl_agent_and_observers():
@@ -105,9 +128,10 @@ def test_distributed_rnn_model_parallel():
     out = _run_spawned("rpc_rnn.py")
     losses = [float(v) for v in re.findall(r"Training epoch \d+ loss ([0-9.]+)", out)]
     assert len(losses) == 10, out  # ten epochs of five steps, each through both workers
-    # Labels are random among 3 classes: the loss stays near ln 3 (a broken backward
-    # or optimizer step would let it wander off or become nan).
-    assert all(0.5 < v < 2.0 for v in losses), out
+    # Labels are random among 6 classes and the decoder starts near zero: the loss
+    # stays near ln 6 (a broken backward or optimizer step would let it wander off or
+    # become nan).
+    assert all(abs(v - math.log(6)) < 0.3 for v in losses), out
 
 
 def test_pipeline_parallel_resnet_through_rrefs():

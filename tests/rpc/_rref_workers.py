@@ -41,3 +41,14 @@ def made_and_alive() -> tuple[int, int]:
 
 def fetch_total(r: rpc.RRef) -> int:
     return r.to_here().total()
+
+
+def owner_records() -> list[tuple[int, list[int], bool, bool]]:
+    """This owner's records: (id, forks, created, value set), after a garbage collection."""
+    from tensorplay_jax.rpc import _agent
+
+    gc.collect()
+    rrefs = _agent.current_agent().rrefs
+    with rrefs._lock:
+        recs = list(rrefs._owners.values())
+        return [(r.id, sorted(r.forks), r.created, r.value.done()) for r in recs]

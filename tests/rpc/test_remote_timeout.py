@@ -102,6 +102,24 @@ def test_the_owner_frees_every_value_once_its_user_dropped_it(job):
     gc.collect()
     owner = lambda: rpc.rpc_sync("w1", W.made_and_alive)
     wait_until(lambda: owner() == (made[0], 0), timeout=30)
-    # KNOWN BUG, not checked here: the owner can keep one bookkeeping record (a fork
-    # of a remote() that timed out on the user) after its value is gone
-    # (num_owner_rrefs == 1, most runs under load); see the closing note of issue 15.
+    # KNOWN BUG, not checked here: under load the owner can keep one bookkeeping record
+    # after its value is gone: the creation fork of a remote() (e.g. [id 0x3e, fork 0x3f,
+    # created, value set] in 3 of 6 runs under --dist loadfile with a fuzz run beside),
+    # while w0 holds no user RRef of that id any more. Not the parked-release race below
+    # (fixed); its cause is still open (issue 27).
+
+
+def test_a_release_that_overtakes_its_creation_leaves_no_record(job):
+    # The creation's own fork released before its remote() arrives (a FORK_DEL that
+    # overtook it, parked on the owner): before, the creation consumed the parked
+    # release and kept an empty record for ever (num_owner_rrefs stayed 1).
+    from tensorplay_jax.rpc import _agent, _protocol
+
+    agent = _agent.current_agent()
+    w1 = agent.resolve("w1", "test")
+    rid, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
+    agent.call(w1, _protocol.FORK_DEL, extra=(rid, fork)).wait(timeout=10)
+    made[0] += 1
+    agent.call(w1, _protocol.REMOTE, W.make_slowly, (0.0, 3), extra=(rid, fork)).wait(timeout=10)
+    ids = [r[0] for r in rpc.rpc_sync("w1", W.owner_records)]
+    assert rid not in ids, [hex(i) for i in ids]

@@ -27,6 +27,7 @@ import os
 import socket
 import struct
 
+from tensorplay_jax.rpc._framing import StreamError
 from tensorplay_jax.rpc._socket.frames import _FRAME as _FRAME
 from tensorplay_jax.rpc._socket.frames import _INLINE as _INLINE
 from tensorplay_jax.rpc._socket.frames import _Reader
@@ -93,7 +94,7 @@ class _FdReader(_Reader):
         if anc:
             self._keep_fds(anc, first)
         if flags & socket.MSG_CTRUNC:
-            raise ConnectionError("passed descriptors were truncated")
+            raise StreamError("passed descriptors were truncated")
         if not got:
             raise EOFError("stream closed")
         return got
@@ -109,7 +110,7 @@ class _FdReader(_Reader):
                 self._peer,
                 len(self.fds),
             )
-            raise ConnectionError(f"passed more than {_MAX_PENDING_FDS} unclaimed descriptors")
+            raise StreamError(f"passed more than {_MAX_PENDING_FDS} unclaimed descriptors")
 
     def close_fds(self) -> None:
         """Close the passed descriptors no frame claimed."""

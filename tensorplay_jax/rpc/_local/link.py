@@ -22,7 +22,13 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tensorplay_jax.rpc._framing import FramingError, Message, pack_message, unpack_message
+from tensorplay_jax.rpc._framing import (
+    FramingError,
+    Message,
+    StreamError,
+    pack_message,
+    unpack_message,
+)
 from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _RELEASE, _SHM, _U64, _FdReader
 from tensorplay_jax.rpc._local.segments import _fill, _map, _offsets, _pool
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
@@ -92,10 +98,28 @@ class LocalLink(SocketLink):
         return self._sock.send(data, flags | _NOSIGNAL)
 
     def _take_back(self, ids: Iterable[tuple[int]]) -> None:
+        """Take back the segments ``ids`` the peer released.
+
+        Raises:
+          FramingError: some were never lent on this link (or were released already);
+            the others are taken back.
+        """
+        unknown = []
         with self._lock:
-            segs = [seg for (i,) in ids if (seg := self._lent.pop(i, None)) is not None]
+            segs = []
+            for (i,) in ids:
+                seg = self._lent.pop(i, None)
+                if seg is None:
+                    unknown.append(i)
+                else:
+                    segs.append(seg)
         for seg in segs:
             _pool.give(*seg)
+        if unknown:
+            raise FramingError(
+                f"a RELEASE of {len(unknown)} unknown segment(s) (not lent on this link, or "
+                f"released already): {unknown[:4]}"
+            )
 
     def _start_releaser(self) -> None:
         if self._releaser is None:
@@ -142,7 +166,7 @@ class LocalLink(SocketLink):
     def _message(self, kind: int, body: Any, fd: int) -> Message | None:
         if kind == _SHM:
             if fd < 0:
-                raise ConnectionError("a shared-memory frame came without its segment")
+                raise StreamError("a shared-memory frame came without its segment")
             msg = self._segment_message(body, fd)
             self._start_releaser()
             return msg

@@ -8,22 +8,38 @@ message whose buffers sit in shared memory, and a segment release; see
 
 A body longer than the read buffer goes into its own mapping, which grows
 (doubling) with the bytes that arrive: a declared length takes no memory by
-itself. Before a reader sleeps it may yield-spin for the next frame (see
-``spinner``).
+itself; a length past this host's memory (no such frame could be received)
+ends the stream with a ``StreamError``. Before a reader sleeps it may
+yield-spin for the next frame (see ``spinner``).
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import socket
 import struct
 
+from tensorplay_jax.rpc._framing import StreamError
 from tensorplay_jax.rpc._socket.spinner import _SPIN, _SPIN_NS
 
 _INLINE = 1
 _FRAME = struct.Struct("<QB")
 _READ_BYTES = 256 << 10  # the read buffer; a longer frame body is received on its own
 _LARGE_FIRST = 1 << 20  # a longer body's first mapping; it doubles as bytes arrive
+
+
+def _host_memory() -> int:
+    """This host's physical memory in bytes (2**48 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 48
+
+
+# The longest frame body a reader takes: a longer one could never be received here, so
+# its length can only be a broken or hostile peer's (the stream's framing is lost).
+_MAX_BODY = _host_memory()
 
 
 class _Reader:
@@ -39,10 +55,19 @@ class _Reader:
 
     def frame(self) -> tuple[int, bytes | mmap.mmap, int]:
         """The next frame: its kind, its body, and a descriptor passed with it (-1 here:
-        a plain socket passes none; see ``_local.frames``)."""
+        a plain socket passes none; see ``_local.frames``).
+
+        Raises:
+          StreamError: a body length past this host's memory.
+        """
         self._need(_FRAME.size)
         length, kind = _FRAME.unpack_from(self._buf, self._lo)
         self._lo += _FRAME.size
+        if length > _MAX_BODY:
+            raise StreamError(
+                f"a frame (kind {kind}) declares a body of {length} bytes, more than this "
+                f"host's memory ({_MAX_BODY} bytes): the stream's framing is lost"
+            )
         if length > _READ_BYTES:
             body: bytes | mmap.mmap = self._large(length)
         else:
@@ -70,7 +95,7 @@ class _Reader:
         try:
             m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except (OSError, OverflowError, ValueError) as e:
-            raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
+            raise StreamError(f"cannot receive a frame of {n} bytes: {e}") from None
         have = self._hi - self._lo
         m[:have] = self._buf[self._lo : self._hi]
         self._lo = self._hi = 0
@@ -80,7 +105,7 @@ class _Reader:
                 try:
                     m.resize(size)  # mremap: no copy, and no view may be alive
                 except (OSError, OverflowError, ValueError) as e:
-                    raise ConnectionError(f"cannot receive a frame of {n} bytes: {e}") from None
+                    raise StreamError(f"cannot receive a frame of {n} bytes: {e}") from None
             have += self._recv_into(memoryview(m)[have:size])
         return m
 

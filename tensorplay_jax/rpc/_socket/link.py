@@ -8,6 +8,10 @@
   when that work runs long (at most ``max_threads`` readers per link).
 - A closed link drops everything it holds at once (nothing keeps a dead
   link's buffers alive).
+- A malformed frame is answered (the owner's ``on_malformed``) and skipped;
+  one after which the stream cannot be read on (``StreamError``: a length
+  past the host's memory, a shared-memory frame without its segment) is
+  answered, and then the link hangs up: the peer never waits out a timeout.
 
 A transport builds on it: its ``send`` packs frames (``frames``) and hands
 them to ``_write``; its reader type takes them off the socket; ``_message``
@@ -26,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from tensorplay_jax.rpc._framing import FramingError, Message, unpack_message
+from tensorplay_jax.rpc._framing import FramingError, Message, StreamError, unpack_message
 from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._socket.frames import _INLINE, _Reader
 from tensorplay_jax.rpc._socket.watchdog import _reading, _watchdog
@@ -35,6 +39,8 @@ log = logging.getLogger(__name__)
 
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+# How long a link that hangs up on a protocol error first waits for its answer to go out.
+_ANSWER_FLUSH_S = 1.0
 
 
 class SocketLink:
@@ -132,6 +138,12 @@ class SocketLink:
             # receive mapping that the next message needs back (see _tcp).
             item = data = None
 
+    def _flush(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until what was sent left the backlog."""
+        end = time.monotonic() + timeout
+        while self._backlog and self.alive and time.monotonic() < end:
+            time.sleep(0.005)
+
     # ------------------------------------------------------------------ ending
 
     def _fail(self, reason: str) -> None:
@@ -155,8 +167,8 @@ class SocketLink:
     def _drop_locked(self) -> None:
         """Let go of what the transport holds for the peer (the link just died; lock held)."""
 
-    def close(self) -> None:
-        self._fail("closed")
+    def close(self, reason: str = "closed") -> None:
+        self._fail(reason or "closed")
 
     # ------------------------------------------------------------------ reading
 
@@ -217,6 +229,7 @@ class SocketLink:
 
         Raises:
           FramingError: a frame that is not a message (the link stays usable).
+          StreamError: a frame after which the stream cannot be read on.
         """
         if kind == _INLINE:
             return unpack_message(memoryview(body))
@@ -229,11 +242,16 @@ class SocketLink:
         assert reader is not None
         try:
             while True:
-                kind, body, fd = reader.frame()
                 try:
+                    kind, body, fd = reader.frame()
                     msg = self._message(kind, body, fd)
-                except FramingError as e:
+                except StreamError as e:
+                    # Nothing after this frame can be read: answer, then hang up.
                     on_malformed(self, e)
+                    self._flush(_ANSWER_FLUSH_S)
+                    raise ConnectionError(f"protocol error: {e}") from None
+                except FramingError as e:
+                    on_malformed(self, e)  # the frame is skipped; the next one reads
                     continue
                 if msg is None:
                     continue
