@@ -246,7 +246,9 @@ class Membership:
             link = agent.connections.links.pop(info.id, None)
             agent.same_main.discard(name)
             self.gone[name] = (info, why)
-            dead = [m for m, p in agent._pending.items() if p.to == info]
+            # A worker that left answered what it served before leaving (its replies may
+            # still be on the way; its link's closing fails the rest): only a death fails them.
+            dead = [m for m, p in agent._pending.items() if p.to == info and why == DIED]
             pends = [agent._pending.pop(m) for m in dead]
         for p in pends:
             p.fut._try_set_exception(
