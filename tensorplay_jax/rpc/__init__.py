@@ -40,6 +40,7 @@ from tensorplay_jax.rpc._types import TensorPipeRpcBackendOptions as TensorPipeR
 from tensorplay_jax.rpc._types import WorkerInfo as WorkerInfo
 from tensorplay_jax.rpc.api import get_debug_info as get_debug_info
 from tensorplay_jax.rpc.api import get_worker_info as get_worker_info
+from tensorplay_jax.rpc.api import get_worker_infos as get_worker_infos
 from tensorplay_jax.rpc.api import init_rpc as init_rpc
 from tensorplay_jax.rpc.api import is_initialized as is_initialized
 from tensorplay_jax.rpc.api import remote as remote
@@ -67,6 +68,7 @@ __all__ = [
     "functions",
     "get_debug_info",
     "get_worker_info",
+    "get_worker_infos",
     "init_rpc",
     "is_initialized",
     "register_hooks",

@@ -1,8 +1,7 @@
 """The RPC agent: one per process; starts, sends requests and keeps their timeouts.
 
-Message kinds and envelopes: see ``_protocol``.
-
-Transports (``rpc/transports``): the agent holds an ordered list of them
+Message kinds and envelopes: see ``_protocol``. A dynamic group (``world_size=None``):
+``_membership``. Transports (``rpc/transports``): the agent holds an ordered list of them
 (``GrpcRpcBackendOptions(transports=...)``, by default the same-host socket
 ``_local``, the TCP link ``_tcp`` and the gRPC stream ``_grpc``; with TLS on,
 only those that carry it) and reaches each peer through the first that
@@ -43,6 +42,7 @@ from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
+from tensorplay_jax.rpc._membership import Membership, claim_fixed_size
 from tensorplay_jax.rpc._protocol import CALL, FETCH, KIND_NAMES, REMOTE, TRACE_NAMES
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
@@ -55,8 +55,7 @@ from tensorplay_jax.runtime.init_method import resolve_init
 from tensorplay_jax.runtime.secret import job_secret
 from tensorplay_jax.runtime.settings import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
 
-# current_agent, get_agent and set_current stay importable from here: api and the tests
-# use them by these names (the message kinds are _protocol's).
+# current_agent, get_agent and set_current stay importable from here (api and the tests).
 __all__ = [
     "Agent",
     "current_agent",
@@ -86,10 +85,12 @@ class Agent:
     ) -> None:
         self.options = options
         self.name = validate_name(name)
-        host, port, rank, world_size = resolve_init(options.init_method, rank, world_size)
-        self.rank, self.world_size = rank, world_size
+        init = resolve_init(options.init_method, rank, world_size, dynamic=True)
+        host, port, rank, self.world_size = init
+        self.rank = rank
+        self.membership: Membership | None = None  # a dynamic group's (world_size None)
         self.me = WorkerInfo(name, rank)
-        self._store_addr = (host, port)
+        self._store_addr, self.main = (host, port), None
         self.address = ""  # how the peers reach this worker (its gRPC address, if served)
         self.workers: dict[str, WorkerInfo] = {}
         self.by_id: dict[int, WorkerInfo] = {}
@@ -153,8 +154,7 @@ class Agent:
                 self._store_server.abort(why)
             self.stop(leak_check=False, graceful=False)
             raise
-        # Interpreter exit joins thread-pool threads before atexit handlers run, and grpc's
-        # stream threads would block in our outboxes forever: stop first (non-graceful).
+        # Exit joins pool threads before atexit, and grpc's would block: stop first.
         threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
 
     def open(self) -> None:
@@ -191,12 +191,15 @@ class Agent:
         )
         self._serve(secret, host, port)
         nonce = secrets.token_hex(8)
-        main = _objref.main_identity()
+        main = self.main = _objref.main_identity()
         mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
-        mine.update(self.connections.advertised())
-        mine.update(self.device_maps.advertised())
+        mine.update(self.connections.advertised(), **self.device_maps.advertised())
         t1 = time.time_ns()  # start-up phases: kept for the profiler (see runtime.trace)
         trace.startup("init_rpc: store and servers", t0, t1, worker=self.name)
+        if self.world_size is None:  # a dynamic group
+            self.membership = Membership(self, host, port, secret).join(mine, opts.init_timeout)
+            return
+        claim_fixed_size(self.store)
         got = self.store.setnx(f"rank/{self.rank}", mine)
         if got["nonce"] != nonce:
             raise ValueError(
@@ -212,8 +215,7 @@ class Agent:
                 f"init_rpc: not every worker joined the rendezvous: {e} "
                 f"(world_size={self.world_size}; raise init_timeout or start the missing ranks)"
             ) from None
-        # Names first: a rank that published its entry and then exited may have exited
-        # on this very error, seen before this worker read the table.
+        # Names first: a rank that published its entry and exited may have met this error.
         names: dict[str, int] = {}
         for r in range(self.world_size):
             ent = table.get(f"rank/{r}")
@@ -261,7 +263,7 @@ class Agent:
             listen=listen,
             advertise=adv,
             port=opts.port,
-            max_streams=4 * self.world_size + 16,
+            max_streams=4 * (self.world_size or 16) + 16,
             tls=self._tls,
         )
         names = default_transports() if opts.transports is None else opts.transports
@@ -281,21 +283,21 @@ class Agent:
 
     def resolve(self, to: Any, what: str) -> WorkerInfo:
         if isinstance(to, WorkerInfo):
-            info = self.by_id.get(to.id)
-            if info is None or info.name != to.name:
-                raise ValueError(f"{what}: unknown destination worker {to!r}; {self._known()}")
-            return info
-        if isinstance(to, str):
-            info = self.workers.get(to)
-            if info is None:
-                raise ValueError(f"{what}: unknown destination worker name {to!r}; {self._known()}")
-            return info
-        if isinstance(to, int) and not isinstance(to, bool):
-            info = self.by_id.get(to)
-            if info is None:
-                raise ValueError(f"{what}: unknown destination worker rank {to}; {self._known()}")
-            return info
-        raise TypeError(f"{what}: to={to!r} must be a worker name, a rank (int) or a WorkerInfo")
+            info, key = self.by_id.get(to.id), f"{to!r}"
+            info = info if info is not None and info.name == to.name else None
+        elif isinstance(to, str):
+            info, key = self.workers.get(to), f"name {to!r}"
+        elif isinstance(to, int) and not isinstance(to, bool):
+            info, key = self.by_id.get(to), f"rank {to}"
+        else:
+            raise TypeError(
+                f"{what}: to={to!r} must be a worker name, a rank (int) or a WorkerInfo"
+            )
+        if info is None:
+            if self.membership is not None:
+                self.membership.check_gone(what, to)  # a member that left or died: say so
+            raise ValueError(f"{what}: unknown destination worker {key}; {self._known()}")
+        return info
 
     def _known(self) -> str:
         return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in self.by_id.values())
@@ -320,6 +322,9 @@ class Agent:
         """Send one request; the Future gets the reply (or the error)."""
         if self.stopped:
             raise not_initialized(KIND_NAMES.get(kind, "rpc"))
+        gone = self.membership and self.membership.gone_error(KIND_NAMES.get(kind, "rpc"), to)
+        if gone:  # a handle on a member that left or died fails here
+            raise gone
         kwargs = kwargs or {}
         timeout = self.timeout_of(timeout)
         mid = next(self._ids)
@@ -332,11 +337,11 @@ class Agent:
         if kind in (CALL, REMOTE):
             for h in hooks:
                 args, kwargs = h.on_send_request(info, args, kwargs)
-            # A list, not a tuple, at the top: one msgpack level less per call.
-            enc = _codec.encode(
+            enc = _codec.encode(  # a list at the top, not a tuple: one msgpack level less
                 [func, list(args), kwargs],
                 main=to.name in self.same_main,
                 place=self.device_maps.for_request(to.name),
+                to=to.name,  # an RRef in it records ``to`` as its fork's holder
             )
         else:
             if kind == FETCH:
@@ -410,11 +415,10 @@ class Agent:
     ) -> None:
         """Stop serving and close every connection (local; see ``ShutdownBarrier``).
 
-        Every wait here is bounded, and cut short at ``deadline`` (``time.monotonic()``):
-        the transports' grace for open streams (RPC_SERVER_STOP_GRACE_S), rank 0 keeping the
-        store up for the others to leave (RPC_SHUTDOWN_EXIT_WAIT_S, graceful only), and each
-        store reply (RPC_STORE_REPLY_GRACE_S, also past the deadline: a stopped rank 0
-        costs that much once).
+        Every wait is bounded, and cut short at ``deadline`` (``time.monotonic()``): the
+        transports' grace (RPC_SERVER_STOP_GRACE_S), rank 0 keeping the store up for the
+        others (RPC_SHUTDOWN_EXIT_WAIT_S, graceful only), each store reply
+        (RPC_STORE_REPLY_GRACE_S, also past the deadline: a stopped rank 0 costs it once).
         """
 
         def left(most: float) -> float:
@@ -425,6 +429,8 @@ class Agent:
         with self._lock:
             self.stopped = True
         self.dispatch.close()  # release requests held for init_rpc (they get an error)
+        if self.membership is not None:
+            self.membership.stop()
         if leak_check:
             leaks = self.rrefs.owned_ids()
             if leaks:

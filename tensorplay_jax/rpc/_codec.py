@@ -173,7 +173,7 @@ def _registered_array_record(
     return _ext_type(_EXT_REGISTERED_ARRAY, body)
 
 
-def encode(obj: Any, *, main: bool = False, place: Callable[[Any], Any] | None = None) -> Encoded:
+def encode(obj: Any, *, main: bool = False, place: Any = None, to: str | None = None) -> Encoded:
     """Encode ``obj`` into a msgpack header plus out-of-band array buffers.
 
     Args:
@@ -182,6 +182,7 @@ def encode(obj: Any, *, main: bool = False, place: Callable[[Any], Any] | None =
         classes go by name (else by value).
       place: ``place(jax_array)``: the receiver's device name for that array (None: its
         default device); it raises for an array that may not go (see ``_device_maps``).
+      to: the receiver's name, for the encoders that ask ``_registry.encoding_to`` (RRefs).
 
     Returns:
       The :class:`Encoded` message; its buffers alias the arrays' memory.
@@ -193,10 +194,13 @@ def encode(obj: Any, *, main: bool = False, place: Callable[[Any], Any] | None =
       [12]
     """
     buffers: list[memoryview] = []
-
-    header = msgpack.packb(
-        obj, default=_Hook(_default, buffers, main, place), strict_types=True, use_bin_type=True
-    )
+    token = _registry.destination.set(to)
+    try:
+        header = msgpack.packb(
+            obj, default=_Hook(_default, buffers, main, place), strict_types=True, use_bin_type=True
+        )
+    finally:
+        _registry.destination.reset(token)
     return Encoded(header, buffers)
 
 

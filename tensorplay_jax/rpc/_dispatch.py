@@ -269,9 +269,15 @@ class Dispatcher:
                 self._done_serving(link)
                 return
             if kind in (FORK_ADD, FORK_DEL):
-                if len(extra) != 2 or type(extra[0]) is not int or type(extra[1]) is not int:
+                if (
+                    len(extra) not in (2, 2 + (kind == FORK_ADD))
+                    or type(extra[0]) is not int
+                    or type(extra[1]) is not int
+                    or (len(extra) == 3 and type(extra[2]) is not str)
+                ):
                     raise _codec.DecodeError(
-                        f"{KIND_NAMES[kind]}: expected an RRef id and a fork id, got {extra!r:.200}"
+                        f"{KIND_NAMES[kind]}: expected an RRef id, a fork id (and, FORK_ADD, "
+                        f"its holder's name), got {extra!r:.200}"
                     )
                 # An id never created leaves nothing for ever: see _rref_table.
                 span = None
@@ -279,7 +285,8 @@ class Dispatcher:
                     name = "serve rref_fork" if kind == FORK_ADD else "serve rref_delete"
                     span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
                 if kind == FORK_ADD:
-                    self._rrefs.add_fork(extra[0], extra[1], sender=caller)
+                    holder = extra[2] if len(extra) == 3 else None
+                    self._rrefs.add_fork(extra[0], extra[1], sender=caller, holder=holder)
                 else:
                     self._rrefs.del_fork(extra[0], extra[1], sender=caller)
                 if span is not None:
@@ -289,7 +296,7 @@ class Dispatcher:
                 return
             record = None
             if kind == REMOTE:
-                record = self._rrefs.create_owned(extra[0], extra[1])
+                record = self._rrefs.create_owned(extra[0], extra[1], holder=caller.name)
             elif kind == FETCH:
                 record = self._rrefs.lookup_or_pending(extra[0])
             elif kind != CALL:
@@ -404,7 +411,7 @@ class Dispatcher:
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
         t0 = trace.now() if trace.RECORDING else 0
         place = self._device_maps.for_reply(link.peer)
-        enc = _codec.encode(result, main=link.peer in self._same_main, place=place)
+        enc = _codec.encode(result, main=link.peer in self._same_main, place=place, to=link.peer)
         span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
         try:
             link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)

@@ -138,6 +138,17 @@ def current_peer() -> Any:
     return peer.get()
 
 
+# Encode context: which worker the message goes to (an RRef records it as its fork's holder).
+destination: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tpj_rpc_encode_to", default=None
+)
+
+
+def encoding_to() -> str | None:
+    """The name of the worker the message being encoded goes to, or None (not known)."""
+    return destination.get()
+
+
 def registered(name: str) -> _Entry:
     entry = _by_name.get(name)
     if entry is None:

@@ -34,6 +34,7 @@ import threading
 import time
 from typing import Any
 
+from tensorplay_jax.rpc import _group_store
 from tensorplay_jax.runtime import handshake
 from tensorplay_jax.runtime.settings import (
     RPC_STORE_ABORT_GRACE_S,
@@ -70,6 +71,7 @@ class _State:
         self.cond = threading.Condition()
         self.aborted: str | None = None  # rank 0 gave up: the reason every waiter gets
         self.waiting = 0  # requests blocked in wait / wait_count
+        self.group = _group_store.GroupState()  # a dynamic group's members (``_group_store``)
 
 
 def _request(line: bytes) -> dict[str, Any]:
@@ -96,6 +98,7 @@ def _request(line: bytes) -> dict[str, Any]:
 
 class _Handler(socketserver.StreamRequestHandler):
     server: _TCPServer
+    member: tuple[str, str] | None = None  # (name, nonce) of the dynamic member it joined
 
     def handle(self) -> None:
         st = self.server.state
@@ -124,7 +127,11 @@ class _Handler(socketserver.StreamRequestHandler):
                         rank = int(req["rank"])
                         self._reply({"ok": True})
                         continue
-                    reply = self._op(st, op, req)
+                    if op in _group_store.GROUP_OPS:
+                        with st.cond:
+                            reply = _group_store.group_op(st, self, op, req)
+                    else:
+                        reply = self._op(st, op, req)
                 except (
                     ValueError,
                     KeyError,
@@ -138,6 +145,7 @@ class _Handler(socketserver.StreamRequestHandler):
         except OSError:
             pass
         finally:
+            _group_store.closed(st, self)
             if rank is not None and not clean:
                 with st.cond:
                     st.dead.add(rank)
@@ -362,8 +370,17 @@ class StoreClient:
             raise ConnectionError(f"init_rpc: ranks {dead} exited during the rendezvous ({key})")
         return [got[f"{key}/{r}"] for r in range(world_size)]
 
+    def group(self, op: str, **req: Any) -> dict[str, Any]:
+        """A dynamic group request (``_group_store``: join, leave, watch, mode); its reply."""
+        return self._call({"op": op, **req})
+
     def wait_count(self, key: str, n: int, timeout: float) -> bool:
         return "err" not in self._call({"op": "wait_count", "k": key, "n": n, "timeout": timeout})
+
+    def interrupt(self) -> None:
+        """End a request blocked on this connection (from another thread); the connection ends."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def close(self, clean: bool = True) -> None:
         """Leave; without ``clean`` the store counts this rank as dead (barriers stop waiting)."""

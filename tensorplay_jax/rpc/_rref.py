@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tensorplay_jax.rpc import _codec, _current
+from tensorplay_jax.rpc import _codec, _current, _registry
 from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import FETCH, FORK_ADD
@@ -387,10 +387,12 @@ def _encode_rref(r: RRef[Any]) -> list[Any]:
         if pending is not None and not r._created.done():
             pending.append(r)
     fork = agent.rrefs.new_id()
+    holder = _registry.encoding_to()  # the receiver holds the fork: released if it goes
     if r._record is not None:
-        agent.rrefs.add_fork(r._id, fork, r._record)
+        agent.rrefs.add_fork(r._id, fork, r._record, holder=holder)
     else:
-        agent.call(r._owner, FORK_ADD, extra=(r._id, fork))
+        extra = (r._id, fork) if holder is None else (r._id, fork, holder)
+        agent.call(r._owner, FORK_ADD, extra=extra)
     return [r._owner.id, r._owner.name, r._id, fork]
 
 

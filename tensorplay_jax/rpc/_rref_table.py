@@ -94,6 +94,9 @@ class RRefTable:
         self._owners: dict[int, _OwnerRecord] = {}
         # FORK_DELs that came before their FORK_ADD: (rref id, fork) -> deadline key (0: none).
         self._parked: dict[tuple[int, int], int] = {}
+        # Who holds each fork, where known (remote()'s caller, an RRef's receiver): a dynamic
+        # group releases the forks of a worker that leaves or dies.
+        self._holders: dict[tuple[int, int], str] = {}
         self._users: weakref.WeakSet[RRef] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -114,12 +117,18 @@ class RRefTable:
 
     # owner side
     def add_fork(
-        self, rref_id: int, fork: int, record: _OwnerRecord | None = None, sender: Any = None
+        self,
+        rref_id: int,
+        fork: int,
+        record: _OwnerRecord | None = None,
+        sender: Any = None,
+        holder: str | None = None,
     ) -> None:
         """Register ``fork`` of ``rref_id`` (a FORK_ADD from ``sender``, or this worker
-        sending its own ``record``)."""
+        sending its own ``record``), held by the worker named ``holder`` if known."""
         with self._lock:
-            self._add_fork(rref_id, fork, record, sender)
+            if self._add_fork(rref_id, fork, record, sender) is not None and holder is not None:
+                self._holders[(rref_id, fork)] = holder
 
     def _add_fork(
         self, rref_id: int, fork: int, record: _OwnerRecord | None, sender: Any
@@ -147,12 +156,14 @@ class RRefTable:
                 self._park_delete(rref_id, fork, sender)
                 return
             rec.forks.discard(fork)
+            self._holders.pop((rref_id, fork), None)
             # A placeholder stays for the remote() that fills it (a local handle may wait
             # on it), or until its deadline.
             if not rec.forks and rec.created:
                 del self._owners[rref_id]
 
-    def create_owned(self, rref_id: int, fork: int) -> _OwnerRecord:
+    def create_owned(self, rref_id: int, fork: int, holder: str | None = None) -> _OwnerRecord:
+        """A value ``remote()`` creates here; ``holder`` (its caller) holds ``fork``."""
         with self._lock:
             rec = self._owners.get(rref_id)
             if rec is None:
@@ -167,6 +178,8 @@ class RRefTable:
             # record of it (the serve still makes it, for nothing).
             if cancelled and not (rec.forks or rec.fetches) and self._owners.get(rref_id) is rec:
                 del self._owners[rref_id]
+            elif not cancelled and holder is not None:
+                self._holders[(rref_id, fork)] = holder
         return rec
 
     def lookup(self, rref_id: int) -> _OwnerRecord | None:
@@ -319,6 +332,19 @@ class RRefTable:
                     "disconnected while it waited"
                 )
             )
+
+    def holder_gone(self, name: str, why: str) -> None:
+        """Worker ``name`` left a dynamic group or died: drop the forks it held."""
+        with self._lock:
+            held = [k for k, holder in self._holders.items() if holder == name]
+        for rref_id, fork in held:
+            log.debug("rpc: releasing RRef %#x fork %#x: %s", rref_id, fork, why)
+            self.del_fork(rref_id, fork)
+
+    def fork_count(self) -> int:
+        """How many forks (users elsewhere) of the values this worker owns are recorded."""
+        with self._lock:
+            return sum(len(rec.forks) for rec in self._owners.values())
 
     def owned_ids(self) -> list[int]:
         with self._lock:

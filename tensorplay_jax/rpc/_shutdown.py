@@ -207,7 +207,7 @@ class ShutdownBarrier:
         try:
             store.reply_timeout = RPC_STORE_REPLY_GRACE_S
             store.add("shutdown/exit", 1)
-            if self._store_server is not None and graceful:
+            if self._store_server is not None and graceful and self.world_size is not None:
                 store.reply_timeout = wait + RPC_STORE_REPLY_GRACE_S
                 store.wait_count("shutdown/exit", self.world_size, wait)
         except (ConnectionError, OSError):

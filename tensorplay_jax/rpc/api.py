@@ -18,6 +18,7 @@ from tensorplay_jax.rpc._types import BackendType, GrpcRpcBackendOptions, Worker
 __all__ = [
     "get_debug_info",
     "get_worker_info",
+    "get_worker_infos",
     "init_rpc",
     "is_initialized",
     "remote",
@@ -42,12 +43,17 @@ def init_rpc(
       name: this worker's unique name (letters, digits, ``_ - : .``; at most 128).
       backend: ignored apart from validation; gRPC is the one backend.
       rank: this worker's rank; -1 reads ``RANK`` from the environment.
-      world_size: number of workers; None reads ``WORLD_SIZE``.
+      world_size: number of workers; None reads ``WORLD_SIZE``, and with that
+        unset too joins a *dynamic* group: rank 0 hosts it and comes first, the
+        others join and leave (``shutdown()``) at any time, and a worker that
+        dies is removed (see ``docs/guides`` on dynamic membership).
       rpc_backend_options: a :class:`GrpcRpcBackendOptions` (timeouts, init_method, TLS, ...).
 
     Raises:
       RuntimeError: RPC is already initialized in this process.
-      ValueError: bad name, rank or world size; two workers with the same name.
+      ValueError: bad name, rank or world size; two workers with the same name (in
+        a dynamic group: a live member has this name or rank); a group that mixes
+        fixed-size and dynamic workers.
       TimeoutError: the other workers did not arrive within ``init_timeout``.
 
     Example:
@@ -78,6 +84,8 @@ def init_rpc(
         agent.start()
         _agent.set_current(agent)
         agent.open()
+        if agent.membership is not None:
+            agent.membership.announce()  # every member knows this worker when init_rpc returns
 
 
 def is_initialized() -> bool:
@@ -214,6 +222,21 @@ def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
     return agent.resolve(worker_name, "get_worker_info")
 
 
+def get_worker_infos() -> list[WorkerInfo]:
+    """The WorkerInfo of every worker in the group now (this one included), by rank.
+
+    In a fixed-size group that is every worker; in a dynamic group
+    (``world_size=None``) the members at this moment: joiners appear once they
+    have joined, and workers that left or died are gone.
+
+    Example:
+      >>> rpc.get_worker_infos()  # doctest: +SKIP
+      [WorkerInfo(name='ps', id=0), WorkerInfo(name='trainer1', id=1)]
+    """
+    agent = _agent.get_agent("get_worker_infos")
+    return sorted(list(agent.workers.values()), key=lambda w: w.id)
+
+
 def get_debug_info() -> dict[str, Any]:
     """Counters of this worker's agent: pending calls, served calls in flight, owned RRef values."""
     agent = _agent.get_agent("get_debug_info")
@@ -259,7 +282,13 @@ def shutdown(graceful: bool = True, timeout: float = -1) -> None:
             timeout = WHILE_ALIVE
         deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
-            if graceful:
+            if graceful and agent.membership is not None:  # leave a dynamic group
+                try:
+                    agent.membership.leave(timeout)
+                except TimeoutError:
+                    deadline = time.monotonic()
+                    raise
+            elif graceful:
                 try:
                     agent.barrier.wait_for_all_workers(timeout)
                 except TimeoutError:

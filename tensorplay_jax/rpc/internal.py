@@ -25,6 +25,8 @@ What is here:
 * wire types: :func:`register_type`;
 * ``RRef.backward``'s implementation: :func:`register_rref_backward`
   (distributed autograd's);
+* a dynamic group's removals: :func:`on_worker_gone` (distributed autograd
+  fails the contexts a worker that left or died took part in);
 * errors: :func:`not_initialized` (the "RPC has not been initialized" error,
   worded the same for every caller);
 * a stand-in agent for one thread (see ``_current``): :func:`agent_for_this_thread`,
@@ -57,6 +59,7 @@ from tensorplay_jax.rpc._current import agent_for_this_thread as agent_for_this_
 from tensorplay_jax.rpc._current import calls_run_here as calls_run_here
 from tensorplay_jax.rpc._current import current_agent as current_agent
 from tensorplay_jax.rpc._errors import not_initialized as not_initialized
+from tensorplay_jax.rpc._membership import on_worker_gone as on_worker_gone
 from tensorplay_jax.rpc._protocol import CALL as CALL
 from tensorplay_jax.rpc._protocol import FETCH as FETCH
 from tensorplay_jax.rpc._protocol import FORK_ADD as FORK_ADD
@@ -76,6 +79,7 @@ __all__ = [
     "calls_run_here",
     "current_agent",
     "not_initialized",
+    "on_worker_gone",
     "register_rref_backward",
     "register_type",
 ]

@@ -93,8 +93,13 @@ def coordinator_port(port: int) -> int:
 
 
 def resolve_init(
-    init_method: str, rank: int | None, world_size: int | None, *, fn: str = "init_rpc"
-) -> tuple[str, int, int, int]:
+    init_method: str,
+    rank: int | None,
+    world_size: int | None,
+    *,
+    fn: str = "init_rpc",
+    dynamic: bool = False,
+) -> tuple[str, int, int, int | None]:
     """``(host, port, rank, world_size)`` from the init method, the arguments and the environment.
 
     Args:
@@ -102,6 +107,7 @@ def resolve_init(
       rank: this process's rank; None or negative reads ``RANK`` (or SLURM's).
       world_size: the number of processes; None reads ``WORLD_SIZE`` (or SLURM's).
       fn: the public function asking (named in errors).
+      dynamic: allow no world size at all (a dynamic RPC group): world size None.
 
     Raises:
       ValueError: an unsupported or malformed init method, a missing address,
@@ -138,6 +144,10 @@ def resolve_init(
             )
     if rank is None:
         raise ValueError(f"{fn}: rank was not given and RANK is not set in the environment")
+    if world_size is None and dynamic:
+        if rank < 0:
+            raise ValueError(f"{fn}: a dynamic group (world_size=None) needs rank >= 0")
+        return host, int(port), rank, None
     if world_size is None:
         raise ValueError(
             f"{fn}: world_size was not given and WORLD_SIZE is not set in the environment"

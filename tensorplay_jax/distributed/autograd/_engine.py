@@ -46,14 +46,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, as_cotangent, run_backward
+from tensorplay_jax.distributed.autograd import _context
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.distributed.autograd._serial import serial_for
-from tensorplay_jax.rpc import Future, get_worker_info, rpc_async
+from tensorplay_jax.rpc import Future, RpcPeerError, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc.functions import async_execution
-from tensorplay_jax.rpc.internal import current_caller, internal_target, not_initialized
+from tensorplay_jax.rpc.internal import (
+    current_caller,
+    internal_target,
+    not_initialized,
+    on_worker_gone,
+)
 from tensorplay_jax.runtime import trace
-from tensorplay_jax.runtime.ids import PASS_ID
+from tensorplay_jax.runtime.ids import CONTEXT_ID, PASS_ID
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
@@ -331,9 +337,25 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
     if not _rpc_is_initialized():
         raise not_initialized("dist_autograd.backward")
     ctx = retrieve(context_id)
+    lost = getattr(ctx, "lost_worker", None)
+    if lost is not None:
+        raise RpcPeerError(f"dist_autograd.backward: context {context_id} is lost: {lost}")
     roots = _check_roots(roots)
     ones = [filled_array(1, r._value.shape, r._value.dtype) for r in roots]
     run_pass(ctx, roots, ones, retain_graph)
+
+
+def _lose_contexts(info: Any, why: str) -> None:
+    """A dynamic group removed ``info``: release the contexts it created (no one else
+    will), and mark those it took part in: they cannot run backward."""
+    for ctx in list(_context._contexts.values()):
+        if CONTEXT_ID.unpack(ctx.context_id)[0] == info.id:
+            _context.release(ctx.context_id, skip=info.id)
+        elif info.id in ctx.known_worker_ids():
+            ctx.lost_worker = why  # type: ignore[attr-defined]
+
+
+on_worker_gone(_lose_contexts)
 
 
 def run_pass(
