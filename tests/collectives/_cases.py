@@ -164,3 +164,25 @@ def _cases() -> list[Case]:
 
 CASES = _cases()
 CASE_IDS = [c.name for c in CASES]
+
+# One case per collective and per non-linear rule (max, prod, avg): the cases every
+# execution mode runs. A case's variants (an axis, split/concat dimensions, uneven
+# sizes) change the parameters a rule is given, not how a mode dispatches it, so the
+# other variants run in the reference mode (shard_map under jit) only, at every size.
+REPRESENTATIVE = frozenset(
+    {
+        "all_reduce-sum",
+        "all_reduce-prod",
+        "reduce-max",
+        "reduce_scatter-avg",
+        "reduce_scatter-min",
+        "broadcast",
+        "gather-axis1",
+        "scatter",
+        "all_gather-axis2",
+        "all_gather_single",
+        "all_to_all-split1-concat0",
+        "all_to_all_single-uneven",
+    }
+)
+assert REPRESENTATIVE.issubset(CASE_IDS), "every representative case exists"

@@ -15,31 +15,13 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from tests.collectives._cases import CASE_IDS, CASES
+from tests.collectives._cases import CASE_IDS, CASES, REPRESENTATIVE
 from tests.collectives._harness import global_shape, numeric_jacobian, oracle, spmd
 from tests.collectives.test_values_and_gradients import inputs
 
-# A covering set, as in test_values_and_gradients.py (which runs every case in every
-# mode and at every size). Here the reference mode, shard_map under jit, runs every case;
-# each other (mode, size) pair runs one case per collective and per non-linear rule
-# (max, prod, avg), because a case's variants (an axis, split/concat dimensions, uneven
-# sizes) change the parameters a rule is given, not how a mode dispatches it. Every mode
-# and every size appears in one of the two lists.
-REPRESENTATIVE = {
-    "all_reduce-sum",
-    "all_reduce-prod",
-    "reduce-max",
-    "reduce_scatter-avg",
-    "reduce_scatter-min",
-    "broadcast",
-    "gather-axis1",
-    "scatter",
-    "all_gather-axis2",
-    "all_gather_single",
-    "all_to_all-split1-concat0",
-    "all_to_all_single-uneven",
-}
-assert REPRESENTATIVE.issubset(CASE_IDS), "every representative case exists"
+# A covering set, as in test_values_and_gradients.py: the reference mode, shard_map
+# under jit, runs every case; each other (mode, size) pair runs the representative cases
+# (``_cases.REPRESENTATIVE``). Every mode and every size appears in one of the two lists.
 JAC_PARAMS = [("shard_map-jit", 4), ("shard_map-jit", 1), ("shard_map-eager", 2), ("mesh2d-jit", 2)]
 GRADS_PARAMS = [
     ("shard_map-jit", 2),

@@ -13,16 +13,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.collectives._cases import CASE_IDS, CASES
+from tests.collectives._cases import CASE_IDS, CASES, REPRESENTATIVE
 from tests.collectives._harness import MODES, global_shape, numeric_jacobian, oracle, spmd
 
-# The axis sizes each mode runs at. Every case runs in every mode and at every size;
-# the (mode, size) pairs are a covering set rather than the full product, because a
-# mode changes how the program is dispatched (jit, op by op, pmap, a second mesh axis,
+# The axis sizes each mode runs at: a covering set rather than the full product. A mode
+# changes how the program is dispatched (jit, op by op, pmap, a second mesh axis,
 # check_vma off) and a size changes what the collective computes, and neither depends
-# on the other: shard_map under jit, the reference mode, runs every size. Op-by-op
-# (eager) shard_map compiles each primitive of the forward, VJP and JVP on its own,
-# so its pairs are the fewest. The second-order tests add more pairs.
+# on the other. The reference mode, shard_map under jit, runs every case at every size;
+# each other (mode, size) pair runs the representative cases (``_cases.REPRESENTATIVE``:
+# one per collective and per non-linear rule). Op-by-op (eager) shard_map compiles each
+# primitive of the forward, VJP and JVP on its own, so its pairs are the fewest. The
+# second-order tests add more pairs.
+REFERENCE = "shard_map-jit"
 MATRIX = {
     "shard_map-jit": (1, 2, 4, 8),
     "shard_map-novma-jit": (1, 4),
@@ -42,13 +44,15 @@ def inputs(case, shape, seed=0):
 
 
 def _params():
+    """Every case in the reference mode; the representative cases in the others."""
     for mode, sizes in MATRIX.items():
         for n in sizes:
-            yield pytest.param(mode, n, id=f"{mode}-n{n}")
+            for case, cid in zip(CASES, CASE_IDS, strict=True):
+                if mode == REFERENCE or cid in REPRESENTATIVE:
+                    yield pytest.param(case, mode, n, id=f"{mode}-n{n}-{cid}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("mode,n", list(_params()))
+@pytest.mark.parametrize("case,mode,n", list(_params()))
 def test_value_vjp_jvp(case, mode, n):
     shape = global_shape(mode, n, case.in_shape(n))
     x64 = inputs(case, shape)
