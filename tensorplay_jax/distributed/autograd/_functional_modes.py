@@ -234,8 +234,14 @@ class TapeMode:
             return wrappers[-1]
 
         a, k = call.arguments(vals, leaf)
-        with _context.using(context_id):
-            out = call.rpc(_remote_vjp.tape_call, (call.func, *a), k)
+        try:
+            with _context.using(context_id):
+                out = call.rpc(_remote_vjp.tape_call, (call.func, *a), k)
+        except BaseException:
+            # No backward will run: a private context goes now, on every worker it reached.
+            if private:
+                _context.release(context_id, skip=None)
+            raise
         handle = next(self._handles) & 0x7FFFFFFF
         outs = jax.tree_util.tree_leaves(out, is_leaf=_is_tensor)
         with self._lock:

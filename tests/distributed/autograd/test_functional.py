@@ -130,7 +130,6 @@ def test_tape_out_shape_that_lies_raises():
 
 
 def test_every_private_context_is_released_everywhere():
-    # (the tape tests run first in this job, before any jax-mode call)
     for w in ("w1", "w2"):
         wait_until(lambda: rpc.rpc_sync(w, T.context_count) == 0, timeout=10)  # noqa: B023
 
@@ -328,6 +327,17 @@ def test_mode_mismatches_name_the_mode_to_use():
     expect(ValueError, ["'jax' or 'tape'"], drpc, "w1", f, args=(W, X), mode="JAX")
     rref = None  # released: the errors' tracebacks held closures over it
     gc.collect()
+
+
+def test_a_tape_call_that_fails_on_the_callee_releases_its_context_everywhere():
+    # f is a JAX function: on the callee's leaf Tensors it raises, after the call joined
+    # w1 to this call's private context. No backward will run, so nothing may keep it.
+    from tensorplay_jax.distributed.autograd import _context
+
+    before = len(_context.active_context_ids())
+    expect(TypeError, ["mode='jax'"], jax.grad(lambda w: tape("w1", f, args=(w, X))), W)
+    assert len(_context.active_context_ids()) == before
+    wait_until(lambda: rpc.rpc_sync("w1", T.context_count) == 0, timeout=10)
 
 
 def test_remote_parameters_fully_functional_training_matches_one_process():
