@@ -147,6 +147,29 @@ def call_rule(
     ``pullback(mask, *operands, cotangent)`` compiled, where ``mask[i]`` says
     whether operand ``i`` needs a gradient; it returns one gradient per
     ``True``, in order, each in its operand's dtype.
+
+    Args:
+        fn: a pure JAX function of ``args``' values returning one array.
+        pullback: ``pullback(mask, *values, ct)``, a module-level function (it
+            is part of the backward's compile cache key).
+        name: the node's name (``grad_fn.name``).
+        args: the operands: Tensors, arrays or ``None``.
+
+    Returns:
+        ``fn``'s output as a Tensor, on the tape when an operand requires grad.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.autograd import call_rule
+        >>> def scale(x, w):
+        ...     return x * w
+        >>> def scale_pullback(mask, x, w, ct):
+        ...     return tuple(g for g, m in zip((ct * w, (ct * x).sum()), mask) if m)
+        >>> x = tp.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = call_rule(scale, scale_pullback, "scaleBackward", (x, tp.tensor(3.0)))
+        >>> y.sum().backward()
+        >>> x.grad
+        tensor([3., 3.])
     """
     key = (id(fn), ())
     entry = _cache.lookup(key, name, lambda: fn)
