@@ -80,6 +80,7 @@ from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
 from tensorplay_jax.autograd._lift import apply as apply
 from tensorplay_jax.autograd._lift import call_op as call_op
+from tensorplay_jax.autograd._lift import call_rule as call_rule
 from tensorplay_jax.autograd._lift import function as function
 from tensorplay_jax.autograd._node import AccumulateGrad as AccumulateGrad
 from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
@@ -100,6 +101,7 @@ __all__ = [
     "as_cotangent",
     "attach_outputs",
     "call_op",
+    "call_rule",
     "compile",
     "enable_grad",
     "function",

@@ -120,6 +120,80 @@ def call_op(
     return _run(entry, values, tensors, saves)
 
 
+_RULES: dict[tuple[int, tuple[bool, ...]], Callable[..., Any]] = {}
+
+
+def _rule_for(pullback: Callable[..., Any], mask: tuple[bool, ...]) -> Callable[..., Any]:
+    """``pullback`` bound to ``mask``, one object per pair (the backward's jit cache key)."""
+    key = (id(pullback), mask)
+    fn = _RULES.get(key)
+    if fn is None:
+        fn = _RULES.setdefault(key, functools.partial(pullback, mask))
+    return fn
+
+
+def call_rule(
+    fn: Callable[..., Any],
+    pullback: Callable[..., Any],
+    name: str,
+    args: Sequence[Any],
+) -> Any:
+    """Run ``fn(*args)`` (one array out) as one node whose backward is a hand-written rule.
+
+    ``call_op`` differentiates ``fn`` with ``jax.vjp`` inside the compiled forward,
+    whose residuals are new buffers: for ``x @ w.T`` a transposed copy of ``w``
+    and a copy of ``x``. Here the forward computes the output only, and the
+    node keeps the operand arrays themselves: the backward runs
+    ``pullback(mask, *operands, cotangent)`` compiled, where ``mask[i]`` says
+    whether operand ``i`` needs a gradient; it returns one gradient per
+    ``True``, in order, each in its operand's dtype.
+
+    Args:
+        fn: a pure JAX function of ``args``' values returning one array.
+        pullback: ``pullback(mask, *values, ct)``, a module-level function (it
+            is part of the backward's compile cache key).
+        name: the node's name (``grad_fn.name``).
+        args: the operands: Tensors, arrays or ``None``.
+
+    Returns:
+        ``fn``'s output as a Tensor, on the tape when an operand requires grad.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> from tensorplay_jax.autograd import call_rule
+        >>> def scale(x, w):
+        ...     return x * w
+        >>> def scale_pullback(mask, x, w, ct):
+        ...     return tuple(g for g, m in zip((ct * w, (ct * x).sum()), mask) if m)
+        >>> x = tp.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = call_rule(scale, scale_pullback, "scaleBackward", (x, tp.tensor(3.0)))
+        >>> y.sum().backward()
+        >>> x.grad
+        tensor([3., 3.])
+    """
+    key = (id(fn), ())
+    entry = _cache.lookup(key, name, lambda: fn)
+    values = []
+    tensors: list[Tensor | None] = []
+    for a in args:
+        if isinstance(a, _tc.Tensor):
+            values.append(_operand_value(a))
+            tensors.append(a)
+        else:
+            values.append(a)
+            tensors.append(None)
+    mask = tuple(t is not None and t._requires_grad for t in tensors)
+    out = entry.forward(*values)
+    if not (any(mask) and is_grad_enabled()) or any(isinstance(v, jax.core.Tracer) for v in values):
+        return _tc.Tensor._wrap(out)
+    vjp = jax.tree_util.Partial(_rule_for(pullback, mask), *values)
+    edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
+    saved = tuple((t, t._version) for t in tensors if t is not None)
+    info = (_cache.LEAF, ((out.shape, out.dtype),))
+    node = VJPNode(entry.name, vjp, info, edges, 1, saved)
+    return _tc.Tensor._wrap_output(out, node, 0)
+
+
 def _static_leaf(leaf: Any, where: str) -> Hashable:
     try:
         hash(leaf)

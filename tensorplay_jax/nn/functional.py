@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from tensorplay_jax import tensors as _tensors
-from tensorplay_jax.autograd import apply
+from tensorplay_jax.autograd import apply, call_rule
 from tensorplay_jax.nn import _jax_impl
 from tensorplay_jax.tensors import Tensor, in_key_scope, next_key
 
@@ -53,6 +53,16 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
         >>> F.linear(tp.ones(2, 3), tp.ones(4, 3), tp.zeros(4)).shape
         (2, 4)
     """
+    w_shape = getattr(weight, "shape", None)
+    if (
+        getattr(input, "ndim", 0) >= 1
+        and w_shape is not None
+        and len(w_shape) == 2
+        and (bias is None or getattr(bias, "shape", None) == (w_shape[0],))
+    ):
+        return call_rule(
+            _jax_impl.linear, _jax_impl.linear_pullback, "linearBackward", (input, weight, bias)
+        )
     return apply(_jax_impl.linear, input, weight, bias)
 
 
