@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 
 import pytest
@@ -140,7 +141,13 @@ requests = st.one_of(
 @example(b'{"op": "wait", "keys": {"k": 0}, "timeout": false}')
 def test_store_answers_every_request(store, line):
     with store.lock:
-        reply = store.ask(store.conn, line + b"\n")
+        try:
+            reply = store.ask(store.conn, line + b"\n")
+        except OSError:
+            # The connection is then stuck for every later input, the shrinker's too:
+            # this first one is the input to keep (pytest shows what the test printed).
+            print(f"no answer to {line!r}", file=sys.stderr)
+            raise
         assert isinstance(reply, dict)
         # The connection still serves a good request.
         assert store.ask(store.conn, b'{"op": "set", "k": "fuzz/ok", "v": 1}\n') == {"ok": True}
