@@ -143,6 +143,19 @@ class Future(Generic[T]):
             ...
             TimeoutError: Future.wait: not done after 0.01 seconds
         """
+        self._wait_done(timeout)
+        if self._state != _ERR:
+            return self._value
+        # The raise gives the exception a traceback holding this frame: drop ``self`` from
+        # it, or the future and its exception would hold each other (and every frame up
+        # the stack) until the cyclic collector runs.
+        try:
+            raise self._value
+        finally:
+            self = None
+
+    def _wait_done(self, timeout: float | None) -> None:
+        """Block until done (``wait``'s errors if it does not get there)."""
         if self._state == _PENDING:
             if self._drive is not None:
                 self._drive(timeout)
@@ -154,9 +167,6 @@ class Future(Generic[T]):
                 raise TimeoutError(f"Future.wait: not done after {timeout} seconds")
             else:
                 self._done_lock.release()
-        if self._state == _ERR:
-            raise self._value
-        return self._value
 
     def value(self) -> T:
         """The result (waiting for it if needed); raises the exception that was set.
@@ -172,17 +182,16 @@ class Future(Generic[T]):
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The exception that was set, after waiting; None if a result was set.
 
+        The exception is returned without being raised here: a raise would give it a
+        traceback holding this caller's frames (and whatever they hold) for as long as
+        the future keeps it.
+
         Example:
             >>> f = Future(); f.set_exception(KeyError("k")); f.exception()
             KeyError('k')
         """
-        try:
-            self.wait(timeout)
-        except BaseException as e:
-            if self._state == _ERR:
-                return e
-            raise
-        return None
+        self._wait_done(timeout)
+        return self._value if self._state == _ERR else None
 
     # ------------------------------------------------------------------ completing
     def set_result(self, result: T) -> None:

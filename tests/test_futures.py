@@ -9,6 +9,7 @@ callback executor (RPC's pool) and ``drive`` (a process group's queued send).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,25 @@ def test_wait_and_value_raise_the_exception_set():
         with pytest.raises(ValueError, match="bad"):
             read()
     assert isinstance(f.exception(), ValueError)
+
+
+def test_exception_returns_the_exception_without_raising_it():
+    # A raise would give it a traceback holding the caller's frames for as long as the
+    # future lives.
+    f, e = Future(), ValueError("bad")
+    f.set_exception(e)
+    assert f.exception() is e and e.__traceback__ is None
+
+
+def test_a_failed_wait_leaves_no_reference_to_the_future():
+    # Its exception's traceback holds wait's frame: with ``self`` in it, the future and
+    # its exception would hold each other until the next cyclic collection.
+    f = Future()
+    f.set_exception(ValueError("bad"))
+    before = sys.getrefcount(f)
+    with pytest.raises(ValueError):
+        f.wait()
+    assert sys.getrefcount(f) == before
 
 
 def test_wait_blocks_until_another_thread_completes_it():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["GroupState", "closed", "group_op"]
+__all__ = ["GroupState", "closed", "group_op", "seconds"]
 
 GROUP_OPS = ("join", "leave", "watch", "mode")
 
@@ -45,6 +45,29 @@ class GroupState:
         if ent is not None and ent["nonce"] == nonce:
             del self.members[name]
             self.log.append([self.version + 1, why, name, ent])
+
+
+def seconds(req: dict[str, Any]) -> float:
+    """A waiting request's ``"timeout"``: a number of seconds (an int or a float, not NaN).
+
+    Raises:
+      KeyError: it has none.
+      ValueError: it is not a number, or NaN (a NaN deadline is never reached, and a
+        wait for NaN seconds returns at once: the store's thread would spin for ever;
+        a string is refused too, not read as a number).
+
+    Example:
+      >>> seconds({"op": "wait", "timeout": 2})
+      2
+      >>> seconds({"op": "wait", "timeout": float("nan")})
+      Traceback (most recent call last):
+      ...
+      ValueError: wait: timeout=nan is not a number of seconds
+    """
+    t = req["timeout"]
+    if type(t) not in (int, float) or t != t:
+        raise ValueError(f"{req['op']}: timeout={t!r:.40} is not a number of seconds")
+    return t
 
 
 def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +109,7 @@ def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]
     since = int(req["since"])
     if since < 0:
         return {"err": f"watch: since={since} must be >= 0"}
-    deadline = time.monotonic() + float(req["timeout"])
+    deadline = time.monotonic() + seconds(req)
     while g.version <= since and st.aborted is None:
         left = deadline - time.monotonic()
         if left <= 0:

@@ -178,7 +178,9 @@ class _Handler(socketserver.StreamRequestHandler):
             if op == "wait":
                 # keys: {key: rank}; done when every key is set or its rank is dead.
                 keys: dict[str, int] = req["keys"]
-                deadline = time.monotonic() + req["timeout"] if req.get("timeout") else None
+                # No timeout (none, null or 0): wait for as long as it takes.
+                timeout = _group_store.seconds(req) if req.get("timeout") is not None else 0
+                deadline = time.monotonic() + timeout if timeout else None
 
                 def ready() -> bool:
                     return all(k in st.data or r in st.dead for k, r in keys.items())
@@ -202,7 +204,7 @@ class _Handler(socketserver.StreamRequestHandler):
                     "dead": sorted(st.dead),
                 }
             if op == "wait_count":
-                deadline = time.monotonic() + req["timeout"]
+                deadline = time.monotonic() + _group_store.seconds(req)
                 while st.data.get(req["k"], 0) < req["n"] - len(st.dead):
                     left = deadline - time.monotonic()
                     if left <= 0 or st.aborted is not None:

@@ -24,6 +24,7 @@ the RRef.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -160,7 +161,7 @@ class RRef(Generic[T]):
             return RpcTimeoutError(
                 f"{what}: this RRef's creation was not confirmed by its owner in time: {exc}"
             )
-        return exc
+        return _fresh(exc)
 
     def confirmed_by_owner(self) -> bool:
         """True when the owner is known to hold this reference (always on the owner)."""
@@ -212,7 +213,10 @@ class RRef(Generic[T]):
         # A remote() whose creation already failed (error, timeout) fails every later use.
         exc = self._creation_error(what)
         if exc is not None:
-            raise exc
+            try:
+                raise exc
+            finally:
+                del exc  # the raise's traceback holds this frame: no cycle through it
 
     # -- autograd
     def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
@@ -274,6 +278,31 @@ class RRef(Generic[T]):
     def __repr__(self) -> str:
         kind = "OwnerRRef" if self._record is not None else "UserRRef"
         return f"{kind}(owner={self._owner.name!r}, id={self._id:#x})"
+
+
+def _fresh(exc: BaseException) -> BaseException:
+    """A copy of ``exc`` (same type, arguments, chained causes) for one use to raise.
+
+    Raising the creation's own error would give it a traceback holding the use's
+    frames, and they hold this RRef, which holds the error: a cycle only the cyclic
+    collector frees, so dropping the RRef would not release it on its owner at once.
+    An exception that cannot be copied is returned itself.
+
+    Example:
+        >>> err = ValueError("boom")
+        >>> again = _fresh(err)
+        >>> again is not err, type(again).__name__, str(again)
+        (True, 'ValueError', 'boom')
+    """
+    try:
+        new = copy.copy(exc)
+    except Exception:
+        return exc
+    if type(new) is not type(exc) or new.args != exc.args:
+        return exc
+    new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+    new.__suppress_context__ = exc.__suppress_context__
+    return new
 
 
 def _invoke_on_rref(rref: RRef[Any], method: str, args: tuple, kwargs: dict) -> Any:
