@@ -82,17 +82,14 @@ class Work:
         return self.is_completed() and self.exception() is None
 
     def exception(self) -> BaseException | None:
-        """The call's exception, or None (waits first).
+        """The call's exception, or None (waits first; the exception is not raised here,
+        so it keeps no traceback of this caller's frames).
 
         Example:
           >>> Work.completed(1).exception() is None
           True
         """
-        try:
-            self._future.wait()
-        except Exception as e:
-            return e
-        return None
+        return self._future.exception()
 
     def result(self) -> Any:
         """What the blocking call returns (the received or reduced array; None for a send).
