@@ -47,6 +47,20 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, _tc.Tensor)
 
 
+def _operands(args: Sequence[Any]) -> tuple[list[Any], list[Tensor | None]]:
+    """Each argument's value for the compiled function, and the Tensor behind it (or None)."""
+    values: list[Any] = []
+    tensors: list[Tensor | None] = []
+    for a in args:
+        if isinstance(a, _tc.Tensor):
+            values.append(_operand_value(a))
+            tensors.append(a)
+        else:
+            values.append(a)
+            tensors.append(None)
+    return values, tensors
+
+
 def _run(
     entry: _cache._Entry,
     values: Sequence[Any],
@@ -108,15 +122,7 @@ def call_op(
     # id cannot be reused while the entry exists.
     key = (id(fn), static)
     entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
-    values = []
-    tensors: list[Tensor | None] = []
-    for a in args:
-        if isinstance(a, _tc.Tensor):
-            values.append(_operand_value(a))
-            tensors.append(a)
-        else:
-            values.append(a)
-            tensors.append(None)
+    values, tensors = _operands(args)
     return _run(entry, values, tensors, saves)
 
 
@@ -173,15 +179,7 @@ def call_rule(
     """
     key = (id(fn), ())
     entry = _cache.lookup(key, name, lambda: fn)
-    values = []
-    tensors: list[Tensor | None] = []
-    for a in args:
-        if isinstance(a, _tc.Tensor):
-            values.append(_operand_value(a))
-            tensors.append(a)
-        else:
-            values.append(a)
-            tensors.append(None)
+    values, tensors = _operands(args)
     mask = tuple(t is not None and t._requires_grad for t in tensors)
     out = entry.forward(*values)
     if not (any(mask) and is_grad_enabled()) or any(isinstance(v, jax.core.Tracer) for v in values):
