@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable
 
 import tensorplay_jax as tp
@@ -15,12 +18,22 @@ WAIT_S = 20.0
 _order: list[int] = []
 _a_started: dict[int, threading.Event] = {}
 _second_saw_a: list[bool] = []
+# Both stages: (wall time, what happened), and w2's thread stacks if its wait ran out;
+# the test shows them when it fails.
+_events: list[tuple[float, str]] = []
+_stacks: list[str] = []
+
+
+def _note(what: str) -> None:
+    _events.append((time.time(), what))
 
 
 def reset() -> None:
     _order.clear()
     _second_saw_a.clear()
     _a_started.clear()
+    _events.clear()
+    _stacks.clear()
     for m in (0, 1):
         _a_started[m] = threading.Event()
 
@@ -39,13 +52,20 @@ def tap(x: tp.Tensor, on_backward: Callable[[], None]) -> tp.Tensor:
 
 def a_started(m: int) -> None:
     """On w2: stage A began micro-batch ``m``'s backward."""
+    _note(f"w2 heard that A started {m}")
     _a_started[m].set()
 
 
 def _b_backward(m: int) -> None:
     _order.append(m)
+    _note(f"B backward {m} in {threading.current_thread().name}")
     if len(_order) == 2:  # the second unit: wait (bounded) for stage A to start the first's
-        _second_saw_a.append(_a_started[_order[0]].wait(WAIT_S))
+        saw = _a_started[_order[0]].wait(WAIT_S)
+        _second_saw_a.append(saw)
+        _note(f"B's wait ended: saw A start {_order[0]}: {saw}")
+        if not saw:
+            for tid, frame in sys._current_frames().items():
+                _stacks.append(f"thread {tid}:\n" + "".join(traceback.format_stack(frame)))
 
 
 def stage_b(a: tp.Tensor, m: int) -> tp.Tensor:
@@ -55,9 +75,19 @@ def stage_b(a: tp.Tensor, m: int) -> tp.Tensor:
 
 def stage_a(x: tp.Tensor, m: int) -> tp.Tensor:
     """On w1: ``2 x``, then stage B; its backward tells w2 when it starts."""
-    a = tap(x * 2.0, lambda: rpc.rpc_sync("w2", a_started, args=(m,)))
+
+    def started() -> None:
+        _note(f"A backward {m} starts in {threading.current_thread().name}")
+        rpc.rpc_sync("w2", a_started, args=(m,))
+
+    a = tap(x * 2.0, started)
     return rpc.rpc_sync("w2", stage_b, args=(a, m))
 
 
 def what_b_saw() -> tuple[list[int], list[bool]]:
     return list(_order), list(_second_saw_a)
+
+
+def events() -> tuple[list[tuple[float, str]], list[str]]:
+    """This stage's timeline and (w2, if its wait ran out) every thread's stack then."""
+    return list(_events), list(_stacks)

@@ -21,6 +21,15 @@ from tests.distributed.autograd import _pipeline_workers as W
 pytestmark = pytest.mark.workers(3, names=["w0", "w1", "w2"], timeout=60)
 
 
+def _story() -> str:
+    """Why B waited out its bound: both stages' timelines, and w2's stacks at the time."""
+    (a, _), (b, stacks) = (rpc.rpc_sync(w, W.events) for w in ("w1", "w2"))
+    t0 = min(t for t, _ in a + b)
+    lines = [f"{t - t0:8.3f} s  {what}" for t, what in sorted(a + b)]
+    head = "stage B's second backward waited out its bound for stage A:"
+    return "\n".join([head, *lines, *stacks])
+
+
 def test_stage_b_sends_a_micro_batch_gradient_on_before_its_next_backward_ends(
     dist_workers_module,
 ):
@@ -32,6 +41,6 @@ def test_stage_b_sends_a_micro_batch_gradient_on_before_its_next_backward_ends(
         grads = dist_autograd.get_gradients(ctx)
     order, saw = rpc.rpc_sync("w2", W.what_b_saw)
     assert sorted(order) == [0, 1]
-    assert saw == [True], "stage B's second backward waited out its bound for stage A"
+    assert saw == [True], _story()
     for x in xs:  # d/dx sum(3 * 2 x) = 6, by hand
         np.testing.assert_allclose(np.asarray(grads[x]), [6.0, 6.0, 6.0])
