@@ -5,7 +5,9 @@ set +e
 # Two xdist workers, each taking whole test files (--dist loadfile): a module's tests then
 # share one dist_workers_module job (and every other module-scoped fixture) instead of
 # each xdist worker starting its own.
-python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+# --durations: the slowest tests close every run's output, so a run that takes longer
+# than the last one shows where the time went.
+python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] pytest collected no tests: failing" >&2
