@@ -22,7 +22,6 @@ from __future__ import annotations
 import array
 import collections
 import logging
-import mmap
 import os
 import socket
 import struct
@@ -31,12 +30,14 @@ from tensorplay_jax.rpc._framing import StreamError
 from tensorplay_jax.rpc._socket.frames import _FRAME as _FRAME
 from tensorplay_jax.rpc._socket.frames import _INLINE as _INLINE
 from tensorplay_jax.rpc._socket.frames import _Reader
+from tensorplay_jax.rpc._socket.spinner import _SPIN, _SPIN_NS
 
 log = logging.getLogger(__name__)
 
 _SHM, _RELEASE = 2, 3
 _U64 = struct.Struct("<Q")
 _MAX_FDS = 8
+_CTRUNC = int(socket.MSG_CTRUNC)  # a plain int: an IntFlag's ``&`` costs microseconds a frame
 _ANC = socket.CMSG_SPACE(_MAX_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
 # Passed descriptors no frame has claimed yet, at most (an honest peer leaves two: the
 # frame being read's, and the next one's); more drops the link.
@@ -52,13 +53,6 @@ class _FdReader(_Reader):
         # are the stream offsets of the bytes received with it (see _claim).
         self.fds: collections.deque[tuple[int, int, int]] = collections.deque()
         self._warned = False
-
-    def frame(self) -> tuple[int, bytes | mmap.mmap, int]:
-        """The next frame: its kind, its body, and the descriptor passed with it (-1: none;
-        only an ``SHM`` frame takes one, and the caller must close it)."""
-        start = self._got - (self._hi - self._lo)
-        kind, body, _ = super().frame()
-        return kind, body, self._claim(start, kind) if self.fds else -1
 
     def _claim(self, start: int, kind: int) -> int:
         """The descriptor of the ``SHM`` frame that starts at stream offset ``start`` (-1:
@@ -87,13 +81,14 @@ class _FdReader(_Reader):
 
     def _recv_into(self, view: memoryview) -> int:
         """Receive into ``view`` (and keep passed descriptors); the byte count, never 0."""
-        self._spin()
+        if _SPIN is not None:  # see _Reader._recv_into
+            _SPIN(self._fd, _SPIN_NS)
         got, anc, flags, _ = self._sock.recvmsg_into([view], _ANC)
         first = self._got
         self._got += got
         if anc:
             self._keep_fds(anc, first)
-        if flags & socket.MSG_CTRUNC:
+        if flags & _CTRUNC:
             raise StreamError("passed descriptors were truncated")
         if not got:
             raise EOFError("stream closed")

@@ -43,7 +43,13 @@ _MAX_BODY = _host_memory()
 
 
 class _Reader:
-    """Frames from one socket (a transport's reader may also take what comes with them)."""
+    """Frames from one socket (a transport's reader may also take what comes with them).
+
+    ``fds`` and ``_claim`` are the hooks of a reader that takes descriptors passed with
+    the frames (``rpc/_local/frames``): a plain socket passes none.
+    """
+
+    fds: object = ()  # descriptors passed with frames and not yet claimed: none here
 
     def __init__(self, sock: socket.socket, peer: str = "") -> None:
         self._sock = sock
@@ -54,12 +60,13 @@ class _Reader:
         self._got = 0  # bytes received so far: the stream offset of the byte after _buf[_hi - 1]
 
     def frame(self) -> tuple[int, bytes | mmap.mmap, int]:
-        """The next frame: its kind, its body, and a descriptor passed with it (-1 here:
-        a plain socket passes none; see ``_local.frames``).
+        """The next frame: its kind, its body, and the descriptor passed with it (-1: none;
+        see ``_claim``).
 
         Raises:
           StreamError: a body length past this host's memory.
         """
+        start = self._got - (self._hi - self._lo)  # the frame's stream offset
         self._need(_FRAME.size)
         length, kind = _FRAME.unpack_from(self._buf, self._lo)
         self._lo += _FRAME.size
@@ -74,7 +81,12 @@ class _Reader:
             self._need(length)
             body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
             self._lo += length
-        return kind, body, -1
+        return kind, body, self._claim(start, kind) if self.fds else -1
+
+    def _claim(self, start: int, kind: int) -> int:
+        """The descriptor passed with the frame of ``kind`` at stream offset ``start``
+        (-1: none; a plain socket passes none)."""
+        return -1
 
     def _need(self, n: int) -> None:
         """Have ``n`` (at most ``_READ_BYTES``) bytes buffered from ``_lo`` on."""
@@ -109,16 +121,15 @@ class _Reader:
             have += self._recv_into(memoryview(m)[have:size])
         return m
 
-    def _spin(self) -> None:
-        """Yield-spin briefly for the next bytes before sleeping in a receive (see
+    def _recv_into(self, view: memoryview) -> int:
+        """Receive into ``view``; the byte count, never 0.
+
+        It yield-spins briefly for the next bytes before sleeping in the receive (see
         ``spinner``): a reply or a backward's gradients usually come soon, and catching
-        them awake saves a sleeping CPU's wake-up and cold caches."""
+        them awake saves a sleeping CPU's wake-up and cold caches.
+        """
         if _SPIN is not None:
             _SPIN(self._fd, _SPIN_NS)
-
-    def _recv_into(self, view: memoryview) -> int:
-        """Receive into ``view``; the byte count, never 0."""
-        self._spin()
         got = self._sock.recv_into(view)
         if not got:
             raise EOFError("stream closed")

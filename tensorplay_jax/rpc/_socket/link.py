@@ -225,14 +225,13 @@ class SocketLink:
                 return
 
     def _message(self, kind: int, body: Any, fd: int) -> Message | None:
-        """The message a frame carries, or None for a frame the transport handled itself.
+        """The message a frame of a transport's own kind carries (``INLINE`` frames are read
+        in ``_read_while_holding``), or None for a frame the transport handled itself.
 
         Raises:
           FramingError: a frame that is not a message (the link stays usable).
           StreamError: a frame after which the stream cannot be read on.
         """
-        if kind == _INLINE:
-            return unpack_message(memoryview(body))
         raise FramingError(f"unknown frame kind {kind}")
 
     def _read_while_holding(self, me: int) -> bool:
@@ -244,7 +243,10 @@ class SocketLink:
             while True:
                 try:
                     kind, body, fd = reader.frame()
-                    msg = self._message(kind, body, fd)
+                    if kind == _INLINE:  # the common frame, read here without a call
+                        msg = unpack_message(memoryview(body))
+                    else:
+                        msg = self._message(kind, body, fd)
                 except StreamError as e:
                     # Nothing after this frame can be read: answer, then hang up.
                     on_malformed(self, e)
