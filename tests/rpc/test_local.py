@@ -201,3 +201,42 @@ def test_reader_does_frame_work_inline_and_is_relieved_when_it_blocks():
     finally:
         link.close()
         srv.stop()
+
+
+def test_a_relieved_frame_that_ends_leaves_the_blocked_reader_watched():
+    """A frame relieved for running long ends while the frame read after it blocks: the
+    watchdog still hands reading on, so the frame that unblocks it is read."""
+    release_first = threading.Event()
+    gate = threading.Event()
+    seen: queue.Queue = queue.Queue()
+
+    def on_message(link, m):
+        tag = bytes(m.envelope)
+        seen.put((tag, threading.get_ident()))
+        if tag == b"first":
+            assert release_first.wait(30)  # relieved by the watchdog while it waits
+        elif tag == b"second":
+            release_first.set()  # the first frame's work ends now, while this one blocks
+            assert gate.wait(30)  # opened by the handler of a LATER frame on this link
+        elif tag == b"open":
+            gate.set()
+
+    srv = _local.LocalServer(
+        secret="s3cret", on_message=on_message, on_malformed=print, on_closed=lambda *a: None
+    )
+    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    try:
+        link.send(b"first", b"\xc0")
+        link.send(b"probe", b"\xc0")  # read by another thread once the first is relieved
+        (_, first_tid), (_, probe_tid) = seen.get(timeout=10), seen.get(timeout=10)
+        assert probe_tid != first_tid
+        link.send(b"second", b"\xc0")
+        link.send(b"open", b"\xc0")
+        tags = [seen.get(timeout=10)[0] for _ in range(2)]
+        assert tags == [b"second", b"open"]
+        assert gate.wait(10)
+    finally:
+        gate.set()
+        release_first.set()
+        link.close()
+        srv.stop()

@@ -267,8 +267,9 @@ class SocketLink:
                     # Hold no message between frames: its arrays may be the last on a segment.
                     msg = body = None  # type: ignore[assignment]
                     with self._rcv:
-                        self._busy_since = None
                         detached = self._baton != me
+                        if not detached:  # else the mark is the new reader's frame's
+                            self._busy_since = None
                 if detached:
                     return True  # the watchdog handed reading on: someone else reads now
         except (EOFError, ConnectionError, OSError) as e:
