@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import optax
 
 OPTIMIZERS = {
@@ -16,10 +19,27 @@ OPTIMIZERS = {
 }
 
 
-def local_steps(tx, params, grads_per_step):
-    """Plain optax over the list of parameters: one update per gradient list."""
+def local_trajectory(tx, params, grads_per_step):
+    """Plain optax over the list of parameters: the parameters before the first update and
+    after each one (one update per gradient list)."""
     state = tx.init(params)
+    out = [params]
     for grads in grads_per_step:
         updates, state = tx.update(grads, state, params)
         params = optax.apply_updates(params, updates)
-    return params
+        out.append(params)
+    return out
+
+
+def local_steps(tx, params, grads_per_step):
+    """Plain optax over the list of parameters: the parameters after every update."""
+    return local_trajectory(tx, params, grads_per_step)[-1]
+
+
+def float32_bound(trajectory, i, ulps=16):
+    """Per element of parameter ``i``, how far two float32 runs of the same updates may
+    differ by rounding alone: ``ulps`` float32 epsilons of the magnitudes the steps add
+    (the start, then each update), whatever order or fusion each run's arithmetic took."""
+    steps = [np.asarray(p[i], np.float64) for p in trajectory]
+    scale = np.abs(steps[0]) + sum(np.abs(b - a) for a, b in itertools.pairwise(steps))
+    return ulps * np.finfo(np.float32).eps * scale

@@ -18,7 +18,7 @@ from tensorplay_jax.distributed.optim import DistributedOptimizer
 from tests._worker import expect, npa
 from tests.distributed.nn import _targets as NT
 from tests.distributed.optim import _targets as T
-from tests.distributed.optim._cases import OPTIMIZERS, local_steps
+from tests.distributed.optim._cases import OPTIMIZERS, float32_bound, local_trajectory
 
 pytestmark = pytest.mark.workers(3, timeout=120)
 
@@ -59,9 +59,14 @@ def test_two_steps_match_optax_with_parameters_on_three_workers(name):
             )
             opt.step(ctx)
     got = _values(rrefs)
-    for i, (g, w) in enumerate(zip(got, local_steps(make(), start, seen), strict=True)):
-        np.testing.assert_allclose(
-            np.asarray(g), np.asarray(w), rtol=2e-6, atol=1e-7, err_msg=f"{name} param {i}"
+    # The owners' updates and plain optax here round differently (fused or not): compare
+    # within float32 rounding of the magnitudes each step adds (a wrong update is off by
+    # orders of magnitude more).
+    want = local_trajectory(make(), start, seen)
+    for i, g in enumerate(got):
+        err = np.abs(np.asarray(g, np.float64) - np.asarray(want[-1][i], np.float64))
+        np.testing.assert_array_less(
+            err, float32_bound(want, i) + 1e-30, err_msg=f"{name} param {i}"
         )
     moved = [float(jnp.abs(s - g).max()) for s, g in zip(start, got, strict=True)]
     assert all(m > 1e-4 for m in moved), moved
