@@ -19,12 +19,12 @@ from __future__ import annotations
 import collections
 import functools
 import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd import _engine
+from tensorplay_jax.autograd import _engine, _lazy
 from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 
@@ -42,13 +42,9 @@ _seen: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
 Plan = tuple[Any, ...]
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _fused_backward(
-    plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...], held: tuple[Any, ...]
+def _backward_body(
+    plan: Plan, pullbacks: Sequence[Any], root_cts: tuple[Any, ...], held: tuple[Any, ...]
 ) -> Any:
-    """Each reached leaf's gradient, and (``held``: each leaf's ``.grad`` or None) its sum
-    with what the leaf already held, so accumulating costs no call of its own."""
-    _trace_counts["<fused backward>"] += 1
     steps, roots, n_leaves = plan
     bufs: dict[tuple[int, int], Any] = {}
     for slot, ct in zip(roots, root_cts, strict=True):
@@ -68,6 +64,68 @@ def _fused_backward(
                 bufs[slot] = g if slot not in bufs else bufs[slot] + g
     summed = tuple(g if h is None else h + g for h, g in zip(held, leaves, strict=True))
     return tuple(leaves), summed
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _fused_backward(
+    plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...], held: tuple[Any, ...]
+) -> Any:
+    """Each reached leaf's gradient, and (``held``: each leaf's ``.grad`` or None) its sum
+    with what the leaf already held, so accumulating costs no call of its own."""
+    _trace_counts["<fused backward>"] += 1
+    return _backward_body(plan, pullbacks, root_cts, held)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _forward_backward(
+    segment: tuple[Any, ...],
+    plan: Plan,
+    sources: tuple[int, ...],
+    want_pullbacks: bool,
+    inputs: tuple[Any, ...],
+    given: tuple[Any, ...],
+    root_cts: tuple[Any, ...],
+    held: tuple[Any, ...],
+) -> Any:
+    """A pending segment's forward (``_lazy``) and the backward through it, as one program:
+    the segment's outputs (and its pullbacks, if wanted), then ``_fused_backward``'s result.
+    ``sources[k]`` is the segment op of the k-th backward node, or -1: ``given[k]``."""
+    _trace_counts["<fused forward-backward>"] += 1
+    outs, pbs = _lazy.run_plan_traced(segment, inputs)
+    pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
+    grads = _backward_body(plan, pullbacks, root_cts, held)
+    return outs, (pbs if want_pullbacks else None), grads
+
+
+def _pending_segment(order: list[VJPNode]) -> _lazy.Segment | None:
+    """The one segment that ``order``'s pending nodes wait in (None: none, or several)."""
+    segs = {n.lazy for n in order if n.lazy is not None}
+    return segs.pop() if len(segs) == 1 else None
+
+
+def _with_forward(
+    order: list[VJPNode], plan: Plan, root_cts: tuple[Any, ...], held: tuple[Any, ...], retain: bool
+) -> Any:
+    """The fused backward's result; when ``order``'s pending nodes wait in one segment,
+    that segment's forward runs in the same program."""
+    seg = _pending_segment(order)
+    if seg is not None:
+        with seg.lock:
+            if not seg.closed:
+                in_order = set(order)
+                want = retain or any(op.node not in in_order for op in seg.ops)
+                sources = tuple(n.lazy_index if n.lazy is seg else -1 for n in order)
+                given = tuple(None if n.lazy is seg else n.vjp for n in order)
+                seg.closed = True
+                outs, pbs, grads = _forward_backward(
+                    seg.plan(), plan, sources, want, tuple(seg.inputs), given, root_cts, held
+                )
+                seg.finish(outs, pbs)
+                return grads
+    for n in order:
+        if n.lazy is not None:
+            n.lazy.flush()
+    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held)
 
 
 def _schedule(
@@ -143,7 +201,8 @@ def try_fused(
                 roots.append((index[node], out_nr))
                 root_cts.append(g)
     plan = (tuple(steps), tuple(roots), len(sinks))
-    shape_key = (plan, tuple(n.name for n in order))
+    seg = _pending_segment(order)
+    shape_key = (plan, tuple(n.name for n in order), seg.plan() if seg is not None else None)
     count = _seen.pop(shape_key, 0) + 1
     _seen[shape_key] = count
     while len(_seen) > _MAX_SHAPES:
@@ -154,7 +213,7 @@ def try_fused(
         node.check_saved()
     into_grad = accumulate is _engine.accumulate_into_grad
     held = tuple(_held_grad(s.variable) for s in sinks) if into_grad else (None,) * len(sinks)
-    grads, summed = _fused_backward(plan, tuple(n.vjp for n in order), tuple(root_cts), held)
+    grads, summed = _with_forward(order, plan, tuple(root_cts), held, retain_graph)
     if not retain_graph:
         for node in order:
             node.release()

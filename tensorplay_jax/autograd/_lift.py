@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _cache
+from tensorplay_jax.autograd import _cache, _lazy
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
@@ -53,12 +53,23 @@ def _operands(args: Sequence[Any]) -> tuple[list[Any], list[Tensor | None]]:
     tensors: list[Tensor | None] = []
     for a in args:
         if isinstance(a, _tc.Tensor):
-            values.append(_operand_value(a))
+            node = a._grad_fn
+            values.append(
+                _lazy.PENDING if node is not None and node.lazy is not None else _operand_value(a)
+            )
             tensors.append(a)
         else:
             values.append(a)
             tensors.append(None)
     return values, tensors
+
+
+def _concrete(values: Sequence[Any], tensors: Sequence[Tensor | None]) -> Sequence[Any]:
+    """``values`` with each pending one computed (its segment runs)."""
+    for v in values:
+        if v is _lazy.PENDING:
+            return [t._value if v is _lazy.PENDING else v for v, t in zip(values, tensors)]  # type: ignore[union-attr]
+    return values
 
 
 def _run(
@@ -80,6 +91,11 @@ def _run(
         # Inside a JAX transformation (e.g. nn.functional_call under jax.grad): JAX owns
         # differentiation there, and a node holding tracers would outlive its trace.
         record = False
+    if record and _lazy.enabled:
+        out = _lazy.record(entry, values, tensors, mask, saves)
+        if out is not NotImplemented:
+            return out
+    values = _concrete(values, tensors)
     if not record:
         out = entry.forward(*values)
         return jax.tree_util.tree_map(_tc.Tensor._wrap, out)
@@ -180,6 +196,7 @@ def call_rule(
     key = (id(fn), ())
     entry = _cache.lookup(key, name, lambda: fn)
     values, tensors = _operands(args)
+    values = _concrete(values, tensors)
     mask = tuple(t is not None and t._requires_grad for t in tensors)
     out = entry.forward(*values)
     if not (any(mask) and is_grad_enabled()) or any(isinstance(v, jax.core.Tracer) for v in values):
