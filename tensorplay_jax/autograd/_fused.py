@@ -113,7 +113,9 @@ def _with_forward(
         with seg.lock:
             if not seg.closed:
                 in_order = set(order)
-                want = retain or any(op.node not in in_order for op in seg.ops)
+                want = retain or any(
+                    (n := op.node()) is not None and n not in in_order for op in seg.ops
+                )
                 sources = tuple(n.lazy_index if n.lazy is seg else -1 for n in order)
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
@@ -202,7 +204,11 @@ def try_fused(
                 root_cts.append(g)
     plan = (tuple(steps), tuple(roots), len(sinks))
     seg = _pending_segment(order)
-    shape_key = (plan, tuple(n.name for n in order), seg.plan() if seg is not None else None)
+    shape_key = (
+        plan,
+        tuple((n.name, n.origin) for n in order),
+        seg.plan() if seg is not None else None,
+    )
     count = _seen.pop(shape_key, 0) + 1
     _seen[shape_key] = count
     while len(_seen) > _MAX_SHAPES:

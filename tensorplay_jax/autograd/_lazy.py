@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import threading
 import weakref
 from collections.abc import Hashable, Sequence
@@ -55,7 +56,8 @@ PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})
 _SCALARS = (int, float, complex, bool)
 
 _local = threading.local()
-_seen: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
+_seen: collections.OrderedDict[Hashable, tuple[int, int]] = collections.OrderedDict()
+_ids = itertools.count()
 _seen_lock = threading.Lock()
 enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
 
@@ -72,7 +74,7 @@ def set_enabled(flag: bool) -> bool:
 
 
 class _Op:
-    __slots__ = ("avals", "entry", "mask", "node", "outs", "refs", "structs")
+    __slots__ = ("avals", "entry", "mask", "node", "outs", "refs", "rule", "structs")
 
     def __init__(
         self,
@@ -82,12 +84,15 @@ class _Op:
         avals: Hashable,
         node: VJPNode,
         structs: tuple[Any, ...],
+        rule: Any,
     ) -> None:
         self.entry = entry
+        self.rule = rule  # call_rule's bound pullback, or None: the VJP of entry
         self.mask = mask
         self.refs = refs  # per input: (0, input index, 0) or (1, op index, output index)
         self.avals = avals  # (mask, the inputs' shapes and dtypes)
-        self.node = node
+        # weak: a segment whose Tensors and nodes all died is freed with what it holds
+        self.node = weakref.ref(node)
         self.structs = structs  # one ShapeDtypeStruct per output
         self.outs: list[weakref.ref[Tensor]] = []
 
@@ -95,7 +100,7 @@ class _Op:
 class Segment:
     """The pending operations of one thread, with the concrete values they read."""
 
-    __slots__ = ("closed", "input_ids", "inputs", "lock", "ops")
+    __slots__ = ("__weakref__", "closed", "input_ids", "inputs", "lock", "ops")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -106,7 +111,7 @@ class Segment:
 
     def plan(self) -> tuple[Any, ...]:
         """The static description of the segment (the compiled program's cache key)."""
-        return tuple((op.entry, op.avals, op.refs) for op in self.ops)
+        return tuple((op.entry, op.avals, op.refs, op.rule) for op in self.ops)
 
     def flush(self) -> None:
         """Run every pending operation and give each its outputs and pullback."""
@@ -115,35 +120,47 @@ class Segment:
                 return
             self.closed = True
             plan = self.plan()
-            if _count(plan) < FUSE_AFTER:
-                outs, pbs = _run_eagerly(plan, self.inputs)
+            count, origin = _count(plan)
+            if count < FUSE_AFTER:
+                outs, pbs = _run_plan(plan, self.inputs, fused=False)
+                origin = None
             else:
                 outs, pbs = _segment_program(plan, tuple(self.inputs))
-            self.finish(outs, pbs)
+            self.finish(outs, pbs, origin)
 
-    def finish(self, outs: Sequence[Sequence[Any]], pbs: Sequence[Any] | None) -> None:
-        """Hand each op's outputs to its live Tensors and its pullback to its node."""
+    def finish(
+        self, outs: Sequence[Sequence[Any]], pbs: Sequence[Any] | None, origin: Any = None
+    ) -> None:
+        """Hand each op's outputs to its live Tensors and its pullback to its node.
+
+        ``origin`` names the program the pullbacks came from (None: each operation's
+        own): a fused backward that takes them is compiled per origin.
+        """
         for k, op in enumerate(self.ops):
             for i, ref in enumerate(op.outs):
                 t = ref()
                 if t is not None:
                     t._value = outs[k][i]
-            node = op.node
+            node = op.node()
+            if node is None:
+                continue
             if pbs is not None:
                 node.vjp = pbs[k]
+                node.origin = origin
             node.lazy = None
         self.ops = []
         self.inputs = []
         self.input_ids = {}
 
 
-def _count(key: Hashable) -> int:
+def _count(key: Hashable) -> tuple[int, int]:
+    """One more run of the pattern ``key``: its run count and a number naming it."""
     with _seen_lock:
-        count = _seen.pop(key, 0) + 1
-        _seen[key] = count
+        count, number = _seen.pop(key, (0, next(_ids)))
+        _seen[key] = (count + 1, number)
         while len(_seen) > _MAX_PATTERNS:
             _seen.popitem(last=False)
-    return count
+    return count + 1, number
 
 
 def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) -> Any:
@@ -154,8 +171,14 @@ def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) 
 def _run_plan(plan: tuple[Any, ...], inputs: Sequence[Any], fused: bool) -> tuple[Any, Any]:
     outs: list[Any] = []
     pbs: list[Any] = []
-    for entry, (mask, _), refs in plan:
+    for entry, (mask, _), refs, rule in plan:
         values = [_resolve(r, inputs, outs) for r in refs]
+        if rule is not None:  # a hand-written backward (``call_rule``) keeps the operands
+            out = entry.flat_fn(*values) if fused else entry.forward(*values)
+            pb = jax.tree_util.Partial(rule, *values)
+            outs.append([out])
+            pbs.append(pb)
+            continue
         diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
         other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
         if fused:
@@ -165,10 +188,6 @@ def _run_plan(plan: tuple[Any, ...], inputs: Sequence[Any], fused: bool) -> tupl
         outs.append(jax.tree_util.tree_leaves(out))
         pbs.append(pb)
     return outs, pbs
-
-
-def _run_eagerly(plan: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[Any, Any]:
-    return _run_plan(plan, inputs, fused=False)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -208,29 +227,35 @@ def materialize(t: Tensor) -> None:
 
 def flush_current() -> None:
     """Run this thread's pending operations."""
-    seg = getattr(_local, "seg", None)
+    ref = getattr(_local, "seg", None)
+    seg = None if ref is None else ref()
     if seg is not None:
         seg.flush()
 
 
 def _aval_key(v: Any) -> Hashable | None:
     if isinstance(v, jax.Array):
-        return (v.shape, v.dtype, v.weak_type)
+        return (v.shape, v.dtype, getattr(v, "weak_type", False))
     if isinstance(v, np.ndarray | np.generic):
         return ("np", v.shape, v.dtype)
+    if v is None:
+        return "None"
     if type(v) in _SCALARS:
         return type(v)
     return None
 
 
 def _infer(
-    entry: _Entry, mask: tuple[bool, ...], structs: Sequence[Any]
+    entry: _Entry, mask: tuple[bool, ...], structs: Sequence[Any], rule: Any
 ) -> tuple[Any, tuple[Any, ...]] | None:
     """Output tree and structs of ``entry`` on these input avals (raises as the op would)."""
-    diff = tuple(s for s, m in zip(structs, mask, strict=True) if m)
-    other = tuple(s for s, m in zip(structs, mask, strict=True) if not m)
     # jit's eval_shape shares the call's trace cache: the later call does not trace again
-    out, _ = entry.forward_vjp(mask).eval_shape(diff, other)
+    if rule is not None:
+        out = entry.forward.eval_shape(*structs)
+    else:
+        diff = tuple(s for s, m in zip(structs, mask, strict=True) if m)
+        other = tuple(s for s, m in zip(structs, mask, strict=True) if not m)
+        out, _ = entry.forward_vjp(mask).eval_shape(diff, other)
     leaves, treedef = jax.tree_util.tree_flatten(out)
     if not all(np.issubdtype(s.dtype, np.inexact) for s in leaves):
         return None  # a non-float output has no grad_fn to find it by: run it now
@@ -246,19 +271,29 @@ def record(
     tensors: Sequence[Tensor | None],
     mask: tuple[bool, ...],
     saves: bool,
+    rule: Any = None,
 ) -> Any:
     """Append one recorded operation to this thread's segment; its pending output pytree.
 
-    Returns ``NotImplemented`` when the operation cannot be deferred (an input of an
-    unknown kind, a non-float output): the caller then runs it at once.
+    ``rule``: ``call_rule``'s pullback bound to ``mask`` (None: ``jax.vjp`` of the
+    operation). Returns ``NotImplemented`` when the operation cannot be deferred (an
+    input of an unknown kind, a non-float output): the caller then runs it at once.
     """
-    seg = getattr(_local, "seg", None)
+    while True:
+        seg = _current()
+        with seg.lock:
+            if not seg.closed:  # else another thread ran it meanwhile: start a new one
+                return _append(seg, entry, values, tensors, mask, saves, rule)
+
+
+def _current() -> Segment:
+    """This thread's open segment (held weakly: its pending Tensors keep it alive)."""
+    ref = getattr(_local, "seg", None)
+    seg = None if ref is None else ref()
     if seg is None or seg.closed:
-        seg = _local.seg = Segment()
-    with seg.lock:
-        if seg.closed:  # another thread ran it meanwhile
-            seg = _local.seg = Segment()
-        return _append(seg, entry, values, tensors, mask, saves)
+        seg = Segment()
+        _local.seg = weakref.ref(seg)
+    return seg
 
 
 def _append(
@@ -268,6 +303,7 @@ def _append(
     tensors: Sequence[Tensor | None],
     mask: tuple[bool, ...],
     saves: bool,
+    rule: Any,
 ) -> Any:
     refs: list[tuple[int, int, int]] = []
     keys: list[Hashable] = []
@@ -295,14 +331,14 @@ def _append(
     akey = (mask, tuple(keys))
     info = entry.avals.get(akey, _NOT_DEFERRED)
     if info is _NOT_DEFERRED:
-        info = entry.avals[akey] = _infer(entry, mask, structs)
+        info = entry.avals[akey] = _infer(entry, mask, structs, rule)
     if info is None:
         return NotImplemented
     treedef, outs = info
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
     node = VJPNode(entry.name, None, out_info_of(list(outs), treedef), edges, len(outs), saved)
-    op = _Op(entry, mask, tuple(refs), akey, node, outs)
+    op = _Op(entry, mask, tuple(refs), akey, node, outs, rule)
     node.lazy = seg
     node.lazy_index = len(seg.ops)
     node.lazy_op = op

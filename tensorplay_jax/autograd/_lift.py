@@ -37,6 +37,9 @@ HOST_VALUE_BYTES = 1 << 16
 
 
 def _operand_value(t: Tensor) -> Any:
+    node = t._grad_fn
+    if node is not None and node.lazy is not None:
+        return _lazy.PENDING  # computed by its segment (``_lazy``), or by ``_concrete``
     v = t._value
     if type(v) is np.ndarray and v.nbytes > HOST_VALUE_BYTES:
         v = t.value  # a large host value: place it once, not on every use
@@ -53,10 +56,7 @@ def _operands(args: Sequence[Any]) -> tuple[list[Any], list[Tensor | None]]:
     tensors: list[Tensor | None] = []
     for a in args:
         if isinstance(a, _tc.Tensor):
-            node = a._grad_fn
-            values.append(
-                _lazy.PENDING if node is not None and node.lazy is not None else _operand_value(a)
-            )
+            values.append(_operand_value(a))
             tensors.append(a)
         else:
             values.append(a)
@@ -68,7 +68,10 @@ def _concrete(values: Sequence[Any], tensors: Sequence[Tensor | None]) -> Sequen
     """``values`` with each pending one computed (its segment runs)."""
     for v in values:
         if v is _lazy.PENDING:
-            return [t._value if v is _lazy.PENDING else v for v, t in zip(values, tensors)]  # type: ignore[union-attr]
+            return [
+                t._value if v is _lazy.PENDING else v  # type: ignore[union-attr]
+                for v, t in zip(values, tensors, strict=True)
+            ]
     return values
 
 
@@ -196,10 +199,15 @@ def call_rule(
     key = (id(fn), ())
     entry = _cache.lookup(key, name, lambda: fn)
     values, tensors = _operands(args)
-    values = _concrete(values, tensors)
     mask = tuple(t is not None and t._requires_grad for t in tensors)
+    record = any(mask) and is_grad_enabled()
+    if record and _lazy.enabled and not any(isinstance(v, jax.core.Tracer) for v in values):
+        out = _lazy.record(entry, values, tensors, mask, True, _rule_for(pullback, mask))
+        if out is not NotImplemented:
+            return out
+    values = _concrete(values, tensors)
     out = entry.forward(*values)
-    if not (any(mask) and is_grad_enabled()) or any(isinstance(v, jax.core.Tracer) for v in values):
+    if not record or any(isinstance(v, jax.core.Tracer) for v in values):
         return _tc.Tensor._wrap(out)
     vjp = jax.tree_util.Partial(_rule_for(pullback, mask), *values)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]

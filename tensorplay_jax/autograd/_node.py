@@ -104,7 +104,7 @@ class VJPNode(Node):
     operation, static arguments and input shapes/dtypes.
     """
 
-    __slots__ = ("lazy", "lazy_index", "lazy_op", "out_info", "saved", "vjp")
+    __slots__ = ("lazy", "lazy_index", "lazy_op", "origin", "out_info", "saved", "vjp")
 
     def __init__(
         self,
@@ -122,6 +122,7 @@ class VJPNode(Node):
         self.lazy: Any = None  # the segment this node waits in, while its forward is pending
         self.lazy_index = 0
         self.lazy_op: Any = None
+        self.origin: Any = None  # the fused program ``vjp`` came from (None: its own)
 
     def check_saved(self) -> None:
         """Raise torch's error if an input this node saved was written in place since."""

@@ -26,9 +26,11 @@ from tensorplay_jax.autograd import (
     GradientEdge,
     Node,
     is_grad_enabled,
+    is_pending,
+    materialize,
+    pending_aval,
     run_backward,
 )
-from tensorplay_jax.autograd import _lazy
 from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _views
 
@@ -154,8 +156,8 @@ class Tensor(metaclass=_TensorMeta):
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes not set: ``_value`` of a pending Tensor.
-        if name == "_value" and _lazy.is_pending(self):
-            _lazy.materialize(self)
+        if name == "_value" and is_pending(self):
+            materialize(self)
             return self._value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
@@ -163,7 +165,7 @@ class Tensor(metaclass=_TensorMeta):
         """The value, or a pending Tensor's ShapeDtypeStruct (no computation)."""
         node = self._grad_fn
         if node is not None and node.lazy is not None:
-            s = _lazy.aval(self)
+            s = pending_aval(self)
             if s is not None:
                 return s
         return self._value
