@@ -62,7 +62,8 @@ def _backward_body(
             else:
                 slot = (idx, out_nr)
                 bufs[slot] = g if slot not in bufs else bufs[slot] + g
-    summed = tuple(g if h is None else h + g for h, g in zip(held, leaves, strict=True))
+    # None where the leaf held nothing: its sum is its gradient (no second output buffer)
+    summed = tuple(None if h is None else h + g for h, g in zip(held, leaves, strict=True))
     return tuple(leaves), summed
 
 
@@ -224,6 +225,7 @@ def try_fused(
         for node in order:
             node.release()
     for sink, h, g, total in zip(sinks, held, grads, summed, strict=True):
+        total = g if total is None else total
         if not into_grad or not _engine.replace_grad(sink.variable, h, total):
             accumulate(sink.variable, g)
     return True

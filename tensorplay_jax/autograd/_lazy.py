@@ -100,7 +100,7 @@ class _Op:
 class Segment:
     """The pending operations of one thread, with the concrete values they read."""
 
-    __slots__ = ("__weakref__", "closed", "input_ids", "inputs", "lock", "ops")
+    __slots__ = ("__weakref__", "_plan", "closed", "input_ids", "inputs", "lock", "ops")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -108,10 +108,14 @@ class Segment:
         self.inputs: list[Any] = []
         self.input_ids: dict[int, int] = {}
         self.closed = False
+        self._plan: tuple[Any, ...] | None = None
 
     def plan(self) -> tuple[Any, ...]:
         """The static description of the segment (the compiled program's cache key)."""
-        return tuple((op.entry, op.avals, op.refs, op.rule) for op in self.ops)
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = tuple((op.entry, op.avals, op.refs, op.rule) for op in self.ops)
+        return plan
 
     def flush(self) -> None:
         """Run every pending operation and give each its outputs and pullback."""
@@ -343,6 +347,7 @@ def _append(
     node.lazy_index = len(seg.ops)
     node.lazy_op = op
     seg.ops.append(op)
+    seg._plan = None
     wrapped = []
     for i in range(len(outs)):
         t = _tc.Tensor._pending(node, i)
