@@ -45,7 +45,7 @@ _grad_lock = threading.Lock()
 _ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
 
 
-def _ones_like(value: Any) -> jax.Array:
+def ones_like(value: Any) -> jax.Array:
     """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)."""
     key = (value.shape, value.dtype)
     ones = _ones.get(key)
@@ -123,7 +123,7 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
                 f"grad can be implicitly created only for scalar outputs: roots[{i}] has shape "
                 f"{root.shape}; pass a gradient of that shape"
             )
-        return _ones_like(aval)
+        return ones_like(aval)
     grad = as_array(grad, aval.dtype)
     if grad.shape != aval.shape:
         raise RuntimeError(
@@ -202,6 +202,15 @@ def run_backward(
     if len(grads_in) != len(roots):
         raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
     accumulate = accumulate or accumulate_into_grad
+    if (
+        len(roots) == 1
+        and grads_in[0] is None
+        and not retain_graph
+        and isinstance(roots[0], _tc.Tensor)
+        and math.prod(roots[0].shape) == 1
+        and _fused.try_pending(roots[0], accumulate)
+    ):
+        return
 
     buffers: dict[Node, list[jax.Array | None]] = {}
     starts: list[Node] = []

@@ -220,14 +220,101 @@ def try_fused(
         node.check_saved()
     into_grad = accumulate is _engine.accumulate_into_grad
     held = tuple(_held_grad(s.variable) for s in sinks) if into_grad else (None,) * len(sinks)
+    known = _known_shape(seg, starts, order, sinks, plan, into_grad) if not retain_graph else None
     grads, summed = _with_forward(order, plan, tuple(root_cts), held, retain_graph)
+    if known is not None:
+        _pending_plans[known[0]] = known[1]
+        while len(_pending_plans) > _MAX_SHAPES:
+            del _pending_plans[next(iter(_pending_plans))]
+    _finish(order, [s.variable for s in sinks], held, grads, summed, retain_graph, accumulate)
+    return True
+
+
+def _finish(
+    order: Sequence[VJPNode],
+    leaves: Sequence[Tensor],
+    held: tuple[Any, ...],
+    grads: Sequence[Any],
+    summed: Sequence[Any],
+    retain_graph: bool,
+    accumulate: Callable[[Tensor, Any], None],
+) -> None:
     if not retain_graph:
         for node in order:
             node.release()
-    for sink, h, g, total in zip(sinks, held, grads, summed, strict=True):
+    into_grad = accumulate is _engine.accumulate_into_grad
+    for leaf, h, g, total in zip(leaves, held, grads, summed, strict=True):
         total = g if total is None else total
-        if not into_grad or not _engine.replace_grad(sink.variable, h, total):
-            accumulate(sink.variable, g)
+        if not into_grad or not _engine.replace_grad(leaf, h, total):
+            accumulate(leaf, g)
+
+
+# A backward from one pending root whose graph lies in the root's segment: the segment's
+# plan, the root's op and output, and whether grads go into .grad -> what try_fused
+# computed for it (op indices in run order, the leaves' input indices, the backward plan).
+_pending_plans: dict[Hashable, tuple[tuple[int, ...], tuple[int, ...], Plan]] = {}
+
+
+def _known_shape(
+    seg: _lazy.Segment | None,
+    starts: list[Node],
+    order: list[VJPNode],
+    sinks: list[AccumulateGrad],
+    plan: Plan,
+    into_grad: bool,
+) -> tuple[Hashable, Any] | None:
+    """The ``_pending_plans`` entry for this backward, if its whole graph is in ``seg``."""
+    if seg is None or seg.closed or len(starts) != 1 or len(plan[1]) != 1:
+        return None
+    if any(n.lazy is not seg for n in order):
+        return None
+    at = {id(t): k for k, t in enumerate(seg.input_tensors) if t is not None}
+    leaf_inputs = tuple(at.get(id(s.variable), -1) for s in sinks)
+    if -1 in leaf_inputs:
+        return None
+    root = starts[0]
+    key = (seg.plan(), root.lazy_index, plan[1][0][1], into_grad)
+    return key, (tuple(n.lazy_index for n in order), leaf_inputs, plan)
+
+
+def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool:
+    """``root.backward()`` as one compiled call when ``root`` is pending in a segment whose
+    backward from ``root`` ran before (``_pending_plans``): no graph walk (False: not so)."""
+    node = root._grad_fn
+    seg = None if node is None else node.lazy
+    if seg is None:
+        return False
+    into_grad = accumulate is _engine.accumulate_into_grad
+    with seg.lock:
+        if seg.closed:
+            return False
+        known = _pending_plans.get((seg.plan(), node.lazy_index, root._output_nr, into_grad))
+        if known is None:
+            return False
+        op_indices, leaf_inputs, plan = known
+        leaves = [seg.input_tensors[k] for k in leaf_inputs]
+        if any(t._grad_fn is not None for t in leaves):  # type: ignore[union-attr]
+            return False  # an input that was a leaf now has a producer: a larger graph
+        order = [seg.ops[j].node() for j in op_indices]
+        for n in order:
+            n.check_saved()  # type: ignore[union-attr]
+        aval = seg.ops[node.lazy_index].structs[root._output_nr]
+        held = tuple(_held_grad(t) for t in leaves) if into_grad else (None,) * len(leaves)
+        in_order = set(order)
+        want = any((n := op.node()) is not None and n not in in_order for op in seg.ops)
+        seg.closed = True
+        outs, pbs, (grads, summed) = _forward_backward(
+            seg.plan(),
+            plan,
+            op_indices,
+            want,
+            tuple(seg.inputs),
+            (None,) * len(order),
+            (_engine.ones_like(aval),),
+            held,
+        )
+        seg.finish(outs, pbs)
+    _finish(order, leaves, held, grads, summed, False, accumulate)  # type: ignore[arg-type]
     return True
 
 

@@ -100,13 +100,23 @@ class _Op:
 class Segment:
     """The pending operations of one thread, with the concrete values they read."""
 
-    __slots__ = ("__weakref__", "_plan", "closed", "input_ids", "inputs", "lock", "ops")
+    __slots__ = (
+        "__weakref__",
+        "_plan",
+        "closed",
+        "input_ids",
+        "input_tensors",
+        "inputs",
+        "lock",
+        "ops",
+    )
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.ops: list[_Op] = []
         self.inputs: list[Any] = []
         self.input_ids: dict[int, int] = {}
+        self.input_tensors: list[Tensor | None] = []  # the Tensor behind each input, if any
         self.closed = False
         self._plan: tuple[Any, ...] | None = None
 
@@ -155,6 +165,7 @@ class Segment:
         self.ops = []
         self.inputs = []
         self.input_ids = {}
+        self.input_tensors = []
 
 
 def _count(key: Hashable) -> tuple[int, int]:
@@ -325,10 +336,12 @@ def _append(
         key = _aval_key(v)
         if key is None:
             return NotImplemented
-        k = seg.input_ids.get(id(v))
+        ident = id(v) if t is None else id(t)  # one input per Tensor (or per bare value)
+        k = seg.input_ids.get(ident)
         if k is None:
-            k = seg.input_ids[id(v)] = len(seg.inputs)
+            k = seg.input_ids[ident] = len(seg.inputs)
             seg.inputs.append(v)
+            seg.input_tensors.append(t)
         refs.append((0, k, 0))
         keys.append(key)
         structs.append(v)
