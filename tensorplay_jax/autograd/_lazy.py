@@ -42,7 +42,13 @@ import jax
 import numpy as np
 
 from tensorplay_jax.autograd import _tensor_class as _tc
-from tensorplay_jax.autograd._cache import _Entry, _forward_vjp, _trace_counts, out_info_of
+from tensorplay_jax.autograd._cache import (
+    LEAF,
+    _Entry,
+    _forward_vjp,
+    _trace_counts,
+    out_info_of,
+)
 from tensorplay_jax.autograd._node import VJPNode
 
 if TYPE_CHECKING:
@@ -262,8 +268,9 @@ def _aval_key(v: Any) -> Hashable | None:
 
 def _infer(
     entry: _Entry, mask: tuple[bool, ...], structs: Sequence[Any], rule: Any
-) -> tuple[Any, tuple[Any, ...]] | None:
-    """Output tree and structs of ``entry`` on these input avals (raises as the op would)."""
+) -> tuple[Any, tuple[Any, ...], Any] | None:
+    """Output tree, structs and ``out_info`` of ``entry`` on these input avals (raises as
+    the operation would)."""
     # jit's eval_shape shares the call's trace cache: the later call does not trace again
     if rule is not None:
         out = entry.forward.eval_shape(*structs)
@@ -274,7 +281,9 @@ def _infer(
     leaves, treedef = jax.tree_util.tree_flatten(out)
     if not all(np.issubdtype(s.dtype, np.inexact) for s in leaves):
         return None  # a non-float output has no grad_fn to find it by: run it now
-    return treedef, tuple(leaves)
+    if treedef == LEAF:
+        treedef = LEAF  # the shared object: ``_append`` tells one array out by identity
+    return treedef, tuple(leaves), out_info_of(leaves, treedef)
 
 
 _NOT_DEFERRED = (None, ())
@@ -351,10 +360,10 @@ def _append(
         info = entry.avals[akey] = _infer(entry, mask, structs, rule)
     if info is None:
         return NotImplemented
-    treedef, outs = info
+    treedef, outs, out_info = info
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
-    node = VJPNode(entry.name, None, out_info_of(list(outs), treedef), edges, len(outs), saved)
+    node = VJPNode(entry.name, None, out_info, edges, len(outs), saved)
     op = _Op(entry, mask, tuple(refs), akey, node, outs, rule)
     node.lazy = seg
     node.lazy_index = len(seg.ops)
@@ -368,4 +377,6 @@ def _append(
         wrapped.append(t)
     if len(seg.ops) >= MAX_OPS:
         seg.flush()
+    if treedef is LEAF:  # one array out (most operations): no pytree work
+        return wrapped[0]
     return jax.tree_util.tree_unflatten(treedef, wrapped)

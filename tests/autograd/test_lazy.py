@@ -137,3 +137,17 @@ def test_deferral_off_runs_each_operation_at_once():
         assert not _lazy.is_pending(y)
     finally:
         _lazy.set_enabled(old)
+
+
+def test_a_leaf_input_replaced_by_a_computed_one_takes_the_full_path():
+    x = tp.tensor([1.0, 2.0, 3.0])
+    w = tp.ones(3, requires_grad=True)
+    for _ in range(FUSE_AFTER + 1):  # (x * w).sum() from a leaf w: a known backward
+        w.grad = None
+        (x * w).sum().backward()
+    v = w * 2.0
+    v.numpy()  # v now has a value and a producer: the same pattern, but not a leaf
+    w.grad = None
+    (x * v).sum().backward()
+    assert v.grad is None
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0, 6.0])
