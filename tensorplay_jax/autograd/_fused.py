@@ -12,6 +12,13 @@ until it has recurred, so variable-length loops do not recompile per step.
 Only graphs made of ``VJPNode`` s (and leaf sinks) are fused; a graph with a
 Python-callable node (an RPC send/recv edge, a custom rule) or a freed node
 runs node by node, which also raises the usual errors.
+
+Nodes whose forward is still pending (``_lazy``) and wait in one segment run
+their forward in the same program as the backward (``_forward_backward``). A
+backward from one pending root whose whole graph lies in its segment keeps
+what this module worked out for it (``_pending_plans``, keyed by the segment's
+pattern and the root), so the next such backward (``try_pending``) checks that
+the leaves are still leaves and dispatches, without walking the graph.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ flattens pytrees: Tensor and array leaves are dynamic, every other leaf
 (ints, floats, strings, None, callables) is static and part of the cache key.
 
 Either way the operation becomes ONE node whose backward is the cached VJP of
-the whole function (see ``_cache``).
+the whole function (see ``_cache``). A recorded operation (an input requires
+grad, grad mode on, no JAX trace around) is deferred: its node and pending
+outputs are made now, its computation runs with its thread's segment (``_lazy``).
 """
 
 from __future__ import annotations
