@@ -305,6 +305,7 @@ class Tensor(metaclass=_TensorMeta):
 
     @data.setter
     def data(self, value: Any) -> None:
+        materialize(self)  # a pending value must not land over the one written here
         self._value = value._value if isinstance(value, Tensor) else jnp.asarray(value)
 
     @property

@@ -151,3 +151,11 @@ def test_a_leaf_input_replaced_by_a_computed_one_takes_the_full_path():
     (x * v).sum().backward()
     assert v.grad is None
     np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0, 6.0])
+
+
+def test_data_written_over_a_pending_value_stays():
+    w = tp.ones(3, requires_grad=True)
+    y = w * 2.0
+    y.data = tp.tensor([7.0, 8.0, 9.0])
+    (w * 3.0).numpy()  # runs the segment y was recorded in
+    np.testing.assert_array_equal(y.numpy(), [7.0, 8.0, 9.0])
