@@ -4,10 +4,16 @@ Measures, interleaved round by round (ours, torch, ours, ...) so both see the sa
 machine load, the best round of each:
 
 - ``step``: ``w.grad = None; (x @ w).relu().sum().backward()``, x 32x64, w 64x64;
-- the step's pieces: the recorded ``x @ w``, ``.relu()`` and ``.sum()`` (ours
-  only; the step minus their sum is the backward's share);
-- ``dispatch``: one cached ``jax.jit`` call of a 32x64 @ 64x64 matmul (ours: the
-  cost every recorded operation pays at least once);
+  ours defers the recorded operations, and a recurring step runs its forward
+  and backward as one compiled program (``autograd._lazy``);
+- ``step (deferral off)``: the same step with each operation run at once, one
+  compiled call per operation (``tp.autograd.set_deferred(False)``);
+- the step's pieces: recording ``x @ w``, ``.relu()`` and ``.sum()`` (ours only;
+  deferred, and with deferral off);
+- ``floor: one jit(value_and_grad) call``: the same step written as one
+  ``jax.jit(jax.value_and_grad(f))`` call with the gradient stored in ``w.grad``
+  (the least one compiled dispatch a step costs here);
+- ``dispatch``: one cached ``jax.jit`` call of a 32x64 @ 64x64 matmul;
 - ``list(ones(200))``: iterating a 200-element Tensor (after one first call of
   that shape, which is reported separately: it may compile).
 
@@ -55,14 +61,36 @@ def _cases(lib: Any, ours: bool) -> dict[str, Callable[[], Any]]:
 
         y = x @ w
         r = y.relu()
+        y.numpy()  # y and r hold values: each piece records one operation on them
         matmul = jax.jit(jnp.matmul)
+        vg = jax.jit(jax.value_and_grad(lambda wv, xv: jax.nn.relu(xv @ wv).sum()))
         xv, wv = x.value, w.value
+
+        def floor() -> None:
+            w.grad = None
+            _, g = vg(wv, xv)
+            w.grad = g
+
+        def eager(fn: Callable[[], Any]) -> Callable[[], Any]:
+            def run() -> Any:
+                old = lib.autograd.set_deferred(False)
+                try:
+                    return fn()
+                finally:
+                    lib.autograd.set_deferred(old)
+
+            return run
 
         cases.update(
             {
-                "  x @ w (recorded)": lambda: x @ w,
-                "  .relu() (recorded)": lambda: y.relu(),
-                "  .sum() (recorded)": lambda: r.sum(),
+                "step (deferral off)": eager(step),
+                "floor: one jit(value_and_grad) call": floor,
+                "  x @ w (deferred)": lambda: x @ w,
+                "  .relu() (deferred)": lambda: y.relu(),
+                "  .sum() (deferred)": lambda: r.sum(),
+                "  x @ w (deferral off)": eager(lambda: x @ w),
+                "  .relu() (deferral off)": eager(lambda: y.relu()),
+                "  .sum() (deferral off)": eager(lambda: r.sum()),
                 "dispatch (one jit call)": lambda: matmul(xv, wv),
             }
         )

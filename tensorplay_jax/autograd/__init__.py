@@ -55,6 +55,12 @@ Hooks for distributed autograd
     Free every node reachable from roots after passes with ``retain_graph=True``
     (``Node.release()`` frees one node; ``Node.released`` tells).
 
+``is_pending(t)``, ``pending_aval(t)``, ``materialize(t)``, ``set_deferred(flag)``
+    A recorded operation is deferred (``_lazy``): its output is pending until a
+    value is needed or ``backward()`` runs, so a recurring training step runs its
+    forward and backward as one compiled program. ``set_deferred(False)`` runs
+    each operation at once.
+
 Engine runs are independent (no global state), so several threads may run
 backward at once; grad mode is thread-local. Gradients are ``jax.Array`` s in
 the engine; ``create_graph`` (higher order) is not supported: use ``jax.grad``
@@ -78,6 +84,10 @@ from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
+from tensorplay_jax.autograd._lazy import aval as pending_aval
+from tensorplay_jax.autograd._lazy import is_pending as is_pending
+from tensorplay_jax.autograd._lazy import materialize as materialize
+from tensorplay_jax.autograd._lazy import set_enabled as set_deferred
 from tensorplay_jax.autograd._lift import apply as apply
 from tensorplay_jax.autograd._lift import call_op as call_op
 from tensorplay_jax.autograd._lift import call_rule as call_rule
@@ -108,10 +118,14 @@ __all__ = [
     "get_gradient_edge",
     "grad",
     "is_grad_enabled",
+    "is_pending",
     "make_node",
+    "materialize",
     "no_grad",
+    "pending_aval",
     "release_graph",
     "run_backward",
+    "set_deferred",
     "set_grad_enabled",
     "trace_counts",
 ]

@@ -47,7 +47,7 @@ def clear() -> None:
 class _Entry:
     """The jitted forward and per-differentiation-mask forward-with-VJP of one operation."""
 
-    __slots__ = ("_vjps", "flat_fn", "forward", "name")
+    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "name")
 
     def __init__(self, name: str, flat_fn: Callable[..., Any]) -> None:
         self.name = name
@@ -59,6 +59,8 @@ class _Entry:
         self.flat_fn = counted
         self.forward = jax.jit(counted)
         self._vjps: dict[tuple[bool, ...], Callable[..., Any]] = {}
+        # (mask, input avals) -> (output tree, output structs), or None: not deferrable
+        self.avals: dict[Hashable, Any] = {}
 
     def forward_vjp(self, mask: tuple[bool, ...]) -> Callable[..., Any]:
         """``jit(f(diff_values, other_values) -> (outputs, pullback))`` for this mask."""

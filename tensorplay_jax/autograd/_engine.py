@@ -22,6 +22,7 @@ backward concurrently on disjoint (or retained) graphs.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ _grad_lock = threading.Lock()
 _ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
 
 
-def _ones_like(value: Any) -> jax.Array:
+def ones_like(value: Any) -> jax.Array:
     """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)."""
     key = (value.shape, value.dtype)
     ones = _ones.get(key)
@@ -115,15 +116,16 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
         if grad is None:
             raise RuntimeError(f"run_backward: roots[{i}] is a GradientEdge; it needs a gradient")
         return as_cotangent(grad)
+    aval = root._aval()  # a pending root's shape and dtype, without running it
     if grad is None:
-        if root._value.size != 1:
+        if math.prod(aval.shape) != 1:
             raise RuntimeError(
                 f"grad can be implicitly created only for scalar outputs: roots[{i}] has shape "
                 f"{root.shape}; pass a gradient of that shape"
             )
-        return _ones_like(root._value)
-    grad = as_array(grad, root._value.dtype)
-    if grad.shape != root._value.shape:
+        return ones_like(aval)
+    grad = as_array(grad, aval.dtype)
+    if grad.shape != aval.shape:
         raise RuntimeError(
             f"run_backward: gradient for roots[{i}] has shape {tuple(grad.shape)}, but the root "
             f"has shape {root.shape}"
@@ -200,6 +202,15 @@ def run_backward(
     if len(grads_in) != len(roots):
         raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
     accumulate = accumulate or accumulate_into_grad
+    if (
+        len(roots) == 1
+        and grads_in[0] is None
+        and not retain_graph
+        and isinstance(roots[0], _tc.Tensor)
+        and math.prod(roots[0].shape) == 1
+        and _fused.try_pending(roots[0], accumulate)
+    ):
+        return
 
     buffers: dict[Node, list[jax.Array | None]] = {}
     starts: list[Node] = []

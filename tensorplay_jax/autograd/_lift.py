@@ -8,7 +8,9 @@ flattens pytrees: Tensor and array leaves are dynamic, every other leaf
 (ints, floats, strings, None, callables) is static and part of the cache key.
 
 Either way the operation becomes ONE node whose backward is the cached VJP of
-the whole function (see ``_cache``).
+the whole function (see ``_cache``). A recorded operation (an input requires
+grad, grad mode on, no JAX trace around) is deferred: its node and pending
+outputs are made now, its computation runs with its thread's segment (``_lazy``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _cache
+from tensorplay_jax.autograd import _cache, _lazy
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
@@ -37,6 +39,9 @@ HOST_VALUE_BYTES = 1 << 16
 
 
 def _operand_value(t: Tensor) -> Any:
+    node = t._grad_fn
+    if node is not None and node.lazy is not None:
+        return _lazy.PENDING  # computed by its segment (``_lazy``), or by ``_concrete``
     v = t._value
     if type(v) is np.ndarray and v.nbytes > HOST_VALUE_BYTES:
         v = t.value  # a large host value: place it once, not on every use
@@ -61,6 +66,17 @@ def _operands(args: Sequence[Any]) -> tuple[list[Any], list[Tensor | None]]:
     return values, tensors
 
 
+def _concrete(values: Sequence[Any], tensors: Sequence[Tensor | None]) -> Sequence[Any]:
+    """``values`` with each pending one computed (its segment runs)."""
+    for v in values:
+        if v is _lazy.PENDING:
+            return [
+                t._value if v is _lazy.PENDING else v  # type: ignore[union-attr]
+                for v, t in zip(values, tensors, strict=True)
+            ]
+    return values
+
+
 def _run(
     entry: _cache._Entry,
     values: Sequence[Any],
@@ -80,6 +96,11 @@ def _run(
         # Inside a JAX transformation (e.g. nn.functional_call under jax.grad): JAX owns
         # differentiation there, and a node holding tracers would outlive its trace.
         record = False
+    if record and _lazy.enabled:
+        out = _lazy.record(entry, values, tensors, mask, saves)
+        if out is not NotImplemented:
+            return out
+    values = _concrete(values, tensors)
     if not record:
         out = entry.forward(*values)
         return jax.tree_util.tree_map(_tc.Tensor._wrap, out)
@@ -181,8 +202,14 @@ def call_rule(
     entry = _cache.lookup(key, name, lambda: fn)
     values, tensors = _operands(args)
     mask = tuple(t is not None and t._requires_grad for t in tensors)
+    record = any(mask) and is_grad_enabled()
+    if record and _lazy.enabled and not any(isinstance(v, jax.core.Tracer) for v in values):
+        out = _lazy.record(entry, values, tensors, mask, True, _rule_for(pullback, mask))
+        if out is not NotImplemented:
+            return out
+    values = _concrete(values, tensors)
     out = entry.forward(*values)
-    if not (any(mask) and is_grad_enabled()) or any(isinstance(v, jax.core.Tracer) for v in values):
+    if not record or any(isinstance(v, jax.core.Tracer) for v in values):
         return _tc.Tensor._wrap(out)
     vjp = jax.tree_util.Partial(_rule_for(pullback, mask), *values)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]

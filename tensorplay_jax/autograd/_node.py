@@ -48,6 +48,8 @@ class Node:
 
     __slots__ = ("__weakref__", "_released", "name", "next_edges", "num_outputs", "seq")
 
+    lazy: Any = None  # a VJPNode's pending segment (see ``_lazy``); None once it ran
+
     def __init__(
         self, name: str, next_edges: Sequence[GradientEdge | None], num_outputs: int
     ) -> None:
@@ -102,7 +104,7 @@ class VJPNode(Node):
     operation, static arguments and input shapes/dtypes.
     """
 
-    __slots__ = ("out_info", "saved", "vjp")
+    __slots__ = ("lazy", "lazy_index", "lazy_op", "origin", "out_info", "saved", "vjp")
 
     def __init__(
         self,
@@ -117,6 +119,10 @@ class VJPNode(Node):
         self.vjp = vjp
         self.out_info = out_info
         self.saved = saved  # (input Tensor, its _version when recorded)
+        self.lazy: Any = None  # the segment this node waits in, while its forward is pending
+        self.lazy_index = 0
+        self.lazy_op: Any = None
+        self.origin: Any = None  # the fused program ``vjp`` came from (None: its own)
 
     def check_saved(self) -> None:
         """Raise torch's error if an input this node saved was written in place since."""
@@ -133,6 +139,9 @@ class VJPNode(Node):
                 )
 
     def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        seg = self.lazy
+        if seg is not None:
+            seg.flush()
         self.check_saved()
         return apply_vjp(self.vjp, grads, self.out_info)
 
@@ -140,6 +149,7 @@ class VJPNode(Node):
         super().release()
         self.vjp = None
         self.saved = ()
+        self.lazy_op = None
 
 
 class FunctionNode(Node):

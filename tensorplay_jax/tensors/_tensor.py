@@ -26,6 +26,9 @@ from tensorplay_jax.autograd import (
     GradientEdge,
     Node,
     is_grad_enabled,
+    is_pending,
+    materialize,
+    pending_aval,
     run_backward,
 )
 from tensorplay_jax.runtime.device import to_device
@@ -135,6 +138,37 @@ class Tensor(metaclass=_TensorMeta):
         t._view = None
         t._views = None
         return t
+
+    @classmethod
+    def _pending(cls, node: Node, output_nr: int) -> Tensor:
+        # Output ``output_nr`` of a deferred operation (``autograd._lazy``): ``_value``
+        # stays unset until its segment runs; reading it runs the segment (__getattr__).
+        t = cls.__new__(cls)
+        t._grad = None
+        t._grad_fn = node
+        t._output_nr = output_nr
+        t._accumulator = None
+        t._requires_grad = True
+        t._version = 0
+        t._view = None
+        t._views = None
+        return t
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes not set: ``_value`` of a pending Tensor.
+        if name == "_value" and is_pending(self):
+            materialize(self)
+            return self._value
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+
+    def _aval(self) -> Any:
+        """The value, or a pending Tensor's ShapeDtypeStruct (no computation)."""
+        node = self._grad_fn
+        if node is not None and node.lazy is not None:
+            s = pending_aval(self)
+            if s is not None:
+                return s
+        return self._value
 
     @classmethod
     def _wrap_output(cls, value: Any, node: Node, output_nr: int) -> Tensor:
@@ -271,22 +305,23 @@ class Tensor(metaclass=_TensorMeta):
 
     @data.setter
     def data(self, value: Any) -> None:
+        materialize(self)  # a pending value must not land over the one written here
         self._value = value._value if isinstance(value, Tensor) else jnp.asarray(value)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape, a tuple of ints."""
-        return tuple(self._value.shape)
+        return tuple(self._aval().shape)
 
     @property
     def dtype(self) -> np.dtype:
         """The element type (a NumPy dtype, as in JAX)."""
-        return self._value.dtype
+        return self._aval().dtype
 
     @property
     def ndim(self) -> int:
         """Number of dimensions."""
-        return self._value.ndim
+        return len(self._aval().shape)
 
     @property
     def device(self) -> Any:

@@ -1,0 +1,382 @@
+"""Deferred recording: the recorded operations of a thread run as one compiled program.
+
+A recorded operation (``call_op`` with an input that requires grad) does not run
+at once: it is appended to its thread's *segment*, a small symbolic graph, and
+its outputs are pending Tensors whose shape and dtype are known (inferred once
+per operation, mask and input avals with ``jax.eval_shape`` of the operation's
+forward-with-VJP, so a bad shape raises at the operation, as before). The
+segment runs when a value is needed: reading a pending Tensor's value
+(``.item()``, printing, NumPy conversion, an unrecorded operation on it),
+``backward()``, or when it reaches ``MAX_OPS`` operations.
+
+A segment of a pattern (its operations, masks and where each input comes from)
+seen fewer than ``FUSE_AFTER`` times runs operation by operation, each with its
+cached per-operation program, so code whose graph changes every step compiles
+nothing new. A recurring pattern runs as ONE ``jax.jit`` program returning every
+output and every pullback; at ``backward()`` a recurring pattern whose graph is
+the backward's runs forward and backward together in one program
+(``_fused.try_fused``).
+
+Example:
+    >>> import tensorplay_jax as tp
+    >>> from tensorplay_jax.autograd import _lazy
+    >>> w = tp.ones(3, requires_grad=True)
+    >>> y = (w * 2).sum()
+    >>> _lazy.is_pending(y), y.shape
+    (True, ())
+    >>> y.item(), _lazy.is_pending(y)
+    (6.0, False)
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import threading
+import weakref
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from tensorplay_jax.autograd import _tensor_class as _tc
+from tensorplay_jax.autograd._cache import (
+    LEAF,
+    _Entry,
+    _forward_vjp,
+    _trace_counts,
+    out_info_of,
+)
+from tensorplay_jax.autograd._node import VJPNode
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
+
+FUSE_AFTER = 3  # runs of one segment pattern before it runs as one compiled program
+MAX_OPS = 64  # a segment this long runs at once (bounds what pending values hold alive)
+_MAX_PATTERNS = 1024
+
+PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})()
+_SCALARS = (int, float, complex, bool)
+
+_local = threading.local()
+_seen: collections.OrderedDict[Hashable, tuple[int, int]] = collections.OrderedDict()
+_ids = itertools.count()
+_seen_lock = threading.Lock()
+enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn deferred recording on or off for operations recorded from now on.
+
+    Returns:
+        The previous setting.
+    """
+    global enabled
+    old, enabled = enabled, bool(flag)
+    return old
+
+
+class _Op:
+    __slots__ = ("avals", "entry", "mask", "node", "outs", "refs", "rule", "structs")
+
+    def __init__(
+        self,
+        entry: _Entry,
+        mask: tuple[bool, ...],
+        refs: tuple[tuple[int, int, int], ...],
+        avals: Hashable,
+        node: VJPNode,
+        structs: tuple[Any, ...],
+        rule: Any,
+    ) -> None:
+        self.entry = entry
+        self.rule = rule  # call_rule's bound pullback, or None: the VJP of entry
+        self.mask = mask
+        self.refs = refs  # per input: (0, input index, 0) or (1, op index, output index)
+        self.avals = avals  # (mask, the inputs' shapes and dtypes)
+        # weak: a segment whose Tensors and nodes all died is freed with what it holds
+        self.node = weakref.ref(node)
+        self.structs = structs  # one ShapeDtypeStruct per output
+        self.outs: list[weakref.ref[Tensor]] = []
+
+
+class Segment:
+    """The pending operations of one thread, with the concrete values they read."""
+
+    __slots__ = (
+        "__weakref__",
+        "_plan",
+        "closed",
+        "input_ids",
+        "input_tensors",
+        "inputs",
+        "lock",
+        "ops",
+    )
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.ops: list[_Op] = []
+        self.inputs: list[Any] = []
+        self.input_ids: dict[int, int] = {}
+        self.input_tensors: list[Tensor | None] = []  # the Tensor behind each input, if any
+        self.closed = False
+        self._plan: tuple[Any, ...] | None = None
+
+    def plan(self) -> tuple[Any, ...]:
+        """The static description of the segment (the compiled program's cache key)."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = tuple((op.entry, op.avals, op.refs, op.rule) for op in self.ops)
+        return plan
+
+    def flush(self) -> None:
+        """Run every pending operation and give each its outputs and pullback."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            plan = self.plan()
+            count, origin = _count(plan)
+            if count < FUSE_AFTER:
+                outs, pbs = _run_plan(plan, self.inputs, fused=False)
+                origin = None
+            else:
+                outs, pbs = _segment_program(plan, tuple(self.inputs))
+            self.finish(outs, pbs, origin)
+
+    def finish(
+        self, outs: Sequence[Sequence[Any]], pbs: Sequence[Any] | None, origin: Any = None
+    ) -> None:
+        """Hand each op's outputs to its live Tensors and its pullback to its node.
+
+        ``origin`` names the program the pullbacks came from (None: each operation's
+        own): a fused backward that takes them is compiled per origin.
+        """
+        for k, op in enumerate(self.ops):
+            for i, ref in enumerate(op.outs):
+                t = ref()
+                if t is not None:
+                    t._value = outs[k][i]
+            node = op.node()
+            if node is None:
+                continue
+            if pbs is not None:
+                node.vjp = pbs[k]
+                node.origin = origin
+            node.lazy = None
+        self.ops = []
+        self.inputs = []
+        self.input_ids = {}
+        self.input_tensors = []
+
+
+def _count(key: Hashable) -> tuple[int, int]:
+    """One more run of the pattern ``key``: its run count and a number naming it."""
+    with _seen_lock:
+        count, number = _seen.pop(key, (0, next(_ids)))
+        _seen[key] = (count + 1, number)
+        while len(_seen) > _MAX_PATTERNS:
+            _seen.popitem(last=False)
+    return count + 1, number
+
+
+def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) -> Any:
+    kind, k, i = ref
+    return inputs[k] if kind == 0 else outs[k][i]
+
+
+def _run_plan(plan: tuple[Any, ...], inputs: Sequence[Any], fused: bool) -> tuple[Any, Any]:
+    outs: list[Any] = []
+    pbs: list[Any] = []
+    for entry, (mask, _), refs, rule in plan:
+        values = [_resolve(r, inputs, outs) for r in refs]
+        if rule is not None:  # a hand-written backward (``call_rule``) keeps the operands
+            out = entry.flat_fn(*values) if fused else entry.forward(*values)
+            pb = jax.tree_util.Partial(rule, *values)
+            outs.append([out])
+            pbs.append(pb)
+            continue
+        diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
+        other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
+        if fused:
+            out, pb = _forward_vjp(entry.flat_fn, mask, diff, other)
+        else:
+            out, pb = entry.forward_vjp(mask)(diff, other)
+        outs.append(jax.tree_util.tree_leaves(out))
+        pbs.append(pb)
+    return outs, pbs
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _segment_program(plan: tuple[Any, ...], inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+    _trace_counts["<fused forward>"] += 1
+    return _run_plan(plan, inputs, fused=True)
+
+
+def run_plan_traced(plan: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[Any, Any]:
+    """The segment's outputs and pullbacks, inside a trace (the fused forward-backward)."""
+    return _run_plan(plan, inputs, fused=True)
+
+
+def is_pending(t: Tensor) -> bool:
+    """Whether ``t``'s value is not computed yet (its segment has not run)."""
+    node = t._grad_fn
+    return node is not None and node.lazy is not None
+
+
+def aval(t: Tensor) -> Any:
+    """A pending Tensor's ``jax.ShapeDtypeStruct``."""
+    node = t._grad_fn
+    seg = node.lazy
+    with seg.lock:
+        if node.lazy is None:
+            return None
+        return node.lazy_op.structs[t._output_nr]
+
+
+def materialize(t: Tensor) -> None:
+    """Run the segment that ``t`` is pending in (no-op once it has run)."""
+    node = t._grad_fn
+    seg = None if node is None else node.lazy
+    if seg is not None:
+        seg.flush()
+
+
+def flush_current() -> None:
+    """Run this thread's pending operations."""
+    ref = getattr(_local, "seg", None)
+    seg = None if ref is None else ref()
+    if seg is not None:
+        seg.flush()
+
+
+def _aval_key(v: Any) -> Hashable | None:
+    if isinstance(v, jax.Array):
+        return (v.shape, v.dtype, getattr(v, "weak_type", False))
+    if isinstance(v, np.ndarray | np.generic):
+        return ("np", v.shape, v.dtype)
+    if v is None:
+        return "None"
+    if type(v) in _SCALARS:
+        return type(v)
+    return None
+
+
+def _infer(
+    entry: _Entry, mask: tuple[bool, ...], structs: Sequence[Any], rule: Any
+) -> tuple[Any, tuple[Any, ...], Any] | None:
+    """Output tree, structs and ``out_info`` of ``entry`` on these input avals (raises as
+    the operation would)."""
+    # jit's eval_shape shares the call's trace cache: the later call does not trace again
+    if rule is not None:
+        out = entry.forward.eval_shape(*structs)
+    else:
+        diff = tuple(s for s, m in zip(structs, mask, strict=True) if m)
+        other = tuple(s for s, m in zip(structs, mask, strict=True) if not m)
+        out, _ = entry.forward_vjp(mask).eval_shape(diff, other)
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    if not all(np.issubdtype(s.dtype, np.inexact) for s in leaves):
+        return None  # a non-float output has no grad_fn to find it by: run it now
+    if treedef == LEAF:
+        treedef = LEAF  # the shared object: ``_append`` tells one array out by identity
+    return treedef, tuple(leaves), out_info_of(leaves, treedef)
+
+
+_NOT_DEFERRED = (None, ())
+
+
+def record(
+    entry: _Entry,
+    values: Sequence[Any],
+    tensors: Sequence[Tensor | None],
+    mask: tuple[bool, ...],
+    saves: bool,
+    rule: Any = None,
+) -> Any:
+    """Append one recorded operation to this thread's segment; its pending output pytree.
+
+    ``rule``: ``call_rule``'s pullback bound to ``mask`` (None: ``jax.vjp`` of the
+    operation). Returns ``NotImplemented`` when the operation cannot be deferred (an
+    input of an unknown kind, a non-float output): the caller then runs it at once.
+    """
+    while True:
+        seg = _current()
+        with seg.lock:
+            if not seg.closed:  # else another thread ran it meanwhile: start a new one
+                return _append(seg, entry, values, tensors, mask, saves, rule)
+
+
+def _current() -> Segment:
+    """This thread's open segment (held weakly: its pending Tensors keep it alive)."""
+    ref = getattr(_local, "seg", None)
+    seg = None if ref is None else ref()
+    if seg is None or seg.closed:
+        seg = Segment()
+        _local.seg = weakref.ref(seg)
+    return seg
+
+
+def _append(
+    seg: Segment,
+    entry: _Entry,
+    values: Sequence[Any],
+    tensors: Sequence[Tensor | None],
+    mask: tuple[bool, ...],
+    saves: bool,
+    rule: Any,
+) -> Any:
+    refs: list[tuple[int, int, int]] = []
+    keys: list[Hashable] = []
+    structs: list[Any] = []
+    for v, t in zip(values, tensors, strict=True):
+        if v is PENDING:
+            node = t._grad_fn  # type: ignore[union-attr]
+            if node.lazy is seg:
+                s = node.lazy_op.structs[t._output_nr]  # type: ignore[union-attr]
+                refs.append((1, node.lazy_index, t._output_nr))  # type: ignore[union-attr]
+                keys.append((s.shape, s.dtype, s.weak_type))
+                structs.append(s)
+                continue
+            v = t._value  # type: ignore[union-attr]  # pending elsewhere: run that first
+        key = _aval_key(v)
+        if key is None:
+            return NotImplemented
+        ident = id(v) if t is None else id(t)  # one input per Tensor (or per bare value)
+        k = seg.input_ids.get(ident)
+        if k is None:
+            k = seg.input_ids[ident] = len(seg.inputs)
+            seg.inputs.append(v)
+            seg.input_tensors.append(t)
+        refs.append((0, k, 0))
+        keys.append(key)
+        structs.append(v)
+    akey = (mask, tuple(keys))
+    info = entry.avals.get(akey, _NOT_DEFERRED)
+    if info is _NOT_DEFERRED:
+        info = entry.avals[akey] = _infer(entry, mask, structs, rule)
+    if info is None:
+        return NotImplemented
+    treedef, outs, out_info = info
+    edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
+    saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
+    node = VJPNode(entry.name, None, out_info, edges, len(outs), saved)
+    op = _Op(entry, mask, tuple(refs), akey, node, outs, rule)
+    node.lazy = seg
+    node.lazy_index = len(seg.ops)
+    node.lazy_op = op
+    seg.ops.append(op)
+    seg._plan = None
+    wrapped = []
+    for i in range(len(outs)):
+        t = _tc.Tensor._pending(node, i)
+        op.outs.append(weakref.ref(t))
+        wrapped.append(t)
+    if len(seg.ops) >= MAX_OPS:
+        seg.flush()
+    if treedef is LEAF:  # one array out (most operations): no pytree work
+        return wrapped[0]
+    return jax.tree_util.tree_unflatten(treedef, wrapped)

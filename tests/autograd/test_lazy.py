@@ -1,0 +1,161 @@
+"""Deferred recording (``autograd._lazy``): pending values, errors at the op, one program a step."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import jax
+import jax.monitoring
+import numpy as np
+import pytest
+
+import tensorplay_jax as tp
+from tensorplay_jax.autograd import _lazy, trace_counts
+from tensorplay_jax.autograd._fused import FUSE_AFTER
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 4)).astype(
+        np.float32
+    )
+
+
+def _oracle_grad(xn: np.ndarray, wn: np.ndarray) -> np.ndarray:
+    """d/dw sum(relu(x @ w)), by hand in NumPy."""
+    return xn.T @ ((xn @ wn) > 0).astype(np.float32)
+
+
+@pytest.fixture
+def backend_compiles() -> Iterator[list[str]]:
+    """The XLA compilations (jax.monitoring events) made while the test runs."""
+    events: list[str] = []
+
+    def listener(name: str, secs: float, **kwargs: object) -> None:
+        if name == "/jax/core/compile/backend_compile_duration":
+            events.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield events
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_a_recorded_output_is_pending_and_knows_its_shape():
+    xn, wn = _data()
+    w = tp.tensor(wn, requires_grad=True)
+    y = tp.tensor(xn) @ w
+    assert _lazy.is_pending(y)
+    assert (y.shape, y.dtype, y.ndim) == ((6, 4), np.dtype("float32"), 2)
+    assert _lazy.is_pending(y)  # shape and dtype did not run it
+    np.testing.assert_allclose(y.numpy(), xn @ wn, rtol=1e-5)
+    assert not _lazy.is_pending(y)
+
+
+def test_a_shape_error_raises_at_the_operation():
+    w = tp.ones((5, 4), requires_grad=True)
+    with pytest.raises(TypeError, match="dot_general requires contracting dimensions"):
+        tp.ones((6, 3)) @ w
+
+
+def test_recurring_step_compiles_nothing_after_warm_up(backend_compiles):
+    xn, wn = _data()
+    x, w = tp.tensor(xn), tp.tensor(wn, requires_grad=True)
+
+    def step() -> np.ndarray:
+        w.grad = None
+        (x @ w).relu().sum().backward()
+        return w.grad.numpy()
+
+    for _ in range(FUSE_AFTER):
+        step()
+    before = trace_counts()
+    del backend_compiles[:]
+    for _ in range(3):
+        np.testing.assert_allclose(step(), _oracle_grad(xn, wn), rtol=1e-5)
+    assert trace_counts() == before
+    assert backend_compiles == []
+    assert before.get("<fused forward-backward>", 0) >= 1
+
+
+def test_retain_graph_through_the_fused_program():
+    xn, wn = _data()
+    x, w = tp.tensor(xn), tp.tensor(wn, requires_grad=True)
+    for _ in range(FUSE_AFTER + 1):
+        w.grad = None
+        loss = (x @ w).relu().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        np.testing.assert_allclose(w.grad.numpy(), 2 * _oracle_grad(xn, wn), rtol=1e-5)
+
+
+def test_a_second_graph_pending_beside_the_first_keeps_its_backward():
+    xn, wn = _data()
+    x, w = tp.tensor(xn), tp.tensor(wn, requires_grad=True)
+    for _ in range(FUSE_AFTER + 1):
+        w.grad = None
+        a = (x @ w).relu().sum()
+        b = (w * 3.0).sum()  # pending in the same segment, not on a's graph
+        a.backward()  # runs b's forward too, and must keep b's pullback
+        b.backward()
+        np.testing.assert_allclose(w.grad.numpy(), _oracle_grad(xn, wn) + 3.0, rtol=1e-5)
+
+
+def test_writing_a_saved_pending_input_in_place_raises_at_backward():
+    w = tp.ones(3, requires_grad=True)
+    y = w * 2.0
+    z = (y * y).sum()  # saves y (pending)
+    y.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()
+
+
+def test_a_graph_recorded_in_one_thread_runs_backward_in_another():
+    xn, wn = _data()
+    w = tp.tensor(wn, requires_grad=True)
+    loss = (tp.tensor(xn) @ w).relu().sum()
+    assert _lazy.is_pending(loss)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loss.backward()
+        except BaseException as e:  # reported in the test thread
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive() and errors == []
+    np.testing.assert_allclose(w.grad.numpy(), _oracle_grad(xn, wn), rtol=1e-5)
+
+
+def test_deferral_off_runs_each_operation_at_once():
+    old = _lazy.set_enabled(False)
+    try:
+        y = tp.ones(3, requires_grad=True) * 2.0
+        assert not _lazy.is_pending(y)
+    finally:
+        _lazy.set_enabled(old)
+
+
+def test_a_leaf_input_replaced_by_a_computed_one_takes_the_full_path():
+    x = tp.tensor([1.0, 2.0, 3.0])
+    w = tp.ones(3, requires_grad=True)
+    for _ in range(FUSE_AFTER + 1):  # (x * w).sum() from a leaf w: a known backward
+        w.grad = None
+        (x * w).sum().backward()
+    v = w * 2.0
+    v.numpy()  # v now has a value and a producer: the same pattern, but not a leaf
+    w.grad = None
+    (x * v).sum().backward()
+    assert v.grad is None
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0, 6.0])
+
+
+def test_data_written_over_a_pending_value_stays():
+    w = tp.ones(3, requires_grad=True)
+    y = w * 2.0
+    y.data = tp.tensor([7.0, 8.0, 9.0])
+    (w * 3.0).numpy()  # runs the segment y was recorded in
+    np.testing.assert_array_equal(y.numpy(), [7.0, 8.0, 9.0])
