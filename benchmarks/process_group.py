@@ -20,15 +20,32 @@ What is timed, per call:
 Usage:
   python benchmarks/process_group.py [--nprocs 2 4] [--sizes 4K 1M 16M 64M]
                                      [--ops all_reduce all_gather broadcast] [--no-xla]
-  python benchmarks/process_group.py --crosshost [--rounds 3] [--trials 5] [--sizes 1M 64M]
+  python benchmarks/process_group.py --crosshost [--rounds 3] [--trials 5]
+                                     [--sizes 4K 1M 64M 256M] [--per-host 1 2] [--no-mpi]
 
 --crosshost (root, Linux): all_reduce across two simulated hosts
 (``tensorplay_jax.testing.netns.Cluster(2)``, network namespaces on a bridge), with
-1 and 2 workers per host. Each round starts one job per layout on the cluster, run
-by ``--torch-python`` (a venv with torch and jax): in every rank, ours (default
-engine), ours on the XLA engine and torch gloo (``GLOO_SOCKET_IFNAME=eth0``)
-alternate trial by trial; a job's time is the median of its trials (a trial
-lasting as long as its slowest rank), and the table shows the median over rounds.
+``--per-host`` workers per host (1 and 2). Each round starts one job per layout on
+the cluster, run by ``--torch-python`` (a Python with torch and jax; torch may come
+from ``PYTHONPATH``): in every rank, ours (default engine), ours on the XLA engine
+and torch gloo (``GLOO_SOCKET_IFNAME=eth0``) alternate trial by trial; a job's time
+is the median of its trials (a trial lasting as long as its slowest rank), and the
+table shows the median over rounds.
+
+Where that Python imports mpi4jax (an optional benchmark extra, never a dependency
+of the package), one ``mpiexec`` on host 0 starts every rank (hydra's ssh launcher
+pointed at the namespaces) and two more columns join the same trials: mpi4jax's
+``allreduce`` (jitted, jax.Array in and out, as ours) and ``mpi4py``'s
+``Allreduce`` of numpy into a preallocated buffer (MPI itself, the floor under
+mpi4jax). MPI goes over the bridge (UCX's TCP transport; without ``UCX_TLS`` UCX
+would copy memory between the namespaces, which no two hosts can do). Without
+mpi4jax, or with ``--no-mpi``, the columns are skipped with the reason. To install
+it into a venv (MPICH from its wheel; ``CUDA_PATH`` names an empty folder where a
+CUDA toolkit without headers would make mpi4jax try its GPU extension)::
+
+    .venv/bin/pip install mpich mpi4py
+    mkdir -p /tmp/nocuda && PATH=$PWD/.venv/bin:$PATH MPI4JAX_BUILD_MPICC=$PWD/.venv/bin/mpicc \
+        CUDA_PATH=/tmp/nocuda .venv/bin/pip install --no-deps mpi4jax
 """
 
 from __future__ import annotations
