@@ -13,7 +13,10 @@ every rank), then its data, each peer getting exactly what it needs. all_reduce 
 a direct exchange for two members up to ``_DIRECT_MAX`` (each sends its whole
 input once and reduces what arrives, chunk by chunk, while the rest is still on
 the wire), else a ring reduce-scatter + all-gather (each member reduces 1/n of
-the data). A group with several members on each of several hosts (the same number
+the data), reducing what arrives from the input straight into the result. Results
+of ``_POOL_MIN`` bytes and more come from a small pool, reused once the caller has
+dropped them: faulting in a fresh large result costs as much as moving it. A group
+with several members on each of several hosts (the same number
 on each) runs all_reduce hierarchically: a shared-memory reduce-scatter within
 each host (``_engine_shm``), then each local member all-reduces its slice with its
 counterparts on the other hosts over their connections (so every core and one
