@@ -13,7 +13,7 @@ every rank), then its data, each peer getting exactly what it needs. all_reduce 
 a direct exchange for two members up to ``_DIRECT_MAX`` (each sends its whole
 input once and reduces what arrives, chunk by chunk, while the rest is still on
 the wire), else a ring reduce-scatter + all-gather (each member reduces 1/n of
-the data), reducing what arrives from the input straight into the result. Results
+the data). Results
 of ``_POOL_MIN`` bytes and more come from a small pool, reused once the caller has
 dropped them: faulting in a fresh large result costs as much as moving it. A group
 with several members on each of several hosts (the same number
@@ -228,16 +228,13 @@ class TcpEngine:
         base = ReduceOp.SUM if op is ReduceOp.AVG else op
         chunks = bounds(flat.size, n)
         right, left = members[(k + 1) % n], members[(k - 1) % n]
+        acc[...] = flat
         tmp = self._tmp(max(b - a for a, b in chunks), flat.dtype)
-        # Step s reduces the partial sum arriving from the left with this member's
-        # own slice of the input, straight into ``acc``, and passes on what step s - 1
-        # reduced (step 0: its own input): the input is never copied whole.
         for s in range(n - 1):
             (sa, sb), (ra, rb) = chunks[(k - s) % n], chunks[(k - s - 1) % n]
-            t = tmp[: rb - ra]
-            on_recv = self._reducer(acc[ra:rb], flat[ra:rb], t, base, False, n)
-            send = flat[sa:sb] if s == 0 else acc[sa:sb]
-            self.mesh.exchange(fn, deadline, {right: raw(send)}, {left: raw(t)}, on_recv)
+            chunk, t = acc[ra:rb], tmp[: rb - ra]
+            on_recv = self._reducer(chunk, chunk, t, base, False, n)
+            self.mesh.exchange(fn, deadline, {right: raw(acc[sa:sb])}, {left: raw(t)}, on_recv)
         if op is ReduceOp.AVG:
             a, b = chunks[(k + 1) % n]
             np.divide(acc[a:b], n, out=acc[a:b], casting="unsafe")
