@@ -13,7 +13,10 @@ every rank), then its data, each peer getting exactly what it needs. all_reduce 
 a direct exchange for two members up to ``_DIRECT_MAX`` (each sends its whole
 input once and reduces what arrives, chunk by chunk, while the rest is still on
 the wire), else a ring reduce-scatter + all-gather (each member reduces 1/n of
-the data). A group with several members on each of several hosts (the same number
+the data). Results
+of ``_POOL_MIN`` bytes and more come from a small pool, reused once the caller has
+dropped them: faulting in a fresh large result costs as much as moving it. A group
+with several members on each of several hosts (the same number
 on each) runs all_reduce hierarchically: a shared-memory reduce-scatter within
 each host (``_engine_shm``), then each local member all-reduces its slice with its
 counterparts on the other hosts over their connections (so every core and one
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 import time
 
 import numpy as np
@@ -38,12 +42,14 @@ from tensorplay_jax.process_group._tcp_mesh import TcpMesh
 from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
 from tensorplay_jax.process_group.host import bounds, on_host, raw, reduced
 from tensorplay_jax.runtime import trace
-from tensorplay_jax.runtime.device import aligned_empty
+from tensorplay_jax.runtime.device import HOST_ALIGN, aligned_empty
 
 __all__ = ["TcpEngine"]
 
 _REDUCE_STEP = 256 << 10  # reduce what arrived once this many bytes are in
 _DIRECT_MAX = 1 << 20  # two members exchange whole inputs up to this many bytes
+_POOL_MIN = 1 << 20  # all_reduce results this large come from the result pool
+_POOL_SLOTS = 2  # result buffers a group keeps for reuse
 
 
 class TcpEngine:
@@ -67,6 +73,7 @@ class TcpEngine:
         self.ranks, self.me, self.n, self.timeout_s = spec.ranks, spec.me, spec.n, spec.timeout_s
         self.dlen = _descriptor.length(self.n)
         self.scratch = np.empty(0, np.uint8)
+        self.pool: list[np.ndarray] = []  # result buffers, reused once no result holds them
         self.mesh = TcpMesh(spec)
         self.peers = self.mesh.peers
         self.local: ShmEngine | None = None
@@ -129,6 +136,27 @@ class TcpEngine:
             self.scratch = aligned_empty((nbytes,), np.uint8)
         return self.scratch[:nbytes].view(dtype)
 
+    def _result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An aligned array for a result, reusing a pooled buffer that nothing holds.
+
+        A large fresh buffer costs a page fault per page on first write; one whose
+        earlier result has been dropped (a jax.Array aliasing it lets go once it is
+        deleted) is already mapped. The pool holds each buffer's owning array: its
+        only references are then the pool's list and ``getrefcount``'s argument.
+        """
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes < _POOL_MIN:
+            return aligned_empty(shape, dtype)
+        owner = next(
+            (o for o in self.pool if o.nbytes == nbytes + HOST_ALIGN and sys.getrefcount(o) == 3),
+            None,
+        )  # the three references: the list, ``o`` and getrefcount's argument
+        if owner is None:
+            owner = aligned_empty((nbytes,), np.uint8).base
+            self.pool = [*self.pool[-(_POOL_SLOTS - 1) :], owner]
+        off = (-owner.ctypes.data) % HOST_ALIGN
+        return owner[off : off + nbytes].view(dtype).reshape(shape)
+
     def _reducer(self, acc, first, tmp, op: ReduceOp, mine_first: bool, n: int):
         """``on_recv`` that reduces ``acc = first op tmp`` as ``tmp`` fills, in steps."""
         size = tmp.dtype.itemsize
@@ -175,7 +203,7 @@ class TcpEngine:
         deadline, _ = self._begin(fn, desc)
         if self.local is not None and x.size >= self.local.n:
             return self._hierarchical(fn, deadline, x, op)
-        out = aligned_empty(x.shape, x.dtype)
+        out = self._result(x.shape, x.dtype)
         self._ring(fn, deadline, x.reshape(-1), out.reshape(-1), op, list(range(self.n)))
         return out
 
@@ -232,7 +260,7 @@ class TcpEngine:
         code = _descriptor.dtype_code(fn, x.dtype)
         d = _descriptor.encode(p, "reduce_scatter", code, rows.shape, reduce_op=base)
         part = ShmEngine.reduce_scatter.__wrapped__(shm, rows, base, d)
-        out = aligned_empty((p, chunk), x.dtype)
+        out = self._result((p, chunk), x.dtype)
         self._ring(fn, deadline, part, out[shm.me], base, self.across)
         if op is ReduceOp.AVG:
             np.divide(out[shm.me], self.n, out=out[shm.me], casting="unsafe")

@@ -250,6 +250,7 @@ def missing() -> None:
 
 HIER_DTYPES = (np.float32, np.int32, ml_dtypes.bfloat16)
 HIER_SHAPES = ((1,), (7,), (3, 5), (1001, 3), (1 << 19,))
+HELD_SHAPE = (1 << 19,)  # 2 MiB of float32: large enough for the tcp engine's result pool
 
 
 def hier_input(k: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
@@ -284,5 +285,13 @@ def tcp_hierarchical() -> None:
                 key = f"{np.dtype(dtype).name}{shape}/{name}"
                 got[key] = np.asarray(eng.all_reduce(hier_input(r, shape, dtype), op, d))
     eng.close()
+    # The world group (one host: a plain ring). A result still held as a jax.Array
+    # must survive the next call; once dropped, its buffer may serve a later one.
+    x = jnp.asarray(hier_input(r, HELD_SHAPE, np.float32))
+    first = dist.all_reduce(x)
+    second = dist.all_reduce(x * 2)
+    got["held/first"], got["held/second"] = np.array(first), np.array(second)
+    del first, second
+    got["held/third"] = np.array(dist.all_reduce(x * 3))
     dist.destroy_process_group()
     hand_back(got)

@@ -100,3 +100,11 @@ def test_hierarchical_all_reduce_matches_numpy(hierarchical, dtype):
                 np.testing.assert_allclose(
                     y.astype(np.float64), want, rtol=tol, err_msg=f"rank {r} {shape} {name}"
                 )
+
+
+def test_all_reduce_result_held_by_the_caller_survives_the_next_call(hierarchical):
+    n = len(hierarchical)
+    total = sum(W.hier_input(k, W.HELD_SHAPE, np.float32) for k in range(n))
+    for r, got in enumerate(hierarchical):
+        for key, scale in (("held/first", 1), ("held/second", 2), ("held/third", 3)):
+            np.testing.assert_array_equal(got[key], scale * total, err_msg=f"rank {r} {key}")
