@@ -14,9 +14,14 @@
   answered, and then the link hangs up: the peer never waits out a timeout.
 
 A transport builds on it: its ``send`` packs frames (``frames``) and hands
-them to ``_write``; its reader type takes them off the socket; ``_message``
-turns a frame into a message (or handles a frame kind of its own, such as
-the same-host transport's segment releases).
+them to ``_write``; its reader type takes them off the socket; the read loop
+turns an ``INLINE`` frame into a message itself, and ``_message`` handles the
+transport's own frame kinds (such as the same-host transport's shared-memory
+messages and segment releases).
+
+The busy mark the watchdog reads belongs to the frame of the thread that holds
+reading: a relieved thread that finishes its frame leaves it alone, so a frame
+read after it that blocks is still relieved.
 """
 
 from __future__ import annotations
