@@ -302,6 +302,16 @@ def test_an_optimizer_over_a_killed_members_parameters_fails_naming_it(killed):
     assert isinstance(e, rpc.RpcPeerError) and "'m2'" in str(e), e
 
 
+def test_a_step_that_fails_on_a_killed_owner_has_finished_on_the_live_one(killed):
+    bias = killed["live"].remote_parameters()[1]
+    before = float(np.asarray(bias.to_here().numpy()).item())
+    with dist_autograd.context() as ctx_id:
+        dist_autograd.backward(ctx_id, [killed["live"](tp.ones(2, 3)).sum()])  # d/d bias = 2
+        caught(killed["both_opt"].step, ctx_id)
+        after = float(np.asarray(bias.to_here().numpy()).item())
+    assert after == pytest.approx(before - 0.2, abs=1e-5)
+
+
 def test_remote_module_and_optimizer_keep_working_for_live_owners(killed):
     live = killed["live"]
     bias = live.remote_parameters()[1]

@@ -9,15 +9,32 @@ from typing import Any
 import optax
 
 from tensorplay_jax.distributed.optim import _local
-from tensorplay_jax.rpc import RRef, WorkerInfo, rpc_async
+from tensorplay_jax.rpc import RpcError, RRef, WorkerInfo, rpc_async
 from tensorplay_jax.runtime import trace
 
 __all__ = ["DistributedOptimizer"]
 
 
-def _gather(futures: list[tuple[WorkerInfo, Any]], what: str) -> list[Any]:
+def _on_each(calls: list[tuple[WorkerInfo, Any, tuple]], what: str) -> list[Any]:
+    """Run ``fn(*args)`` on each owner at once; return the results when all are done.
+
+    A call that fails before it is sent (its owner left or died) is an error like any
+    other: the calls already sent are still waited for, so nothing is left running
+    on a live owner when this raises. The error keeps the RPC layer's class (an
+    ``RpcPeerError`` for an owner that is gone), so callers catch it the same way
+    whether the loss showed at sending or at the reply.
+    """
+    sent: list[tuple[WorkerInfo, Any]] = []
+    for owner, fn, args in calls:
+        try:
+            sent.append((owner, rpc_async(owner, fn, args=args)))
+        except Exception as e:
+            sent.append((owner, e))
     results, errors = [], []
-    for owner, fut in futures:
+    for owner, fut in sent:
+        if isinstance(fut, Exception):
+            errors.append((owner, fut))
+            continue
         try:
             results.append(fut.wait())
         except Exception as e:
@@ -25,7 +42,8 @@ def _gather(futures: list[tuple[WorkerInfo, Any]], what: str) -> list[Any]:
     if errors:
         owner, first = errors[0]
         others = "".join(f"\nError {what} on worker {o.name}: {e}" for o, e in errors[1:])
-        raise RuntimeError(f"Error {what} on worker {owner.name}: {first}{others}") from first
+        cls = type(first) if isinstance(first, RpcError) else RuntimeError
+        raise cls(f"Error {what} on worker {owner.name}: {first}{others}") from first
     return results
 
 
@@ -104,12 +122,12 @@ class DistributedOptimizer:
         by_owner: dict[str, tuple[WorkerInfo, list[RRef[Any]]]] = {}
         for r in params_rref:
             by_owner.setdefault(r.owner_name(), (r.owner(), []))[1].append(r)
-        futs = [
-            (owner, rpc_async(owner, _local.new_local_optimizer, args=(optimizer, rrefs)))
-            for owner, rrefs in by_owner.values()
-        ]
-        refs = _gather(futs, "creating optimizer")
-        self.remote_optimizers = [(owner, ref) for (owner, _), ref in zip(futs, refs, strict=True)]
+        owners = list(by_owner.values())
+        refs = _on_each(
+            [(owner, _local.new_local_optimizer, (optimizer, rrefs)) for owner, rrefs in owners],
+            "creating optimizer",
+        )
+        self.remote_optimizers = [(o, ref) for (o, _), ref in zip(owners, refs, strict=True)]
 
     def step(self, context_id: int) -> None:
         """Update every owner's parameters from their gradients in ``context_id``, concurrently.
@@ -119,7 +137,9 @@ class DistributedOptimizer:
 
         Raises:
           RuntimeError: "Error running optimizer on worker NAME: ..." (the owner's
-            error, chained) when any owner fails; the others still applied their step.
+            error, chained) when any owner fails; the others have applied their step
+            when it is raised. For an owner that left or died it is an ``RpcPeerError``
+            (a ``RuntimeError``) with the same message.
         """
         if isinstance(context_id, bool) or not isinstance(context_id, int):
             raise TypeError(
@@ -128,11 +148,10 @@ class DistributedOptimizer:
             )
         span = trace.begin("DistributedOptimizer.step", "optim") if trace.RECORDING else None
         try:
-            futs = [
-                (owner, rpc_async(owner, _local.local_step, args=(ref, context_id)))
-                for owner, ref in self.remote_optimizers
-            ]
-            _gather(futs, "running optimizer")
+            _on_each(
+                [(o, _local.local_step, (ref, context_id)) for o, ref in self.remote_optimizers],
+                "running optimizer",
+            )
         finally:
             if span is not None:
                 owners = [o.name for o, _ in self.remote_optimizers]
