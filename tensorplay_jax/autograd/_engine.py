@@ -207,7 +207,6 @@ def run_backward(
         and grads_in[0] is None
         and not retain_graph
         and isinstance(roots[0], _tc.Tensor)
-        and math.prod(roots[0].shape) == 1
         and _fused.try_pending(roots[0], accumulate)
     ):
         return

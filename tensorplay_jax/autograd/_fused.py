@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import functools
 import heapq
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -122,13 +123,13 @@ def _with_forward(
             if not seg.closed:
                 in_order = set(order)
                 want = retain or any(
-                    (n := op.node()) is not None and n not in in_order for op in seg.ops
+                    (n := ref()) is not None and n not in in_order for ref in seg.nodes
                 )
                 sources = tuple(n.lazy_index if n.lazy is seg else -1 for n in order)
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
                 outs, pbs, grads = _forward_backward(
-                    seg.plan(), plan, sources, want, tuple(seg.inputs), given, root_cts, held
+                    seg.pattern, plan, sources, want, tuple(seg.inputs), given, root_cts, held
                 )
                 seg.finish(outs, pbs)
                 return grads
@@ -215,7 +216,7 @@ def try_fused(
     shape_key = (
         plan,
         tuple((n.name, n.origin) for n in order),
-        seg.plan() if seg is not None else None,
+        seg.pattern if seg is not None else None,
     )
     count = _seen.pop(shape_key, 0) + 1
     _seen[shape_key] = count
@@ -226,13 +227,19 @@ def try_fused(
     for node in order:
         node.check_saved()
     into_grad = accumulate is _engine.accumulate_into_grad
-    held = tuple(_held_grad(s.variable) for s in sinks) if into_grad else (None,) * len(sinks)
     known = _known_shape(seg, starts, order, sinks, plan, into_grad) if not retain_graph else None
-    grads, summed = _with_forward(order, plan, tuple(root_cts), held, retain_graph)
     if known is not None:
-        _pending_plans[known[0]] = known[1]
+        key, entry = known
+        entry = _pending_plans.setdefault(key, entry)  # kept: it holds compiled programs
         while len(_pending_plans) > _MAX_SHAPES:
             del _pending_plans[next(iter(_pending_plans))]
+        with seg.lock:  # type: ignore[union-attr]
+            ran = _run_known(seg, entry, root_cts[0], into_grad)  # type: ignore[arg-type]
+        if ran is not None:
+            _finish(*ran, False, accumulate)
+            return True
+    held = tuple(_held_grad(s.variable) for s in sinks) if into_grad else (None,) * len(sinks)
+    grads, summed = _with_forward(order, plan, tuple(root_cts), held, retain_graph)
     _finish(order, [s.variable for s in sinks], held, grads, summed, retain_graph, accumulate)
     return True
 
@@ -256,10 +263,34 @@ def _finish(
             accumulate(leaf, g)
 
 
-# A backward from one pending root whose graph lies in the root's segment: the segment's
-# plan, the root's op and output, and whether grads go into .grad -> what try_fused
-# computed for it (op indices in run order, the leaves' input indices, the backward plan).
-_pending_plans: dict[Hashable, tuple[tuple[int, ...], tuple[int, ...], Plan]] = {}
+class _Known:
+    """What ``try_fused`` worked out for a backward from one pending root whose graph lies
+    in the root's segment: the backward's nodes (their op indices, in run order), the
+    leaves (their segment input indices), the backward plan, the segment ops off the
+    backward's graph, and the root's cotangent (ones; None: not a one-element root)."""
+
+    __slots__ = ("ct", "leaf_inputs", "op_indices", "others", "plan", "programs")
+
+    def __init__(
+        self,
+        op_indices: tuple[int, ...],
+        leaf_inputs: tuple[int, ...],
+        plan: Plan,
+        n_ops: int,
+        ct: Any,
+    ) -> None:
+        self.op_indices = op_indices
+        self.leaf_inputs = leaf_inputs
+        self.plan = plan
+        self.others = tuple(k for k in range(n_ops) if k not in op_indices)
+        self.ct = ct
+        # (pullbacks wanted, the live outputs' places) -> the compiled forward-backward
+        self.programs: dict[Hashable, Callable[..., Any]] = {}
+
+
+# (the segment's pattern, the root's op and output, whether grads go into .grad) -> _Known
+_pending_plans: dict[Hashable, _Known] = {}
+_MAX_PROGRAMS = 64  # per known backward (a new set of live outputs compiles one more)
 
 
 def _known_shape(
@@ -269,7 +300,7 @@ def _known_shape(
     sinks: list[AccumulateGrad],
     plan: Plan,
     into_grad: bool,
-) -> tuple[Hashable, Any] | None:
+) -> tuple[Hashable, _Known] | None:
     """The ``_pending_plans`` entry for this backward, if its whole graph is in ``seg``."""
     if seg is None or seg.closed or len(starts) != 1 or len(plan[1]) != 1:
         return None
@@ -280,49 +311,100 @@ def _known_shape(
     if -1 in leaf_inputs:
         return None
     root = starts[0]
-    key = (seg.plan(), root.lazy_index, plan[1][0][1], into_grad)
-    return key, (tuple(n.lazy_index for n in order), leaf_inputs, plan)
+    out_nr = plan[1][0][1]
+    aval = root.lazy_op.structs[out_nr]
+    ct = _engine.ones_like(aval) if math.prod(aval.shape) == 1 else None
+    key = (seg.pattern, root.lazy_index, out_nr, into_grad)
+    known = _Known(tuple(n.lazy_index for n in order), leaf_inputs, plan, len(seg.pattern.ops), ct)
+    return key, known
+
+
+def _pending_program(
+    pattern: _lazy.Pattern,
+    plan: Plan,
+    sources: tuple[int, ...],
+    want_pullbacks: bool,
+    where: tuple[tuple[int, int], ...],
+    inputs: tuple[Any, ...],
+    root_ct: Any,
+    held: tuple[Any, ...],
+) -> Any:
+    """``_forward_backward`` for ``try_pending``: only the outputs at ``where`` (the live
+    Tensors') come back, and the pullbacks only if wanted."""
+    _trace_counts["<fused forward-backward>"] += 1
+    outs, pbs = _lazy.run_plan_traced(pattern, inputs)
+    grads = _backward_body(plan, [pbs[s] for s in sources], (root_ct,), held)
+    return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
 
 
 def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool:
-    """``root.backward()`` as one compiled call when ``root`` is pending in a segment whose
-    backward from ``root`` ran before (``_pending_plans``): no graph walk (False: not so)."""
+    """``root.backward()`` as one compiled call when ``root`` (one element) is pending in a
+    segment whose backward from ``root`` ran before (``_pending_plans``): no graph walk
+    (False: not so)."""
     node = root._grad_fn
     seg = None if node is None else node.lazy
     if seg is None:
         return False
     into_grad = accumulate is _engine.accumulate_into_grad
     with seg.lock:
-        if seg.closed:
+        known = _pending_plans.get((seg.pattern, node.lazy_index, root._output_nr, into_grad))
+        if known is None or known.ct is None:
             return False
-        known = _pending_plans.get((seg.plan(), node.lazy_index, root._output_nr, into_grad))
-        if known is None:
-            return False
-        op_indices, leaf_inputs, plan = known
-        leaves = [seg.input_tensors[k] for k in leaf_inputs]
-        if any(t._grad_fn is not None for t in leaves):  # type: ignore[union-attr]
-            return False  # an input that was a leaf now has a producer: a larger graph
-        order = [seg.ops[j].node() for j in op_indices]
-        for n in order:
-            n.check_saved()  # type: ignore[union-attr]
-        aval = seg.ops[node.lazy_index].structs[root._output_nr]
-        held = tuple(_held_grad(t) for t in leaves) if into_grad else (None,) * len(leaves)
-        in_order = set(order)
-        want = any((n := op.node()) is not None and n not in in_order for op in seg.ops)
-        seg.closed = True
-        outs, pbs, (grads, summed) = _forward_backward(
-            seg.plan(),
-            plan,
-            op_indices,
-            want,
-            tuple(seg.inputs),
-            (None,) * len(order),
-            (_engine.ones_like(aval),),
-            held,
-        )
-        seg.finish(outs, pbs)
-    _finish(order, leaves, held, grads, summed, False, accumulate)  # type: ignore[arg-type]
+        ran = _run_known(seg, known, known.ct, into_grad)
+    if ran is None:
+        return False
+    _finish(*ran, False, accumulate)
     return True
+
+
+def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool) -> Any:
+    """Run ``seg``'s forward and the ``known`` backward through it as one compiled call, with
+    ``seg.lock`` held; only what can still be seen comes back: the live Tensors' values,
+    and the pullbacks when a node off the backward's graph is alive. Returns ``_finish``'s
+    first arguments (None: ``seg`` ran already, or a leaf of the known graph now has a
+    producer)."""
+    if seg.closed:
+        return None
+    inputs = seg.input_tensors
+    leaves = [inputs[k] for k in known.leaf_inputs]
+    for t in leaves:
+        if t._grad_fn is not None:  # type: ignore[union-attr]
+            return None  # an input that was a leaf now has a producer: a larger graph
+    nodes = seg.nodes
+    order = [nodes[j]() for j in known.op_indices]
+    for n in order:
+        n.check_saved()  # type: ignore[union-attr]
+    want = any(nodes[j]() is not None for j in known.others)
+    live, where = [], []
+    for k, refs in enumerate(seg.outs):
+        for i, ref in enumerate(refs):
+            t = ref()
+            if t is not None:
+                live.append(t)
+                where.append((k, i))
+    held = tuple(_held_grad(t) for t in leaves) if into_grad else (None,) * len(leaves)  # type: ignore[arg-type]
+    fkey = (want, tuple(where))
+    program = known.programs.get(fkey)
+    if program is None:
+        if len(known.programs) >= _MAX_PROGRAMS:
+            known.programs.clear()
+        program = known.programs[fkey] = jax.jit(
+            functools.partial(
+                _pending_program, seg.pattern, known.plan, known.op_indices, want, fkey[1]
+            )
+        )
+    seg.closed = True
+    values, pbs, (grads, summed) = program(tuple(seg.inputs), root_ct, held)
+    for t, v in zip(live, values, strict=True):
+        t._value = v
+    for k, ref in enumerate(nodes):
+        n = ref()
+        if n is not None:
+            if pbs is not None:
+                n.vjp = pbs[k]
+            n.lazy = None
+    seg.release()
+    return order, leaves, held, grads, summed
 
 
 def _held_grad(leaf: Tensor) -> Any:

@@ -9,13 +9,19 @@ segment runs when a value is needed: reading a pending Tensor's value
 (``.item()``, printing, NumPy conversion, an unrecorded operation on it),
 ``backward()``, or when it reaches ``MAX_OPS`` operations.
 
-A segment of a pattern (its operations, masks and where each input comes from)
-seen fewer than ``FUSE_AFTER`` times runs operation by operation, each with its
-cached per-operation program, so code whose graph changes every step compiles
-nothing new. A recurring pattern runs as ONE ``jax.jit`` program returning every
-output and every pullback; at ``backward()`` a recurring pattern whose graph is
-the backward's runs forward and backward together in one program
-(``_fused.try_fused``).
+A segment's operations (their entries, masks, input avals and where each input
+comes from) make its *pattern* (``_pattern``: one object per sequence, from a
+trie). A segment of a pattern seen fewer than ``FUSE_AFTER`` times runs
+operation by operation, each with its cached per-operation program, so code
+whose graph changes every step compiles nothing new. A recurring pattern runs
+as ONE ``jax.jit`` program returning every output and every pullback; at
+``backward()`` a recurring pattern whose graph is the backward's runs forward
+and backward together in one program (``_fused``).
+
+In a loop the next operation is usually the one the pattern's trie saw next last
+time: ``replay`` checks it against that operation's ``Spec`` (same entry, input
+avals and input places) and appends it without building its key; anything else
+takes ``record``'s full path.
 
 Example:
     >>> import tensorplay_jax as tp
@@ -30,9 +36,7 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import functools
-import itertools
 import threading
 import weakref
 from collections.abc import Hashable, Sequence
@@ -41,30 +45,24 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from tensorplay_jax.autograd import _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
-from tensorplay_jax.autograd._cache import (
-    LEAF,
-    _Entry,
-    _forward_vjp,
-    _trace_counts,
-    out_info_of,
-)
+from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
+from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
+from tensorplay_jax.autograd._pattern import Pattern, Spec
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
 
 FUSE_AFTER = 3  # runs of one segment pattern before it runs as one compiled program
 MAX_OPS = 64  # a segment this long runs at once (bounds what pending values hold alive)
-_MAX_PATTERNS = 1024
 
 PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})()
 _SCALARS = (int, float, complex, bool)
+_Tracer = jax.core.Tracer
 
 _local = threading.local()
-_seen: collections.OrderedDict[Hashable, tuple[int, int]] = collections.OrderedDict()
-_ids = itertools.count()
-_seen_lock = threading.Lock()
 enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
 
 
@@ -79,59 +77,35 @@ def set_enabled(flag: bool) -> bool:
     return old
 
 
-class _Op:
-    __slots__ = ("avals", "entry", "mask", "node", "outs", "refs", "rule", "structs")
-
-    def __init__(
-        self,
-        entry: _Entry,
-        mask: tuple[bool, ...],
-        refs: tuple[tuple[int, int, int], ...],
-        avals: Hashable,
-        node: VJPNode,
-        structs: tuple[Any, ...],
-        rule: Any,
-    ) -> None:
-        self.entry = entry
-        self.rule = rule  # call_rule's bound pullback, or None: the VJP of entry
-        self.mask = mask
-        self.refs = refs  # per input: (0, input index, 0) or (1, op index, output index)
-        self.avals = avals  # (mask, the inputs' shapes and dtypes)
-        # weak: a segment whose Tensors and nodes all died is freed with what it holds
-        self.node = weakref.ref(node)
-        self.structs = structs  # one ShapeDtypeStruct per output
-        self.outs: list[weakref.ref[Tensor]] = []
-
-
 class Segment:
-    """The pending operations of one thread, with the concrete values they read."""
+    """The pending operations of one thread, with the concrete values they read.
+
+    ``nodes[k]`` (weakly) and ``outs[k]`` (weak references to its output Tensors)
+    belong to the k-th operation of ``pattern``.
+    """
 
     __slots__ = (
         "__weakref__",
-        "_plan",
         "closed",
         "input_ids",
         "input_tensors",
         "inputs",
         "lock",
-        "ops",
+        "nodes",
+        "outs",
+        "pattern",
     )
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.ops: list[_Op] = []
+        self.pattern: Pattern = _pattern.root()
+        # weak: a segment whose Tensors and nodes all died is freed with what it holds
+        self.nodes: list[weakref.ref[VJPNode]] = []
+        self.outs: list[list[weakref.ref[Tensor]]] = []
         self.inputs: list[Any] = []
         self.input_ids: dict[int, int] = {}
         self.input_tensors: list[Tensor | None] = []  # the Tensor behind each input, if any
         self.closed = False
-        self._plan: tuple[Any, ...] | None = None
-
-    def plan(self) -> tuple[Any, ...]:
-        """The static description of the segment (the compiled program's cache key)."""
-        plan = self._plan
-        if plan is None:
-            plan = self._plan = tuple((op.entry, op.avals, op.refs, op.rule) for op in self.ops)
-        return plan
 
     def flush(self) -> None:
         """Run every pending operation and give each its outputs and pullback."""
@@ -139,13 +113,13 @@ class Segment:
             if self.closed:
                 return
             self.closed = True
-            plan = self.plan()
-            count, origin = _count(plan)
-            if count < FUSE_AFTER:
-                outs, pbs = _run_plan(plan, self.inputs, fused=False)
+            pattern = self.pattern
+            if _pattern.count(pattern) < FUSE_AFTER:
+                outs, pbs = _run_plan(pattern.ops, self.inputs, fused=False)
                 origin = None
             else:
-                outs, pbs = _segment_program(plan, tuple(self.inputs))
+                outs, pbs = _segment_program(pattern, tuple(self.inputs))
+                origin = pattern.number
             self.finish(outs, pbs, origin)
 
     def finish(
@@ -156,32 +130,27 @@ class Segment:
         ``origin`` names the program the pullbacks came from (None: each operation's
         own): a fused backward that takes them is compiled per origin.
         """
-        for k, op in enumerate(self.ops):
-            for i, ref in enumerate(op.outs):
+        for k, refs in enumerate(self.outs):
+            for i, ref in enumerate(refs):
                 t = ref()
                 if t is not None:
                     t._value = outs[k][i]
-            node = op.node()
+            node = self.nodes[k]()
             if node is None:
                 continue
             if pbs is not None:
                 node.vjp = pbs[k]
                 node.origin = origin
             node.lazy = None
-        self.ops = []
+        self.release()
+
+    def release(self) -> None:
+        """Drop what the segment held (it has run)."""
+        self.nodes = []
+        self.outs = []
         self.inputs = []
         self.input_ids = {}
         self.input_tensors = []
-
-
-def _count(key: Hashable) -> tuple[int, int]:
-    """One more run of the pattern ``key``: its run count and a number naming it."""
-    with _seen_lock:
-        count, number = _seen.pop(key, (0, next(_ids)))
-        _seen[key] = (count + 1, number)
-        while len(_seen) > _MAX_PATTERNS:
-            _seen.popitem(last=False)
-    return count + 1, number
 
 
 def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) -> Any:
@@ -189,11 +158,12 @@ def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) 
     return inputs[k] if kind == 0 else outs[k][i]
 
 
-def _run_plan(plan: tuple[Any, ...], inputs: Sequence[Any], fused: bool) -> tuple[Any, Any]:
+def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple[Any, Any]:
     outs: list[Any] = []
     pbs: list[Any] = []
-    for entry, (mask, _), refs, rule in plan:
-        values = [_resolve(r, inputs, outs) for r in refs]
+    for spec in plan:
+        entry, mask, rule = spec.entry, spec.mask, spec.rule
+        values = [_resolve(r, inputs, outs) for r in spec.refs]
         if rule is not None:  # a hand-written backward (``call_rule``) keeps the operands
             out = entry.flat_fn(*values) if fused else entry.forward(*values)
             pb = jax.tree_util.Partial(rule, *values)
@@ -212,14 +182,14 @@ def _run_plan(plan: tuple[Any, ...], inputs: Sequence[Any], fused: bool) -> tupl
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _segment_program(plan: tuple[Any, ...], inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+def _segment_program(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
     _trace_counts["<fused forward>"] += 1
-    return _run_plan(plan, inputs, fused=True)
+    return _run_plan(pattern.ops, inputs, fused=True)
 
 
-def run_plan_traced(plan: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[Any, Any]:
+def run_plan_traced(pattern: Pattern, inputs: Sequence[Any]) -> tuple[Any, Any]:
     """The segment's outputs and pullbacks, inside a trace (the fused forward-backward)."""
-    return _run_plan(plan, inputs, fused=True)
+    return _run_plan(pattern.ops, inputs, fused=True)
 
 
 def is_pending(t: Tensor) -> bool:
@@ -229,13 +199,12 @@ def is_pending(t: Tensor) -> bool:
 
 
 def aval(t: Tensor) -> Any:
-    """A pending Tensor's ``jax.ShapeDtypeStruct``."""
+    """A pending Tensor's ``jax.ShapeDtypeStruct`` (None once it has a value)."""
     node = t._grad_fn
-    seg = node.lazy
-    with seg.lock:
-        if node.lazy is None:
-            return None
-        return node.lazy_op.structs[t._output_nr]
+    spec = node.lazy_op
+    if node.lazy is None or spec is None:
+        return None
+    return spec.structs[t._output_nr]
 
 
 def materialize(t: Tensor) -> None:
@@ -254,7 +223,8 @@ def flush_current() -> None:
         seg.flush()
 
 
-def _aval_key(v: Any) -> Hashable | None:
+def aval_key(v: Any) -> Hashable | None:
+    """What a segment input's compiled program depends on: shape, dtype (None: not deferrable)."""
     if isinstance(v, jax.Array):
         return (v.shape, v.dtype, getattr(v, "weak_type", False))
     if isinstance(v, np.ndarray | np.generic):
@@ -282,7 +252,7 @@ def _infer(
     if not all(np.issubdtype(s.dtype, np.inexact) for s in leaves):
         return None  # a non-float output has no grad_fn to find it by: run it now
     if treedef == LEAF:
-        treedef = LEAF  # the shared object: ``_append`` tells one array out by identity
+        treedef = LEAF  # the shared object: ``_push`` tells one array out by identity
     return treedef, tuple(leaves), out_info_of(leaves, treedef)
 
 
@@ -342,7 +312,7 @@ def _append(
                 structs.append(s)
                 continue
             v = t._value  # type: ignore[union-attr]  # pending elsewhere: run that first
-        key = _aval_key(v)
+        key = aval_key(v)
         if key is None:
             return NotImplemented
         ident = id(v) if t is None else id(t)  # one input per Tensor (or per bare value)
@@ -360,23 +330,103 @@ def _append(
         info = entry.avals[akey] = _infer(entry, mask, structs, rule)
     if info is None:
         return NotImplemented
-    treedef, outs, out_info = info
-    edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
+    tkeys, trefs = tuple(keys), tuple(refs)
+    pattern = _pattern.child(
+        seg.pattern,
+        (entry, mask, tkeys, trefs, rule),
+        lambda: Spec(entry, mask, trefs, tkeys, info, rule),
+    )
+    return _push(seg, pattern, tensors, saves)
+
+
+def _push(seg: Segment, pattern: Pattern, tensors: Sequence[Tensor | None], saves: bool) -> Any:
+    """Make the node and pending outputs of ``pattern``'s last operation, appended to ``seg``."""
+    spec = pattern.ops[-1]
+    edges = [t._gradient_edge() for t, m in zip(tensors, spec.mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
-    node = VJPNode(entry.name, None, out_info, edges, len(outs), saved)
-    op = _Op(entry, mask, tuple(refs), akey, node, outs, rule)
+    node = VJPNode(spec.entry.name, None, spec.out_info, edges, spec.n_out, saved)
     node.lazy = seg
-    node.lazy_index = len(seg.ops)
-    node.lazy_op = op
-    seg.ops.append(op)
-    seg._plan = None
-    wrapped = []
-    for i in range(len(outs)):
-        t = _tc.Tensor._pending(node, i)
-        op.outs.append(weakref.ref(t))
-        wrapped.append(t)
-    if len(seg.ops) >= MAX_OPS:
+    node.lazy_index = len(seg.nodes)
+    node.lazy_op = spec
+    seg.pattern = pattern
+    seg.nodes.append(weakref.ref(node))
+    if spec.treedef is LEAF:  # one array out (most operations): no pytree work
+        out = _tc.Tensor._pending(node, 0)
+        seg.outs.append([weakref.ref(out)])
+        if len(seg.nodes) >= MAX_OPS:
+            seg.flush()
+        return out
+    wrapped = [_tc.Tensor._pending(node, i) for i in range(spec.n_out)]
+    seg.outs.append([weakref.ref(t) for t in wrapped])
+    if len(seg.nodes) >= MAX_OPS:
         seg.flush()
-    if treedef is LEAF:  # one array out (most operations): no pytree work
-        return wrapped[0]
-    return jax.tree_util.tree_unflatten(treedef, wrapped)
+    return jax.tree_util.tree_unflatten(spec.treedef, wrapped)
+
+
+def replay(
+    entry: _Entry, values: Sequence[Any], tensors: Sequence[Tensor | None], saves: bool
+) -> Any:
+    """``record`` for the operation this thread's pattern saw next last time, checked cheaply.
+
+    The operation is appended when it matches the expected ``Spec``: the same entry
+    and no custom rule, each input a Tensor (or value) where the spec has one, with
+    the same ``requires_grad``, the same aval, and from the same place (the same
+    earlier operation's output, the same segment input, or a new input in the same
+    order). Grad mode must be on and no input traced. Returns ``NotImplemented``
+    otherwise (the caller takes the full path, which also records this sequence).
+    """
+    ref = getattr(_local, "seg", None)
+    seg = None if ref is None else ref()
+    if seg is None or seg.closed:
+        nxt = _pattern.root().expect
+        if nxt is None or nxt.ops[-1].entry is not entry:
+            return NotImplemented
+        seg = Segment()
+        _local.seg = weakref.ref(seg)
+    else:
+        nxt = seg.pattern.expect
+        if nxt is None or nxt.ops[-1].entry is not entry:
+            return NotImplemented
+    spec = nxt.ops[-1]
+    if spec.rule is not None or len(values) != len(spec.refs) or not is_grad_enabled():
+        return NotImplemented
+    with seg.lock:
+        if seg.closed or seg.pattern.expect is not nxt:
+            return NotImplemented
+        ids = seg.input_ids
+        n = len(seg.inputs)
+        new: list[tuple[Any, Tensor | None]] = []
+        for v, t, (kind, k, i), key, m in zip(
+            values, tensors, spec.refs, spec.keys, spec.mask, strict=True
+        ):
+            if v is PENDING:
+                node = t._grad_fn  # type: ignore[union-attr]
+                if kind != 1 or node.lazy is not seg or node.lazy_index != k or t._output_nr != i:  # type: ignore[union-attr]
+                    return NotImplemented
+                continue
+            if kind != 0 or isinstance(v, _Tracer):
+                return NotImplemented
+            if t is None:
+                if m:
+                    return NotImplemented
+                ident = id(v)
+            else:
+                if t._requires_grad != m:
+                    return NotImplemented
+                ident = id(t)
+            j = ids.get(ident)
+            if j is None:
+                for j2, (v2, t2) in enumerate(new):  # the same one twice in this operation
+                    if (v2 if t2 is None else t2) is (v if t is None else t):
+                        j = n + j2
+                        break
+                else:
+                    j = n + len(new)
+                    new.append((v, t))
+            if j != k or aval_key(v) != key:
+                return NotImplemented
+        for v, t in new:
+            ids[id(v) if t is None else id(t)] = len(seg.inputs)
+            seg.inputs.append(v)
+            seg.input_tensors.append(t)
+        return _push(seg, nxt, tensors, saves)

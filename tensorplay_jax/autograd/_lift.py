@@ -90,6 +90,10 @@ def _run(
     backward after one of them was written in place raises, as torch does.
     Returns the output pytree with every array leaf wrapped in a Tensor.
     """
+    if _lazy.enabled:  # the operation a recurring step records here: checked, appended
+        out = _lazy.replay(entry, values, tensors, saves)
+        if out is not NotImplemented:
+            return out
     mask = tuple(t is not None and t._requires_grad for t in tensors)
     record = any(mask) and is_grad_enabled()
     if record and any(isinstance(v, jax.core.Tracer) for v in values):
