@@ -27,6 +27,8 @@ import collections
 import functools
 import heapq
 import math
+import sys
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -319,6 +321,23 @@ def _known_shape(
     return key, known
 
 
+def _own_refs() -> int:
+    """What ``sys.getrefcount`` counts for an object read from a weak reference into a
+    local name, beyond the references held elsewhere (as ``_run_known`` reads outputs)."""
+    holder = [_Probe()]  # one reference held elsewhere
+    for ref in (weakref.ref(holder[0]),):
+        t = ref()
+        return sys.getrefcount(t) - 1
+    raise AssertionError  # unreachable
+
+
+class _Probe:
+    __slots__ = ("__weakref__",)
+
+
+_REFS = _own_refs()
+
+
 def _pending_program(
     pattern: _lazy.Pattern,
     plan: Plan,
@@ -375,11 +394,17 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
     for n in order:
         n.check_saved()  # type: ignore[union-attr]
     want = any(nodes[j]() is not None for j in known.others)
+    # an output held only by nodes this backward releases (an input they saved) dies with
+    # them: its value is not handed back
+    by_nodes: dict[int, int] = {}
+    for n in order:
+        for st, _ in n.saved:  # type: ignore[union-attr]
+            by_nodes[id(st)] = by_nodes.get(id(st), 0) + 1
     live, where = [], []
     for k, refs in enumerate(seg.outs):
         for i, ref in enumerate(refs):
             t = ref()
-            if t is not None:
+            if t is not None and sys.getrefcount(t) - _REFS > by_nodes.get(id(t), 0):
                 live.append(t)
                 where.append((k, i))
     held = tuple(_held_grad(t) for t in leaves) if into_grad else (None,) * len(leaves)  # type: ignore[arg-type]

@@ -49,7 +49,7 @@ from tensorplay_jax.autograd import _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
-from tensorplay_jax.autograd._node import VJPNode
+from tensorplay_jax.autograd._node import GradientEdge, VJPNode
 from tensorplay_jax.autograd._pattern import Pattern, Spec
 
 if TYPE_CHECKING:
@@ -341,9 +341,13 @@ def _append(
 
 def _push(seg: Segment, pattern: Pattern, tensors: Sequence[Tensor | None], saves: bool) -> Any:
     """Make the node and pending outputs of ``pattern``'s last operation, appended to ``seg``."""
-    spec = pattern.ops[-1]
-    edges = [t._gradient_edge() for t, m in zip(tensors, spec.mask, strict=True) if m]  # type: ignore[union-attr]
+    edges = [t._gradient_edge() for t, m in zip(tensors, pattern.ops[-1].mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
+    return _make(seg, pattern, edges, saved)
+
+
+def _make(seg: Segment, pattern: Pattern, edges: list[GradientEdge], saved: tuple[Any, ...]) -> Any:
+    spec = pattern.ops[-1]
     node = VJPNode(spec.entry.name, None, spec.out_info, edges, spec.n_out, saved)
     node.lazy = seg
     node.lazy_index = len(seg.nodes)
@@ -363,70 +367,80 @@ def _push(seg: Segment, pattern: Pattern, tensors: Sequence[Tensor | None], save
     return jax.tree_util.tree_unflatten(spec.treedef, wrapped)
 
 
-def replay(
-    entry: _Entry, values: Sequence[Any], tensors: Sequence[Tensor | None], saves: bool
-) -> Any:
+def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
     """``record`` for the operation this thread's pattern saw next last time, checked cheaply.
 
-    The operation is appended when it matches the expected ``Spec``: the same entry
-    and no custom rule, each input a Tensor (or value) where the spec has one, with
-    the same ``requires_grad``, the same aval, and from the same place (the same
-    earlier operation's output, the same segment input, or a new input in the same
-    order). Grad mode must be on and no input traced. Returns ``NotImplemented``
-    otherwise (the caller takes the full path, which also records this sequence).
+    ``args`` are ``call_op``'s: Tensors, arrays, scalars. The operation is appended
+    when it matches the expected ``Spec``: the same entry and no custom rule, each
+    input a Tensor (or value) where the spec has one, with the same
+    ``requires_grad``, the same aval, and from the same place (the same earlier
+    operation's output, the same segment input, or a new input in the same order).
+    Grad mode must be on and no input traced. Returns ``NotImplemented`` otherwise
+    (the caller takes the full path, which also records this sequence).
     """
     ref = getattr(_local, "seg", None)
     seg = None if ref is None else ref()
     if seg is None or seg.closed:
-        nxt = _pattern.root().expect
+        pat = _pattern.root()
+        nxt = pat.expect
         if nxt is None or nxt.ops[-1].entry is not entry:
             return NotImplemented
         seg = Segment()
         _local.seg = weakref.ref(seg)
     else:
-        nxt = seg.pattern.expect
+        pat = seg.pattern
+        nxt = pat.expect
         if nxt is None or nxt.ops[-1].entry is not entry:
             return NotImplemented
     spec = nxt.ops[-1]
-    if spec.rule is not None or len(values) != len(spec.refs) or not is_grad_enabled():
+    if spec.rule is not None or len(args) != len(spec.refs) or not is_grad_enabled():
         return NotImplemented
+    tensor_class = _tc.Tensor
     with seg.lock:
-        if seg.closed or seg.pattern.expect is not nxt:
+        if seg.closed or seg.pattern is not pat:
             return NotImplemented
         ids = seg.input_ids
         n = len(seg.inputs)
         new: list[tuple[Any, Tensor | None]] = []
-        for v, t, (kind, k, i), key, m in zip(
-            values, tensors, spec.refs, spec.keys, spec.mask, strict=True
-        ):
-            if v is PENDING:
-                node = t._grad_fn  # type: ignore[union-attr]
-                if kind != 1 or node.lazy is not seg or node.lazy_index != k or t._output_nr != i:  # type: ignore[union-attr]
-                    return NotImplemented
-                continue
-            if kind != 0 or isinstance(v, _Tracer):
-                return NotImplemented
-            if t is None:
+        edges: list[GradientEdge] = []
+        saved: list[tuple[Tensor, int]] = []
+        for a, (kind, k, i), key, m in zip(args, spec.refs, spec.keys, spec.mask, strict=True):
+            if isinstance(a, tensor_class):
+                node = a._grad_fn
+                if node is not None and node.lazy is not None:  # pending
+                    if kind != 1 or node.lazy is not seg or node.lazy_index != k:
+                        return NotImplemented
+                    if a._output_nr != i:
+                        return NotImplemented
+                    edges.append(GradientEdge(node, i))
+                    saved.append((a, a._version))
+                    continue
+                v = a._value
+                if kind != 0 or a._requires_grad != m or type(v) is np.ndarray:
+                    return NotImplemented  # (a host value: ``call_op``'s path places it)
                 if m:
-                    return NotImplemented
-                ident = id(v)
+                    edges.append(a._gradient_edge())
+                saved.append((a, a._version))
+                t: Any = a
             else:
-                if t._requires_grad != m:
+                if kind != 0 or m:
                     return NotImplemented
-                ident = id(t)
-            j = ids.get(ident)
+                v = t = a
+            if isinstance(v, _Tracer):
+                return NotImplemented
+            j = ids.get(id(t))
             if j is None:
-                for j2, (v2, t2) in enumerate(new):  # the same one twice in this operation
-                    if (v2 if t2 is None else t2) is (v if t is None else t):
+                for j2, seen in enumerate(new):  # the same one twice in this operation
+                    if (seen[0] if seen[1] is None else seen[1]) is t:
                         j = n + j2
                         break
                 else:
                     j = n + len(new)
-                    new.append((v, t))
+                    new.append((v, None if t is v else t))
             if j != k or aval_key(v) != key:
                 return NotImplemented
         for v, t in new:
             ids[id(v) if t is None else id(t)] = len(seg.inputs)
             seg.inputs.append(v)
             seg.input_tensors.append(t)
-        return _push(seg, nxt, tensors, saves)
+        return _make(seg, nxt, edges, tuple(saved) if saves else ())

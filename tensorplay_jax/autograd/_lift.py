@@ -90,10 +90,6 @@ def _run(
     backward after one of them was written in place raises, as torch does.
     Returns the output pytree with every array leaf wrapped in a Tensor.
     """
-    if _lazy.enabled:  # the operation a recurring step records here: checked, appended
-        out = _lazy.replay(entry, values, tensors, saves)
-        if out is not NotImplemented:
-            return out
     mask = tuple(t is not None and t._requires_grad for t in tensors)
     record = any(mask) and is_grad_enabled()
     if record and any(isinstance(v, jax.core.Tracer) for v in values):
@@ -147,6 +143,10 @@ def call_op(
     # id cannot be reused while the entry exists.
     key = (id(fn), static)
     entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
+    if _lazy.enabled:  # the operation a recurring step records here: checked, appended
+        out = _lazy.replay(entry, args, saves)
+        if out is not NotImplemented:
+            return out
     values, tensors = _operands(args)
     return _run(entry, values, tensors, saves)
 
