@@ -271,7 +271,7 @@ class _Known:
     leaves (their segment input indices), the backward plan, the segment ops off the
     backward's graph, and the root's cotangent (ones; None: not a one-element root)."""
 
-    __slots__ = ("ct", "leaf_inputs", "op_indices", "others", "plan", "programs")
+    __slots__ = ("ct", "inside", "leaf_inputs", "op_indices", "plan", "programs")
 
     def __init__(
         self,
@@ -284,10 +284,11 @@ class _Known:
         self.op_indices = op_indices
         self.leaf_inputs = leaf_inputs
         self.plan = plan
-        self.others = tuple(k for k in range(n_ops) if k not in op_indices)
+        self.inside = tuple(k in op_indices for k in range(n_ops))  # on the backward's graph
         self.ct = ct
-        # (pullbacks wanted, the live outputs' places) -> the compiled forward-backward
-        self.programs: dict[Hashable, Callable[..., Any]] = {}
+        # the live outputs (bit p: the p-th output of the segment, in op order) times 2,
+        # plus 1 when the pullbacks are wanted -> the compiled forward-backward
+        self.programs: dict[int, Callable[..., Any]] = {}
 
 
 # (the segment's pattern, the root's op and output, whether grads go into .grad) -> _Known
@@ -386,50 +387,63 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
         return None
     inputs = seg.input_tensors
     leaves = [inputs[k] for k in known.leaf_inputs]
+    held = []
     for t in leaves:
         if t._grad_fn is not None:  # type: ignore[union-attr]
             return None  # an input that was a leaf now has a producer: a larger graph
-    nodes = seg.nodes
-    order = [nodes[j]() for j in known.op_indices]
-    for n in order:
-        n.check_saved()  # type: ignore[union-attr]
-    want = any(nodes[j]() is not None for j in known.others)
+        held.append(_held_grad(t) if into_grad else None)  # type: ignore[arg-type]
+    nodes = [ref() for ref in seg.nodes]
+    want = False
+    by_nodes: dict[int, int] = {}  # Tensor id -> references from the nodes released here
+    for n, inside in zip(nodes, known.inside, strict=True):
+        if not inside:
+            want = want or n is not None
+            continue
+        for t, version in n.saved:  # type: ignore[union-attr]
+            if t._version != version:
+                n.check_saved()  # type: ignore[union-attr]  # raises torch's error
+            by_nodes[id(t)] = by_nodes.get(id(t), 0) + 1
     # an output held only by nodes this backward releases (an input they saved) dies with
     # them: its value is not handed back
-    by_nodes: dict[int, int] = {}
-    for n in order:
-        for st, _ in n.saved:  # type: ignore[union-attr]
-            by_nodes[id(st)] = by_nodes.get(id(st), 0) + 1
-    live, where = [], []
-    for k, refs in enumerate(seg.outs):
-        for i, ref in enumerate(refs):
+    live = []
+    bits, p = 0, 1
+    for refs in seg.outs:
+        for ref in refs:
             t = ref()
             if t is not None and sys.getrefcount(t) - _REFS > by_nodes.get(id(t), 0):
                 live.append(t)
-                where.append((k, i))
-    held = tuple(_held_grad(t) for t in leaves) if into_grad else (None,) * len(leaves)  # type: ignore[arg-type]
-    fkey = (want, tuple(where))
+                bits |= p
+            p <<= 1
+    fkey = bits << 1 | want
     program = known.programs.get(fkey)
     if program is None:
-        if len(known.programs) >= _MAX_PROGRAMS:
-            known.programs.clear()
-        program = known.programs[fkey] = jax.jit(
-            functools.partial(
-                _pending_program, seg.pattern, known.plan, known.op_indices, want, fkey[1]
-            )
-        )
+        program = _program(seg, known, fkey)
     seg.closed = True
-    values, pbs, (grads, summed) = program(tuple(seg.inputs), root_ct, held)
+    values, pbs, (grads, summed) = program(tuple(seg.inputs), root_ct, tuple(held))
     for t, v in zip(live, values, strict=True):
         t._value = v
-    for k, ref in enumerate(nodes):
-        n = ref()
+    for k, n in enumerate(nodes):
         if n is not None:
             if pbs is not None:
                 n.vjp = pbs[k]
             n.lazy = None
     seg.release()
-    return order, leaves, held, grads, summed
+    return [nodes[j] for j in known.op_indices], leaves, held, grads, summed
+
+
+def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]:
+    """The compiled forward-backward for ``_run_known``'s ``fkey``, made once."""
+    if len(known.programs) >= _MAX_PROGRAMS:
+        known.programs.clear()
+    places = [(k, i) for k, refs in enumerate(seg.outs) for i in range(len(refs))]
+    where = tuple(at for p, at in enumerate(places) if fkey >> (p + 1) & 1)
+    program = jax.jit(
+        functools.partial(
+            _pending_program, seg.pattern, known.plan, known.op_indices, bool(fkey & 1), where
+        )
+    )
+    known.programs[fkey] = program
+    return program
 
 
 def _held_grad(leaf: Tensor) -> Any:
