@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _fused
+from tensorplay_jax.autograd import _fused, _known
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
 
@@ -207,7 +207,7 @@ def run_backward(
         and grads_in[0] is None
         and not retain_graph
         and isinstance(roots[0], _tc.Tensor)
-        and _fused.try_pending(roots[0], accumulate)
+        and _known.try_pending(roots[0], accumulate)
     ):
         return
 

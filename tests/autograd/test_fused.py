@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import _fused, trace_counts
+from tensorplay_jax.autograd import _fused, _known, trace_counts
 
 
 def _fused_compiles() -> int:
@@ -34,7 +34,7 @@ def test_recurring_graph_fuses_with_the_same_gradient():
 
 def test_graphs_of_new_shapes_never_compile_fused():
     _fused._seen.clear()  # every shape below is new to this process, whatever ran before
-    _fused._pending_plans.clear()
+    _known._pending_plans.clear()
     before = _fused_compiles()
     x = tp.ones(3, requires_grad=True)
     for n in range(1, 8):  # a chain of n multiplications: a new shape each time

@@ -1,0 +1,305 @@
+"""A known backward: a recurring backward from one pending root, one compiled call, no graph walk.
+
+When ``_fused.try_fused`` fuses a backward from one pending root whose whole graph
+lies in the root's segment (``_lazy``), what it worked out (the nodes' op indices
+in run order, the leaves' segment input indices, the backward plan) is kept here,
+keyed by the segment's pattern and the root (``_pending_plans``). The next
+backward from the same root of the same pattern (``try_pending``) checks that the
+leaves are still leaves and that no saved input was written in place, and runs
+the segment's forward and the backward as one compiled call.
+
+Only what can still be seen comes back from that call: the values of the
+segment's outputs that are alive and held by more than the nodes this backward
+releases (an intermediate saved by the next operation dies with it), and the
+pullbacks only when a node off the backward's graph is alive. The programs are
+compiled once per (live outputs, pullbacks wanted), with no static arguments to
+hash per call.
+
+Example:
+    >>> import tensorplay_jax as tp
+    >>> from tensorplay_jax.autograd import _known
+    >>> w = tp.ones(3, requires_grad=True)
+    >>> for _ in range(5):  # the later steps run as one known program
+    ...     w.grad = None
+    ...     (w * 2.0).sum().backward()
+    >>> w.grad
+    tensor([2., 2., 2.])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from tensorplay_jax.autograd import _engine, _lazy
+from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
+from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
+
+if TYPE_CHECKING:
+    from tensorplay_jax.tensors import Tensor
+
+# plan = (steps, roots, n_leaves): steps[k] = (out_info, targets) for the k-th node run,
+# targets[j] = (is_leaf, index, output_nr) for its j-th input; roots[i] = (k, output_nr).
+Plan = tuple[Any, ...]
+
+_MAX_KNOWN = 1024
+
+
+def backward_body(
+    plan: Plan, pullbacks: Sequence[Any], root_cts: tuple[Any, ...], held: tuple[Any, ...]
+) -> Any:
+    """The fused backward (traced): each reached leaf's gradient, and its sum with ``held``."""
+    steps, roots, n_leaves = plan
+    bufs: dict[tuple[int, int], Any] = {}
+    for slot, ct in zip(roots, root_cts, strict=True):
+        bufs[slot] = ct if slot not in bufs else bufs[slot] + ct
+    leaves: list[Any] = [None] * n_leaves
+    for k, ((treedef, avals), targets) in enumerate(steps):
+        full = [
+            bufs.pop((k, i)).astype(dtype) if (k, i) in bufs else zero_cotangent(shape, dtype)
+            for i, (shape, dtype) in enumerate(avals)
+        ]
+        grads = pullbacks[k](jax.tree_util.tree_unflatten(treedef, full))
+        for (is_leaf, idx, out_nr), g in zip(targets, grads, strict=True):
+            if is_leaf:
+                leaves[idx] = g if leaves[idx] is None else leaves[idx] + g
+            else:
+                slot = (idx, out_nr)
+                bufs[slot] = g if slot not in bufs else bufs[slot] + g
+    # None where the leaf held nothing: its sum is its gradient (no second output buffer)
+    summed = tuple(None if h is None else h + g for h, g in zip(held, leaves, strict=True))
+    return tuple(leaves), summed
+
+
+def finish(
+    order: Sequence[VJPNode],
+    leaves: Sequence[Tensor],
+    held: tuple[Any, ...],
+    grads: Sequence[Any],
+    summed: Sequence[Any],
+    retain_graph: bool,
+    accumulate: Callable[[Tensor, Any], None],
+) -> None:
+    """Release the nodes (unless ``retain_graph``) and hand each leaf its gradient."""
+    if not retain_graph:
+        for node in order:
+            node.release()
+    into_grad = accumulate is _engine.accumulate_into_grad
+    for leaf, h, g, total in zip(leaves, held, grads, summed, strict=True):
+        total = g if total is None else total
+        if not into_grad or not _engine.replace_grad(leaf, h, total):
+            accumulate(leaf, g)
+
+
+class _Known:
+    """What ``try_fused`` worked out for a backward from one pending root whose graph lies
+    in the root's segment: the backward's nodes (their op indices, in run order), the
+    leaves (their segment input indices), the backward plan, the segment ops off the
+    backward's graph, and the root's cotangent (ones; None: not a one-element root)."""
+
+    __slots__ = ("ct", "inside", "leaf_inputs", "op_indices", "plan", "programs")
+
+    def __init__(
+        self,
+        op_indices: tuple[int, ...],
+        leaf_inputs: tuple[int, ...],
+        plan: Plan,
+        n_ops: int,
+        ct: Any,
+    ) -> None:
+        self.op_indices = op_indices
+        self.leaf_inputs = leaf_inputs
+        self.plan = plan
+        self.inside = tuple(k in op_indices for k in range(n_ops))  # on the backward's graph
+        self.ct = ct
+        # the live outputs (bit p: the p-th output of the segment, in op order) times 2,
+        # plus 1 when the pullbacks are wanted -> the compiled forward-backward
+        self.programs: dict[int, Callable[..., Any]] = {}
+
+
+# (the segment's pattern, the root's op and output, whether grads go into .grad) -> _Known
+_pending_plans: dict[Hashable, _Known] = {}
+_MAX_PROGRAMS = 64  # per known backward (a new set of live outputs compiles one more)
+
+
+def known_shape(
+    seg: _lazy.Segment | None,
+    starts: list[Node],
+    order: list[VJPNode],
+    sinks: list[AccumulateGrad],
+    plan: Plan,
+    into_grad: bool,
+) -> tuple[Hashable, _Known] | None:
+    """The ``_pending_plans`` entry for this backward, if its whole graph is in ``seg``."""
+    if seg is None or seg.closed or len(starts) != 1 or len(plan[1]) != 1:
+        return None
+    if any(n.lazy is not seg for n in order):
+        return None
+    at = {id(t): k for k, t in enumerate(seg.input_tensors) if t is not None}
+    leaf_inputs = tuple(at.get(id(s.variable), -1) for s in sinks)
+    if -1 in leaf_inputs:
+        return None
+    root = starts[0]
+    out_nr = plan[1][0][1]
+    aval = root.lazy_op.structs[out_nr]
+    ct = _engine.ones_like(aval) if math.prod(aval.shape) == 1 else None
+    key = (seg.pattern, root.lazy_index, out_nr, into_grad)
+    known = _Known(tuple(n.lazy_index for n in order), leaf_inputs, plan, len(seg.pattern.ops), ct)
+    return key, known
+
+
+def _own_refs() -> int:
+    """What ``sys.getrefcount`` counts for an object read from a weak reference into a
+    local name, beyond the references held elsewhere (as ``_run_known`` reads outputs)."""
+    holder = [_Probe()]  # one reference held elsewhere
+    for ref in (weakref.ref(holder[0]),):
+        t = ref()
+        return sys.getrefcount(t) - 1
+    raise AssertionError  # unreachable
+
+
+class _Probe:
+    __slots__ = ("__weakref__",)
+
+
+_REFS = _own_refs()
+
+
+def _pending_program(
+    pattern: _lazy.Pattern,
+    plan: Plan,
+    sources: tuple[int, ...],
+    want_pullbacks: bool,
+    where: tuple[tuple[int, int], ...],
+    inputs: tuple[Any, ...],
+    root_ct: Any,
+    held: tuple[Any, ...],
+) -> Any:
+    """``_forward_backward`` for ``try_pending``: only the outputs at ``where`` (the live
+    Tensors') come back, and the pullbacks only if wanted."""
+    _trace_counts["<fused forward-backward>"] += 1
+    outs, pbs = _lazy.run_plan_traced(pattern, inputs)
+    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held)
+    return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
+
+
+def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool:
+    """``root.backward()`` as one compiled call when ``root`` (one element) is pending in a
+    segment whose backward from ``root`` ran before (``_pending_plans``): no graph walk
+    (False: not so)."""
+    node = root._grad_fn
+    seg = None if node is None else node.lazy
+    if seg is None:
+        return False
+    into_grad = accumulate is _engine.accumulate_into_grad
+    with seg.lock:
+        known = _pending_plans.get((seg.pattern, node.lazy_index, root._output_nr, into_grad))
+        if known is None or known.ct is None:
+            return False
+        ran = _run_known(seg, known, known.ct, into_grad)
+    if ran is None:
+        return False
+    finish(*ran, False, accumulate)
+    return True
+
+
+def run_remembered(
+    seg: _lazy.Segment,
+    known: tuple[Hashable, _Known],
+    root_ct: Any,
+    accumulate: Callable[[Tensor, Any], None],
+) -> bool:
+    """Keep ``known_shape``'s entry (the first one kept for its key: it holds the compiled
+    programs) and run it from ``root_ct`` (False: it cannot run; take the general path)."""
+    key, entry = known
+    entry = _pending_plans.setdefault(key, entry)
+    while len(_pending_plans) > _MAX_KNOWN:
+        del _pending_plans[next(iter(_pending_plans))]
+    into_grad = accumulate is _engine.accumulate_into_grad
+    with seg.lock:
+        ran = _run_known(seg, entry, root_ct, into_grad)
+    if ran is None:
+        return False
+    finish(*ran, False, accumulate)
+    return True
+
+
+def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool) -> Any:
+    """Run ``seg``'s forward and the ``known`` backward through it as one compiled call, with
+    ``seg.lock`` held; only what can still be seen comes back: the live Tensors' values,
+    and the pullbacks when a node off the backward's graph is alive. Returns ``_finish``'s
+    first arguments (None: ``seg`` ran already, or a leaf of the known graph now has a
+    producer)."""
+    if seg.closed:
+        return None
+    inputs = seg.input_tensors
+    leaves = [inputs[k] for k in known.leaf_inputs]
+    held = []
+    for t in leaves:
+        if t._grad_fn is not None:  # type: ignore[union-attr]
+            return None  # an input that was a leaf now has a producer: a larger graph
+        held.append(held_grad(t) if into_grad else None)  # type: ignore[arg-type]
+    nodes = [ref() for ref in seg.nodes]
+    want = False
+    by_nodes: dict[int, int] = {}  # Tensor id -> references from the nodes released here
+    for n, inside in zip(nodes, known.inside, strict=True):
+        if not inside:
+            want = want or n is not None
+            continue
+        for t, version in n.saved:  # type: ignore[union-attr]
+            if t._version != version:
+                n.check_saved()  # type: ignore[union-attr]  # raises torch's error
+            by_nodes[id(t)] = by_nodes.get(id(t), 0) + 1
+    # an output held only by nodes this backward releases (an input they saved) dies with
+    # them: its value is not handed back
+    live = []
+    bits, p = 0, 1
+    for refs in seg.outs:
+        for ref in refs:
+            t = ref()
+            if t is not None and sys.getrefcount(t) - _REFS > by_nodes.get(id(t), 0):
+                live.append(t)
+                bits |= p
+            p <<= 1
+    fkey = bits << 1 | want
+    program = known.programs.get(fkey)
+    if program is None:
+        program = _program(seg, known, fkey)
+    seg.closed = True
+    values, pbs, (grads, summed) = program(tuple(seg.inputs), root_ct, tuple(held))
+    for t, v in zip(live, values, strict=True):
+        t._value = v
+    for k, n in enumerate(nodes):
+        if n is not None:
+            if pbs is not None:
+                n.vjp = pbs[k]
+            n.lazy = None
+    seg.release()
+    return [nodes[j] for j in known.op_indices], leaves, held, grads, summed
+
+
+def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]:
+    """The compiled forward-backward for ``_run_known``'s ``fkey``, made once."""
+    if len(known.programs) >= _MAX_PROGRAMS:
+        known.programs.clear()
+    places = [(k, i) for k, refs in enumerate(seg.outs) for i in range(len(refs))]
+    where = tuple(at for p, at in enumerate(places) if fkey >> (p + 1) & 1)
+    program = jax.jit(
+        functools.partial(
+            _pending_program, seg.pattern, known.plan, known.op_indices, bool(fkey & 1), where
+        )
+    )
+    known.programs[fkey] = program
+    return program
+
+
+def held_grad(leaf: Tensor) -> Any:
+    """What ``leaf.grad`` holds (its array), or None."""
+    grad = leaf._grad
+    return None if grad is None else grad._value
