@@ -9,7 +9,9 @@ machine load, the best round of each:
 - ``step (deferral off)``: the same step with each operation run at once, one
   compiled call per operation (``tp.autograd.set_deferred(False)``);
 - the step's pieces: recording ``x @ w``, ``.relu()`` and ``.sum()`` (ours only;
-  deferred, and with deferral off);
+  deferred, and with deferral off); ``record the step``: the step's three
+  operations recorded as a recurring step records them (checked against the
+  known pattern, ``_lazy.replay``), the result dropped unrun;
 - ``floor: one jit(value_and_grad) call``: the same step written as one
   ``jax.jit(jax.value_and_grad(f))`` call with the gradient stored in ``w.grad``
   (the least one compiled dispatch a step costs here);
@@ -85,6 +87,7 @@ def _cases(lib: Any, ours: bool) -> dict[str, Callable[[], Any]]:
             {
                 "step (deferral off)": eager(step),
                 "floor: one jit(value_and_grad) call": floor,
+                "  record the step (dropped unrun)": lambda: (x @ w).relu().sum(),
                 "  x @ w (deferred)": lambda: x @ w,
                 "  .relu() (deferred)": lambda: y.relu(),
                 "  .sum() (deferred)": lambda: r.sum(),
