@@ -24,6 +24,11 @@ Usage::
     python benchmarks/eager.py                 # both (torch needs to be importable)
     python benchmarks/eager.py --only ours
     python benchmarks/eager.py --rounds 9 --n 300
+    python benchmarks/eager.py --cpu-sync-dispatch   # JAX runs each CPU program inline
+
+``--cpu-sync-dispatch`` sets ``jax_cpu_enable_async_dispatch`` off: each compiled
+call then computes on the calling thread, as torch does, instead of handing the
+work to XLA's CPU thread, a hand-off that a loaded machine makes slow and uneven.
 """
 
 from __future__ import annotations
@@ -111,7 +116,16 @@ def main() -> None:
     p.add_argument("--only", choices=("ours", "torch"))
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--n", type=int, default=200, help="calls per timed round")
+    p.add_argument(
+        "--cpu-sync-dispatch",
+        action="store_true",
+        help="run JAX's CPU programs on the calling thread (jax_cpu_enable_async_dispatch off)",
+    )
     args = p.parse_args()
+    if args.cpu_sync_dispatch:
+        import jax
+
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
 
     libs: dict[str, Any] = {}
     if args.only != "torch":
@@ -144,6 +158,8 @@ def main() -> None:
     )
     print(f"# command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"# best of {args.rounds} interleaved rounds of {args.n} calls; torch with 1 thread")
+    if args.cpu_sync_dispatch:
+        print("# JAX CPU dispatch: synchronous (jax_cpu_enable_async_dispatch off)")
     names = list(libs)
     print(
         "| case | "

@@ -19,7 +19,7 @@ as ONE ``jax.jit`` program returning every output and every pullback; at
 and backward together in one program (``_fused``).
 
 In a loop the next operation is usually the one the pattern's trie saw next last
-time: ``replay`` checks it against that operation's ``Spec`` (same entry, input
+time: ``_replay`` checks it against that operation's ``Spec`` (same entry, input
 avals and input places) and appends it without building its key; anything else
 takes ``record``'s full path.
 
@@ -48,7 +48,6 @@ import numpy as np
 from tensorplay_jax.autograd import _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
-from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
 from tensorplay_jax.autograd._pattern import Pattern, Spec
 
@@ -60,7 +59,6 @@ MAX_OPS = 64  # a segment this long runs at once (bounds what pending values hol
 
 PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})()
 _SCALARS = (int, float, complex, bool)
-_Tracer = jax.core.Tracer
 
 _local = threading.local()
 enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
@@ -343,10 +341,10 @@ def _push(seg: Segment, pattern: Pattern, tensors: Sequence[Tensor | None], save
     """Make the node and pending outputs of ``pattern``'s last operation, appended to ``seg``."""
     edges = [t._gradient_edge() for t, m in zip(tensors, pattern.ops[-1].mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
-    return _make(seg, pattern, edges, saved)
+    return make(seg, pattern, edges, saved)
 
 
-def _make(seg: Segment, pattern: Pattern, edges: list[GradientEdge], saved: tuple[Any, ...]) -> Any:
+def make(seg: Segment, pattern: Pattern, edges: list[GradientEdge], saved: tuple[Any, ...]) -> Any:
     spec = pattern.ops[-1]
     node = VJPNode(spec.entry.name, None, spec.out_info, edges, spec.n_out, saved)
     node.lazy = seg
@@ -365,82 +363,3 @@ def _make(seg: Segment, pattern: Pattern, edges: list[GradientEdge], saved: tupl
     if len(seg.nodes) >= MAX_OPS:
         seg.flush()
     return jax.tree_util.tree_unflatten(spec.treedef, wrapped)
-
-
-def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
-    """``record`` for the operation this thread's pattern saw next last time, checked cheaply.
-
-    ``args`` are ``call_op``'s: Tensors, arrays, scalars. The operation is appended
-    when it matches the expected ``Spec``: the same entry and no custom rule, each
-    input a Tensor (or value) where the spec has one, with the same
-    ``requires_grad``, the same aval, and from the same place (the same earlier
-    operation's output, the same segment input, or a new input in the same order).
-    Grad mode must be on and no input traced. Returns ``NotImplemented`` otherwise
-    (the caller takes the full path, which also records this sequence).
-    """
-    ref = getattr(_local, "seg", None)
-    seg = None if ref is None else ref()
-    if seg is None or seg.closed:
-        pat = _pattern.root()
-        nxt = pat.expect
-        if nxt is None or nxt.ops[-1].entry is not entry:
-            return NotImplemented
-        seg = Segment()
-        _local.seg = weakref.ref(seg)
-    else:
-        pat = seg.pattern
-        nxt = pat.expect
-        if nxt is None or nxt.ops[-1].entry is not entry:
-            return NotImplemented
-    spec = nxt.ops[-1]
-    if spec.rule is not None or len(args) != len(spec.refs) or not is_grad_enabled():
-        return NotImplemented
-    tensor_class = _tc.Tensor
-    with seg.lock:
-        if seg.closed or seg.pattern is not pat:
-            return NotImplemented
-        ids = seg.input_ids
-        n = len(seg.inputs)
-        new: list[tuple[Any, Tensor | None]] = []
-        edges: list[GradientEdge] = []
-        saved: list[tuple[Tensor, int]] = []
-        for a, (kind, k, i), key, m in zip(args, spec.refs, spec.keys, spec.mask, strict=True):
-            if isinstance(a, tensor_class):
-                node = a._grad_fn
-                if node is not None and node.lazy is not None:  # pending
-                    if kind != 1 or node.lazy is not seg or node.lazy_index != k:
-                        return NotImplemented
-                    if a._output_nr != i:
-                        return NotImplemented
-                    edges.append(GradientEdge(node, i))
-                    saved.append((a, a._version))
-                    continue
-                v = a._value
-                if kind != 0 or a._requires_grad != m or type(v) is np.ndarray:
-                    return NotImplemented  # (a host value: ``call_op``'s path places it)
-                if m:
-                    edges.append(a._gradient_edge())
-                saved.append((a, a._version))
-                t: Any = a
-            else:
-                if kind != 0 or m:
-                    return NotImplemented
-                v = t = a
-            if isinstance(v, _Tracer):
-                return NotImplemented
-            j = ids.get(id(t))
-            if j is None:
-                for j2, seen in enumerate(new):  # the same one twice in this operation
-                    if (seen[0] if seen[1] is None else seen[1]) is t:
-                        j = n + j2
-                        break
-                else:
-                    j = n + len(new)
-                    new.append((v, None if t is v else t))
-            if j != k or aval_key(v) != key:
-                return NotImplemented
-        for v, t in new:
-            ids[id(v) if t is None else id(t)] = len(seg.inputs)
-            seg.inputs.append(v)
-            seg.input_tensors.append(t)
-        return _make(seg, nxt, edges, tuple(saved) if saves else ())

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _cache, _lazy
+from tensorplay_jax.autograd import _cache, _lazy, _replay
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
@@ -142,9 +142,11 @@ def call_op(
     # id(fn): some functions hash slowly (jnp ufuncs, ~5 us); the entry holds fn, so the
     # id cannot be reused while the entry exists.
     key = (id(fn), static)
-    entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
+    entry = _cache._entries.get(key)  # a hit costs no closure and no call
+    if entry is None:
+        entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
     if _lazy.enabled:  # the operation a recurring step records here: checked, appended
-        out = _lazy.replay(entry, args, saves)
+        out = _replay.replay(entry, args, saves)
         if out is not NotImplemented:
             return out
     values, tensors = _operands(args)

@@ -40,7 +40,18 @@ _lock = threading.Lock()
 class Spec:
     """One operation of a pattern: what it runs, on what avals, with inputs from where."""
 
-    __slots__ = ("entry", "keys", "mask", "n_out", "out_info", "refs", "rule", "structs", "treedef")
+    __slots__ = (
+        "entry",
+        "keys",
+        "last",
+        "mask",
+        "n_out",
+        "out_info",
+        "refs",
+        "rule",
+        "structs",
+        "treedef",
+    )
 
     def __init__(
         self,
@@ -55,6 +66,9 @@ class Spec:
         self.mask = mask
         self.refs = refs  # per input: (0, input index, 0) or (1, op index, output index)
         self.keys = keys  # per input: its aval key (``_lazy.aval_key``)
+        # per input, a cell: a weak reference to the array last found to have that aval
+        # (the same array again needs no new check: arrays are immutable)
+        self.last: tuple[list[Any], ...] = tuple([None] for _ in refs)
         self.treedef, self.structs, self.out_info = info
         self.n_out = len(self.structs)
         self.rule = rule  # call_rule's bound pullback, or None: the VJP of entry
