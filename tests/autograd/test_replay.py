@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import trace_counts
+from tensorplay_jax.autograd import _pattern, trace_counts
 from tensorplay_jax.autograd._fused import FUSE_AFTER
 
 WARM = FUSE_AFTER + 2  # steps after which a step runs as one program, recorded by replay
@@ -152,3 +152,18 @@ def test_threads_recording_the_same_step_each_get_their_own_gradient():
     for k, (xn, wn) in enumerate(data):
         for g in grads[k]:
             np.testing.assert_allclose(g, _relu_grad(xn, wn), rtol=1e-5, atol=1e-6)
+
+
+def test_steps_stay_right_across_a_trie_that_starts_afresh(monkeypatch):
+    monkeypatch.setattr(_pattern, "MAX_PATTERNS", 4)  # a few new sequences start a new trie
+    xn, wn = _data()
+    x, w = tp.tensor(xn), tp.tensor(wn, requires_grad=True)
+    first_root = _pattern.root()
+    for step in range(3 * WARM):
+        w.grad = None
+        h = x @ w
+        for _ in range(step % 3):  # three step shapes, each a different sequence
+            h = h * 1.0
+        h.relu().sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), _relu_grad(xn, wn), rtol=1e-5, atol=1e-6)
+    assert _pattern.root() is not first_root
