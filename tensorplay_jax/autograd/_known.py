@@ -233,9 +233,9 @@ def run_remembered(
 def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool) -> Any:
     """Run ``seg``'s forward and the ``known`` backward through it as one compiled call, with
     ``seg.lock`` held; only what can still be seen comes back: the live Tensors' values,
-    and the pullbacks when a node off the backward's graph is alive. Returns ``_finish``'s
-    first arguments (None: ``seg`` ran already, or a leaf of the known graph now has a
-    producer)."""
+    and the pullbacks when a node off the backward's graph is alive. The backward's nodes
+    are released here. Returns ``finish``'s first arguments (None: ``seg`` ran already,
+    or a leaf of the known graph now has a producer)."""
     if seg.closed:
         return None
     inputs = seg.input_tensors
@@ -275,13 +275,15 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
     values, pbs, (grads, summed) = program(tuple(seg.inputs), root_ct, tuple(held))
     for t, v in zip(live, values, strict=True):
         t._value = v
-    for k, n in enumerate(nodes):
+    for k, (n, inside) in enumerate(zip(nodes, known.inside, strict=True)):
         if n is not None:
-            if pbs is not None:
-                n.vjp = pbs[k]
             n.lazy = None
+            if inside:
+                n.release()  # the backward ran through it (no retain_graph)
+            elif pbs is not None:
+                n.vjp = pbs[k]
     seg.release()
-    return [nodes[j] for j in known.op_indices], leaves, held, grads, summed
+    return (), leaves, held, grads, summed
 
 
 def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]:
