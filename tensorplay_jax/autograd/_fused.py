@@ -102,6 +102,8 @@ def _forward_backward(
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
     grads = _backward_body(plan, pullbacks, root_cts, held)
+    if want_pullbacks:  # without the inputs they keep (``_lazy.with_inputs`` adds them)
+        pbs = _lazy.strip_inputs((segment, plan, sources), pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
 
 
@@ -127,9 +129,10 @@ def _with_forward(
                 sources = tuple(n.lazy_index if n.lazy is seg else -1 for n in order)
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
-                outs, pbs, grads = _forward_backward(
-                    seg.plan(), plan, sources, want, tuple(seg.inputs), given, root_cts, held
-                )
+                key, inputs = (seg.plan(), plan, sources), tuple(seg.inputs)
+                outs, pbs, grads = _forward_backward(*key, want, inputs, given, root_cts, held)
+                if want:
+                    pbs = _lazy.with_inputs(key, pbs, inputs)
                 seg.finish(outs, pbs)
                 return grads
     for n in order:
@@ -310,16 +313,11 @@ def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool
         in_order = set(order)
         want = any((n := op.node()) is not None and n not in in_order for op in seg.ops)
         seg.closed = True
-        outs, pbs, (grads, summed) = _forward_backward(
-            seg.plan(),
-            plan,
-            op_indices,
-            want,
-            tuple(seg.inputs),
-            (None,) * len(order),
-            (_engine.ones_like(aval),),
-            held,
-        )
+        key, inputs = (seg.plan(), plan, op_indices), tuple(seg.inputs)
+        given, cts = (None,) * len(order), (_engine.ones_like(aval),)
+        outs, pbs, (grads, summed) = _forward_backward(*key, want, inputs, given, cts, held)
+        if want:
+            pbs = _lazy.with_inputs(key, pbs, inputs)
         seg.finish(outs, pbs)
     _finish(order, leaves, held, grads, summed, False, accumulate)  # type: ignore[arg-type]
     return True

@@ -211,10 +211,44 @@ def _run_plan(plan: tuple[Any, ...], inputs: Sequence[Any], fused: bool) -> tupl
     return outs, pbs
 
 
+# program key -> (the pullbacks' treedef, per leaf the segment input it is, or -1),
+# set when the program is traced
+_pullback_leaves: dict[Hashable, tuple[Any, tuple[int, ...]]] = {}
+
+
+def strip_inputs(key: Hashable, pbs: Any, inputs: Sequence[Any]) -> list[Any]:
+    """Inside a trace: the pullbacks' leaves that are not the program's own inputs.
+
+    A compiled program's outputs are new buffers, so a pullback that keeps one of
+    the segment's inputs (a weight, ``x``) would get a copy of it on every run;
+    ``with_inputs`` puts the inputs themselves back after the call.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(pbs)
+    position = {id(x): i for i, x in enumerate(inputs)}
+    source = tuple(position.get(id(leaf), -1) for leaf in leaves)
+    _pullback_leaves[key] = (treedef, source)
+    return [leaf for leaf, i in zip(leaves, source, strict=True) if i < 0]
+
+
+def with_inputs(key: Hashable, computed: Sequence[Any], inputs: Sequence[Any]) -> Any:
+    """The pullbacks ``strip_inputs`` took apart under ``key``, with the inputs put back."""
+    treedef, source = _pullback_leaves[key]
+    rest = iter(computed)
+    leaves = [inputs[i] if i >= 0 else next(rest) for i in source]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
 @functools.partial(jax.jit, static_argnums=0)
-def _segment_program(plan: tuple[Any, ...], inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+def _segment_body(plan: tuple[Any, ...], inputs: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     _trace_counts["<fused forward>"] += 1
-    return _run_plan(plan, inputs, fused=True)
+    outs, pbs = _run_plan(plan, inputs, fused=True)
+    return outs, strip_inputs(plan, pbs, inputs)
+
+
+def _segment_program(plan: tuple[Any, ...], inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The segment as one compiled call: its outputs and its pullbacks."""
+    outs, computed = _segment_body(plan, inputs)
+    return outs, with_inputs(plan, computed, inputs)
 
 
 def run_plan_traced(plan: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[Any, Any]:
