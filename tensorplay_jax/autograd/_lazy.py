@@ -50,6 +50,7 @@ from tensorplay_jax.autograd._cache import (
     out_info_of,
 )
 from tensorplay_jax.autograd._node import VJPNode
+from tensorplay_jax.runtime import pending
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -286,6 +287,9 @@ def flush_current() -> None:
     seg = None if ref is None else ref()
     if seg is not None:
         seg.flush()
+
+
+pending.register(flush_current)  # a served RPC call's recorded work runs before its reply
 
 
 def _aval_key(v: Any) -> Hashable | None:
