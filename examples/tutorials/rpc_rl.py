@@ -209,7 +209,7 @@ class Agent:
             self.saved_log_probs[ob_info.id] = []
 
     def select_action(self, ob_id, state):
-        state = torch.tensor(state).float().unsqueeze(0)  # port: torch.from_numpy (not in tp)
+        state = torch.from_numpy(state).float().unsqueeze(0)
         probs = self.policy(state)
         m = Categorical(probs)
         action = m.sample()

@@ -72,6 +72,8 @@ def _forward_backward(
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
     grads = backward_body(plan, pullbacks, root_cts, held)
+    if want_pullbacks:  # without the inputs they keep (``_lazy.with_inputs`` adds them)
+        pbs = _lazy.strip_inputs((segment, plan, sources), pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
 
 
@@ -97,9 +99,10 @@ def _with_forward(
                 sources = tuple(n.lazy_index if n.lazy is seg else -1 for n in order)
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
-                outs, pbs, grads = _forward_backward(
-                    seg.pattern, plan, sources, want, tuple(seg.inputs), given, root_cts, held
-                )
+                key, inputs = (seg.pattern, plan, sources), tuple(seg.inputs)
+                outs, pbs, grads = _forward_backward(*key, want, inputs, given, root_cts, held)
+                if want:
+                    pbs = _lazy.with_inputs(key, pbs, inputs)
                 seg.finish(outs, pbs)
                 return grads
     for n in order:

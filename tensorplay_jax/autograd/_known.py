@@ -186,6 +186,8 @@ def _pending_program(
     _trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(pattern, inputs)
     grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held)
+    if want_pullbacks:  # without the inputs they keep (``_lazy.with_inputs`` adds them)
+        pbs = _lazy.strip_inputs((pattern, plan, sources), pbs, inputs)
     return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
 
 
@@ -272,7 +274,10 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
     if program is None:
         program = _program(seg, known, fkey)
     seg.closed = True
-    values, pbs, (grads, summed) = program(tuple(seg.inputs), root_ct, tuple(held))
+    args = tuple(seg.inputs)
+    values, pbs, (grads, summed) = program(args, root_ct, tuple(held))
+    if pbs is not None:
+        pbs = _lazy.with_inputs((seg.pattern, known.plan, known.op_indices), pbs, args)
     for t, v in zip(live, values, strict=True):
         t._value = v
     for k, (n, inside) in enumerate(zip(nodes, known.inside, strict=True)):

@@ -50,6 +50,7 @@ from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
 from tensorplay_jax.autograd._pattern import Pattern, Spec
+from tensorplay_jax.runtime import pending
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -179,10 +180,44 @@ def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple
     return outs, pbs
 
 
+# program key -> (the pullbacks' treedef, per leaf the segment input it is, or -1),
+# set when the program is traced
+_pullback_leaves: dict[Hashable, tuple[Any, tuple[int, ...]]] = {}
+
+
+def strip_inputs(key: Hashable, pbs: Any, inputs: Sequence[Any]) -> list[Any]:
+    """Inside a trace: the pullbacks' leaves that are not the program's own inputs.
+
+    A compiled program's outputs are new buffers, so a pullback that keeps one of
+    the segment's inputs (a weight, ``x``) would get a copy of it on every run;
+    ``with_inputs`` puts the inputs themselves back after the call.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(pbs)
+    position = {id(x): i for i, x in enumerate(inputs)}
+    source = tuple(position.get(id(leaf), -1) for leaf in leaves)
+    _pullback_leaves[key] = (treedef, source)
+    return [leaf for leaf, i in zip(leaves, source, strict=True) if i < 0]
+
+
+def with_inputs(key: Hashable, computed: Sequence[Any], inputs: Sequence[Any]) -> Any:
+    """The pullbacks ``strip_inputs`` took apart under ``key``, with the inputs put back."""
+    treedef, source = _pullback_leaves[key]
+    rest = iter(computed)
+    leaves = [inputs[i] if i >= 0 else next(rest) for i in source]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
 @functools.partial(jax.jit, static_argnums=0)
-def _segment_program(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+def _segment_body(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     _trace_counts["<fused forward>"] += 1
-    return _run_plan(pattern.ops, inputs, fused=True)
+    outs, pbs = _run_plan(pattern.ops, inputs, fused=True)
+    return outs, strip_inputs(pattern, pbs, inputs)
+
+
+def _segment_program(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The segment as one compiled call: its outputs and its pullbacks."""
+    outs, computed = _segment_body(pattern, inputs)
+    return outs, with_inputs(pattern, computed, inputs)
 
 
 def run_plan_traced(pattern: Pattern, inputs: Sequence[Any]) -> tuple[Any, Any]:
@@ -219,6 +254,9 @@ def flush_current() -> None:
     seg = None if ref is None else ref()
     if seg is not None:
         seg.flush()
+
+
+pending.register(flush_current)  # a served RPC call's recorded work runs before its reply
 
 
 def aval_key(v: Any) -> Hashable | None:

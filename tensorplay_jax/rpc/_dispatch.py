@@ -46,7 +46,7 @@ from tensorplay_jax.rpc._protocol import (
     TRACE_NAMES,
 )
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
-from tensorplay_jax.runtime import trace
+from tensorplay_jax.runtime import pending, trace
 
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._inflight import InFlight
@@ -355,6 +355,7 @@ class Dispatcher:
                     for h in _call_hooks.active_hooks():
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)
+                    pending.run_deferred()  # the call's deferred tape work is the call's
                     if isinstance(result, Future) and getattr(fn, "_tpj_async_execution", False):
                         if kind == REMOTE:
                             result.add_done_callback(record.value._copy_from)

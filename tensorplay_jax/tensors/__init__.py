@@ -40,6 +40,7 @@ from tensorplay_jax.tensors import _interop as _interop
 from tensorplay_jax.tensors._factories import arange as arange
 from tensorplay_jax.tensors._factories import empty as empty
 from tensorplay_jax.tensors._factories import eye as eye
+from tensorplay_jax.tensors._factories import from_numpy as from_numpy
 from tensorplay_jax.tensors._factories import full as full
 from tensorplay_jax.tensors._factories import ones as ones
 from tensorplay_jax.tensors._factories import ones_like as ones_like
@@ -138,6 +139,7 @@ __all__ = [
     "expand",
     "eye",
     "flatten",
+    "from_numpy",
     "full",
     "ge",
     "gt",

@@ -1,4 +1,4 @@
-"""Tensor factories: tensor, randn, rand, randint, ones, zeros, empty, full, arange, eye, *_like.
+"""Tensor factories: tensor, from_numpy, randn, rand, randint, ones, zeros, full, eye, *_like...
 
 Sizes are given as ``f(2, 3)`` or ``f((2, 3))``. Floating results default to
 float32 (tensorplay's default dtype); random draws come from ``manual_seed``'s
@@ -82,6 +82,36 @@ def tensor(
             dtype = DEFAULT_FLOAT
         value = jnp.asarray(arr, dtype=dtype)
     return _leaf(value, requires_grad, device, "tensor")
+
+
+def from_numpy(ndarray: np.ndarray) -> Tensor:
+    """A Tensor with the values and dtype of the NumPy array ``ndarray``.
+
+    tensorplay's ``from_numpy`` shares the array's memory; a JAX array is immutable,
+    so here the values are copied: later writes to ``ndarray`` do not reach the
+    Tensor, and the Tensor's in-place methods do not write into ``ndarray``. The
+    dtype is kept where JAX has it (64-bit types need ``jax_enable_x64``; without
+    it JAX holds them in 32 bits, as ``tp.tensor`` does).
+
+    Raises:
+        TypeError: ``ndarray`` is not a ``numpy.ndarray``, or holds Python objects.
+
+    Example:
+        >>> import numpy as np
+        >>> import tensorplay_jax as tp
+        >>> a = np.array([[1, 2], [3, 4]], dtype=np.int32)
+        >>> t = tp.from_numpy(a)
+        >>> t.dtype, t.tolist()
+        (dtype('int32'), [[1, 2], [3, 4]])
+    """
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"tp.from_numpy: expected np.ndarray (got {type(ndarray).__qualname__})")
+    if ndarray.dtype == object:
+        raise TypeError(
+            "tp.from_numpy: can't convert an np.ndarray of type numpy.object_; "
+            "the supported types are the numeric ones and bool"
+        )
+    return _leaf(jnp.array(ndarray), False, None, "from_numpy")
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:

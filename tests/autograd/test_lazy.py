@@ -159,3 +159,18 @@ def test_data_written_over_a_pending_value_stays():
     y.data = tp.tensor([7.0, 8.0, 9.0])
     (w * 3.0).numpy()  # runs the segment y was recorded in
     np.testing.assert_array_equal(y.numpy(), [7.0, 8.0, 9.0])
+
+
+def test_a_recurring_segment_keeps_its_inputs_for_the_backward_without_copying_them():
+    xn, wn = _data()
+    w = tp.tensor(wn, requires_grad=True)
+    x = tp.tensor(xn)
+    for _ in range(FUSE_AFTER + 1):  # the last runs as one compiled program
+        y = (x @ w).relu()
+        y.numpy()
+    matmul = y.grad_fn.next_edges[0].node
+    kept = [leaf for leaf in jax.tree_util.tree_leaves(matmul.vjp) if isinstance(leaf, jax.Array)]
+    pointers = {leaf.unsafe_buffer_pointer() for leaf in kept}
+    assert x._value.unsafe_buffer_pointer() in pointers  # dW = x.T @ ct keeps x itself
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), _oracle_grad(xn, wn), rtol=1e-5)

@@ -42,3 +42,27 @@ def test_numpy_ufunc_defers_to_tensor():
     with pytest.raises(TypeError):
         np.sin(x)
     assert isinstance(np.ones(3) + x, tp.Tensor)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8, np.bool_])
+def test_from_numpy_keeps_the_values_and_dtype(dtype):
+    a = (np.arange(6) % 3).reshape(2, 3).astype(dtype)
+    t = tp.from_numpy(a)
+    assert t.dtype == np.dtype(dtype) and t.shape == (2, 3) and not t.requires_grad
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_from_numpy_copies_so_later_writes_to_the_array_are_not_seen():
+    a = np.zeros(3, np.float32)
+    t = tp.from_numpy(a)
+    a[0] = 5.0
+    np.testing.assert_array_equal(t.numpy(), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [([1.0, 2.0], "expected np.ndarray (got list)"), (np.array([object()]), "numpy.object_")],
+)
+def test_from_numpy_rejects_what_is_not_a_numeric_ndarray(value, words):
+    with pytest.raises(TypeError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        tp.from_numpy(value)

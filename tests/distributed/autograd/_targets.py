@@ -415,3 +415,13 @@ def context_count() -> int:
 def plain_value(n: int) -> int:
     """A tensor-free value for an RRef."""
     return n
+
+
+def scaled_leaf(k: float) -> tp.Tensor:
+    """``ones(3) * k`` of a leaf that requires grad: a recorded (deferred) operation."""
+    return tp.ones(3, requires_grad=True) * k
+
+
+def still_pending(rref: rpc.RRef) -> bool:
+    """On the owner: whether the RRef's value waits for its deferred work to run."""
+    return tp.autograd.is_pending(rref.local_value())

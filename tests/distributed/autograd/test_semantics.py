@@ -66,6 +66,14 @@ def test_callees_record_under_the_same_id_without_tensors(job):
         assert rpc.rpc_sync("w2", T.has_context, args=(cid,))
 
 
+def test_a_served_calls_deferred_work_has_run_when_the_call_returns(job):
+    # remote() keeps the result on its owner: nothing there reads its value, so only
+    # the end of the served call runs the deferred multiplication
+    r = rpc.remote("w3", T.scaled_leaf, args=(3.0,))
+    assert rpc.rpc_sync("w3", T.still_pending, args=(r,)) is False
+    np.testing.assert_allclose(r.to_here().numpy(), [3.0, 3.0, 3.0])
+
+
 def test_to_here_of_a_tensor_free_value_reaches_its_owner(job):
     counter = rpc.remote("w3", T.plain_value, args=(5,))
     with dist_autograd.context() as cid:
