@@ -5,16 +5,33 @@ gradient, checked against NumPy by hand or plain ``jax.grad``."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import tensorplay_jax as tp
 from tensorplay_jax.autograd import _pattern, trace_counts
 from tensorplay_jax.autograd._fused import FUSE_AFTER
 
 WARM = FUSE_AFTER + 2  # steps after which a step runs as one program, recorded by replay
+
+
+@pytest.fixture
+def backend_compiles() -> Iterator[list[str]]:
+    """The XLA compilations (jax.monitoring events) made while the test runs."""
+    events: list[str] = []
+
+    def listener(name: str, secs: float, **kwargs: object) -> None:
+        if name == "/jax/core/compile/backend_compile_duration":
+            events.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield events
+    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def _data(rows: int = 6, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +124,7 @@ def test_updated_weights_and_a_new_scalar_each_step_are_used():
         w.data = tp.tensor(wn)  # an optimizer step: the next forward reads the new value
 
 
-def test_an_intermediate_kept_alive_gets_its_value_and_no_step_compiles():
+def test_an_intermediate_kept_alive_gets_its_value_and_no_step_compiles(backend_compiles):
     xn, wn = _data()
     x, w = tp.tensor(xn), tp.tensor(wn, requires_grad=True)
 
@@ -120,11 +137,13 @@ def test_an_intermediate_kept_alive_gets_its_value_and_no_step_compiles():
     for _ in range(WARM):
         step()
     before = trace_counts()
+    del backend_compiles[:]
     for _ in range(3):
         h, g = step()
         np.testing.assert_allclose(h, xn @ wn, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(g, _relu_grad(xn, wn), rtol=1e-5, atol=1e-6)
     assert trace_counts() == before
+    assert backend_compiles == []
 
 
 def test_threads_recording_the_same_step_each_get_their_own_gradient():
