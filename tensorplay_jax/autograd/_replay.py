@@ -105,8 +105,8 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
                 return NotImplemented
             j = ids.get(id(t))
             if j is None:
-                for j2, seen in enumerate(new):  # the same one twice in this operation
-                    if (seen[0] if seen[1] is None else seen[1]) is t:
+                for j2, (v2, t2) in enumerate(new):  # the same one twice in this operation
+                    if (v2 if t2 is None else t2) is t:
                         j = n + j2
                         break
                 else:
@@ -114,8 +114,8 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
                     new.append((v, None if t is v else t))
             if j != k:
                 return NotImplemented
-            seen = last[0]
-            if seen is None or seen() is not v:  # not the array checked last time: check it
+            checked = last[0]
+            if checked is None or checked() is not v:  # not the array checked last time
                 if _lazy.aval_key(v) != key:
                     return NotImplemented
                 if isinstance(v, jax.Array):
