@@ -7,6 +7,7 @@ from tensorplay_jax import collectives as collectives
 from tensorplay_jax import distributions as distributions
 from tensorplay_jax import futures as futures
 from tensorplay_jax import nn as nn
+from tensorplay_jax import optim as optim
 from tensorplay_jax import tensors as tensors
 from tensorplay_jax.autograd import apply as apply
 from tensorplay_jax.autograd import compile as compile
@@ -60,6 +61,7 @@ __all__ = [
     "is_grad_enabled",
     "nn",
     "no_grad",
+    "optim",
     "set_grad_enabled",
     "tensors",
     *tensors.__all__,
