@@ -7,6 +7,7 @@ optax transform) or a ``tensorplay_jax.optim`` class built here from its argumen
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,13 @@ from tensorplay_jax.rpc import RRef
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.tensors import Tensor
 
-__all__ = ["ClassOptimizer", "LocalOptimizer", "new_local_optimizer", "local_step"]
+__all__ = [
+    "ClassOptimizer",
+    "LocalOptimizer",
+    "OptimizerClass",
+    "new_local_optimizer",
+    "local_step",
+]
 
 
 def _update_all(tx: optax.GradientTransformation, grads: list, states: list, params: list) -> Any:
@@ -72,6 +79,15 @@ class LocalOptimizer:
             return len(idx)
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimizerClass:
+    """A ``tensorplay_jax.optim`` class and the arguments each owner builds it with."""
+
+    cls: type[optim.Optimizer]
+    args: tuple
+    kwargs: dict
+
+
 class ClassOptimizer:
     """A ``tensorplay_jax.optim`` optimizer over one owner's parameters, stepped under a lock.
 
@@ -108,12 +124,12 @@ def _on(g: Any, where: Any) -> Any:
 
 
 def new_local_optimizer(
-    tx: optax.GradientTransformation | tuple[type[optim.Optimizer], tuple, dict],
+    tx: optax.GradientTransformation | OptimizerClass,
     param_rrefs: Sequence[RRef[Any]],
 ) -> RRef[LocalOptimizer | ClassOptimizer]:
     """Build the local optimizer on this worker (the owner of every RRef); return an RRef to it.
 
-    ``tx`` is an optax transform, or ``(optimizer class, args, kwargs)``.
+    ``tx`` is an optax transform, or the optimizer class with its arguments.
     """
     params = [r.local_value() for r in param_rrefs]
     for r, p in zip(param_rrefs, params, strict=True):
@@ -122,9 +138,8 @@ def new_local_optimizer(
                 f"DistributedOptimizer: {r!r} holds a {type(p).__qualname__}, not a Tensor "
                 "parameter (use RemoteModule.remote_parameters() or RRef(param))"
             )
-    if isinstance(tx, tuple):
-        cls, args, kwargs = tx
-        return RRef(ClassOptimizer(cls, params, args, kwargs))
+    if isinstance(tx, OptimizerClass):
+        return RRef(ClassOptimizer(tx.cls, params, tx.args, tx.kwargs))
     return RRef(LocalOptimizer(tx, params))
 
 

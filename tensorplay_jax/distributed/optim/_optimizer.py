@@ -52,7 +52,7 @@ def _on_each(calls: list[tuple[WorkerInfo, Any, tuple]], what: str) -> list[Any]
 def _spec(optimizer: Any, args: tuple, kwargs: dict) -> Any:
     """What each owner builds its local optimizer from: a transform, or (class, args, kwargs)."""
     if isinstance(optimizer, type) and issubclass(optimizer, optim.Optimizer):
-        return (optimizer, tuple(args), dict(kwargs))
+        return _local.OptimizerClass(optimizer, tuple(args), dict(kwargs))
     if isinstance(optimizer, type) and optimizer.__module__.split(".")[0] == "torch":
         raise TypeError(
             f"DistributedOptimizer: optimizer is torch's {optimizer.__qualname__}; use "
