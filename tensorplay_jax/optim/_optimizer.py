@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import jax
 import optax
 
-from tensorplay_jax.autograd import enable_grad
+from tensorplay_jax.autograd import enable_grad, no_grad
 from tensorplay_jax.optim import _state_dict
 from tensorplay_jax.tensors import Tensor, overwrite
 
@@ -204,16 +204,27 @@ class Optimizer:
 
     # ----------------------------------------------------------------- the step
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear every parameter's ``.grad``: to None (default), or to zeros.
+        """Clear every parameter's ``.grad``: to None (default), or zero it in place.
 
         Args:
-          set_to_none: set ``.grad`` to None rather than to a Tensor of zeros.
+          set_to_none: set ``.grad`` to None rather than writing zeros into it (in
+            place, cut from any graph, as torch does: a reference to the gradient
+            sees the zeros).
         """
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None:
+                g = p.grad
+                if g is None:
                     continue
-                p.grad = None if set_to_none else Tensor(jax.numpy.zeros_like(p.grad.value))
+                if set_to_none:
+                    p.grad = None
+                    continue
+                if g.grad_fn is not None:
+                    g.detach_()
+                else:
+                    g.requires_grad_(False)
+                with no_grad():
+                    g.zero_()
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a ``.grad``; returns ``closure()``'s loss.

@@ -105,9 +105,9 @@ def test_a_parameter_without_grad_is_left_alone_value_and_state():
 def test_zero_grad_sets_none_or_zeros():
     p = _param([1.0, 2.0])
     opt = optim.SGD([p], lr=0.1)
-    p.grad = tp.ones(2)
+    p.grad = grad = tp.ones(2)
     opt.zero_grad(set_to_none=False)
-    assert p.grad.tolist() == [0.0, 0.0]
+    assert grad.tolist() == [0.0, 0.0] and p.grad is grad  # in place, as torch
     opt.zero_grad()
     assert p.grad is None
 
