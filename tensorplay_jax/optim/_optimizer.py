@@ -244,15 +244,21 @@ class Optimizer:
         self.apply_gradients(grads)
         return loss
 
-    def apply_gradients(self, grads: Mapping[Tensor, Any]) -> int:
+    def apply_gradients(self, grads: Mapping[Tensor, Any], *, stale_check: bool = True) -> int:
         """One update from ``grads`` (parameter -> gradient) instead of the ``.grad`` fields.
 
         Parameters not in ``grads`` are skipped (state included). This is the step
         ``DistributedOptimizer`` runs on each owner with the gradients of a
-        distributed-autograd context.
+        distributed-autograd context, with ``stale_check=False``: there several
+        trainers' forward and backward passes interleave with the steps (a shared
+        parameter server), and since a graph keeps the values its forward used
+        (immutable arrays), its backward stays correct after a step.
 
         Args:
           grads: a gradient (Tensor or array, the parameter's shape) per parameter.
+          stale_check: bump each parameter's version (as ``step`` does), so a graph
+            recorded before the step refuses to run backward; False writes as
+            ``p.data = new`` does (version and views unchanged).
 
         Returns:
           How many parameters were updated.
@@ -284,7 +290,10 @@ class Optimizer:
                 ]
                 values, states = _APPLY(type(self)._RULE, flags, hp, gs, states, values)
                 for p, v, s in zip(ps, values, states, strict=True):
-                    overwrite(p, v)
+                    if stale_check:
+                        overwrite(p, v)
+                    else:
+                        p.data = v
                     self._state[p] = s
             done += len(params)
         return done

@@ -162,6 +162,14 @@ def test_a_step_is_seen_by_views_and_bumps_the_version():
         saved.backward()
 
 
+def test_apply_gradients_without_stale_check_leaves_earlier_graphs_usable():
+    p = _param([1.0, 2.0])
+    saved = (p * p).sum()  # recorded before the step, as another trainer's forward
+    optim.SGD([p], lr=0.5).apply_gradients({p: tp.ones(2)}, stale_check=False)
+    saved.backward()  # uses the values the forward saved
+    assert p.tolist() == [0.5, 1.5] and p.grad.tolist() == [2.0, 4.0]
+
+
 def test_a_step_is_not_recorded():
     p = _param([1.0])
     p.grad = tp.ones(1)

@@ -93,6 +93,8 @@ class ClassOptimizer:
 
     Built from the class and its arguments on the owner, so the update is the
     class's own: a distributed step equals a local ``step()`` on the same gradients.
+    It writes as the optax path does (``p.data = new``, no version bump): trainers'
+    graphs recorded before a step still run backward, on the values they saved.
     """
 
     def __init__(
@@ -104,7 +106,7 @@ class ClassOptimizer:
     def step(self, grads: dict[Any, Any]) -> int:
         """Apply the update to every parameter that has a gradient in ``grads``; how many did."""
         with self.lock:
-            return self.optimizer.apply_gradients(grads)
+            return self.optimizer.apply_gradients(grads, stale_check=False)
 
 
 def _array(g: Any) -> Any:
