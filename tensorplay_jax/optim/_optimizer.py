@@ -49,9 +49,15 @@ def _placement(value: Any) -> Any:
     return value.sharding if isinstance(value, jax.Array) and value.committed else None
 
 
-def _array_on(g: Any, where: Any) -> Any:
-    """Gradient ``g`` as an array on the parameter's sharding ``where`` (None: as it is)."""
+def _array_on(g: Any, where: Any, dtype: Any) -> Any:
+    """Gradient ``g`` as an array of ``dtype`` on the parameter's sharding ``where``.
+
+    ``where`` None: on the device it is. The dtype is the parameter's, so the state
+    the rule keeps (a momentum buffer) stays in it whatever gradients arrive.
+    """
     g = g.value if isinstance(g, Tensor) else g
+    if getattr(g, "dtype", None) != dtype:
+        g = jax.numpy.asarray(g, dtype)
     if where is None or (isinstance(g, jax.Array) and g.sharding == where):
         return g
     return jax.device_put(g, where)
@@ -274,7 +280,7 @@ class Optimizer:
             for p in params:
                 by_place.setdefault(_placement(p.value), []).append(p)
             for where, ps in by_place.items():
-                gs = [_array_on(grads[p], where) for p in ps]
+                gs = [_array_on(grads[p], where, p.dtype) for p in ps]
                 for p, g in zip(ps, gs, strict=True):
                     if tuple(g.shape) != p.shape:
                         raise ValueError(

@@ -170,6 +170,14 @@ def test_apply_gradients_without_stale_check_leaves_earlier_graphs_usable():
     assert p.tolist() == [0.5, 1.5] and p.grad.tolist() == [2.0, 4.0]
 
 
+def test_a_gradient_of_another_dtype_keeps_the_parameter_and_state_dtype():
+    p = _param([1.0, 2.0])
+    opt = optim.SGD([p], lr=0.5, momentum=0.9)
+    opt.apply_gradients({p: np.ones(2, np.float64)})
+    assert p.dtype == np.float32 and opt.state[p]["momentum_buffer"].dtype == np.float32
+    assert p.tolist() == [0.5, 1.5]
+
+
 def test_a_step_is_not_recorded():
     p = _param([1.0])
     p.grad = tp.ones(1)
