@@ -178,6 +178,18 @@ def test_a_gradient_of_another_dtype_keeps_the_parameter_and_state_dtype():
     assert p.tolist() == [0.5, 1.5]
 
 
+def test_parameters_on_two_devices_each_step_where_they_are():
+    d0, d1 = jax.devices()[:2]
+    a = tp.nn.Parameter(tp.tensor(jax.device_put(np.ones(2, np.float32), d0)))
+    b = tp.nn.Parameter(tp.tensor(jax.device_put(np.ones(2, np.float32), d1)))
+    opt = optim.Adam([a, b], lr=0.5)
+    a.grad, b.grad = tp.ones(2), tp.ones(2)  # uncommitted: each goes to its parameter
+    opt.step()
+    assert a.device == d0 and b.device == d1
+    np.testing.assert_allclose(a.detach().numpy(), [0.5, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(b.detach().numpy(), [0.5, 0.5], rtol=1e-6)
+
+
 def test_a_step_is_not_recorded():
     p = _param([1.0])
     p.grad = tp.ones(1)
