@@ -7,12 +7,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import optax
 
 from tensorplay_jax import optim
 from tensorplay_jax.distributed.optim import _local
 from tensorplay_jax.rpc import RpcError, RRef, WorkerInfo, rpc_async
 from tensorplay_jax.runtime import trace
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["DistributedOptimizer"]
 
@@ -52,6 +54,9 @@ def _on_each(calls: list[tuple[WorkerInfo, Any, tuple]], what: str) -> list[Any]
 def _spec(optimizer: Any, args: tuple, kwargs: dict) -> Any:
     """What each owner builds its local optimizer from: a transform, or (class, args, kwargs)."""
     if isinstance(optimizer, type) and issubclass(optimizer, optim.Optimizer):
+        # built once here over a stand-in parameter: a bad argument raises here, with
+        # its own class and message, before any owner is asked
+        optimizer([Tensor(jnp.zeros(1), requires_grad=True)], *args, **kwargs)
         return _local.OptimizerClass(optimizer, tuple(args), dict(kwargs))
     if isinstance(optimizer, type) and optimizer.__module__.split(".")[0] == "torch":
         raise TypeError(
@@ -108,6 +113,8 @@ class DistributedOptimizer:
       TypeError: ``optimizer`` is neither (a ``torch.optim`` class gets the
         ``tensorplay_jax.optim`` name to use), arguments given with a transform, or
         ``params_rref`` is not a non-empty sequence of RRefs of Tensors.
+      ValueError: the class refuses its arguments (``lr=-1``), raised here before
+        any owner is asked.
       RuntimeError: "Error creating optimizer on worker NAME: ..." when an owner fails.
 
     Example (one worker owning everything; in a real job the model's owner is

@@ -196,6 +196,7 @@ def test_step_needs_an_int_context_id():
         ("float", TypeError, ["optax.GradientTransformation"]),
         ("kwargs-with-a-transform", TypeError, ["extra arguments are for an optimizer class"]),
         ("torch-class", TypeError, ["torch's SGD; use tensorplay_jax.optim.SGD"]),
+        ("class-with-a-bad-lr", ValueError, ["SGD: invalid lr=-1"]),
         ("empty", TypeError, ["params_rref is empty"]),
         ("tensors", TypeError, ["must hold RRefs", "Tensor"]),
         (
@@ -211,6 +212,9 @@ def test_constructor_errors(args, exc, words):
     if args == "torch-class":
         torch = pytest.importorskip("torch", reason="the mistake needs torch's class")
         expect(exc, words, DistributedOptimizer, torch.optim.SGD, prefs, lr=0.1)
+        return
+    if args == "class-with-a-bad-lr":  # raised here, before any owner is asked
+        expect(exc, words, DistributedOptimizer, optim.SGD, prefs, lr=-1)
         return
     if args == "kwargs-with-a-transform":
         expect(exc, words, DistributedOptimizer, optax.sgd(0.1), prefs, lr=0.1)
