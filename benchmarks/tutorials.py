@@ -46,11 +46,8 @@ backends differ):
 
 - the imports (``TUTORIAL_BACKEND``); ``torch.multiprocessing`` is
   ``tensorplay_jax.rpc`` (its ``spawn``) or the standard ``multiprocessing``;
-- ``DistributedOptimizer(optim.SGD, rrefs, lr=lr)`` is
-  ``DistributedOptimizer(optax.sgd(learning_rate=lr), rrefs)``: optimizers are
-  optax transforms;
-- a local ``optim.SGD``/``optim.Adam`` (batch parameter server, RL) is a short
-  class over optax in the backend block: tensorplay_jax has no local optimizers;
+- ``optim`` is ``tensorplay_jax.optim`` (``optim.SGD``, ``optim.Adam`` and
+  ``DistributedOptimizer(optim.SGD, rrefs, lr=lr)`` as upstream);
 - ``dist_autograd.get_gradients`` maps to ``jax.Array`` s, moved with
   ``jax.device_put`` instead of ``.to("cpu")``; ``torch.from_numpy`` is
   ``tensor``;

@@ -38,6 +38,17 @@ bool_ = _jnp.bool_
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # ``tp.optim`` (and optax under it) loads on first use: a worker process that
+    # never steps an optimizer does not pay for importing it.
+    if name == "optim":
+        import importlib
+
+        return importlib.import_module("tensorplay_jax.optim")
+    raise AttributeError(f"module 'tensorplay_jax' has no attribute {name!r}")
+
+
 __all__ = [
     "accelerator",
     "apply",
@@ -60,6 +71,7 @@ __all__ = [
     "is_grad_enabled",
     "nn",
     "no_grad",
+    "optim",  # noqa: F405  (loaded on first use by __getattr__)
     "set_grad_enabled",
     "tensors",
     *tensors.__all__,

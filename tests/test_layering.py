@@ -43,6 +43,7 @@ _UNDER_DISTRIBUTED = {
     "tensors",
     "collectives",
     "nn",
+    "optim",
     "rpc",
     "process_group",
 }
@@ -57,6 +58,8 @@ LAYERS: dict[str, set[str]] = {
     "collectives": {"runtime"},
     "nn": {"runtime", "autograd", "tensors"},
     "distributions": {"runtime", "autograd", "tensors"},
+    # optim/: torch's local optimizers; a step writes Tensors (tensors.overwrite), nothing more.
+    "optim": {"runtime", "autograd", "tensors"},
     "rpc": {"runtime", "futures"},
     # process groups need only the runtime and ReduceOp (collectives/reduce_op.py), and
     # "futures", the one public Future module that process groups and RPC return.

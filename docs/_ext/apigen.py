@@ -34,6 +34,7 @@ PREFERRED = [
     "tensorplay_jax.nn",
     "tensorplay_jax.nn.functional",
     "tensorplay_jax.nn.init",
+    "tensorplay_jax.optim",
     "tensorplay_jax.distributions",
     "tensorplay_jax.futures",
     "tensorplay_jax.collectives",
@@ -53,8 +54,8 @@ PREFERRED = [
 # The sections of the reference index, by module prefix (first match wins).
 GROUPS = [
     ("Tensors, the local tape and modules", ("tensorplay_jax", "tensorplay_jax.nn",
-     "tensorplay_jax.distributions", "tensorplay_jax.futures", "tensorplay_jax.autograd",
-     "tensorplay_jax.tensors")),
+     "tensorplay_jax.optim", "tensorplay_jax.distributions", "tensorplay_jax.futures",
+     "tensorplay_jax.autograd", "tensorplay_jax.tensors")),
     ("Differentiable collectives", ("tensorplay_jax.collectives",)),
     ("Distributed", ("tensorplay_jax.distributed", "tensorplay_jax.rpc",
      "tensorplay_jax.process_group")),

@@ -32,38 +32,11 @@ if BACKEND == "torch":
     import torch.nn as nn
     from torch import optim
 elif BACKEND == "tensorplay_jax":
-    from types import SimpleNamespace
-
-    import optax
-
     import tensorplay_jax as torch
     import tensorplay_jax.distributed.rpc as rpc
     import tensorplay_jax.nn as nn
     import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
-
-    class SGD:
-        """torch.optim.SGD over optax (tensorplay_jax has no local optimizers)."""
-
-        def __init__(self, params, lr, momentum=0.0):
-            self.params = list(params)
-            self.tx = optax.sgd(lr, momentum=momentum)
-            self.state = self.tx.init([p.value for p in self.params])
-
-        def step(self):
-            values = [p.value for p in self.params]
-            grads = [p.grad.value for p in self.params]
-            updates, self.state = self.tx.update(grads, self.state, values)
-            for p, v in zip(self.params, optax.apply_updates(values, updates), strict=True):
-                p.data = v
-
-        def zero_grad(self, set_to_none=True):
-            for p in self.params:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
-
-    optim = SimpleNamespace(SGD=SGD)
+    from tensorplay_jax import optim
 else:
     raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
 # --------- end of the backend block ---------

@@ -38,28 +38,22 @@ if BACKEND == "torch":
     from torch import optim
     from torch.distributed.optim import DistributedOptimizer
 
-    def sgd_optimizer(param_rrefs, lr):
-        return DistributedOptimizer(optim.SGD, param_rrefs, lr=lr)
-
     def grad_to_cpu(grad):
         return grad.to("cpu")
 elif BACKEND == "tensorplay_jax":
     import multiprocessing as mp  # Process and set_start_method, as torch.multiprocessing's
 
     import jax
-    import optax
 
     import tensorplay_jax as torch
     import tensorplay_jax.distributed.autograd as dist_autograd
     import tensorplay_jax.distributed.rpc as rpc
     import tensorplay_jax.nn as nn
     import tensorplay_jax.nn.functional as F
+    from tensorplay_jax import optim
     from tensorplay_jax.distributed.optim import DistributedOptimizer
 
-    def sgd_optimizer(param_rrefs, lr):  # the optimizer is an optax transform
-        return DistributedOptimizer(optax.sgd(learning_rate=lr), param_rrefs)
-
-    def grad_to_cpu(grad):  # get_gradients gives jax.Arrays (the values optax takes)
+    def grad_to_cpu(grad):  # get_gradients gives jax.Arrays
         return jax.device_put(grad, jax.devices("cpu")[0])
 else:
     raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
@@ -219,7 +213,7 @@ def run_training_loop(rank, num_gpus, train_loader, test_loader):
     net = TrainerNet(num_gpus=num_gpus)
     # Build DistributedOptimizer.
     param_rrefs = net.get_global_param_rrefs()
-    opt = sgd_optimizer(param_rrefs, lr=0.03)  # port: DistributedOptimizer(optim.SGD, ...)
+    opt = DistributedOptimizer(optim.SGD, param_rrefs, lr=0.03)
     for i, (data, target) in enumerate(train_loader):
         with dist_autograd.context() as cid:
             model_output = net(data)

@@ -40,22 +40,15 @@ if BACKEND == "torch":
     import torch.optim as optim
     from torch.distributed.optim import DistributedOptimizer
     from torch.distributed.rpc import RRef
-
-    def sgd_optimizer(param_rrefs, lr):
-        return DistributedOptimizer(optim.SGD, param_rrefs, lr=lr)
 elif BACKEND == "tensorplay_jax":
-    import optax
-
     import tensorplay_jax as torch
     import tensorplay_jax.distributed.autograd as dist_autograd
     import tensorplay_jax.distributed.rpc as rpc
     import tensorplay_jax.nn as nn
+    import tensorplay_jax.optim as optim
     import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
     from tensorplay_jax.distributed.optim import DistributedOptimizer
     from tensorplay_jax.distributed.rpc import RRef
-
-    def sgd_optimizer(param_rrefs, lr):  # the optimizer is an optax transform
-        return DistributedOptimizer(optax.sgd(learning_rate=lr), param_rrefs)
 else:
     raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
 # --------- end of the backend block ---------
@@ -296,7 +289,7 @@ def run_master(split_size):
     # put the two model parts on worker1 and worker2 respectively
     model = DistResNet50(split_size, ["worker1", "worker2"])
     loss_fn = nn.MSELoss()
-    opt = sgd_optimizer(model.parameter_rrefs(), lr=0.05)  # port: DistributedOptimizer(optim.SGD..)
+    opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=0.05)
 
     # port: torch.LongTensor(batch_size).random_(0, num_classes) (uninitialized memory)
     one_hot_indices = torch.randint(0, num_classes, (batch_size,)).view(batch_size, 1)

@@ -39,36 +39,14 @@ if BACKEND == "torch":
     from torch.distributed.rpc import RRef, remote, rpc_async, rpc_sync
     from torch.distributions import Categorical
 elif BACKEND == "tensorplay_jax":
-    import optax
-
     import tensorplay_jax as torch
     import tensorplay_jax.distributed.rpc as rpc
     import tensorplay_jax.nn as nn
     import tensorplay_jax.nn.functional as F
+    import tensorplay_jax.optim as optim
     import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
     from tensorplay_jax.distributed.rpc import RRef, remote, rpc_async, rpc_sync
     from tensorplay_jax.distributions import Categorical
-
-    class Adam:
-        """torch.optim.Adam over optax (tensorplay_jax has no local optimizers)."""
-
-        def __init__(self, params, lr):
-            self.params = list(params)
-            self.tx = optax.adam(lr)
-            self.state = self.tx.init([p.value for p in self.params])
-
-        def zero_grad(self):
-            for p in self.params:
-                p.grad = None
-
-        def step(self):
-            values = [p.value for p in self.params]
-            grads = [p.grad.value for p in self.params]
-            updates, self.state = self.tx.update(grads, self.state, values)
-            for p, v in zip(self.params, optax.apply_updates(values, updates), strict=True):
-                p.data = v
-
-    optim = SimpleNamespace(Adam=Adam)
 else:
     raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
 # --------- end of the backend block ---------

@@ -30,22 +30,15 @@ if BACKEND == "torch":
     import torch.optim as optim
     from torch.distributed.optim import DistributedOptimizer
     from torch.distributed.rpc import RRef
-
-    def sgd_optimizer(param_rrefs, lr):
-        return DistributedOptimizer(optim.SGD, param_rrefs, lr=lr)
 elif BACKEND == "tensorplay_jax":
-    import optax
-
     import tensorplay_jax as torch
     import tensorplay_jax.distributed.autograd as dist_autograd
     import tensorplay_jax.distributed.rpc as rpc
     import tensorplay_jax.nn as nn
+    import tensorplay_jax.optim as optim
     import tensorplay_jax.rpc as mp  # spawn, as torch.multiprocessing's
     from tensorplay_jax.distributed.optim import DistributedOptimizer
     from tensorplay_jax.distributed.rpc import RRef
-
-    def sgd_optimizer(param_rrefs, lr):  # the optimizer is an optax transform
-        return DistributedOptimizer(optax.sgd(learning_rate=lr), param_rrefs)
 else:
     raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
 # --------- end of the backend block ---------
@@ -163,7 +156,7 @@ def run_trainer():
     model = RNNModel("ps", ntoken, ninp, nhid, nlayers)
 
     # setup distributed optimizer
-    opt = sgd_optimizer(model.parameter_rrefs(), lr=0.05)  # port: DistributedOptimizer(optim.SGD..)
+    opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=0.05)
 
     criterion = torch.nn.CrossEntropyLoss()
 

@@ -15,8 +15,9 @@ What it owns
 
 ``__all__`` is what ``tensorplay_jax`` re-exports as ``tp.*``. ``next_key``,
 ``key_scope`` and ``in_key_scope`` are also importable from here, for
-``tensorplay_jax.nn`` (random draws inside modules and ``functional_call``);
-they are not part of ``tp``.
+``tensorplay_jax.nn`` (random draws inside modules and ``functional_call``),
+and ``overwrite`` (an optimiser's unrecorded write of a new value, version
+bumped, seen by views) for ``tensorplay_jax.optim``; they are not part of ``tp``.
 * The registration that makes JAX reject a Tensor clearly (``_interop``).
 
 What it may import
@@ -114,6 +115,7 @@ from tensorplay_jax.tensors._shape_ops import unbind as unbind
 from tensorplay_jax.tensors._shape_ops import unsqueeze as unsqueeze
 from tensorplay_jax.tensors._shape_ops import view as view
 from tensorplay_jax.tensors._tensor import Tensor as Tensor
+from tensorplay_jax.tensors._views import overwrite as overwrite
 
 _attach_methods(Tensor)
 _set_tensor_class(Tensor)

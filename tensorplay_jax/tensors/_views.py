@@ -154,3 +154,15 @@ def _refresh_views(base: Tensor, skip: Tensor | None) -> None:
             with contextlib.nullcontext() if info.linked else no_grad():
                 _rebind(v, info.read(b), info.linked)
             stack.append((v, None))
+
+
+def overwrite(t: Tensor, value: Any) -> None:
+    """Give ``t`` the array ``value`` as an optimiser's in-place update does.
+
+    Nothing is recorded (the write is not part of any graph), ``t._version`` is
+    bumped, so a node that saved ``t`` before the write refuses to run backward
+    on the stale value, and the write reaches ``t``'s base and live views, as
+    torch's ``param.add_(...)`` under ``no_grad`` does.
+    """
+    with no_grad():
+        commit(t, type(t)._wrap(value))

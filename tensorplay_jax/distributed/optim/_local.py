@@ -1,7 +1,13 @@
-"""The owner's side of DistributedOptimizer: per-parameter optax state and a locked step."""
+"""The owner's side of DistributedOptimizer: a local optimizer per owner and a locked step.
+
+The local optimizer is either per-parameter optax state (``LocalOptimizer``, for an
+optax transform) or a ``tensorplay_jax.optim`` class built here from its arguments
+(``ClassOptimizer``), whose ``apply_gradients`` is the same update as its ``step``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -9,12 +15,19 @@ from typing import Any
 import jax
 import optax
 
+from tensorplay_jax import optim
 from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.rpc import RRef
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.tensors import Tensor
 
-__all__ = ["LocalOptimizer", "new_local_optimizer", "local_step"]
+__all__ = [
+    "ClassOptimizer",
+    "LocalOptimizer",
+    "OptimizerClass",
+    "new_local_optimizer",
+    "local_step",
+]
 
 
 def _update_all(tx: optax.GradientTransformation, grads: list, states: list, params: list) -> Any:
@@ -66,6 +79,36 @@ class LocalOptimizer:
             return len(idx)
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimizerClass:
+    """A ``tensorplay_jax.optim`` class and the arguments each owner builds it with."""
+
+    cls: type[optim.Optimizer]
+    args: tuple
+    kwargs: dict
+
+
+class ClassOptimizer:
+    """A ``tensorplay_jax.optim`` optimizer over one owner's parameters, stepped under a lock.
+
+    Built from the class and its arguments on the owner, so the update is the
+    class's own: a distributed step equals a local ``step()`` on the same gradients.
+    It writes as the optax path does (``p.data = new``, no version bump): trainers'
+    graphs recorded before a step still run backward, on the values they saved.
+    """
+
+    def __init__(
+        self, cls: type[optim.Optimizer], params: Sequence[Tensor], args: tuple, kwargs: dict
+    ) -> None:
+        self.optimizer = cls(list(params), *args, **kwargs)
+        self.lock = threading.Lock()
+
+    def step(self, grads: dict[Any, Any]) -> int:
+        """Apply the update to every parameter that has a gradient in ``grads``; how many did."""
+        with self.lock:
+            return self.optimizer.apply_gradients(grads, stale_check=False)
+
+
 def _array(g: Any) -> Any:
     return g.value if isinstance(g, Tensor) else g
 
@@ -83,9 +126,13 @@ def _on(g: Any, where: Any) -> Any:
 
 
 def new_local_optimizer(
-    tx: optax.GradientTransformation, param_rrefs: Sequence[RRef[Any]]
-) -> RRef[LocalOptimizer]:
-    """Build the LocalOptimizer on this worker (the owner of every RRef); return an RRef to it."""
+    tx: optax.GradientTransformation | OptimizerClass,
+    param_rrefs: Sequence[RRef[Any]],
+) -> RRef[LocalOptimizer | ClassOptimizer]:
+    """Build the local optimizer on this worker (the owner of every RRef); return an RRef to it.
+
+    ``tx`` is an optax transform, or the optimizer class with its arguments.
+    """
     params = [r.local_value() for r in param_rrefs]
     for r, p in zip(param_rrefs, params, strict=True):
         if not isinstance(p, Tensor):
@@ -93,10 +140,12 @@ def new_local_optimizer(
                 f"DistributedOptimizer: {r!r} holds a {type(p).__qualname__}, not a Tensor "
                 "parameter (use RemoteModule.remote_parameters() or RRef(param))"
             )
+    if isinstance(tx, OptimizerClass):
+        return RRef(ClassOptimizer(tx.cls, params, tx.args, tx.kwargs))
     return RRef(LocalOptimizer(tx, params))
 
 
-def local_step(opt_rref: RRef[LocalOptimizer], context_id: int) -> int:
+def local_step(opt_rref: RRef[LocalOptimizer | ClassOptimizer], context_id: int) -> int:
     """One step of this owner's LocalOptimizer from its gradients in ``context_id``."""
     from tensorplay_jax.distributed import autograd as dist_autograd
 

@@ -1,4 +1,5 @@
-"""``DistributedOptimizer``: an optax transform applied on every parameter owner at once."""
+"""``DistributedOptimizer``: an optimizer (a ``tensorplay_jax.optim`` class or an optax
+transform) applied on every parameter owner at once."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import optax
 
+from tensorplay_jax import optim
 from tensorplay_jax.distributed.optim import _local
 from tensorplay_jax.rpc import RpcError, RRef, WorkerInfo, rpc_async
 from tensorplay_jax.runtime import trace
+from tensorplay_jax.tensors import Tensor
 
 __all__ = ["DistributedOptimizer"]
 
@@ -47,39 +51,77 @@ def _on_each(calls: list[tuple[WorkerInfo, Any, tuple]], what: str) -> list[Any]
     return results
 
 
+def _spec(optimizer: Any, args: tuple, kwargs: dict) -> Any:
+    """What each owner builds its local optimizer from: a transform, or (class, args, kwargs)."""
+    if isinstance(optimizer, type) and issubclass(optimizer, optim.Optimizer):
+        # built once here over a stand-in parameter: a bad argument raises here, with
+        # its own class and message, before any owner is asked
+        optimizer([Tensor(jnp.zeros(1), requires_grad=True)], *args, **kwargs)
+        return _local.OptimizerClass(optimizer, tuple(args), dict(kwargs))
+    if isinstance(optimizer, type) and optimizer.__module__.split(".")[0] == "torch":
+        raise TypeError(
+            f"DistributedOptimizer: optimizer is torch's {optimizer.__qualname__}; use "
+            f"tensorplay_jax.optim.{optimizer.__qualname__} (from tensorplay_jax import optim)"
+        )
+    if callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None)):
+        if args or kwargs:
+            raise TypeError(
+                "DistributedOptimizer: extra arguments are for an optimizer class "
+                "(DistributedOptimizer(optim.SGD, rrefs, lr=0.1)); an optax transform "
+                "carries its own (optax.sgd(0.1))"
+            )
+        return optimizer
+    raise TypeError(
+        "DistributedOptimizer: optimizer must be a tensorplay_jax.optim class (optim.SGD) or "
+        f"an optax.GradientTransformation (optax.sgd(0.1)), got {optimizer!r}"
+    )
+
+
 # A dataclass so that the RPC codec carries it by its fields: an optimizer passed to
 # another worker (e.g. to each trainer) drives the same owner-side state.
 @dataclasses.dataclass(init=False, repr=False, eq=False)
 class DistributedOptimizer:
-    """Apply an optax transform to parameters spread over workers, each on its owner.
+    """Apply an optimizer to parameters spread over workers, each on its owner.
 
-    Parameters are grouped by owner; each owner keeps a local optimizer (the
-    optax state of its parameters). ``step(context_id)`` asks every owner at
-    once to read its gradients from the distributed-autograd context and
-    update its parameters in place; it returns when all are done. Parameters
-    without a gradient in the context stay unchanged (state included). Steps
-    that reach one owner concurrently (several trainers) run one at a time.
+    As tensorplay's: ``DistributedOptimizer(optim.SGD, param_rrefs, lr=0.05)``
+    builds ``optim.SGD(its_params, lr=0.05)`` on each owner (any
+    ``tensorplay_jax.optim`` class, with its arguments), so a distributed step is
+    the class's local step on the same gradients. An optax transform
+    (``DistributedOptimizer(optax.sgd(0.05), param_rrefs)``) works too: each owner
+    then keeps that transform's state per parameter.
+
+    Parameters are grouped by owner; each owner keeps a local optimizer.
+    ``step(context_id)`` asks every owner at once to read its gradients from the
+    distributed-autograd context and update its parameters in place; it returns
+    when all are done. Parameters without a gradient in the context stay
+    unchanged (state included). Steps that reach one owner concurrently (several
+    trainers) run one at a time.
     State is per parameter, as in tensorplay's optimizers. The optimizer can be
     passed over RPC (to several trainers): every copy drives the same owner-side
     state.
 
     Args:
-      optimizer: an ``optax.GradientTransformation`` (``optax.sgd(0.1)``,
-        ``optax.adam(1e-3)``, a chain, ...); it travels to every owner (by
-        reference or by value).
+      optimizer: a ``tensorplay_jax.optim.Optimizer`` subclass (``optim.SGD``,
+        ``optim.Adam``...), or an ``optax.GradientTransformation`` (``optax.sgd(0.1)``,
+        a chain, ...); it travels to every owner (by reference or by value).
       params_rref: RRefs of the parameters (``RemoteModule.remote_parameters()``,
         ``RRef(param)`` for local ones).
+      *args: the class's arguments after its parameters (none for a transform).
+      **kwargs: the class's keyword arguments (``lr=0.05``; none for a transform).
 
     Raises:
-      TypeError: ``optimizer`` is not a GradientTransformation, or ``params_rref``
-        is not a non-empty sequence of RRefs of Tensors.
+      TypeError: ``optimizer`` is neither (a ``torch.optim`` class gets the
+        ``tensorplay_jax.optim`` name to use), arguments given with a transform, or
+        ``params_rref`` is not a non-empty sequence of RRefs of Tensors.
+      ValueError: the class refuses its arguments (``lr=-1``), raised here before
+        any owner is asked.
       RuntimeError: "Error creating optimizer on worker NAME: ..." when an owner fails.
 
     Example (one worker owning everything; in a real job the model's owner is
     another worker)::
 
-      >>> import optax
       >>> import tensorplay_jax as tp
+      >>> from tensorplay_jax import optim
       >>> import tensorplay_jax.distributed.autograd as dist_autograd
       >>> from tensorplay_jax.distributed import rpc
       >>> from tensorplay_jax.distributed.nn import RemoteModule
@@ -87,7 +129,7 @@ class DistributedOptimizer:
       ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
       ...                  init_method="tcp://127.0.0.1:29588"))
       >>> model = RemoteModule("ps/cpu", tp.nn.Linear, args=(3, 1))
-      >>> opt = DistributedOptimizer(optax.sgd(0.1), model.remote_parameters())
+      >>> opt = DistributedOptimizer(optim.SGD, model.remote_parameters(), lr=0.1)
       >>> bias = model.remote_parameters()[1]
       >>> before = bias.to_here().item()
       >>> with dist_autograd.context() as ctx:
@@ -101,15 +143,14 @@ class DistributedOptimizer:
 
     remote_optimizers: list[tuple[WorkerInfo, RRef[Any]]]
 
-    def __init__(self, optimizer: optax.GradientTransformation, params_rref: Sequence[RRef[Any]]):
-        if not (
-            callable(getattr(optimizer, "init", None))
-            and callable(getattr(optimizer, "update", None))
-        ):
-            raise TypeError(
-                f"DistributedOptimizer: optimizer must be an optax.GradientTransformation "
-                f"(e.g. optax.sgd(0.1)), got {type(optimizer).__qualname__}"
-            )
+    def __init__(
+        self,
+        optimizer: type[optim.Optimizer] | optax.GradientTransformation,
+        params_rref: Sequence[RRef[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ):
+        spec = _spec(optimizer, args, kwargs)
         params_rref = list(params_rref) if not isinstance(params_rref, RRef) else [params_rref]
         if not params_rref:
             raise TypeError("DistributedOptimizer: params_rref is empty; pass at least one RRef")
@@ -124,7 +165,7 @@ class DistributedOptimizer:
             by_owner.setdefault(r.owner_name(), (r.owner(), []))[1].append(r)
         owners = list(by_owner.values())
         refs = _on_each(
-            [(owner, _local.new_local_optimizer, (optimizer, rrefs)) for owner, rrefs in owners],
+            [(owner, _local.new_local_optimizer, (spec, rrefs)) for owner, rrefs in owners],
             "creating optimizer",
         )
         self.remote_optimizers = [(o, ref) for (o, _), ref in zip(owners, refs, strict=True)]

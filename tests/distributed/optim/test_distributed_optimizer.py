@@ -1,5 +1,6 @@
 """DistributedOptimizer over one job of three workers (this process is worker0): parity with
-plain optax, untouched parameters, concurrent steps, an optimizer sent over RPC, errors."""
+plain optax and with a local tensorplay_jax.optim class, untouched parameters, concurrent
+steps, an optimizer sent over RPC, errors."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
+from tensorplay_jax import optim
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.distributed.nn import RemoteModule
 from tensorplay_jax.distributed.optim import DistributedOptimizer
@@ -70,6 +72,29 @@ def test_two_steps_match_optax_with_parameters_on_three_workers(name):
         )
     moved = [float(jnp.abs(s - g).max()) for s, g in zip(start, got, strict=True)]
     assert all(m > 1e-4 for m in moved), moved
+
+
+def test_a_class_steps_each_owner_as_the_local_class_steps_on_the_same_gradients():
+    x = _x()
+    m1 = RemoteModule("worker1", tp.nn.Linear, (4, 3))
+    m2 = RemoteModule("worker2", tp.nn.Linear, (3, 2))
+    rrefs = m1.remote_parameters() + m2.remote_parameters()
+    kwargs = {"lr": 0.05, "weight_decay": 0.01, "amsgrad": True}
+    opt = DistributedOptimizer(optim.Adam, rrefs, **kwargs)
+    local = [tp.nn.Parameter(tp.tensor(np.asarray(v))) for v in _values(rrefs)]
+    local_opt = optim.Adam(local, **kwargs)
+    for _ in range(2):  # the owners' Adam state carries over to the second step
+        with dist_autograd.context() as ctx:
+            dist_autograd.backward(ctx, [(m2(m1(x).tanh()) ** 2).sum()])
+            g1 = rpc.rpc_sync("worker1", NT.grads_of, args=(ctx, m1.remote_parameters()))
+            g2 = rpc.rpc_sync("worker2", NT.grads_of, args=(ctx, m2.remote_parameters()))
+            opt.step(ctx)
+        for p, g in zip(local, [*g1, *g2], strict=True):
+            p.grad = tp.tensor(np.asarray(g))
+        local_opt.step()
+    for i, (got, want) in enumerate(zip(_values(rrefs), local, strict=True)):
+        np.testing.assert_allclose(np.asarray(got), want.detach().numpy(), rtol=1e-6, atol=1e-7,
+                                   err_msg=f"param {i}")  # fmt: skip
 
 
 def test_parameters_without_a_gradient_stay_unchanged():
@@ -169,6 +194,9 @@ def test_step_needs_an_int_context_id():
     "args, exc, words",
     [
         ("float", TypeError, ["optax.GradientTransformation"]),
+        ("kwargs-with-a-transform", TypeError, ["extra arguments are for an optimizer class"]),
+        ("torch-class", TypeError, ["torch's SGD; use tensorplay_jax.optim.SGD"]),
+        ("class-with-a-bad-lr", ValueError, ["SGD: invalid lr=-1"]),
         ("empty", TypeError, ["params_rref is empty"]),
         ("tensors", TypeError, ["must hold RRefs", "Tensor"]),
         (
@@ -181,6 +209,16 @@ def test_step_needs_an_int_context_id():
 )
 def test_constructor_errors(args, exc, words):
     prefs = RemoteModule("worker1", tp.nn.Linear, (4, 3)).remote_parameters()
+    if args == "torch-class":
+        torch = pytest.importorskip("torch", reason="the mistake needs torch's class")
+        expect(exc, words, DistributedOptimizer, torch.optim.SGD, prefs, lr=0.1)
+        return
+    if args == "class-with-a-bad-lr":  # raised here, before any owner is asked
+        expect(exc, words, DistributedOptimizer, optim.SGD, prefs, lr=-1)
+        return
+    if args == "kwargs-with-a-transform":
+        expect(exc, words, DistributedOptimizer, optax.sgd(0.1), prefs, lr=0.1)
+        return
     tx, params = {
         "float": (0.1, prefs),
         "empty": (optax.sgd(0.1), []),

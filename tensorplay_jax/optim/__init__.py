@@ -1,0 +1,48 @@
+"""``tensorplay_jax.optim``: torch's local optimizers (``torch.optim``), rules as optax transforms.
+
+``SGD``, ``Adam``, ``AdamW``, ``RMSprop`` and ``Adagrad`` take the arguments of
+their torch namesakes and follow torch's documented algorithms; each is an
+``Optimizer`` (param groups, ``step``, ``zero_grad``, ``state_dict``) over an
+update rule that is an ``optax.GradientTransformation`` (``sgd_rule``,
+``adam_rule``, ...), usable on its own in a JAX program. The same classes drive
+``DistributedOptimizer(optim.SGD, param_rrefs, lr=...)`` on each parameter owner.
+
+What it may import: JAX, optax, ``tensorplay_jax.runtime``, and the public names
+of ``tensorplay_jax.autograd`` and ``tensorplay_jax.tensors``.
+
+Example:
+    >>> import tensorplay_jax as tp
+    >>> from tensorplay_jax import optim
+    >>> model = tp.nn.Linear(3, 1)
+    >>> opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    >>> x, y = tp.randn(8, 3), tp.randn(8, 1)
+    >>> for _ in range(3):
+    ...     opt.zero_grad()
+    ...     loss = ((model(x) - y) ** 2).mean()
+    ...     loss.backward()
+    ...     opt.step()
+"""
+
+from tensorplay_jax.optim._adagrad import Adagrad as Adagrad
+from tensorplay_jax.optim._adagrad import adagrad_rule as adagrad_rule
+from tensorplay_jax.optim._adam import Adam as Adam
+from tensorplay_jax.optim._adam import AdamW as AdamW
+from tensorplay_jax.optim._adam import adam_rule as adam_rule
+from tensorplay_jax.optim._optimizer import Optimizer as Optimizer
+from tensorplay_jax.optim._rmsprop import RMSprop as RMSprop
+from tensorplay_jax.optim._rmsprop import rmsprop_rule as rmsprop_rule
+from tensorplay_jax.optim._sgd import SGD as SGD
+from tensorplay_jax.optim._sgd import sgd_rule as sgd_rule
+
+__all__ = [
+    "SGD",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Optimizer",
+    "RMSprop",
+    "adagrad_rule",
+    "adam_rule",
+    "rmsprop_rule",
+    "sgd_rule",
+]
