@@ -124,14 +124,14 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         (2, 3)
     """
     shape = _size("randn", size)
-    value = jax.random.normal(_random.next_key(), shape, _float_dtype("randn", dtype))
+    value = _random.draw("normal", _random.next_key(), shape, _float_dtype("randn", dtype))
     return _leaf(value, requires_grad, device, "randn")
 
 
 def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state."""
     shape = _size("rand", size)
-    value = jax.random.uniform(_random.next_key(), shape, _float_dtype("rand", dtype))
+    value = _random.draw("uniform", _random.next_key(), shape, _float_dtype("rand", dtype))
     return _leaf(value, requires_grad, device, "rand")
 
 
@@ -261,7 +261,7 @@ def randn_like(
 ) -> Tensor:
     """Standard normal samples with ``input``'s shape (and float dtype unless given)."""
     device = device if device is not None else _device_of(input)
-    value = jax.random.normal(
-        _random.next_key(), input.shape, _float_dtype("randn_like", dtype or input.dtype)
+    value = _random.draw(
+        "normal", _random.next_key(), input.shape, _float_dtype("randn_like", dtype or input.dtype)
     )
     return _leaf(value, requires_grad, device, "randn_like")

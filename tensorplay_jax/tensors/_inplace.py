@@ -78,20 +78,25 @@ def _zero_op(self: Tensor) -> Tensor:
     return call_op(_fill, "FillBackward", (self, 0), saves=False)
 
 
-def _normal(x: jax.Array, key: jax.Array, mean: Any, std: Any) -> jax.Array:
-    return mean + std * jax.random.normal(key, x.shape, x.dtype)
+# The samples are drawn flat by ``_random.flat_draw`` (a few compiled draws shared by
+# every shape) and shaped here: the values are those of the shaped ``jax.random`` call.
+def _normal(x: jax.Array, z: jax.Array, mean: Any, std: Any) -> jax.Array:
+    return mean + std * z[: x.size].reshape(x.shape)
 
 
 def _normal_op(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    return call_op(_normal, "NormalBackward", (self, _random.next_key(), mean, std), saves=False)
+    z = _random.flat_draw("normal", _random.next_key(), self.numel(), self.dtype)
+    return call_op(_normal, "NormalBackward", (self, z, mean, std), saves=False)
 
 
-def _uniform(x: jax.Array, key: jax.Array, low: Any, high: Any) -> jax.Array:
-    return jax.random.uniform(key, x.shape, x.dtype, low, high)
+def _uniform(x: jax.Array, u: jax.Array, low: Any, high: Any) -> jax.Array:
+    low, high = jnp.asarray(low, x.dtype), jnp.asarray(high, x.dtype)
+    return jnp.maximum(low, u[: x.size].reshape(x.shape) * (high - low) + low)
 
 
 def _uniform_op(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
-    return call_op(_uniform, "UniformBackward", (self, _random.next_key(), a, b), saves=False)
+    u = _random.flat_draw("uniform", _random.next_key(), self.numel(), self.dtype)
+    return call_op(_uniform, "UniformBackward", (self, u, a, b), saves=False)
 
 
 # ------------------------------------------------------------------ out-of-place companions

@@ -58,3 +58,36 @@ def test_compile_jax_backend_jits_pure_functions():
 def test_compile_rejects_unknown_mode():
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         tp.compile(lambda: None, mode="fast")
+
+
+_SHAPES = [(), (0, 3), (7,), (33, 31), (2, 3, 2, 2)]  # 1 element, empty, odd sizes, 4-d
+
+
+@pytest.mark.parametrize("shape", _SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_random_fills_give_jax_randoms_values_for_the_same_key(shape, dtype):
+    import jax
+    import numpy as np
+
+    dt = np.dtype(getattr(jax.numpy, dtype))
+    draws = {
+        "randn": (lambda: tp.randn(shape, dtype=dt), lambda k: jax.random.normal(k, shape, dt)),
+        "rand": (lambda: tp.rand(shape, dtype=dt), lambda k: jax.random.uniform(k, shape, dt)),
+        "normal_": (
+            lambda: tp.zeros(shape, dtype=dt).normal_(0.5, 2.0),
+            lambda k: 0.5 + 2.0 * jax.random.normal(k, shape, dt),
+        ),
+        "uniform_": (
+            lambda: tp.zeros(shape, dtype=dt).uniform_(-0.5, 0.25),
+            lambda k: jax.random.uniform(k, shape, dt, -0.5, 0.25),
+        ),
+    }
+    for name, (ours, oracle) in draws.items():
+        tp.manual_seed(11)
+        got = ours()
+        key = jax.random.split(jax.random.key(11))[1]  # the first key manual_seed(11) hands out
+        want = oracle(key)
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        np.testing.assert_array_equal(
+            np.asarray(got.numpy(), np.float32), np.asarray(want, np.float32), err_msg=name
+        )
