@@ -6,6 +6,7 @@ their torch namesakes and follow torch's documented algorithms; each is an
 update rule that is an ``optax.GradientTransformation`` (``sgd_rule``,
 ``adam_rule``, ...), usable on its own in a JAX program. The same classes drive
 ``DistributedOptimizer(optim.SGD, param_rrefs, lr=...)`` on each parameter owner.
+``optim.lr_scheduler`` holds tensorplay's learning-rate schedules (``StepLR``, ...).
 
 What it may import: JAX, optax, ``tensorplay_jax.runtime``, and the public names
 of ``tensorplay_jax.autograd`` and ``tensorplay_jax.tensors``.
@@ -23,6 +24,7 @@ Example:
     ...     opt.step()
 """
 
+from tensorplay_jax.optim import lr_scheduler as lr_scheduler
 from tensorplay_jax.optim._adagrad import Adagrad as Adagrad
 from tensorplay_jax.optim._adagrad import adagrad_rule as adagrad_rule
 from tensorplay_jax.optim._adam import Adam as Adam
@@ -43,6 +45,7 @@ __all__ = [
     "RMSprop",
     "adagrad_rule",
     "adam_rule",
+    "lr_scheduler",
     "rmsprop_rule",
     "sgd_rule",
 ]
