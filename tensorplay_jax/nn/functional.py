@@ -335,7 +335,8 @@ def _dropout(name: str, impl: Any, input: Any, p: float, training: bool) -> Any:
         raise ValueError(f"{name}: probability p={p} must be between 0 and 1")
     if not training or p == 0.0:
         return input
-    value = input.value if isinstance(input, Tensor) else input
+    # ``_aval``: a pending input stays pending (it is never a tracer)
+    value = input._aval() if isinstance(input, Tensor) else input
     if isinstance(value, jax.core.Tracer) and not in_key_scope():
         raise ValueError(
             f"{name}: called in training mode inside a JAX transformation without a random "

@@ -52,6 +52,16 @@ def test_a_recorded_output_is_pending_and_knows_its_shape():
     assert not _lazy.is_pending(y)
 
 
+def test_dropout_in_training_keeps_its_pending_input_pending():
+    # A pending value is never a tracer: dropout must not run the step so far to find out.
+    w = tp.ones((5, 4), requires_grad=True)
+    h = tp.ones((6, 5)) @ w
+    y = tp.nn.functional.dropout(h, p=0.5, training=True)
+    assert _lazy.is_pending(h) and _lazy.is_pending(y)
+    kept = y.numpy() != 0
+    np.testing.assert_allclose(y.numpy()[kept], 10.0)  # 5 ones summed, scaled by 1 / (1 - p)
+
+
 def test_a_shape_error_raises_at_the_operation():
     w = tp.ones((5, 4), requires_grad=True)
     with pytest.raises(TypeError, match="dot_general requires contracting dimensions"):
