@@ -58,7 +58,8 @@ def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
         Array([-1., -1.], dtype=float32)
         >>> rpc.shutdown()
     """
-    return {leaf: Tensor(g) for leaf, g in retrieve(context_id).gradient_arrays().items()}
+    # built as a local backward builds .grad: a Tensor over the array itself
+    return {leaf: Tensor._wrap(g) for leaf, g in retrieve(context_id).gradient_arrays().items()}
 
 
 def _gradient_arrays(context_id: int) -> dict[Tensor, jax.Array]:
