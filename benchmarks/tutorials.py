@@ -48,9 +48,7 @@ backends differ):
   ``tensorplay_jax.rpc`` (its ``spawn``) or the standard ``multiprocessing``;
 - ``optim`` is ``tensorplay_jax.optim`` (``optim.SGD``, ``optim.Adam`` and
   ``DistributedOptimizer(optim.SGD, rrefs, lr=lr)`` as upstream);
-- ``dist_autograd.get_gradients`` maps to ``jax.Array`` s, moved with
-  ``jax.device_put`` instead of ``.to("cpu")``; ``torch.from_numpy`` is
-  ``tensor``;
+- ``torch.from_numpy`` is ``tensor``;
 - ``torch.LongTensor(n, m)`` (uninitialized memory, then ``% k`` or
   ``.random_``) is ``randint``, on both backends (JAX has no uninitialized memory);
 - torchvision and gymnasium are not installed: synthetic MNIST and a small

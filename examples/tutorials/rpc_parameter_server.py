@@ -37,13 +37,8 @@ if BACKEND == "torch":
     import torch.nn.functional as F
     from torch import optim
     from torch.distributed.optim import DistributedOptimizer
-
-    def grad_to_cpu(grad):
-        return grad.to("cpu")
 elif BACKEND == "tensorplay_jax":
     import multiprocessing as mp  # Process and set_start_method, as torch.multiprocessing's
-
-    import jax
 
     import tensorplay_jax as torch
     import tensorplay_jax.distributed.autograd as dist_autograd
@@ -52,9 +47,6 @@ elif BACKEND == "tensorplay_jax":
     import tensorplay_jax.nn.functional as F
     from tensorplay_jax import optim
     from tensorplay_jax.distributed.optim import DistributedOptimizer
-
-    def grad_to_cpu(grad):  # get_gradients gives jax.Arrays
-        return jax.device_put(grad, jax.devices("cpu")[0])
 else:
     raise SystemExit(f"TUTORIAL_BACKEND={BACKEND!r}: choose torch or tensorplay_jax")
 # --------- end of the backend block ---------
@@ -149,7 +141,7 @@ class ParameterServer(nn.Module):
         grads = dist_autograd.get_gradients(cid)
         cpu_grads = {}
         for k, v in grads.items():
-            k_cpu, v_cpu = k.to("cpu"), grad_to_cpu(v)  # port: v.to("cpu")
+            k_cpu, v_cpu = k.to("cpu"), v.to("cpu")
             cpu_grads[k_cpu] = v_cpu
         return cpu_grads
 

@@ -26,7 +26,8 @@ Semantics worth knowing (see ``_engine`` and ``_sendrecv``):
 * Tensors are recorded inside lists, tuples, namedtuples, dicts and
   dataclasses; a Tensor hidden in another object travels pickled, as a
   plain leaf, and is not recorded.
-* ``get_gradients`` maps leaf Tensors to ``jax.Array`` gradients.
+* ``get_gradients`` maps leaf Tensors to gradient Tensors (plain ones, no
+  grad, each wrapping its ``jax.Array``: ``g.value``), as tensorplay's does.
 
 Importing this package registers the Tensor wire type (``_wire``), the
 RPC hooks (``_sendrecv``) and ``RRef.backward`` (``_rref_backward``) in this
@@ -49,7 +50,7 @@ Example (one process, the seed example):
     ...     out = rpc.rpc_sync("worker", remote_double, args=(t,))
     ...     dist_autograd.backward(ctx_id, [out.sum()])
     ...     print(dist_autograd.get_gradients(ctx_id)[t])
-    [2. 2. 2. 2.]
+    tensor([2., 2., 2., 2.])
     >>> rpc.shutdown()
 """
 

@@ -88,7 +88,7 @@ class DistAutogradContext:
     Example:
         >>> from tensorplay_jax.distributed.autograd import _context
         >>> ctx = _context.DistAutogradContext(7)
-        >>> ctx.context_id, ctx.gradients(), ctx.known_worker_ids()
+        >>> ctx.context_id, ctx.gradient_arrays(), ctx.known_worker_ids()
         (7, {}, set())
     """
 
@@ -110,8 +110,8 @@ class DistAutogradContext:
     def _context_id(self) -> int:  # tensorplay spelling
         return self._id
 
-    def gradients(self) -> dict[Tensor, jax.Array]:
-        """A copy of the leaf -> gradient map of this worker."""
+    def gradient_arrays(self) -> dict[Tensor, jax.Array]:
+        """A new leaf -> gradient map of this worker, as ``jax.Array`` s (for optimizer steps)."""
         with self._lock:
             for leaf, g in self._grads.items():
                 self._grads[leaf] = on_device(g)  # a host array arrived over RPC

@@ -331,7 +331,7 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
         ...     out = rpc.rpc_sync("bwdoc", tp.mul, args=(t, 3.0))
         ...     dist_autograd.backward(ctx_id, [out.sum()])
         ...     print(dist_autograd.get_gradients(ctx_id)[t])
-        [3. 3. 3.]
+        tensor([3., 3., 3.])
         >>> rpc.shutdown()
     """
     if not _rpc_is_initialized():

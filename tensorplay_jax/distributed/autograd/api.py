@@ -15,21 +15,29 @@ from tensorplay_jax.tensors import Tensor
 __all__ = ["get_gradients", "is_available", "is_initialized"]
 
 
-def get_gradients(context_id: int) -> dict[Tensor, jax.Array]:
+def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
     """The gradients accumulated in ``context_id`` for this worker's leaves.
+
+    As tensorplay's, each gradient is a Tensor: a plain one (it does not require
+    grad and joins no tape) that wraps the accumulated ``jax.Array`` without
+    copying it. Tensor code uses it as it is (``g.to("cpu")``, ``g * lr``).
+    JAX code, optax included, takes its array, ``g.value``, as for any Tensor:
+    a jitted JAX function refuses a Tensor with a TypeError that names
+    ``.value``, and optax's transforms run jitted functions.
 
     Args:
         context_id: a context id that is alive on this worker (the one from
             ``with context()``, or one an RPC brought here).
 
     Returns:
-        A new dict ``{leaf Tensor: jax.Array}`` holding exactly the leaves of
-        this worker that a backward pass of this context reached.
+        A new dict ``{leaf Tensor: gradient Tensor}`` holding exactly the leaves
+        of this worker that a backward pass of this context reached.
 
     Raises:
         RuntimeError: "Could not find autograd context with id: N".
 
     Example:
+        >>> import optax
         >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.distributed.autograd as dist_autograd
         >>> from tensorplay_jax.distributed import rpc
@@ -39,11 +47,24 @@ def get_gradients(context_id: int) -> dict[Tensor, jax.Array]:
         >>> with dist_autograd.context() as ctx_id:
         ...     t = tp.ones(2, requires_grad=True)
         ...     dist_autograd.backward(ctx_id, [(t * t).sum()])
-        ...     print(dist_autograd.get_gradients(ctx_id)[t])
-        [2. 2.]
+        ...     g = dist_autograd.get_gradients(ctx_id)[t]
+        >>> g
+        tensor([2., 2.])
+        >>> g.requires_grad, g.grad_fn
+        (False, None)
+        >>> tx = optax.sgd(0.5)
+        >>> updates, _ = tx.update(g.value, tx.init(t.value))
+        >>> updates
+        Array([-1., -1.], dtype=float32)
         >>> rpc.shutdown()
     """
-    return retrieve(context_id).gradients()
+    # built as a local backward builds .grad: a Tensor over the array itself
+    return {leaf: Tensor._wrap(g) for leaf, g in retrieve(context_id).gradient_arrays().items()}
+
+
+def _gradient_arrays(context_id: int) -> dict[Tensor, jax.Array]:
+    """``get_gradients`` with the gradients as ``jax.Array`` s, for the optimizers' steps."""
+    return retrieve(context_id).gradient_arrays()
 
 
 def is_available() -> bool:

@@ -147,8 +147,8 @@ def new_local_optimizer(
 
 def local_step(opt_rref: RRef[LocalOptimizer | ClassOptimizer], context_id: int) -> int:
     """One step of this owner's LocalOptimizer from its gradients in ``context_id``."""
-    from tensorplay_jax.distributed import autograd as dist_autograd
+    from tensorplay_jax.distributed.autograd.api import _gradient_arrays
 
-    grads = dist_autograd.get_gradients(context_id)
+    grads = _gradient_arrays(context_id)  # arrays, as the jitted update takes them
     with trace.span("DistributedOptimizer.step (owner)", "optim", context_id=context_id):
         return opt_rref.local_value().step(grads)

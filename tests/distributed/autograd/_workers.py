@@ -46,7 +46,7 @@ def seed() -> None:
         loss = out.sum()
         dist_autograd.backward(ctx_id, [loss])
         grads = dist_autograd.get_gradients(ctx_id)
-        print(grads[t])  # [2. 2. 2. 2.]
+        print(grads[t])  # tensor([2., 2., 2., 2.])
     rpc.shutdown()
     assert not dist_autograd.is_initialized()
 

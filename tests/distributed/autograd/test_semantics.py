@@ -6,17 +6,26 @@ here; every check runs in this process on what the workers return.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
+import jax
 import numpy as np
+import optax
 import pytest
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
+from tensorplay_jax.distributed.autograd.api import _gradient_arrays
 from tensorplay_jax.testing import Workers
+from tests._procs import free_port
 from tests._worker import expect, wait_until
 from tests.distributed.autograd import _targets as T
 from tests.distributed.autograd import _workers as W
@@ -255,3 +264,122 @@ def test_a_gradient_leaves_as_soon_as_the_pass_reaches_its_recv_node(job):
     assert seen == [True]
     np.testing.assert_allclose(np.asarray(grads[t]), [2.0, 2.0])
     np.testing.assert_allclose(np.asarray(grads[a]), [1.0, 1.0])
+
+
+# ----------------------------------------------------------------- what get_gradients returns
+# y = x * w computed on w1, loss = sum(y * y): d/dx = 2 x w^2 and d/dw = 2 w x^2, by hand
+_X, _W = [1.0, -2.0, 3.0], [0.5, 0.25, 2.0]
+_GX, _GW = [0.5, -0.25, 24.0], [1.0, 2.0, 36.0]
+
+# The same computation through torch.distributed.autograd (one worker: the RPC is to itself).
+_TORCH = """
+import json, os, sys
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+rpc.init_rpc("w0", rank=0, world_size=1)
+x = torch.tensor(json.loads(sys.argv[2]), requires_grad=True)
+w = torch.tensor(json.loads(sys.argv[3]), requires_grad=True)
+with dist_autograd.context() as cid:
+    y = rpc.rpc_sync("w0", torch.mul, args=(x, w))
+    dist_autograd.backward(cid, [(y * y).sum()])
+    grads = dist_autograd.get_gradients(cid)
+    seen = [
+        [type(g).__name__, g.tolist(), g.requires_grad, g.grad_fn is None, g.is_leaf,
+         (g * x).requires_grad, (g * 2).grad_fn is None]
+        for g in (grads[x], grads[w])
+    ]
+rpc.shutdown()
+print(json.dumps(seen))
+"""
+
+
+def _x_times_w_gradients() -> tuple[tp.Tensor, tp.Tensor, dict, dict]:
+    x, w = tp.tensor(_X, requires_grad=True), tp.tensor(_W, requires_grad=True)
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync("w1", tp.mul, args=(x, w))
+        dist_autograd.backward(cid, [(y * y).sum()])
+        grads = dist_autograd.get_gradients(cid)
+        arrays = _gradient_arrays(cid)
+    return x, w, grads, arrays
+
+
+def test_get_gradients_gives_plain_tensors_equal_to_the_hand_gradient(job):
+    x, w, grads, _ = _x_times_w_gradients()
+    assert list(grads) == [x, w] or list(grads) == [w, x]
+    for g, want in ((grads[x], _GX), (grads[w], _GW)):
+        assert type(g) is tp.Tensor
+        assert (g.requires_grad, g.grad_fn, g.is_leaf, g.grad) == (False, None, True, None)
+        np.testing.assert_allclose(g.numpy(), want, rtol=1e-6)
+
+
+def test_a_gradient_tensor_wraps_the_context_array_without_a_copy(job):
+    x, w, grads, arrays = _x_times_w_gradients()
+    assert grads[x].value is arrays[x] and grads[w].value is arrays[w]
+    assert isinstance(arrays[x], jax.Array)
+
+
+def test_a_gradient_tensor_joins_no_tape(job):
+    x, _, grads, _ = _x_times_w_gradients()
+    g = grads[x]
+    assert (g * 2).grad_fn is None
+    (g * x).sum().backward()  # a constant factor: x gets g, g gets nothing
+    np.testing.assert_allclose(x.grad.numpy(), _GX, rtol=1e-6)
+    assert g.grad is None and g.grad_fn is None
+
+
+def test_optax_steps_on_the_gradient_arrays(job):
+    x, w, grads, _ = _x_times_w_gradients()
+    tx = optax.adam(0.1)
+    params = {"x": x.value, "w": w.value}
+    updates, _ = jax.jit(tx.update)(
+        {"x": grads[x].value, "w": grads[w].value}, tx.init(params), params
+    )
+    # adam's first update is -lr * g / (|g| + eps): -0.1 * sign(g)
+    np.testing.assert_allclose(np.asarray(updates["x"]), [-0.1, 0.1, -0.1], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(updates["w"]), [-0.1, -0.1, -0.1], rtol=1e-5)
+
+
+def test_a_jitted_optax_update_refuses_a_gradient_tensor_naming_value(job):
+    x, _, grads, _ = _x_times_w_gradients()
+    tx = optax.adam(0.1)
+    params = {"x": x.value}
+    expect(TypeError, ["tensor.value"], jax.jit(tx.update), {"x": grads[x]}, tx.init(params))
+
+
+@functools.cache
+def _torch_gradients() -> list:
+    out = subprocess.run(
+        [sys.executable, "-c", _TORCH, str(free_port()), json.dumps(_X), json.dumps(_W)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK"))},
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is the oracle (PYTHONPATH=/tmp/torchlib)",
+)
+def test_get_gradients_returns_what_torchs_returns_on_the_same_inputs(job):
+    x, w, grads, _ = _x_times_w_gradients()
+    ours = [
+        [
+            type(g).__name__,
+            g.tolist(),
+            g.requires_grad,
+            g.grad_fn is None,
+            g.is_leaf,
+            (g * x).requires_grad,
+            (g * 2).grad_fn is None,
+        ]
+        for g in (grads[x], grads[w])
+    ]
+    theirs = _torch_gradients()
+    for mine, torchs in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(mine[1], torchs[1], rtol=1e-6)
+        assert mine[:1] + mine[2:] == torchs[:1] + torchs[2:], (mine, torchs)
