@@ -141,3 +141,22 @@ def test_the_users_minimum_compile_time_is_kept() -> None:
     env = job_cache_env("spawn", environ=mine)
     assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in env
     assert env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] == "0"
+
+
+def test_the_launchers_workers_get_a_cache_removed_at_exit(tmp_path) -> None:
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint('cache:', os.environ.get('JAX_COMPILATION_CACHE_DIR'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tensorplay_jax.run", "--nproc", "2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    dirs = {line.split("cache: ")[1] for line in proc.stdout.splitlines() if "cache: " in line}
+    assert len(dirs) == 1, proc.stdout  # both workers got the same one
+    (made,) = dirs
+    assert Path(made).name.startswith("tpj-job-jax-cache-")
+    assert not os.path.exists(made)
