@@ -17,10 +17,14 @@ or when ``JAX_ENABLE_COMPILATION_CACHE`` turns JAX's cache off.
 ``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0`` turns the job's cache off.
 
 Workers write the directory concurrently. JAX's file cache (its
-``LRUCache`` without a size limit) writes an entry in place and takes no
-lock; a worker that reads an entry another is writing gets a short stream,
-JAX warns ("Error reading persistent compilation cache entry") and compiles
-the program itself, which is what it would have done with no cache.
+``LRUCache`` without a size limit) takes no lock: it writes an entry in place
+(truncate, then one write) and skips a key whose file exists. Workers that
+compile the same program at the same moment both miss and both write; the
+file ends as the last writer's compressed entry, at most followed by the tail
+of a longer one, which zlib ignores. A worker that reads an entry while it is
+being written gets a short stream: JAX warns ("Error reading persistent
+compilation cache entry") and compiles the program itself, as it would with
+no cache.
 
 Example:
     >>> env = job_cache_env("spawn", environ={"JAX_COMPILATION_CACHE_DIR": "/mine"})
