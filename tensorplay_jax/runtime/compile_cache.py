@@ -21,10 +21,10 @@ Workers write the directory concurrently. JAX's file cache (its
 (truncate, then one write) and skips a key whose file exists. Workers that
 compile the same program at the same moment both miss and both write; the
 file ends as the last writer's compressed entry, at most followed by the tail
-of a longer one, which zlib ignores. A worker that reads an entry while it is
-being written gets a short stream: JAX warns ("Error reading persistent
-compilation cache entry") and compiles the program itself, as it would with
-no cache.
+of a longer one, which zlib (JAX's compressor without zstandard) ignores. A
+worker that reads an entry while it is being written gets a short stream: JAX
+warns ("Error reading persistent compilation cache entry") and compiles the
+program itself, as it would with no cache.
 
 Example:
     >>> env = job_cache_env("spawn", environ={"JAX_COMPILATION_CACHE_DIR": "/mine"})
