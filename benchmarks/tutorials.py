@@ -12,9 +12,10 @@ Two columns are ours:
 
 - ``ours``: every run starts with no compiled code, as a first run does: the
   workers an ``rpc.spawn`` starts share one compilation cache that the spawning
-  process makes (``runtime.compile_cache``), so a program is compiled by XLA once
-  per run, not once per process (the parameter server tutorial starts its ranks
-  as separate commands, which share nothing);
+  process makes (``runtime.compile_cache``): a program one worker (or an earlier
+  spawn) compiled is loaded by the others, and only workers that meet it at the
+  same moment compile it each (the parameter server tutorial starts its ranks as
+  separate commands, which share nothing);
 - ``ours, cache``: JAX's persistent compilation cache on, in a directory this
   script makes and fills with one untimed run first (what every run after a
   user's first one sees with ``JAX_COMPILATION_CACHE_DIR`` set and
