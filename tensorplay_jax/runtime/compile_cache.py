@@ -103,7 +103,8 @@ def job_cache_env(
     Args:
       where: the caller, for the error message (``"spawn"``).
       extra: the variables the caller already gives the workers (the user's ``env``).
-      environ: the environment to read (default: ``os.environ``).
+      environ: the environment to read (default: ``os.environ``; given, this
+        process's ``jax.config`` is not consulted).
 
     Returns:
       ``JAX_COMPILATION_CACHE_DIR`` and, unless set, JAX's minimum compile
