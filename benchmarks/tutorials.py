@@ -10,13 +10,20 @@ and the CPU seconds (user + system, all processes) of each.
 
 Two columns are ours:
 
-- ``ours``: every run starts with no compiled code, as a first run does (JAX's
-  persistent compilation cache is off unless the environment turns it on):
-  every operation of a new shape is compiled by XLA once per process;
+- ``ours``: every run starts with no compiled code, as a first run does: the
+  workers an ``rpc.spawn`` starts share one compilation cache that the spawning
+  process makes (``runtime.compile_cache``): a program one worker (or an earlier
+  spawn) compiled is loaded by the others, and only workers that meet it at the
+  same moment compile it each (the parameter server tutorial starts its ranks as
+  separate commands, which share nothing);
 - ``ours, cache``: JAX's persistent compilation cache on, in a directory this
   script makes and fills with one untimed run first (what every run after a
   user's first one sees with ``JAX_COMPILATION_CACHE_DIR`` set and
   ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0``).
+
+``--job-cache-off`` adds the column ``ours, off``: ours with that shared cache
+turned off (``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0``), every process compiling
+everything it runs, interleaved with the others.
 
 ``--compile-seconds`` instead runs each tutorial once on ours with JAX's
 ``JAX_LOG_COMPILES=1`` and sums, over all its processes, the seconds JAX reports
@@ -171,6 +178,11 @@ def main() -> None:
     p.add_argument("--torch-path", default="/tmp/torchlib", help="where torch is installed")
     p.add_argument("--no-cache", action="store_true", help="skip the 'ours, cache' column")
     p.add_argument(
+        "--job-cache-off",
+        action="store_true",
+        help="add the column 'ours, off': ours without the job's shared compilation cache",
+    )
+    p.add_argument(
         "--compile-seconds", action="store_true", help="only: JAX's compile seconds in one run"
     )
     args = p.parse_args()
@@ -189,6 +201,8 @@ def main() -> None:
         "ours": _env("tensorplay_jax", args.torch_path, None),
         "torch": _env("torch", args.torch_path, None),
     }
+    if args.job_cache_off:
+        columns["ours, off"] = dict(columns["ours"], TENSORPLAY_JAX_JOB_COMPILATION_CACHE="0")
     if cache_dir:
         columns["ours, cache"] = _env("tensorplay_jax", args.torch_path, cache_dir)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
@@ -220,6 +234,8 @@ def main() -> None:
     print(f"# median of {args.reps} interleaved runs; CPU = user + system of all its processes")
     cols = list(columns)
     head = ["tutorial", *(f"{c} s" for c in cols), "ours/torch"]
+    if args.job_cache_off:
+        head.append("ours, off/torch")
     if cache_dir:
         head.append("ours, cache/torch")
     head += [f"{c} CPU s" for c in cols]
@@ -228,6 +244,8 @@ def main() -> None:
     for name in names:
         walls = [f"{med(name, c, 0):.1f}" for c in cols]
         ratios = [f"{med(name, 'ours', 0) / med(name, 'torch', 0):.2f}x"]
+        if args.job_cache_off:
+            ratios.append(f"{med(name, 'ours, off', 0) / med(name, 'torch', 0):.2f}x")
         if cache_dir:
             ratios.append(f"{med(name, 'ours, cache', 0) / med(name, 'torch', 0):.2f}x")
         cpus = [f"{med(name, c, 1):.1f}" for c in cols]

@@ -13,7 +13,9 @@ master address; see ``tensorplay_jax.runtime.address``).
 A one-node job gets a fresh random job secret (``TENSORPLAY_JAX_RPC_SECRET``)
 unless the environment already has one. A multi-node job needs the same secret
 on every node (``TENSORPLAY_JAX_RPC_SECRET`` or ``TENSORPLAY_JAX_RPC_SECRET_FILE``),
-or ``--insecure`` to run unauthenticated.
+or ``--insecure`` to run unauthenticated. The workers share one JAX compilation
+cache made by the launcher and removed when it exits, unless the user chose one
+(``JAX_COMPILATION_CACHE_DIR``) or turned it off (see ``runtime.compile_cache``).
 
 Example::
 
@@ -30,6 +32,7 @@ import sys
 from collections.abc import Sequence
 
 from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime.compile_cache import job_cache_env
 from tensorplay_jax.runtime.init_method import slurm_env
 from tensorplay_jax.runtime.launch import WorkerProcesses, free_port, launch_secret_env, worker_env
 from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
@@ -151,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra[SOCKET_IFNAME_ENV] = a.ifname
     try:
         extra.update(launch_secret_env("tensorplay-jax-run", nnodes > 1, a.insecure))
+        extra.update(job_cache_env("tensorplay-jax-run"))
     except ValueError as e:
         print(f"{e}", file=sys.stderr)
         return 2

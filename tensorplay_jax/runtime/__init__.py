@@ -16,6 +16,7 @@ it lists.
 - ``pickling``: cloudpickle keeping code file names (remote tracebacks show user lines).
 - ``init_method``: ``env://`` / ``tcp://``, RANK and WORLD_SIZE, SLURM, a world of one.
 - ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
+- ``compile_cache``: the JAX compilation cache directory a launcher's workers share.
 - ``pending``: the boundary at which a thread's deferred work runs (a served RPC call's end).
 - ``trace``: the profiler's recorder (a flag, an event buffer, spans); ``tensorplay_jax.profiler``.
 
@@ -29,6 +30,7 @@ import importlib
 
 __all__ = [
     "accelerator",
+    "compile_cache",
     "cuda",
     "device",
     "ids",

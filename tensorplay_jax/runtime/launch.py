@@ -33,6 +33,7 @@ from tensorplay_jax.runtime._main_script import (
     check_not_importing_main,
     main_script,
 )
+from tensorplay_jax.runtime.compile_cache import job_cache_env
 from tensorplay_jax.runtime.pickling import Pickler
 from tensorplay_jax.runtime.placement import worker_placement
 from tensorplay_jax.runtime.secret import new_secret
@@ -320,7 +321,11 @@ def spawn(
     MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank)``. Unless
     ``TENSORPLAY_JAX_RPC_SECRET`` (or ``..._SECRET_FILE``) is set, the job gets a
     fresh random secret; when this process joins the job (``world_size`` larger
-    than ``nprocs``) it is also put in this process's environment.
+    than ``nprocs``) it is also put in this process's environment. Unless
+    ``JAX_COMPILATION_CACHE_DIR`` is set (or ``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0``),
+    the workers share one JAX compilation cache, made by this process and removed
+    when it exits: a program one worker (or an earlier ``spawn``) compiled is
+    loaded, not compiled again (``runtime.compile_cache``).
 
     Args:
       fn: the worker body, called as ``fn(rank, *args)``.
@@ -369,7 +374,7 @@ def spawn(
         pickler(f).dump((fn, tuple(args)))
     ranks = [rank_offset + i for i in range(nprocs)]
     here = str(Path(__file__).resolve().parents[2])
-    extra = {**secret_env, **(env or {})}
+    extra = {**secret_env, **job_cache_env("spawn", env), **(env or {})}
     extra["PYTHONPATH"] = os.pathsep.join(p for p in (here, settings.raw("PYTHONPATH")) if p)
     envs = [
         worker_env(r, i, ws, nprocs, master_addr, port, extra, devices_per_worker)

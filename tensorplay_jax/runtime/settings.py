@@ -96,6 +96,11 @@ SOCKET_IFNAME_ENV = "TENSORPLAY_JAX_SOCKET_IFNAME"
 LAUNCHED_NS_ENV = "TENSORPLAY_JAX_LAUNCHED_NS"
 DEVICES_PER_WORKER_ENV = "TENSORPLAY_JAX_DEVICES_PER_WORKER"
 LOCAL_DEVICES_ENV = "TENSORPLAY_JAX_LOCAL_DEVICES"
+JOB_CACHE_ENV = "TENSORPLAY_JAX_JOB_COMPILATION_CACHE"
+JAX_CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
+JAX_CACHE_ENABLE_ENV = "JAX_ENABLE_COMPILATION_CACHE"
+JAX_CACHE_MIN_COMPILE_S_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+JAX_CACHE_MIN_ENTRY_ENV = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 SLURM_VARS = (
     "SLURM_PROCID",
     "SLURM_NTASKS",
@@ -181,6 +186,39 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         "set by the launcher (tensorplay_jax.run, rpc.spawn): when it started this worker "
         "(ns since the epoch), for the profiler's start-up phases",
+    ),
+    # the job's compilation cache (runtime.compile_cache)
+    Setting(
+        JOB_CACHE_ENV,
+        "1",
+        str,
+        "1: rpc.spawn and tensorplay_jax.run give their workers one JAX compilation cache "
+        "directory (made by the launching process, removed when it exits), so a program one "
+        f"worker compiled is loaded by the others; 0: off. Unused when {JAX_CACHE_DIR_ENV} is set",
+    ),
+    Setting(
+        JAX_CACHE_DIR_ENV,
+        None,
+        str,
+        "JAX's persistent compilation cache directory; when set, the launchers leave caching to it",
+    ),
+    Setting(
+        JAX_CACHE_ENABLE_ENV,
+        "true",
+        str,
+        "JAX's; false turns its persistent cache off, and the launchers' job cache with it",
+    ),
+    Setting(
+        JAX_CACHE_MIN_COMPILE_S_ENV,
+        "1.0",
+        float,
+        "JAX's; programs compiled faster are not cached (the launchers' job cache: 0 unless set)",
+    ),
+    Setting(
+        JAX_CACHE_MIN_ENTRY_ENV,
+        "0",
+        int,
+        "JAX's; smaller cache entries are not written (the launchers' job cache: 0 unless set)",
     ),
     # the job secret (runtime.secret)
     Setting(SECRET_ENV, None, str, "the job secret every connection proves; never empty"),
