@@ -173,11 +173,34 @@ def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple
         other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
         if fused:
             out, pb = _forward_vjp(entry.flat_fn, mask, diff, other)
+            pb = _as_operations_pullback(entry, mask, diff, other, pb)
         else:
             out, pb = entry.forward_vjp(mask)(diff, other)
         outs.append(jax.tree_util.tree_leaves(out))
         pbs.append(pb)
     return outs, pbs
+
+
+def _as_operations_pullback(
+    entry: _Entry, mask: tuple[bool, ...], diff: tuple[Any, ...], other: tuple[Any, ...], pb: Any
+) -> Any:
+    """Inside a trace: ``pb`` in the pytree of the operation's own jitted pullback.
+
+    A pullback traced here closes over a jaxpr of its own, so ``apply_vjp`` would
+    compile it again for every segment program it came from. The same function on
+    the same avals gives the same residuals, so this trace's leaves go into the
+    pytree that ``entry.forward_vjp`` returns (one trace, cached): the node-by-node
+    backward then reuses the programs it compiled for the operation. Leaves that do
+    not match in number, shape and dtype keep their own pytree.
+    """
+    _, like = entry.forward_vjp(mask).eval_shape(diff, other)
+    want, treedef = jax.tree_util.tree_flatten(like)
+    leaves = jax.tree_util.tree_leaves(pb)
+    if len(want) != len(leaves) or any(
+        (w.shape, w.dtype) != (v.shape, v.dtype) for w, v in zip(want, leaves, strict=True)
+    ):
+        return pb
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 # program key -> (the pullbacks' treedef, per leaf the segment input it is, or -1),

@@ -184,3 +184,33 @@ def test_a_recurring_segment_keeps_its_inputs_for_the_backward_without_copying_t
     assert x._value.unsafe_buffer_pointer() in pointers  # dW = x.T @ ct keeps x itself
     y.sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), _oracle_grad(xn, wn), rtol=1e-5)
+
+
+def test_a_fused_segments_pullbacks_reuse_the_per_operation_backward_programs():
+    # A read runs the forward first (per operation, then as one program from its
+    # FUSE_AFTER-th run); the backward then runs node by node. The fused program's
+    # pullbacks must be the ones each operation's own program returns, so the
+    # node-by-node backward compiles nothing new when the forward becomes fused.
+    rng = np.random.default_rng(3)
+    xn = rng.standard_normal((7, 3)).astype(np.float32)
+    x = tp.tensor(xn)
+    w = tp.tensor(np.full((3, 3), 0.5, np.float32), requires_grad=True)
+
+    def step() -> np.ndarray:
+        w.grad = None
+        loss = (x * w.sum(0)).tanh().sum()
+        loss.item()  # the forward runs here, before the backward
+        loss.backward()
+        return w.grad.numpy()
+
+    def oracle() -> np.ndarray:  # d/dw sum(tanh(x * colsum(w))), by hand
+        t = np.tanh(xn * w.numpy().sum(0))
+        return np.broadcast_to(((1 - t**2) * xn).sum(0), (3, 3))
+
+    np.testing.assert_allclose(step(), oracle(), rtol=1e-5)
+    before = trace_counts()
+    for _ in range(_lazy.FUSE_AFTER + 1):
+        np.testing.assert_allclose(step(), oracle(), rtol=1e-5)
+    after = trace_counts()
+    assert after.get("<fused forward>", 0) > before.get("<fused forward>", 0)
+    assert after.get("<backward>", 0) == before.get("<backward>", 0)
