@@ -47,7 +47,7 @@ def clear() -> None:
 class _Entry:
     """The jitted forward and per-differentiation-mask forward-with-VJP of one operation."""
 
-    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "name")
+    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "name", "seen")
 
     def __init__(self, name: str, flat_fn: Callable[..., Any]) -> None:
         self.name = name
@@ -61,6 +61,8 @@ class _Entry:
         self._vjps: dict[tuple[bool, ...], Callable[..., Any]] = {}
         # (mask, input avals) -> (output tree, output structs), or None: not deferrable
         self.avals: dict[Hashable, Any] = {}
+        # (mask, input avals) of the runs in a segment so far (``_lazy``: first sights)
+        self.seen: set[Hashable] = set()
 
     def forward_vjp(self, mask: tuple[bool, ...]) -> Callable[..., Any]:
         """``jit(f(diff_values, other_values) -> (outputs, pullback))`` for this mask."""

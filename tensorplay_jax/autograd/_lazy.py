@@ -13,7 +13,9 @@ A segment's operations (their entries, masks, input avals and where each input
 comes from) make its *pattern* (``_pattern``: one object per sequence, from a
 trie). A segment of a pattern seen fewer than ``FUSE_AFTER`` times runs
 operation by operation, each with its cached per-operation program, so code
-whose graph changes every step compiles nothing new. A recurring pattern runs
+whose graph changes every step compiles nothing new; a pattern seen for the
+first time whose operations are mostly new runs as one program at once (they
+would be compiled anyway). A recurring pattern runs
 as ONE ``jax.jit`` program returning every output and every pullback; at
 ``backward()`` a recurring pattern whose graph is the backward's runs forward
 and backward together in one program (``_fused``).
@@ -113,7 +115,10 @@ class Segment:
                 return
             self.closed = True
             pattern = self.pattern
-            if _pattern.count(pattern) < FUSE_AFTER:
+            if not pattern.fused:
+                runs = _pattern.count(pattern)
+                pattern.fused = runs >= FUSE_AFTER or (runs == 1 and _mostly_new(pattern))
+            if not pattern.fused:
                 outs, pbs = _run_plan(pattern.ops, self.inputs, fused=False)
                 origin = None
             else:
@@ -150,6 +155,24 @@ class Segment:
         self.inputs = []
         self.input_ids = {}
         self.input_tensors = []
+
+
+def _mostly_new(pattern: Pattern) -> bool:
+    """Whether at least half of ``pattern``'s operations never ran before (marks them run).
+
+    Running such a segment operation by operation would compile those operations'
+    own programs, and then the segment's program from its ``FUSE_AFTER``-th run: the
+    same maths twice. Compiling the segment's program at once compiles it once. A
+    segment whose operations did run before (a loop whose graph changes from step
+    to step, with the same operations) runs them by operation, compiling nothing.
+    """
+    new = 0
+    for spec in pattern.ops:
+        key = (spec.mask, spec.keys)
+        if key not in spec.entry.seen:
+            spec.entry.seen.add(key)
+            new += 1
+    return 2 * new >= len(pattern.ops)
 
 
 def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) -> Any:

@@ -80,7 +80,7 @@ class Pattern:
     Hashed and compared by identity: the trie makes one object per sequence.
     """
 
-    __slots__ = ("__weakref__", "children", "expect", "number", "ops", "runs")
+    __slots__ = ("__weakref__", "children", "expect", "fused", "number", "ops", "runs")
 
     def __init__(self, ops: tuple[Spec, ...]) -> None:
         self.ops = ops
@@ -88,6 +88,7 @@ class Pattern:
         self.expect: Pattern | None = None  # the child taken last (replay's guess)
         self.number = next(_ids)  # names the pattern (a fused pullback's origin)
         self.runs = 0  # segments of this pattern that ran (``count``)
+        self.fused = False  # its segments run as one compiled program (``_lazy``)
 
     def __repr__(self) -> str:
         return f"<Pattern {self.number}: {len(self.ops)} ops>"

@@ -187,10 +187,10 @@ def test_a_recurring_segment_keeps_its_inputs_for_the_backward_without_copying_t
 
 
 def test_a_fused_segments_pullbacks_reuse_the_per_operation_backward_programs():
-    # A read runs the forward first (per operation, then as one program from its
-    # FUSE_AFTER-th run); the backward then runs node by node. The fused program's
-    # pullbacks must be the ones each operation's own program returns, so the
-    # node-by-node backward compiles nothing new when the forward becomes fused.
+    # The operations run first one at a time (deferral off), then as a segment, which
+    # a read runs as one program before a node-by-node backward. The segment
+    # program's pullbacks must be the ones each operation's own program returns, so
+    # the backward compiles nothing new when the forward becomes one program.
     rng = np.random.default_rng(3)
     xn = rng.standard_normal((7, 3)).astype(np.float32)
     x = tp.tensor(xn)
@@ -207,10 +207,50 @@ def test_a_fused_segments_pullbacks_reuse_the_per_operation_backward_programs():
         t = np.tanh(xn * w.numpy().sum(0))
         return np.broadcast_to(((1 - t**2) * xn).sum(0), (3, 3))
 
-    np.testing.assert_allclose(step(), oracle(), rtol=1e-5)
+    was = _lazy.set_enabled(False)
+    try:
+        np.testing.assert_allclose(step(), oracle(), rtol=1e-5)
+    finally:
+        _lazy.set_enabled(was)
     before = trace_counts()
     for _ in range(_lazy.FUSE_AFTER + 1):
         np.testing.assert_allclose(step(), oracle(), rtol=1e-5)
     after = trace_counts()
     assert after.get("<fused forward>", 0) > before.get("<fused forward>", 0)
     assert after.get("<backward>", 0) == before.get("<backward>", 0)
+
+
+def _segment_programs() -> int:
+    return trace_counts().get("<fused forward>", 0)
+
+
+def test_a_first_segment_of_new_operations_runs_as_one_program_at_once():
+    # Run one at a time, new operations would each compile a program, and the
+    # segment's own program would compile again from its FUSE_AFTER-th run.
+    w = tp.tensor(np.full((3, 2), 0.25, np.float32), requires_grad=True)
+    x = tp.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+    before = _segment_programs()
+    y = (x @ w).sigmoid().mean()
+    np.testing.assert_allclose(
+        y.item(), np.mean(1 / (1 + np.exp(-(x.numpy() @ w.numpy())))), rtol=1e-6
+    )
+    assert _segment_programs() == before + 1
+
+
+def test_a_changing_graph_of_known_operations_runs_them_one_at_a_time():
+    # New patterns made mostly of operations that ran before compile no segment
+    # program: a loop whose graph changes every step keeps its per-op programs.
+    w = tp.tensor(np.full((3, 2), 0.5, np.float32), requires_grad=True)
+    x = tp.tensor(np.ones((6, 3), np.float32))
+    before = _segment_programs()
+    (x @ w).exp().sum().item()  # new operations: one program
+    assert _segment_programs() == before + 1
+    for names in (("sin",), ("exp", "sin"), ("sin", "exp")):
+        h = x @ w
+        for name in names:
+            h = getattr(h, name)()
+        expected = np.ones((6, 2), np.float32) * 1.5
+        for name in names:
+            expected = getattr(np, name)(expected)
+        np.testing.assert_allclose(h.sum().item(), expected.sum(), rtol=1e-5)
+    assert _segment_programs() == before + 1
