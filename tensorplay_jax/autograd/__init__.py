@@ -59,7 +59,8 @@ Hooks for distributed autograd
     A recorded operation is deferred (``_lazy``): its output is pending until a
     value is needed or ``backward()`` runs, so a recurring training step runs its
     forward and backward as one compiled program. ``set_deferred(False)`` runs
-    each operation at once.
+    each operation at once. ``assign_value(dst, src)`` gives a leaf a pending
+    value without recording (``take_assigned`` takes it on first read).
 
 Engine runs are independent (no global state), so several threads may run
 backward at once; grad mode is thread-local. Gradients are ``jax.Array`` s in
@@ -70,6 +71,8 @@ through ``nn.functional_call`` or ``tp.apply`` for that.
 from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
+from tensorplay_jax.autograd._assign import assign as assign_value
+from tensorplay_jax.autograd._assign import take_assigned as take_assigned
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
 from tensorplay_jax.autograd._compile import compile as compile
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
@@ -120,7 +123,9 @@ __all__ = [
     "is_grad_enabled",
     "is_pending",
     "make_node",
+    "assign_value",
     "materialize",
+    "take_assigned",
     "no_grad",
     "pending_aval",
     "release_graph",

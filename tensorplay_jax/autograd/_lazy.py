@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _pattern
+from tensorplay_jax.autograd import _assign, _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
@@ -160,11 +160,10 @@ class Segment:
 def _mostly_new(pattern: Pattern) -> bool:
     """Whether at least half of ``pattern``'s operations never ran before (marks them run).
 
-    Running such a segment operation by operation would compile those operations'
-    own programs, and then the segment's program from its ``FUSE_AFTER``-th run: the
-    same maths twice. Compiling the segment's program at once compiles it once. A
-    segment whose operations did run before (a loop whose graph changes from step
-    to step, with the same operations) runs them by operation, compiling nothing.
+    Run by operation, such a segment would compile those operations' own programs,
+    then its own program from its ``FUSE_AFTER``-th run: the same maths twice. A
+    segment of operations that ran before (a loop whose graph changes from step to
+    step) runs them by operation, compiling nothing.
     """
     new = 0
     for spec in pattern.ops:
@@ -292,6 +291,8 @@ def materialize(t: Tensor) -> None:
     seg = None if node is None else node.lazy
     if seg is not None:
         seg.flush()
+    else:
+        _assign.take_assigned(t)
 
 
 def flush_current() -> None:

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from tensorplay_jax import tensors as _tensors
-from tensorplay_jax.autograd import apply, call_rule
+from tensorplay_jax.autograd import apply, assign_value, call_rule
 from tensorplay_jax.nn import _jax_impl
 from tensorplay_jax.tensors import Tensor, in_key_scope, next_key
 
@@ -262,9 +262,10 @@ def batch_norm(
         np.float32(momentum),
         float(eps),
     )
-    if training and running_mean is not None and not isinstance(new_mean.value, jax.core.Tracer):
-        running_mean.data = new_mean.value
-        running_var.data = new_var.value
+    if training and running_mean is not None and not isinstance(new_mean._aval(), jax.core.Tracer):
+        # without running the pending forward: the stats are taken when first read
+        assign_value(running_mean, new_mean)
+        assign_value(running_var, new_var)
     return y
 
 

@@ -30,6 +30,7 @@ from tensorplay_jax.autograd import (
     materialize,
     pending_aval,
     run_backward,
+    take_assigned,
 )
 from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _views
@@ -155,8 +156,9 @@ class Tensor(metaclass=_TensorMeta):
         return t
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for attributes not set: ``_value`` of a pending Tensor.
-        if name == "_value" and is_pending(self):
+        # Only reached for attributes not set: ``_value`` of a pending Tensor, or of
+        # one given a pending value without recording (``autograd._lazy.assign``).
+        if name == "_value" and (is_pending(self) or take_assigned(self)):
             materialize(self)
             return self._value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
