@@ -111,8 +111,11 @@ def key_scope(key: jax.Array) -> Iterator[None]:
 
 
 # Draws of up to this many elements are rounded up to a power of two (at most twice the
-# memory, briefly); larger ones are drawn at their own size.
+# memory, briefly), and at least ``_BUCKETED_MIN`` (small draws cost the same per call
+# up to about that size, and a model's small parameters then share one program);
+# larger ones are drawn at their own size.
 _BUCKETED_MAX = 1 << 24
+_BUCKETED_MIN = 1 << 10
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
@@ -139,7 +142,7 @@ def flat_draw(kind: str, key: jax.Array, n: int, dtype: Any) -> jax.Array:
         >>> bool((z[:6].reshape(2, 3) == jax.random.normal(key, (2, 3))).all())
         True
     """
-    size = n if n > _BUCKETED_MAX else 1 << max(n - 1, 0).bit_length()
+    size = n if n > _BUCKETED_MAX else max(1 << max(n - 1, 0).bit_length(), _BUCKETED_MIN)
     return _flat_draw(key, kind, size, jnp.dtype(dtype))
 
 

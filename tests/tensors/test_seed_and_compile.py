@@ -91,3 +91,27 @@ def test_random_fills_give_jax_randoms_values_for_the_same_key(shape, dtype):
         np.testing.assert_array_equal(
             np.asarray(got.numpy(), np.float32), np.asarray(want, np.float32), err_msg=name
         )
+
+
+def test_small_draws_of_any_size_share_one_compiled_draw():
+    import jax
+    import numpy as np
+
+    from tensorplay_jax.tensors import _random
+
+    compiled: list[str] = []
+
+    def listener(name: str, secs: float, **kwargs: object) -> None:
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiled.append(name)
+
+    key = jax.random.key(3)
+    _random.flat_draw("normal", key, 1, np.float32)  # warm: the smallest bucket
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        draws = {n: _random.flat_draw("normal", key, n, np.float32) for n in (2, 17, 300, 1000)}
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiled == []
+    for n, z in draws.items():  # the same values as jax.random's own draw of that size
+        np.testing.assert_array_equal(np.asarray(z)[:n], np.asarray(jax.random.normal(key, (n,))))
