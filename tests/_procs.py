@@ -23,13 +23,53 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tensorplay_jax.runtime.launch import free_port as free_port
+from tensorplay_jax.runtime.launch import port_is_free
 from tensorplay_jax.runtime.settings import LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV
 from tensorplay_jax.testing.netns import Cluster
 from tests._worker import OUT_DIR, RESULT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ADDRESS_CHOICES = (LISTEN_ADDR_ENV, SOCKET_IFNAME_ENV, "GLOO_SOCKET_IFNAME")
+
+
+def _port_slice() -> range:
+    """This pytest worker's own ports: below the kernel's ephemeral range, one slice each.
+
+    Outgoing connections (thousands in this suite) take ephemeral ports at any moment,
+    so a port found free there can be taken before the job binds it; the kernel hands
+    out none below that range, and each xdist worker picks from its own slice.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        top = 32768
+    bottom = 10000
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), index + 1)
+    width = (top - bottom) // count
+    return range(bottom + index * width, bottom + (index + 1) * width - 1)
+
+
+_next_port: list[int] = []
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port for a test job, free on ``host`` with the next one (``MASTER_PORT + 1``).
+
+    Taken in turn from this pytest worker's slice (:func:`_port_slice`), skipping any
+    that a running process still holds.
+    """
+    ports = _port_slice()
+    if not _next_port:
+        _next_port.append(ports.start + secrets.randbelow(len(ports)))  # runs differ
+    for _ in range(len(ports)):
+        port = _next_port[0]
+        _next_port[0] = port + 2 if port + 2 < ports.stop else ports.start
+        if port_is_free(host, port) and port_is_free(host, port + 1):
+            return port
+    raise RuntimeError(f"free_port: no two free consecutive ports in {ports} on {host}")
 
 
 @dataclasses.dataclass

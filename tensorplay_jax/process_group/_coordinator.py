@@ -70,8 +70,13 @@ def start(
     if answer != "ready":
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        proc.wait()
-        why = answer[len("error ") :] if answer.startswith("error ") else "it did not answer"
+        code = proc.wait()
+        if answer.startswith("error "):
+            why = answer[len("error ") :]
+        elif code < 0 and code != -signal.SIGKILL:
+            why = f"it died of {signal.Signals(-code).name} before it listened"
+        else:
+            why = f"it did not answer within {PG_COORDINATOR_START_S:g} s"
         raise RuntimeError(
             f"init_process_group: could not start the JAX coordination service on {bind}: "
             f"{why}. Is MASTER_PORT + 1 free on this host? (set {LOG_ENV} to a file for "
@@ -93,6 +98,22 @@ def _read_line(proc: subprocess.Popen, deadline: float) -> str:
     return got.decode(errors="replace").split("\n", 1)[0].strip()
 
 
+def _port_taken(bind: str) -> str:
+    """Why the service could not listen on ``bind`` ("host:port"), or "" if it can."""
+    import socket
+
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC's listener does
+        try:
+            s.bind((host, int(port)))
+        except OSError as e:
+            return f"port {port} on {host} is taken ({e.strerror})"
+    return ""
+
+
 def _answer(line: str) -> None:
     """Tell the parent, then point stdout at /dev/null (the parent closes its end)."""
     os.write(1, (line + "\n").encode())
@@ -106,6 +127,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the ranks; they stop us
     bind, address = argv[0], argv[1]
     n, heartbeat_s, init_s = (int(a) for a in argv[2:5])
+    taken = _port_taken(bind)
+    if taken:  # jaxlib's service crashes (SIGSEGV) when it cannot listen: say why first
+        _answer(f"error {taken}")
+        return 1
     try:
         from jaxlib import _jax
 

@@ -56,16 +56,37 @@ __all__ = [
 ]
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a TCP listener could bind ``port`` on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now.
+    """A TCP port that is free on ``host`` right now, and the port after it too.
+
+    A job's ``MASTER_PORT`` takes both: ``init_process_group`` runs JAX's
+    coordination service on ``MASTER_PORT + 1``.
+
+    Raises:
+      RuntimeError: no such pair was found in 64 tries.
 
     Example:
-      >>> 0 < free_port() < 65536
+      >>> port = free_port()
+      >>> 0 < port < 65535 and port_is_free("127.0.0.1", port + 1)
       True
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port < 65535 and port_is_free(host, port + 1):
+            return port
+    raise RuntimeError(f"free_port: found no two free consecutive TCP ports on {host}")
 
 
 def launch_secret_env(where: str, multi_node: bool, insecure: bool = False) -> dict[str, str]:
