@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.runtime import xla_options
+
 MAX_CACHED_OPERATIONS = 4096
 
 _lock = threading.Lock()
@@ -57,7 +59,7 @@ class _Entry:
             return flat_fn(*args)
 
         self.flat_fn = counted
-        self.forward = jax.jit(counted)
+        self.forward = xla_options.jit(counted)
         self._vjps: dict[tuple[bool, ...], Callable[..., Any]] = {}
         # (mask, input avals) -> (output tree, output structs), or None: not deferrable
         self.avals: dict[Hashable, Any] = {}
@@ -68,7 +70,7 @@ class _Entry:
         """``jit(f(diff_values, other_values) -> (outputs, pullback))`` for this mask."""
         fn = self._vjps.get(mask)
         if fn is None:
-            fn = jax.jit(functools.partial(_forward_vjp, self.flat_fn, mask))
+            fn = xla_options.jit(functools.partial(_forward_vjp, self.flat_fn, mask))
             self._vjps[mask] = fn
         return fn
 
@@ -114,7 +116,7 @@ def zero_cotangent(shape: tuple[int, ...], dtype: Any) -> Any:
     return np.zeros(shape, jax.dtypes.float0)
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(xla_options.jit, static_argnums=2)
 def _apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
     _trace_counts["<backward>"] += 1
     treedef, avals = out_info

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ import numpy as np
 from tensorplay_jax.autograd import _fused, _known
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
+from tensorplay_jax.runtime import xla_options
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -79,7 +81,7 @@ def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
         if leaf._grad is None:
             leaf._grad = _tc.Tensor._wrap(grad)
         else:
-            leaf._grad = _tc.Tensor._wrap(leaf._grad._value + grad)
+            leaf._grad = _tc.Tensor._wrap(add_gradients(leaf._grad._value, grad))
 
 
 def replace_grad(leaf: Tensor, held: jax.Array | None, total: jax.Array) -> bool:
@@ -133,12 +135,16 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
     return grad
 
 
+# The sum of two gradients of one tensor: a program of ours (``runtime.xla_options``)
+add_gradients = xla_options.jit(operator.add)
+
+
 def _add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
     if a is None:
         return b
     if b is None:
         return a
-    return a + b
+    return add_gradients(a, b)
 
 
 def _dependencies(starts: Sequence[Node]) -> dict[Node, int]:

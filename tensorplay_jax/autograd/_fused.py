@@ -27,12 +27,11 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-import jax
-
 from tensorplay_jax.autograd import _engine, _known, _lazy
 from tensorplay_jax.autograd._cache import _trace_counts
 from tensorplay_jax.autograd._known import Plan, backward_body, finish, held_grad, known_shape
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
+from tensorplay_jax.runtime import xla_options
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -44,7 +43,7 @@ _MAX_SHAPES = 1024
 _seen: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(xla_options.jit, static_argnums=0)
 def _fused_backward(
     plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...], held: tuple[Any, ...]
 ) -> Any:
@@ -54,7 +53,7 @@ def _fused_backward(
     return backward_body(plan, pullbacks, root_cts, held)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(xla_options.jit, static_argnums=(0, 1, 2, 3))
 def _forward_backward(
     segment: tuple[Any, ...],
     plan: Plan,

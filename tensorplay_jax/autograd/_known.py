@@ -40,6 +40,7 @@ import jax
 from tensorplay_jax.autograd import _engine, _lazy
 from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
+from tensorplay_jax.runtime import xla_options
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -297,7 +298,7 @@ def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]
         known.programs.clear()
     places = [(k, i) for k, refs in enumerate(seg.outs) for i in range(len(refs))]
     where = tuple(at for p, at in enumerate(places) if fkey >> (p + 1) & 1)
-    program = jax.jit(
+    program = xla_options.jit(
         functools.partial(
             _pending_program, seg.pattern, known.plan, known.op_indices, bool(fkey & 1), where
         )

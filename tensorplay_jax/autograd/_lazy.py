@@ -52,7 +52,7 @@ from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
 from tensorplay_jax.autograd._pattern import Pattern, Spec
-from tensorplay_jax.runtime import pending
+from tensorplay_jax.runtime import pending, xla_options
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -252,7 +252,7 @@ def with_inputs(key: Hashable, computed: Sequence[Any], inputs: Sequence[Any]) -
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(xla_options.jit, static_argnums=0)
 def _segment_body(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     _trace_counts["<fused forward>"] += 1
     outs, pbs = _run_plan(pattern.ops, inputs, fused=True)

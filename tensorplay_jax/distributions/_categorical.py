@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import apply
+from tensorplay_jax.runtime import xla_options
 from tensorplay_jax.tensors import Tensor, next_key, tensor
 
 __all__ = ["Categorical"]
@@ -48,7 +49,7 @@ def _entropy(param: jax.Array, is_logits: bool) -> jax.Array:
     return -jnp.sum(logits * _probs(param, is_logits), axis=-1)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))
+@functools.partial(xla_options.jit, static_argnums=(2, 3))
 def _sample(key: jax.Array, param: jax.Array, shape: tuple[int, ...], is_logits: bool) -> Any:
     return jax.random.categorical(key, _logits(param, is_logits), axis=-1, shape=shape)
 

@@ -23,6 +23,7 @@ import optax
 
 from tensorplay_jax.autograd import enable_grad, no_grad
 from tensorplay_jax.optim import _state_dict
+from tensorplay_jax.runtime import xla_options
 from tensorplay_jax.tensors import Tensor, overwrite
 
 __all__ = ["Optimizer"]
@@ -41,7 +42,7 @@ def _apply(rule: Rule, flags: tuple, hp: dict, grads: list, states: list, params
     return new_params, new_states
 
 
-_APPLY = jax.jit(_apply, static_argnums=(0, 1))
+_APPLY = xla_options.jit(_apply, static_argnums=(0, 1))
 
 
 def _placement(value: Any) -> Any:

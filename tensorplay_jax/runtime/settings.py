@@ -97,6 +97,7 @@ LAUNCHED_NS_ENV = "TENSORPLAY_JAX_LAUNCHED_NS"
 DEVICES_PER_WORKER_ENV = "TENSORPLAY_JAX_DEVICES_PER_WORKER"
 LOCAL_DEVICES_ENV = "TENSORPLAY_JAX_LOCAL_DEVICES"
 JOB_CACHE_ENV = "TENSORPLAY_JAX_JOB_COMPILATION_CACHE"
+XLA_DEFAULTS_ENV = "TENSORPLAY_JAX_XLA_DEFAULTS"
 JAX_CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 JAX_CACHE_ENABLE_ENV = "JAX_ENABLE_COMPILATION_CACHE"
 JAX_CACHE_MIN_COMPILE_S_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
@@ -186,6 +187,15 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         "set by the launcher (tensorplay_jax.run, rpc.spawn): when it started this worker "
         "(ns since the epoch), for the profiler's start-up phases",
+    ),
+    # the compiler options of our own programs (runtime.xla_options)
+    Setting(
+        XLA_DEFAULTS_ENV,
+        "0",
+        bool,
+        "1: tensorplay_jax's own programs (the tape's, the optimizers', the draws') compile with "
+        "XLA's default options; 0: with runtime.xla_options.compiler_options() (on jaxlib 0.10, "
+        "XLA's CPU loop emitter instead of its slower-compiling fusion emitters)",
     ),
     # the job's compilation cache (runtime.compile_cache)
     Setting(

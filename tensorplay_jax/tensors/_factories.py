@@ -10,6 +10,7 @@ a device that is not here raises an error naming those that are.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,9 @@ from tensorplay_jax.tensors._device import place
 from tensorplay_jax.tensors._tensor import Tensor
 
 DEFAULT_FLOAT = jnp.float32
+# Fills of up to this many elements are made on the host and transferred: XLA would
+# compile a broadcast program per shape and dtype, which costs more than the copy.
+HOST_FILL_MAX = 1 << 16
 
 
 def _size(fn: str, size: Sequence[Any]) -> tuple[int, ...]:
@@ -35,6 +39,27 @@ def _size(fn: str, size: Sequence[Any]) -> tuple[int, ...]:
 
 def _leaf(value: jax.Array, requires_grad: bool, device: Any = None, fn: str = "") -> Tensor:
     return Tensor(place(value, device, f"tp.{fn}"), requires_grad=requires_grad)
+
+
+def from_host(arr: Any, dtype: Any = None, *, copy: bool = True) -> jax.Array:
+    """``jnp.array(arr, dtype)`` for host data (NumPy, lists, scalars), compiling nothing.
+
+    ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a program per shape
+    (their ``lax.stage``); ``jax.device_put`` transfers with none. The dtype is
+    canonicalized as JAX does (float64 is float32 unless ``jax_enable_x64``).
+    ``copy=False`` is for an array nobody else holds (``device_put`` may share it).
+    """
+    arr = np.asarray(arr)
+    dtype = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else arr.dtype)
+    return jax.device_put(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))
+
+
+def _filled(shape: tuple[int, ...], value: bool | float, dtype: Any) -> jax.Array:
+    """``jnp.full(shape, value, dtype)``, made on the host when small (no program to compile)."""
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    if math.prod(shape) <= HOST_FILL_MAX:
+        return jax.device_put(np.full(shape, value, dtype))
+    return jnp.full(shape, value, dtype)
 
 
 def _device_of(input: Tensor) -> Any:
@@ -74,13 +99,15 @@ def tensor(
     """
     if isinstance(data, Tensor):
         data = data.value
-    if isinstance(data, jax.Array | np.ndarray | np.generic):
+    if isinstance(data, jax.Array):
         value = jnp.array(data, dtype=dtype)
+    elif isinstance(data, np.ndarray | np.generic):
+        value = from_host(data, dtype)
     else:
         arr = np.asarray(data)
         if dtype is None and arr.dtype == np.float64:
             dtype = DEFAULT_FLOAT
-        value = jnp.asarray(arr, dtype=dtype)
+        value = from_host(arr, dtype, copy=False)  # arr is new
     return _leaf(value, requires_grad, device, "tensor")
 
 
@@ -111,7 +138,7 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
             "tp.from_numpy: can't convert an np.ndarray of type numpy.object_; "
             "the supported types are the numeric ones and bool"
         )
-    return _leaf(jnp.array(ndarray), False, None, "from_numpy")
+    return _leaf(from_host(ndarray), False, None, "from_numpy")
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -157,7 +184,7 @@ def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool 
         >>> tp.ones(2)
         tensor([1., 1.])
     """
-    value = jnp.ones(_size("ones", size), dtype or DEFAULT_FLOAT)
+    value = _filled(_size("ones", size), 1, dtype or DEFAULT_FLOAT)
     return _leaf(value, requires_grad, device, "ones")
 
 
@@ -169,7 +196,7 @@ def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         >>> tp.zeros(2, device="cpu")
         tensor([0., 0.])
     """
-    value = jnp.zeros(_size("zeros", size), dtype or DEFAULT_FLOAT)
+    value = _filled(_size("zeros", size), 0, dtype or DEFAULT_FLOAT)
     return _leaf(value, requires_grad, device, "zeros")
 
 
@@ -182,7 +209,7 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         >>> tp.empty(2, 3).shape
         (2, 3)
     """
-    value = jnp.zeros(_size("empty", size), dtype or DEFAULT_FLOAT)
+    value = _filled(_size("empty", size), 0, dtype or DEFAULT_FLOAT)
     return _leaf(value, requires_grad, device, "empty")
 
 
@@ -197,7 +224,11 @@ def full(
     """A Tensor of ``size`` filled with ``fill_value``."""
     if dtype is None and isinstance(fill_value, float):
         dtype = DEFAULT_FLOAT
-    value = jnp.full(_size("full", (size,)), fill_value, dtype)
+    shape = _size("full", (size,))
+    if dtype is not None and isinstance(fill_value, bool | int | float):
+        value = _filled(shape, fill_value, dtype)
+    else:
+        value = jnp.full(shape, fill_value, dtype)
     return _leaf(value, requires_grad, device, "full")
 
 
@@ -245,7 +276,8 @@ def zeros_like(
 ) -> Tensor:
     """Zeros with ``input``'s shape (and dtype unless given)."""
     device = device if device is not None else _device_of(input)
-    return _leaf(jnp.zeros(input.shape, dtype or input.dtype), requires_grad, device, "zeros_like")
+    value = _filled(tuple(input.shape), 0, dtype or input.dtype)
+    return _leaf(value, requires_grad, device, "zeros_like")
 
 
 def ones_like(
@@ -253,7 +285,8 @@ def ones_like(
 ) -> Tensor:
     """Ones with ``input``'s shape (and dtype unless given)."""
     device = device if device is not None else _device_of(input)
-    return _leaf(jnp.ones(input.shape, dtype or input.dtype), requires_grad, device, "ones_like")
+    value = _filled(tuple(input.shape), 1, dtype or input.dtype)
+    return _leaf(value, requires_grad, device, "ones_like")
 
 
 def randn_like(

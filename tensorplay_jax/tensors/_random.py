@@ -21,6 +21,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from tensorplay_jax.runtime import xla_options
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {"key": None, "seed": None}  # seed None: draw one from the OS
 _scoped = threading.local()
@@ -64,7 +66,7 @@ def initial_seed() -> int:
         return _state["seed"]
 
 
-@jax.jit
+@xla_options.jit
 def _split(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``jax.random.split(key)`` unpacked, as one compiled call.
 
@@ -118,7 +120,7 @@ _BUCKETED_MAX = 1 << 24
 _BUCKETED_MIN = 1 << 10
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+@functools.partial(xla_options.jit, static_argnums=(1, 2, 3))
 def _flat_draw(key: jax.Array, kind: str, size: int, dtype: Any) -> jax.Array:
     if kind == "normal":
         return jax.random.normal(key, (size,), dtype)
@@ -146,7 +148,7 @@ def flat_draw(kind: str, key: jax.Array, n: int, dtype: Any) -> jax.Array:
     return _flat_draw(key, kind, size, jnp.dtype(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=1)
+@functools.partial(xla_options.jit, static_argnums=1)
 def _first(flat: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return flat[: math.prod(shape)].reshape(shape)
 

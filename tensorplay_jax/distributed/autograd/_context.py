@@ -33,6 +33,7 @@ from typing import Any
 import jax
 
 from tensorplay_jax.autograd import GradientEdge, Node, release_graph
+from tensorplay_jax.autograd._engine import add_gradients
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc import rpc_async as _rpc_async
@@ -160,7 +161,7 @@ class DistAutogradContext:
         """Add ``grad`` into this context's gradient for ``leaf`` (thread-safe)."""
         with self._lock:
             old = self._grads.get(leaf)
-            self._grads[leaf] = grad if old is None else old + grad
+            self._grads[leaf] = grad if old is None else add_gradients(old, grad)
 
     def begin_pass(self, pass_id: int, roots: Sequence[Any], retain_graph: bool) -> None:
         """Note that a backward pass runs from ``roots`` here.

@@ -35,6 +35,7 @@ import numpy as np
 
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import internal_target
+from tensorplay_jax.runtime import xla_options
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["MAX_PENDING", "backward", "drop", "forward", "stats", "tape_call"]
@@ -106,7 +107,7 @@ def _program(
                 _compiled.move_to_end(key)
                 return _compiled[key]
     g = _traceable(func, leaves, tree, diff)
-    prog = _VjpProgram(g, batch) if vjp else jax.jit(_vmapped(g, batch))
+    prog = _VjpProgram(g, batch) if vjp else xla_options.jit(_vmapped(g, batch))
     if key is not None:
         with _lock:
             _compiled[key] = prog
@@ -130,7 +131,7 @@ class _VjpProgram:
         self._g = g
         self._where: list[tuple[int, int]] = []  # per residual: (0 input | 1 result | 2 new, i)
         self._tree: Any = None
-        self._jit = jax.jit(_vmapped(self._body, batch))
+        self._jit = xla_options.jit(_vmapped(self._body, batch))
 
     def _body(self, *v: Any) -> tuple[Any, list[Any]]:
         out, pullback = jax.vjp(self._g, *v)
@@ -235,7 +236,7 @@ def _applier(batch: int) -> Callable[..., Any]:
     """``pullback(cotangents)``, jitted, ``jax.vmap``-ped over ``batch`` leading dimensions."""
     with _lock:
         if batch not in _appliers:
-            _appliers[batch] = jax.jit(_vmapped(lambda pullback, cts: pullback(cts), batch))
+            _appliers[batch] = xla_options.jit(_vmapped(lambda pullback, cts: pullback(cts), batch))
         return _appliers[batch]
 
 

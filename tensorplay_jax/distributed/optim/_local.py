@@ -18,7 +18,7 @@ import optax
 from tensorplay_jax import optim
 from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.rpc import RRef
-from tensorplay_jax.runtime import trace
+from tensorplay_jax.runtime import trace, xla_options
 from tensorplay_jax.tensors import Tensor
 
 __all__ = [
@@ -57,7 +57,7 @@ class LocalOptimizer:
         self.params = list(params)
         self.states = [tx.init(p.value) for p in self.params]
         self.lock = threading.Lock()
-        self._update = jax.jit(lambda g, s, p: _update_all(tx, g, s, p))
+        self._update = xla_options.jit(lambda g, s, p: _update_all(tx, g, s, p))
 
     def step(self, grads: dict[Any, Any]) -> int:
         """Apply the update to every parameter that has a gradient in ``grads``; how many did."""

@@ -1,0 +1,81 @@
+"""The XLA compiler options of tensorplay_jax's own programs, and the ``jit`` that applies them.
+
+The eager tape compiles many small programs (one per operation, pullback,
+segment and shape), and a first step, a notebook cell or a short script spends
+most of its time compiling them. XLA's CPU compiler in jaxlib 0.10 emits each
+fusion through its MLIR fusion emitters, which take far longer to compile these
+programs than its older loop emitter, for code that runs no faster here
+(``docs/benchmarks.md``, "The ported tutorials", has the measurements). So on
+the jaxlib versions that still offer the choice, our programs are compiled
+with ``xla_cpu_use_fusion_emitters=False``; later versions, which removed the
+option, get XLA's defaults. The option touches only XLA's CPU compiler.
+
+Only programs that tensorplay_jax builds use these options: a user's own
+``jax.jit`` is compiled as JAX would, and our functions called inside a user's
+trace (``jax.jit`` refuses ``compiler_options`` on a nested jit) run as a plain
+``jax.jit``, compiled as part of the user's program with its options.
+``TENSORPLAY_JAX_XLA_DEFAULTS=1`` turns them off (every program gets XLA's
+defaults).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from tensorplay_jax.runtime import xla_options
+    >>> double = xla_options.jit(lambda x: x * 2)
+    >>> double(jnp.arange(3)).tolist()
+    [0, 2, 4]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax._src import core as _jax_core  # trace_state_clean: no public equivalent
+
+from tensorplay_jax.runtime import settings
+
+# jaxlib 0.10's XLA has this option; jaxlib 0.12's refuses it ("No such compile option")
+_FUSION_EMITTERS_OPTION_BEFORE = (0, 11)
+
+
+def compiler_options() -> dict[str, Any]:
+    """The options ``jit`` passes to XLA for this process's jaxlib (empty: XLA's defaults)."""
+    if settings.get_flag(settings.XLA_DEFAULTS_ENV):
+        return {}
+    if tuple(jax.__version_info__[:2]) < _FUSION_EMITTERS_OPTION_BEFORE:
+        return {"xla_cpu_use_fusion_emitters": False}
+    return {}
+
+
+_OPTIONS = compiler_options()
+
+
+def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+    """``jax.jit(fun, **kwargs)``, compiled with :func:`compiler_options` when called outside
+    any trace.
+
+    Args:
+        fun: the function to compile, as for ``jax.jit``.
+        **kwargs: ``jax.jit``'s keyword arguments (``static_argnums``, ...).
+
+    Returns:
+        ``jax.jit``'s own object when there are no options to pass; otherwise a function
+        that calls the jit with options at the top level and a plain jit inside a trace,
+        with the former's ``eval_shape``.
+    """
+    plain = jax.jit(fun, **kwargs)
+    if not _OPTIONS:
+        return plain
+    top = jax.jit(fun, compiler_options=_OPTIONS, **kwargs)
+    clean = _jax_core.trace_state_clean
+
+    @functools.wraps(fun)
+    def program(*args: Any, **kw: Any) -> Any:
+        if clean():
+            return top(*args, **kw)
+        return plain(*args, **kw)
+
+    program.eval_shape = top.eval_shape  # type: ignore[attr-defined]
+    return program
