@@ -79,6 +79,7 @@ from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
 from tensorplay_jax.autograd._engine import accumulate_into_grad as accumulate_into_grad
+from tensorplay_jax.autograd._engine import add_gradients as add_gradients
 from tensorplay_jax.autograd._engine import as_cotangent as as_cotangent
 from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
@@ -110,6 +111,7 @@ __all__ = [
     "Tensor",
     "VJPNode",
     "accumulate_into_grad",
+    "add_gradients",
     "apply",
     "as_cotangent",
     "attach_outputs",

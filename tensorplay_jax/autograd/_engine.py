@@ -135,8 +135,19 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
     return grad
 
 
-# The sum of two gradients of one tensor: a program of ours (``runtime.xla_options``)
-add_gradients = xla_options.jit(operator.add)
+_add_program = xla_options.jit(operator.add)
+
+
+def add_gradients(a: Any, b: Any) -> jax.Array:
+    """``a + b`` for two gradients of one tensor, compiled as our own programs are
+    (``runtime.xla_options``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> add_gradients(jnp.ones(2), jnp.ones(2)).tolist()
+        [2.0, 2.0]
+    """
+    return _add_program(a, b)
 
 
 def _add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:

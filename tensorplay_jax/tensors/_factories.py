@@ -20,6 +20,7 @@ import numpy as np
 
 from tensorplay_jax.tensors import _random
 from tensorplay_jax.tensors._device import place
+from tensorplay_jax.tensors._host import from_host
 from tensorplay_jax.tensors._tensor import Tensor
 
 DEFAULT_FLOAT = jnp.float32
@@ -39,19 +40,6 @@ def _size(fn: str, size: Sequence[Any]) -> tuple[int, ...]:
 
 def _leaf(value: jax.Array, requires_grad: bool, device: Any = None, fn: str = "") -> Tensor:
     return Tensor(place(value, device, f"tp.{fn}"), requires_grad=requires_grad)
-
-
-def from_host(arr: Any, dtype: Any = None, *, copy: bool = True) -> jax.Array:
-    """``jnp.array(arr, dtype)`` for host data (NumPy, lists, scalars), compiling nothing.
-
-    ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a program per shape
-    (their ``lax.stage``); ``jax.device_put`` transfers with none. The dtype is
-    canonicalized as JAX does (float64 is float32 unless ``jax_enable_x64``).
-    ``copy=False`` is for an array nobody else holds (``device_put`` may share it).
-    """
-    arr = np.asarray(arr)
-    dtype = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else arr.dtype)
-    return jax.device_put(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))
 
 
 def _filled(shape: tuple[int, ...], value: bool | float, dtype: Any) -> jax.Array:

@@ -34,6 +34,7 @@ from tensorplay_jax.autograd import (
 )
 from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _views
+from tensorplay_jax.tensors._host import from_host
 
 _DEFAULT_DTYPES = (np.dtype("float32"), np.dtype("int32"), np.dtype("int64"), np.dtype("bool"))
 
@@ -109,6 +110,8 @@ class Tensor(metaclass=_TensorMeta):
     def __init__(self, value: Any, requires_grad: bool = False) -> None:
         if isinstance(value, Tensor):
             value = value._value
+        elif isinstance(value, np.ndarray):
+            value = from_host(value)
         elif not isinstance(value, jax.Array | jax.core.Tracer):
             value = jnp.asarray(value)
         self._value = value
@@ -440,5 +443,5 @@ class Tensor(metaclass=_TensorMeta):
 
 def _rebuild(cls: type[Tensor], value: np.ndarray, requires_grad: bool) -> Tensor:
     t = cls.__new__(cls)
-    Tensor.__init__(t, jnp.asarray(value), requires_grad=requires_grad)
+    Tensor.__init__(t, from_host(value), requires_grad=requires_grad)
     return t

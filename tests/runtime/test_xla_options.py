@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import pickle
 from collections.abc import Iterator
 
 import jax
@@ -82,8 +83,20 @@ def test_the_tapes_ops_work_on_tensors_inside_a_users_jit():
         lambda n: tp.tensor([1.0] * n),
         lambda n: tp.tensor(np.arange(n)),
         lambda n: tp.from_numpy(np.ones((n, 2), np.float32)),
+        lambda n: tp.Tensor(np.ones(n, np.float32)),
+        lambda n: pickle.loads(pickle.dumps(tp.Tensor(np.ones(n, np.float32)))),
     ],
-    ids=["zeros", "ones", "full", "zeros_like", "tensor_list", "tensor_ndarray", "from_numpy"],
+    ids=[
+        "zeros",
+        "ones",
+        "full",
+        "zeros_like",
+        "tensor_list",
+        "tensor_ndarray",
+        "from_numpy",
+        "Tensor_ndarray",
+        "unpickled",
+    ],
 )
 def test_tensors_from_host_data_compile_no_program(make):
     make(1)  # anything a first call sets up

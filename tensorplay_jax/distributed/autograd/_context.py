@@ -32,8 +32,7 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.autograd import GradientEdge, Node, release_graph
-from tensorplay_jax.autograd._engine import add_gradients
+from tensorplay_jax.autograd import GradientEdge, Node, add_gradients, release_graph
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc import rpc_async as _rpc_async

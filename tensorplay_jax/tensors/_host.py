@@ -1,0 +1,33 @@
+"""Host data (NumPy arrays, lists) into ``jax.Array`` s without compiling a program.
+
+``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a small program per
+shape and dtype (their ``lax.stage``), which a first step or a loop over new
+shapes (an episode's returns, a message's arrays) pays each time;
+``jax.device_put`` transfers with none.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorplay_jax.tensors._host import from_host
+    >>> from_host(np.arange(3.0)).dtype  # float64 is float32 without jax_enable_x64
+    dtype('float32')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def from_host(arr: Any, dtype: Any = None, *, copy: bool = True) -> jax.Array:
+    """``jnp.array(arr, dtype)`` for host data (NumPy, lists, scalars), compiling nothing.
+
+    ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a program per shape
+    (their ``lax.stage``); ``jax.device_put`` transfers with none. The dtype is
+    canonicalized as JAX does (float64 is float32 unless ``jax_enable_x64``).
+    ``copy=False`` is for an array nobody else holds (``device_put`` may share it).
+    """
+    arr = np.asarray(arr)
+    dtype = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else arr.dtype)
+    return jax.device_put(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))
