@@ -118,3 +118,12 @@ def test_host_fills_keep_values_dtypes_and_the_arrays_independence():
     assert t.tolist() == [1.0, 1.0, 1.0]
     big = tp.zeros(300, 300)  # above the host-fill size: XLA fills it
     assert big.shape == (300, 300) and float(big.sum()) == 0.0
+
+
+def test_host_made_tensors_follow_jaxs_default_device_uncommitted():
+    second = jax.devices()[1]
+    with jax.default_device(second):
+        made = [tp.zeros(2), tp.tensor([1.0, 2.0]), tp.from_numpy(np.ones(2, np.float32))]
+    for t in made:
+        assert t.value.devices() == {second}
+        assert not t.value.committed  # as jnp.zeros: free to move to an operand's device
