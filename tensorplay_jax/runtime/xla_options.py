@@ -3,12 +3,17 @@
 The eager tape compiles many small programs (one per operation, pullback,
 segment and shape), and a first step, a notebook cell or a short script spends
 most of its time compiling them. XLA's CPU compiler in jaxlib 0.10 emits each
-fusion through its MLIR fusion emitters, which take far longer to compile these
-programs than its older loop emitter, for code that runs no faster here
+fusion through its MLIR fusion emitters, which take longer than its older loop
+emitter to compile the programs a training step is made of (convolutions with
+batch norm, matmuls with activations, LSTM cells, softmax losses), for code that
+runs no faster. Not every program: a long chain of transcendental functions with
+reductions in between compiles faster with the fusion emitters
 (``docs/benchmarks.md``, "The ported tutorials", has the measurements). So on
 the jaxlib versions that still offer the choice, our programs are compiled
 with ``xla_cpu_use_fusion_emitters=False``; later versions, which removed the
-option, get XLA's defaults. The option touches only XLA's CPU compiler.
+option, get XLA's defaults. The option is for XLA's CPU compiler, so it is given
+only in a process whose default backend is the CPU (decided at the first call of
+any of our programs, when JAX's backends are up).
 
 Only programs that tensorplay_jax builds use these options: a user's own
 ``jax.jit`` is compiled as JAX would, and our functions called inside a user's
@@ -36,7 +41,8 @@ from jax._src import core as _jax_core  # trace_state_clean: no public equivalen
 
 from tensorplay_jax.runtime import settings
 
-# jaxlib 0.10's XLA has this option; jaxlib 0.12's refuses it ("No such compile option")
+# jaxlib 0.10.2's XLA has this option and 0.12's refuses it ("No such compile option");
+# 0.11 could not be checked here, so it gets XLA's defaults.
 _FUSION_EMITTERS_OPTION_BEFORE = (0, 11)
 
 
@@ -50,6 +56,13 @@ def compiler_options() -> dict[str, Any]:
 
 
 _OPTIONS = compiler_options()
+_on_cpu: bool | None = None  # whether the default backend is the CPU (set at first use)
+
+
+def _default_backend_is_cpu() -> bool:
+    global _on_cpu
+    _on_cpu = jax.default_backend() == "cpu"
+    return _on_cpu
 
 
 def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
@@ -62,8 +75,8 @@ def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
 
     Returns:
         ``jax.jit``'s own object when there are no options to pass; otherwise a function
-        that calls the jit with options at the top level and a plain jit inside a trace,
-        with the former's ``eval_shape``.
+        that calls the jit with options at the top level on a CPU-backed process and a
+        plain jit inside a trace (or on another backend), with the former's ``eval_shape``.
     """
     plain = jax.jit(fun, **kwargs)
     if not _OPTIONS:
@@ -73,7 +86,7 @@ def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
 
     @functools.wraps(fun)
     def program(*args: Any, **kw: Any) -> Any:
-        if clean():
+        if clean() and (_on_cpu if _on_cpu is not None else _default_backend_is_cpu()):
             return top(*args, **kw)
         return plain(*args, **kw)
 
