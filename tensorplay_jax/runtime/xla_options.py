@@ -37,7 +37,11 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-from jax._src import core as _jax_core  # trace_state_clean: no public equivalent
+
+try:  # whether no trace is active: JAX has no public equivalent
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:  # a JAX without it: our programs get XLA's defaults
+    _trace_state_clean = None
 
 from tensorplay_jax.runtime import settings
 
@@ -48,7 +52,7 @@ _FUSION_EMITTERS_OPTION_BEFORE = (0, 11)
 
 def compiler_options() -> dict[str, Any]:
     """The options ``jit`` passes to XLA for this process's jaxlib (empty: XLA's defaults)."""
-    if settings.get_flag(settings.XLA_DEFAULTS_ENV):
+    if settings.get_flag(settings.XLA_DEFAULTS_ENV) or _trace_state_clean is None:
         return {}
     if tuple(jax.__version_info__[:2]) < _FUSION_EMITTERS_OPTION_BEFORE:
         return {"xla_cpu_use_fusion_emitters": False}
@@ -82,7 +86,7 @@ def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
     if not _OPTIONS:
         return plain
     top = jax.jit(fun, compiler_options=_OPTIONS, **kwargs)
-    clean = _jax_core.trace_state_clean
+    clean = _trace_state_clean
 
     @functools.wraps(fun)
     def program(*args: Any, **kw: Any) -> Any:
