@@ -359,6 +359,11 @@ class Module:
         As tensorplay's: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``;
         devices as ``Tensor.to`` names them (``"cpu"``, ``"cuda:1"``, ``"cpu:1"``, a
         ``tp.device``, a ``jax.Device``); an absent device raises, naming those present.
+        As with ``Tensor.to``, a value already on that device is kept as it is: moving
+        it would commit it to the device (``jax.device_put``), and JAX compiles a
+        program again for arguments that differ only in being committed, so a model
+        moved to the device its values are on would compile each program of its first
+        step twice (once with the committed weights, once with what its step returned).
         """
         for a in args:
             if isinstance(a, Tensor):
@@ -373,7 +378,7 @@ class Module:
                 v = t.value
                 if dtype is not None and jnp.issubdtype(t.dtype, jnp.floating):
                     v = v.astype(jnp.dtype(dtype))
-                t.data = v if dev is None else to_device(v, dev)
+                t.data = v if dev is None or v.devices() == {dev} else to_device(v, dev)
         return self
 
     def float(self) -> Module:

@@ -2,6 +2,7 @@
 
 from collections import OrderedDict
 
+import jax
 import numpy as np
 import pytest
 
@@ -179,3 +180,18 @@ def test_train_asks_each_child_to_switch_itself():
     net.train()
     assert calls == [False, True]
     assert net[1][0].training
+
+
+def test_to_the_device_the_values_are_on_keeps_them_as_they_are():
+    # As Tensor.to: a move would commit each value to the device, and JAX compiles
+    # a program again for arguments that differ only in that.
+    net = Block()
+    values = [t.value for t in [*net.parameters(), *net.buffers()]]
+    assert net.to("cpu") is net  # cpu:0, where tp.ones/zeros put them
+    kept = [t.value for t in [*net.parameters(), *net.buffers()]]
+    assert all(a is b for a, b in zip(values, kept, strict=True))
+    assert not any(v.committed for v in kept)
+    other = jax.devices("cpu")[1]
+    net.to(other)  # another device: moved there, committed
+    moved = [t.value for t in [*net.parameters(), *net.buffers()]]
+    assert all(v.committed and v.devices() == {other} for v in moved)
