@@ -9,9 +9,19 @@ cotangents, returning each reached leaf's summed gradient. A new shape (an
 episode of a new length) never compiles anything here: it runs node by node
 until it has recurred, so variable-length loops do not recompile per step.
 
-Only graphs made of ``VJPNode`` s (and leaf sinks) are fused; a graph with a
-Python-callable node (an RPC send/recv edge, a custom rule) or a freed node
-runs node by node, which also raises the usual errors.
+Only graphs made of ``VJPNode`` s and their ends are fused. An end is a leaf,
+or a *sink*: a Python-callable node with no inputs of its own (distributed
+autograd's recv node, whose backward sends the gradient to the worker the
+Tensor came from). The program returns the cotangents flowing into each sink,
+and the sink runs on them right after the program, before the leaves take
+their gradients, so a gradient bound for a peer leaves as early as it would
+node by node. A graph with any other Python-callable node (a custom rule, a
+node with inputs) or a freed node runs node by node, which also raises the
+usual errors.
+
+A backward through segments whose program was compiled at their first run
+(``_lazy.FRESH``: their operations were new) is fused at its first run too:
+node by node it would compile a program per pullback.
 
 Nodes whose forward is still pending (``_lazy``) and wait in one segment run
 their forward in the same program as the backward (``_forward_backward``). A
@@ -110,14 +120,30 @@ def _with_forward(
     return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held)
 
 
+def _is_sink(node: Node) -> bool:
+    """A Python-callable node the fused program can end at: one with no inputs to pass
+    gradients on to (distributed autograd's recv node, whose backward sends the
+    gradient to the worker the Tensor came from), not freed, and not one the engine
+    calls without gradients."""
+    return (
+        type(node) is not VJPNode
+        and not isinstance(node, AccumulateGrad)
+        and not node.released
+        and not getattr(node, "run_without_grads", False)
+        and all(e is None for e in node.next_edges)
+    )
+
+
 def _schedule(
     starts: list[Node], buffers: dict[Node, list[Any]], deps: dict[Node, int]
-) -> tuple[list[VJPNode], list[AccumulateGrad]] | None:
-    """The nodes the engine would run, in its order, and the leaves it would reach.
+) -> tuple[list[VJPNode], list[AccumulateGrad], list[Node]] | None:
+    """The nodes the engine would run, in its order, the leaves it would reach, and the
+    Python-callable sinks (``_is_sink``) it would reach.
 
-    None when a node that would run is not a live ``VJPNode``. The order is the
-    engine's (ready nodes, latest created first); which nodes receive a gradient
-    depends only on the graph, since a VJP node returns one for every input.
+    None when a node that would run is neither a live ``VJPNode`` nor a sink, or a
+    sink is a start. The order is the engine's (ready nodes, latest created first);
+    which nodes receive a gradient depends only on the graph, since a VJP node returns
+    one for every input.
     """
     pending = dict(deps)
     reached = {n for n in starts if any(g is not None for g in buffers[n])}
@@ -125,11 +151,16 @@ def _schedule(
     heapq.heapify(ready)
     order: list[VJPNode] = []
     leaves: list[AccumulateGrad] = []
+    sinks: list[Node] = []
     while ready:
         _, _, node = heapq.heappop(ready)
         if isinstance(node, AccumulateGrad):
             if node in reached:
                 leaves.append(node)
+            continue
+        if type(node) is not VJPNode and _is_sink(node) and node not in starts:
+            if node in reached:
+                sinks.append(node)
             continue
         if node in reached:
             if type(node) is not VJPNode or node.released:
@@ -145,7 +176,35 @@ def _schedule(
             pending[nxt] = left
             if left == 0:
                 heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
-    return order, leaves
+    return order, leaves, sinks
+
+
+def _fresh(order: list[VJPNode]) -> bool:
+    """Whether most of ``order``'s pullbacks come from programs compiled at their first run.
+
+    Such a segment's operations were new (``_lazy.FRESH``), so running its backward
+    node by node would compile a program for each pullback: one program for the
+    whole backward compiles in less time, and serves every later run of this shape.
+    """
+    return 2 * sum(n.origin in _lazy.FRESH for n in order) >= len(order)
+
+
+def _in_edge_order(order: list[VJPNode], ends: list[Any]) -> list[Any]:
+    """``ends`` (leaves or sinks) in the order ``order``'s edges first reach them.
+
+    The plan numbers them, and the plan is the compiled program's key. The engine
+    meets them in creation order, which for the same graph shape differs from step
+    to step (a leaf's sink is made when a pass first needs it and lives as long as a
+    graph holds it); the edges' order is the graph's own.
+    """
+    wanted = set(ends)
+    out: list[Any] = []
+    for node in order:
+        for edge in node.next_edges:
+            if edge is not None and edge.node in wanted:
+                wanted.discard(edge.node)
+                out.append(edge.node)
+    return out
 
 
 def try_fused(
@@ -161,17 +220,23 @@ def try_fused(
     scheduled = _schedule(starts, buffers, deps)
     if scheduled is None:
         return False
-    order, sinks = scheduled
+    order, leaves, sinks = scheduled
     if not order or any(n not in order for n in starts):
         return False
+    leaves = _in_edge_order(order, leaves)
+    sinks = _in_edge_order(order, sinks)
     index: dict[Node, int] = {node: k for k, node in enumerate(order)}
-    leaf_index = {sink: i for i, sink in enumerate(sinks)}
+    # the program's gradient outputs: one per leaf, then one per output of each sink
+    slot: dict[tuple[Node, int], int] = {(leaf, 0): i for i, leaf in enumerate(leaves)}
+    for sink in sinks:
+        for out_nr in range(sink.num_outputs):
+            slot[(sink, out_nr)] = len(slot)
     steps = []
     for node in order:
         targets = tuple(
-            (True, leaf_index[e.node], 0)
-            if isinstance(e.node, AccumulateGrad)
-            else (False, index[e.node], e.output_nr)
+            (False, index[e.node], e.output_nr)
+            if e.node in index
+            else (True, slot[(e.node, e.output_nr)], 0)
             for e in node.next_edges
             if e is not None
         )
@@ -182,26 +247,41 @@ def try_fused(
             if g is not None:
                 roots.append((index[node], out_nr))
                 root_cts.append(g)
-    plan = (tuple(steps), tuple(roots), len(sinks))
+    plan = (tuple(steps), tuple(roots), len(slot))
     seg = _pending_segment(order)
     shape_key = (
         plan,
         tuple((n.name, n.origin) for n in order),
+        tuple(n.name for n in sinks),
         seg.pattern if seg is not None else None,
     )
     count = _seen.pop(shape_key, 0) + 1
     _seen[shape_key] = count
     while len(_seen) > _MAX_SHAPES:
         _seen.popitem(last=False)
+    if count == 1 and _fresh(order):
+        count = _seen[shape_key] = FUSE_AFTER
     if count < FUSE_AFTER:
         return False
     for node in order:
         node.check_saved()
     into_grad = accumulate is _engine.accumulate_into_grad
-    known = known_shape(seg, starts, order, sinks, plan, into_grad) if not retain_graph else None
+    known = None
+    if not retain_graph and not sinks:
+        known = known_shape(seg, starts, order, leaves, plan, into_grad)
     if known is not None and _known.run_remembered(seg, known, root_cts[0], accumulate):  # type: ignore[arg-type]
         return True
-    held = tuple(held_grad(s.variable) for s in sinks) if into_grad else (None,) * len(sinks)
-    grads, summed = _with_forward(order, plan, tuple(root_cts), held, retain_graph)
-    finish(order, [s.variable for s in sinks], held, grads, summed, retain_graph, accumulate)
+    n = len(leaves)
+    held = tuple(held_grad(s.variable) for s in leaves) if into_grad else (None,) * n
+    grads, summed = _with_forward(
+        order, plan, tuple(root_cts), held + (None,) * (len(slot) - n), retain_graph
+    )
+    at = n
+    for sink in sinks:  # before the leaves: a gradient bound for a peer leaves first
+        sink.apply(tuple(grads[at : at + sink.num_outputs]))
+        at += sink.num_outputs
+        if not retain_graph:
+            sink.release()
+    variables = [s.variable for s in leaves]
+    finish(order, variables, held, grads[:n], summed[:n], retain_graph, accumulate)
     return True

@@ -64,6 +64,10 @@ PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})
 _SCALARS = (int, float, complex, bool)
 
 _local = threading.local()
+# The patterns whose program was compiled at their first run (``_mostly_new``): their
+# operations' pullbacks are new too, so a backward through them compiles either way
+# (``_fused`` then compiles it as one program at once).
+FRESH: set[int] = set()
 enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
 
 
@@ -117,7 +121,10 @@ class Segment:
             pattern = self.pattern
             if not pattern.fused:
                 runs = _pattern.count(pattern)
-                pattern.fused = runs >= FUSE_AFTER or (runs == 1 and _mostly_new(pattern))
+                fresh = runs == 1 and _mostly_new(pattern)
+                pattern.fused = runs >= FUSE_AFTER or fresh
+                if fresh:
+                    FRESH.add(pattern.number)
             if not pattern.fused:
                 outs, pbs = _run_plan(pattern.ops, self.inputs, fused=False)
                 origin = None

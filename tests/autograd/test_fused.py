@@ -59,3 +59,49 @@ def test_fused_steps_accumulate_into_grad_including_a_grad_set_between_them():
     w.grad = tp.tensor(np.full((3, 4), 10.0, np.float32))
     ((x @ w).relu() * 2.0).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), 10.0 + one, rtol=1e-6)
+
+
+def _backward(a, b, x):
+    a.grad = b.grad = None
+    loss = ((a * b) * x).tanh().sum()  # a and b reach their sinks from one node
+    loss.item()  # the forward runs first, as on a worker that replied with its output
+    loss.backward()
+
+
+def test_a_recurring_graph_keeps_its_program_when_its_leaves_are_met_in_another_order():
+    # A leaf's sink is made when a graph first needs it; one still held by another
+    # graph is older than one made now, so the engine meets the same graph's leaves
+    # in another order. The fused program's plan must not depend on that order.
+    x = tp.tensor(np.linspace(-1.0, 1.0, 5, dtype=np.float32))
+    a = tp.tensor(np.full(5, 0.5, np.float32), requires_grad=True)
+    b = tp.tensor(np.full(5, 2.0, np.float32), requires_grad=True)
+    d = x.numpy() * (1.0 - np.tanh(x.numpy()) ** 2)  # d tanh(a b x) / d(a b), a b = 1
+    want_a, want_b = 2.0 * d, 0.5 * d  # by hand
+    for _ in range(_fused.FUSE_AFTER):  # the shape recurs: its program is compiled
+        _backward(a, b, x)
+    before = _fused_compiles()
+    held = b * 3.0  # b's sink is now older than a's will be, in the steps below
+    held.numpy()  # (its own segment)
+    for _ in range(_fused.FUSE_AFTER):
+        _backward(a, b, x)
+    np.testing.assert_allclose(a.grad.numpy(), want_a, rtol=1e-5)
+    np.testing.assert_allclose(b.grad.numpy(), want_b, rtol=1e-5)
+    assert _fused_compiles() == before, "the same graph shape compiled a second fused program"
+    del held
+
+
+def test_a_backward_through_a_segment_compiled_at_its_first_run_is_one_program():
+    # Shapes no other test uses: the segment's operations are new to this process, so
+    # its forward is compiled as one program at once, and its pullbacks are new too.
+    x = tp.tensor(np.linspace(-2.0, 2.0, 3 * 11, dtype=np.float32).reshape(3, 11))
+    w = tp.tensor(np.full((11, 7), 0.25, np.float32), requires_grad=True)
+    y = ((x @ w).sin() * 3.0).sum()
+    y.item()  # runs the forward: the backward then starts from computed pullbacks
+    counts, fused = trace_counts(), _fused_compiles()
+    y.backward()
+    after = trace_counts()
+    xn = x.numpy()
+    want = xn.T @ (3.0 * np.cos(xn @ np.full((11, 7), 0.25, np.float32)))  # by hand
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert _fused_compiles() == fused + 1
+    assert after.get("<backward>", 0) == counts.get("<backward>", 0), "pullbacks ran one by one"
