@@ -180,13 +180,19 @@ def _schedule(
 
 
 def _fresh(order: list[VJPNode]) -> bool:
-    """Whether most of ``order``'s pullbacks come from programs compiled at their first run.
+    """Whether most of ``order``'s pullbacks are distinct and new: a backward through
+    segments whose program was compiled at their first run (``_lazy.FRESH``).
 
-    Such a segment's operations were new (``_lazy.FRESH``), so running its backward
-    node by node would compile a program for each pullback: one program for the
-    whole backward compiles in less time, and serves every later run of this shape.
+    Node by node, such a backward would compile a program for each distinct
+    pullback; one program for the whole backward compiles in less time and serves
+    every later run of its shape. A graph that repeats a segment (a loop over the
+    steps of an episode) has few distinct pullbacks for its size: it runs node by
+    node, as before. Each segment counts as fresh for one backward only.
     """
-    return 2 * sum(n.origin in _lazy.FRESH for n in order) >= len(order)
+    fresh = _lazy.FRESH
+    new = {(n.origin, n.lazy_index) for n in order if n.origin in fresh}
+    fresh.difference_update([n.origin for n in order])
+    return 2 * len(new) >= len(order)
 
 
 def _in_edge_order(order: list[VJPNode], ends: list[Any]) -> list[Any]:

@@ -105,3 +105,25 @@ def test_a_backward_through_a_segment_compiled_at_its_first_run_is_one_program()
     np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-5, atol=1e-5)
     assert _fused_compiles() == fused + 1
     assert after.get("<backward>", 0) == counts.get("<backward>", 0), "pullbacks ran one by one"
+
+
+def test_a_loop_over_a_new_segment_runs_its_first_backward_node_by_node():
+    # An episode: the same new step, each run at once (its value is read), then one
+    # backward. Its graph repeats one segment's pullbacks: node by node compiles
+    # them once, whatever the episode's length; fused, each length would compile.
+    w = tp.tensor(np.full((5, 3), 0.1, np.float32), requires_grad=True)
+    state = tp.tensor(np.linspace(0.0, 1.0, 2 * 5, dtype=np.float32).reshape(2, 5))
+    before = _fused_compiles()
+    terms = []
+    for _ in range(6):
+        p = (state @ w).tanh().sum()
+        p.item()  # the step's value is read (an action is sampled from it)
+        terms.append(p)
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    total.backward()
+    s = state.numpy()
+    want = 6.0 * s.T @ (1.0 - np.tanh(s @ np.full((5, 3), 0.1, np.float32)) ** 2)  # by hand
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert _fused_compiles() == before
