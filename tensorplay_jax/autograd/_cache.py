@@ -49,7 +49,7 @@ def clear() -> None:
 class _Entry:
     """The jitted forward and per-differentiation-mask forward-with-VJP of one operation."""
 
-    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "name", "seen")
+    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "host", "name", "seen")
 
     def __init__(self, name: str, flat_fn: Callable[..., Any]) -> None:
         self.name = name
@@ -65,6 +65,8 @@ class _Entry:
         self.avals: dict[Hashable, Any] = {}
         # (mask, input avals) of the runs in a segment so far (``_lazy``: first sights)
         self.seen: set[Hashable] = set()
+        # input avals -> NumPy program of an unrecorded run, or None (``_host_eval``)
+        self.host: dict[Hashable, Any] = {}
 
     def forward_vjp(self, mask: tuple[bool, ...]) -> Callable[..., Any]:
         """``jit(f(diff_values, other_values) -> (outputs, pullback))`` for this mask."""

@@ -20,7 +20,7 @@ node with inputs) or a freed node runs node by node, which also raises the
 usual errors.
 
 A backward through segments whose program was compiled at their first run
-(``_lazy.FRESH``: their operations were new) is fused at its first run too:
+(``_pattern.FRESH``: their operations were new) is fused at its first run too:
 node by node it would compile a program per pullback.
 
 Nodes whose forward is still pending (``_lazy``) and wait in one segment run
@@ -37,7 +37,7 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.autograd import _engine, _known, _lazy
+from tensorplay_jax.autograd import _engine, _kept_inputs, _known, _lazy, _pattern
 from tensorplay_jax.autograd._cache import _trace_counts
 from tensorplay_jax.autograd._known import Plan, backward_body, finish, held_grad, known_shape
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
@@ -81,8 +81,8 @@ def _forward_backward(
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
     grads = backward_body(plan, pullbacks, root_cts, held)
-    if want_pullbacks:  # without the inputs they keep (``_lazy.with_inputs`` adds them)
-        pbs = _lazy.strip_inputs((segment, plan, sources), pbs, inputs)
+    if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
+        pbs = _kept_inputs.strip_inputs((segment, plan, sources), pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
 
 
@@ -111,7 +111,7 @@ def _with_forward(
                 key, inputs = (seg.pattern, plan, sources), tuple(seg.inputs)
                 outs, pbs, grads = _forward_backward(*key, want, inputs, given, root_cts, held)
                 if want:
-                    pbs = _lazy.with_inputs(key, pbs, inputs)
+                    pbs = _kept_inputs.with_inputs(key, pbs, inputs)
                 seg.finish(outs, pbs)
                 return grads
     for n in order:
@@ -181,7 +181,7 @@ def _schedule(
 
 def _fresh(order: list[VJPNode]) -> bool:
     """Whether most of ``order``'s pullbacks are distinct and new: a backward through
-    segments whose program was compiled at their first run (``_lazy.FRESH``).
+    segments whose program was compiled at their first run (``_pattern.FRESH``).
 
     Node by node, such a backward would compile a program for each distinct
     pullback; one program for the whole backward compiles in less time and serves
@@ -189,7 +189,7 @@ def _fresh(order: list[VJPNode]) -> bool:
     steps of an episode) has few distinct pullbacks for its size: it runs node by
     node, as before. Each segment counts as fresh for one backward only.
     """
-    fresh = _lazy.FRESH
+    fresh = _pattern.FRESH
     new = {(n.origin, n.lazy_index) for n in order if n.origin in fresh}
     fresh.difference_update([n.origin for n in order])
     return 2 * len(new) >= len(order)

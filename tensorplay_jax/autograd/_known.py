@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd import _engine, _lazy
+from tensorplay_jax.autograd import _engine, _kept_inputs, _lazy
 from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 from tensorplay_jax.runtime import xla_options
@@ -187,8 +187,8 @@ def _pending_program(
     _trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(pattern, inputs)
     grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held)
-    if want_pullbacks:  # without the inputs they keep (``_lazy.with_inputs`` adds them)
-        pbs = _lazy.strip_inputs((pattern, plan, sources), pbs, inputs)
+    if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
+        pbs = _kept_inputs.strip_inputs((pattern, plan, sources), pbs, inputs)
     return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
 
 
@@ -278,7 +278,7 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
     args = tuple(seg.inputs)
     values, pbs, (grads, summed) = program(args, root_ct, tuple(held))
     if pbs is not None:
-        pbs = _lazy.with_inputs((seg.pattern, known.plan, known.op_indices), pbs, args)
+        pbs = _kept_inputs.with_inputs((seg.pattern, known.plan, known.op_indices), pbs, args)
     for t, v in zip(live, values, strict=True):
         t._value = v
     for k, (n, inside) in enumerate(zip(nodes, known.inside, strict=True)):

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _assign, _pattern
+from tensorplay_jax.autograd import _assign, _kept_inputs, _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
@@ -64,10 +64,6 @@ PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})
 _SCALARS = (int, float, complex, bool)
 
 _local = threading.local()
-# The patterns whose program was compiled at their first run (``_mostly_new``): their
-# operations' pullbacks are new too, so a backward through them compiles either way
-# (``_fused`` then compiles it as one program at once).
-FRESH: set[int] = set()
 enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
 
 
@@ -121,10 +117,7 @@ class Segment:
             pattern = self.pattern
             if not pattern.fused:
                 runs = _pattern.count(pattern)
-                fresh = runs == 1 and _mostly_new(pattern)
-                pattern.fused = runs >= FUSE_AFTER or fresh
-                if fresh:
-                    FRESH.add(pattern.number)
+                pattern.fused = runs >= FUSE_AFTER or (runs == 1 and _mostly_new(pattern))
             if not pattern.fused:
                 outs, pbs = _run_plan(pattern.ops, self.inputs, fused=False)
                 origin = None
@@ -165,7 +158,8 @@ class Segment:
 
 
 def _mostly_new(pattern: Pattern) -> bool:
-    """Whether at least half of ``pattern``'s operations never ran before (marks them run).
+    """Whether at least half of ``pattern``'s operations never ran before (marks them run;
+    such a pattern goes in ``_pattern.FRESH``).
 
     Run by operation, such a segment would compile those operations' own programs,
     then its own program from its ``FUSE_AFTER``-th run: the same maths twice. A
@@ -178,7 +172,10 @@ def _mostly_new(pattern: Pattern) -> bool:
         if key not in spec.entry.seen:
             spec.entry.seen.add(key)
             new += 1
-    return 2 * new >= len(pattern.ops)
+    if 2 * new < len(pattern.ops):
+        return False
+    _pattern.FRESH.add(pattern.number)
+    return True
 
 
 def _resolve(ref: tuple[int, int, int], inputs: Sequence[Any], outs: list[Any]) -> Any:
@@ -232,44 +229,17 @@ def _as_operations_pullback(
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-# program key -> (the pullbacks' treedef, per leaf the segment input it is, or -1),
-# set when the program is traced
-_pullback_leaves: dict[Hashable, tuple[Any, tuple[int, ...]]] = {}
-
-
-def strip_inputs(key: Hashable, pbs: Any, inputs: Sequence[Any]) -> list[Any]:
-    """Inside a trace: the pullbacks' leaves that are not the program's own inputs.
-
-    A compiled program's outputs are new buffers, so a pullback that keeps one of
-    the segment's inputs (a weight, ``x``) would get a copy of it on every run;
-    ``with_inputs`` puts the inputs themselves back after the call.
-    """
-    leaves, treedef = jax.tree_util.tree_flatten(pbs)
-    position = {id(x): i for i, x in enumerate(inputs)}
-    source = tuple(position.get(id(leaf), -1) for leaf in leaves)
-    _pullback_leaves[key] = (treedef, source)
-    return [leaf for leaf, i in zip(leaves, source, strict=True) if i < 0]
-
-
-def with_inputs(key: Hashable, computed: Sequence[Any], inputs: Sequence[Any]) -> Any:
-    """The pullbacks ``strip_inputs`` took apart under ``key``, with the inputs put back."""
-    treedef, source = _pullback_leaves[key]
-    rest = iter(computed)
-    leaves = [inputs[i] if i >= 0 else next(rest) for i in source]
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
 @functools.partial(xla_options.jit, static_argnums=0)
 def _segment_body(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     _trace_counts["<fused forward>"] += 1
     outs, pbs = _run_plan(pattern.ops, inputs, fused=True)
-    return outs, strip_inputs(pattern, pbs, inputs)
+    return outs, _kept_inputs.strip_inputs(pattern, pbs, inputs)
 
 
 def _segment_program(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
     """The segment as one compiled call: its outputs and its pullbacks."""
     outs, computed = _segment_body(pattern, inputs)
-    return outs, with_inputs(pattern, computed, inputs)
+    return outs, _kept_inputs.with_inputs(pattern, computed, inputs)
 
 
 def run_plan_traced(pattern: Pattern, inputs: Sequence[Any]) -> tuple[Any, Any]:

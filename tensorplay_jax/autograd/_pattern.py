@@ -35,6 +35,10 @@ MAX_PATTERNS = 8192  # patterns made before the trie starts afresh (bounds its m
 
 _ids = itertools.count()
 _lock = threading.Lock()
+# The numbers of the patterns whose program was compiled at their first run
+# (``_lazy._mostly_new``): their operations' pullbacks are new too, so a backward
+# through them compiles either way (``_fused`` then compiles it as one program).
+FRESH: set[int] = set()
 
 
 class Spec:

@@ -98,6 +98,7 @@ DEVICES_PER_WORKER_ENV = "TENSORPLAY_JAX_DEVICES_PER_WORKER"
 LOCAL_DEVICES_ENV = "TENSORPLAY_JAX_LOCAL_DEVICES"
 JOB_CACHE_ENV = "TENSORPLAY_JAX_JOB_COMPILATION_CACHE"
 XLA_DEFAULTS_ENV = "TENSORPLAY_JAX_XLA_DEFAULTS"
+HOST_EAGER_MAX_ENV = "TENSORPLAY_JAX_HOST_EAGER_MAX"
 JAX_CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 JAX_CACHE_ENABLE_ENV = "JAX_ENABLE_COMPILATION_CACHE"
 JAX_CACHE_MIN_COMPILE_S_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
@@ -196,6 +197,15 @@ SETTINGS: tuple[Setting, ...] = (
         "1: tensorplay_jax's own programs (the tape's, the optimizers', the draws') compile with "
         "XLA's default options; 0: with runtime.xla_options.compiler_options() (on jaxlib 0.10, "
         "XLA's CPU loop emitter instead of its slower-compiling fusion emitters)",
+    ),
+    # unrecorded operations on small CPU arrays (autograd._host_eval)
+    Setting(
+        HOST_EAGER_MAX_ENV,
+        "4096",
+        int,
+        "an operation that records nothing, on the CPU backend, whose inputs hold at most this "
+        "many values runs its arithmetic, comparisons, reductions and shape operations with "
+        "NumPy instead of compiling a program for each new input shape; 0 turns this off",
     ),
     # the job's compilation cache (runtime.compile_cache)
     Setting(

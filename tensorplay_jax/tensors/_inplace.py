@@ -89,14 +89,14 @@ def _normal_op(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     return call_op(_normal, "NormalBackward", (self, z, mean, std), saves=False)
 
 
-def _uniform(x: jax.Array, u: jax.Array, low: Any, high: Any) -> jax.Array:
-    low, high = jnp.asarray(low, x.dtype), jnp.asarray(high, x.dtype)
-    return jnp.maximum(low, u[: x.size].reshape(x.shape) * (high - low) + low)
+def _uniform(x: jax.Array, u: jax.Array) -> jax.Array:
+    return u[: x.size].reshape(x.shape)
 
 
 def _uniform_op(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
-    u = _random.flat_draw("uniform", _random.next_key(), self.numel(), self.dtype)
-    return call_op(_uniform, "UniformBackward", (self, u, a, b), saves=False)
+    # scaled to [a, b) in the compiled draw, by XLA, as jax.random.uniform does
+    u = _random.flat_draw("uniform", _random.next_key(), self.numel(), self.dtype, a, b)
+    return call_op(_uniform, "UniformBackward", (self, u), saves=False)
 
 
 # ------------------------------------------------------------------ out-of-place companions

@@ -121,14 +121,22 @@ _BUCKETED_MIN = 1 << 10
 
 
 @functools.partial(xla_options.jit, static_argnums=(1, 2, 3))
-def _flat_draw(key: jax.Array, kind: str, size: int, dtype: Any) -> jax.Array:
+def _flat_draw(
+    key: jax.Array, kind: str, size: int, dtype: Any, low: Any = 0.0, high: Any = 1.0
+) -> jax.Array:
     if kind == "normal":
         return jax.random.normal(key, (size,), dtype)
-    return jax.random.uniform(key, (size,), dtype)
+    return jax.random.uniform(key, (size,), dtype, low, high)
 
 
-def flat_draw(kind: str, key: jax.Array, n: int, dtype: Any) -> jax.Array:
-    """At least ``n`` standard ``kind`` samples ("normal", or "uniform" on [0, 1)), flat.
+def flat_draw(
+    kind: str, key: jax.Array, n: int, dtype: Any, low: float = 0.0, high: float = 1.0
+) -> jax.Array:
+    """At least ``n`` standard ``kind`` samples ("normal", or "uniform" on [``low``,
+    ``high``)), flat.
+
+    ``low`` and ``high`` are arguments of the compiled draw (a new range compiles
+    nothing), and the scaling is XLA's, as in ``jax.random.uniform`` itself.
 
     The first ``n`` are ``jax.random.normal(key, shape)`` (or ``uniform``) of any
     shape with ``n`` elements, read in row-major order: each element of JAX's
@@ -145,7 +153,9 @@ def flat_draw(kind: str, key: jax.Array, n: int, dtype: Any) -> jax.Array:
         True
     """
     size = n if n > _BUCKETED_MAX else max(1 << max(n - 1, 0).bit_length(), _BUCKETED_MIN)
-    return _flat_draw(key, kind, size, jnp.dtype(dtype))
+    if kind == "normal":
+        return _flat_draw(key, kind, size, jnp.dtype(dtype))
+    return _flat_draw(key, kind, size, jnp.dtype(dtype), low, high)
 
 
 @functools.partial(xla_options.jit, static_argnums=1)

@@ -1,0 +1,150 @@
+"""Unrecorded operations on small CPU arrays run with NumPy (``autograd._host_eval``):
+no XLA program per input shape, the values of the compiled program, its dtypes and errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tensorplay_jax as tp
+from tensorplay_jax.autograd import _cache, _host_eval
+
+_compiles: list[float] = []
+_counting = [False]
+
+
+def _on_event(name: str, seconds: float, **kwargs) -> None:
+    if _counting[0] and name == "/jax/core/compile/backend_compile_duration":
+        _compiles.append(seconds)
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_event)
+
+
+def _xla_compiles(fn) -> int:
+    """How many XLA compilations ``fn()`` starts in this process."""
+    _compiles.clear()
+    _counting[0] = True
+    try:
+        fn()
+    finally:
+        _counting[0] = False
+    return len(_compiles)
+
+
+def test_normalising_returns_of_new_lengths_compiles_nothing():
+    # an RL episode's returns: a new length each episode (lengths no other test uses)
+    got = {}
+
+    def episodes():
+        for n in range(211, 231):
+            r = tp.tensor(np.linspace(0.0, 1.0, n, dtype=np.float32) ** 2)
+            got[n] = ((r - r.mean()) / (r.std() + 1e-7)).numpy()
+
+    assert _xla_compiles(episodes) == 0
+    for n, values in got.items():
+        x = np.linspace(0.0, 1.0, n, dtype=np.float32) ** 2
+        want = (x - x.mean()) / (x.std(ddof=1) + np.float32(1e-7))
+        assert values.dtype == np.float32 and values.shape == (n,)
+        np.testing.assert_allclose(values, want, rtol=2e-6, atol=1e-6)
+
+
+_CASES = [
+    ("add", lambda a, b: a + b),
+    ("sub", lambda a, b: a - b),
+    ("mul", lambda a, b: a * b),
+    ("div", lambda a, b: a / b),
+    ("max", lambda a, b: tp.maximum(a, b)),
+    ("compare", lambda a, b: a < b),
+    ("where", lambda a, b: tp.where(a > 0, a, b)),
+    ("sum", lambda a, b: a.sum(dim=0)),
+    ("amax", lambda a, b: a.amax(dim=1)),
+    ("argmax", lambda a, b: a.argmax(dim=1)),
+    ("abs-sqrt", lambda a, b: a.abs().sqrt()),
+    ("square", lambda a, b: a**2),
+    ("cube", lambda a, b: a**3),
+    ("reshape-t", lambda a, b: a.reshape(5, 3).t()),
+    ("cat", lambda a, b: tp.cat([a, b], dim=0)),
+    ("slice", lambda a, b: a[1:, ::2]),
+    ("int-sum", lambda a, b: (a > 0).int().sum()),
+    ("to-int-from-bool", lambda a, b: (a > b).long()),
+    ("all-any", lambda a, b: tp.stack([(a > -9).all(), (a > 9).any()])),
+]
+
+
+@pytest.mark.parametrize("name, op", _CASES, ids=[c[0] for c in _CASES])
+def test_values_and_dtypes_match_the_compiled_program(name, op):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    b = rng.standard_normal((3, 5)).astype(np.float32)
+    got = op(tp.tensor(a), tp.tensor(b))
+    old = _host_eval._limit
+    _host_eval._limit = 0  # the compiled program (XLA), as without this module
+    try:
+        want = op(tp.tensor(a), tp.tensor(b))
+    finally:
+        _host_eval._limit = old
+    assert got.dtype == want.dtype and got.shape == want.shape, name
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-7, atol=0, err_msg=name)
+
+
+def test_integer_arithmetic_wraps_as_the_compiled_program_does():
+    big = np.array([2**31 - 1, -(2**31)], np.int32)
+    got = (tp.tensor(big) + tp.tensor(np.array([1, -1], np.int32))).numpy()
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.array([-(2**31), 2**31 - 1], np.int32))
+
+
+def test_a_bad_shape_raises_the_error_jit_raises():
+    with pytest.raises(TypeError, match="add got incompatible shapes for broadcasting"):
+        tp.ones(3) + tp.ones(4)
+
+
+def test_what_numpy_cannot_match_runs_the_compiled_program():
+    # exp (NumPy's differs from XLA's in the last bit), a large input, a committed one
+    x = np.linspace(-1.0, 1.0, 7, dtype=np.float32)
+    for make in (
+        lambda: tp.tensor(x).exp(),
+        lambda: tp.ones(_host_eval._max_values() + 1) * 2.0,
+        lambda: tp.Tensor(jax.device_put(x, jax.devices()[0])) * 2.0,
+    ):
+        assert _xla_compiles(make) >= 1
+    np.testing.assert_array_equal(tp.tensor(x).exp().numpy(), np.asarray(jax.jit(jnp.exp)(x)))
+
+
+def test_a_recurring_shape_takes_its_compiled_program_after_a_while():
+    entry = _cache._Entry("test_recurring", lambda a: a * 3.0 - 1.0)
+    x = np.arange(11, dtype=np.float32)
+    runs = [lambda: _host_eval.run(entry, [x]) for _ in range(_host_eval.COMPILE_AFTER)]
+    assert _xla_compiles(lambda: [r() for r in runs]) == 0
+    assert _host_eval.run(entry, [x]) is NotImplemented  # from now on: the compiled program
+    np.testing.assert_array_equal(np.asarray(entry.forward(x)), x * 3.0 - 1.0)
+
+
+def test_the_setting_zero_turns_it_off():
+    code = textwrap.dedent(
+        """
+        import jax, numpy as np, tensorplay_jax as tp
+        n = []
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda name, s, **k: n.append(1)
+            if name == "/jax/core/compile/backend_compile_duration" else None)
+        r = tp.tensor(np.arange(9, dtype=np.float32))
+        before = len(n)
+        (r - r.mean()).numpy()
+        print("COMPILES", len(n) - before)
+        """
+    )
+    env = dict(os.environ, TENSORPLAY_JAX_HOST_EAGER_MAX="0", JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "COMPILES 2" in out.stdout, out.stdout
