@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.autograd import _host_eval
 from tensorplay_jax.runtime import xla_options
 
 MAX_CACHED_OPERATIONS = 4096
@@ -49,7 +50,7 @@ def clear() -> None:
 class _Entry:
     """The jitted forward and per-differentiation-mask forward-with-VJP of one operation."""
 
-    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "host", "name", "seen")
+    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "host", "name", "plain", "seen")
 
     def __init__(self, name: str, flat_fn: Callable[..., Any]) -> None:
         self.name = name
@@ -59,6 +60,7 @@ class _Entry:
             return flat_fn(*args)
 
         self.flat_fn = counted
+        self.plain = flat_fn  # traced by ``_host_eval`` (not a compilation: not counted)
         self.forward = xla_options.jit(counted)
         self._vjps: dict[tuple[bool, ...], Callable[..., Any]] = {}
         # (mask, input avals) -> (output tree, output structs), or None: not deferrable
@@ -118,9 +120,8 @@ def zero_cotangent(shape: tuple[int, ...], dtype: Any) -> Any:
     return np.zeros(shape, jax.dtypes.float0)
 
 
-@functools.partial(xla_options.jit, static_argnums=2)
-def _apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
-    _trace_counts["<backward>"] += 1
+def pullback_body(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
+    """``pullback`` on the cotangents, a zero for each ``None`` (traced)."""
     treedef, avals = out_info
     full = [
         ct.astype(dtype) if ct is not None else zero_cotangent(shape, dtype)
@@ -129,6 +130,41 @@ def _apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
     return pullback(jax.tree_util.tree_unflatten(treedef, full))
 
 
+@functools.partial(xla_options.jit, static_argnums=2)
+def _apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
+    _trace_counts["<backward>"] += 1
+    return pullback_body(pullback, cts, out_info)
+
+
 def apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> tuple[Any, ...]:
-    """Run a cached pullback on output cotangents (``None`` = zero); one gradient per diff input."""
-    return tuple(_apply_vjp(pullback, tuple(cts), out_info))
+    """Run a cached pullback on output cotangents (``None`` = zero); one gradient per diff input.
+
+    Small ones on the CPU run with NumPy (``_host_eval``): no program per shape.
+    """
+    out = _host_eval.run_pullback(pullback_body, pullback, tuple(cts), out_info)
+    if out is NotImplemented:
+        out = _apply_vjp(pullback, tuple(cts), out_info)
+    return tuple(out)
+
+
+def host_covers(
+    entry: _Entry, mask: tuple[bool, ...], keys: tuple[Hashable, ...], rule: Any
+) -> bool:
+    """Whether a recorded run of ``entry`` on inputs of aval keys ``keys`` (``_lazy.aval_key``)
+    runs with NumPy (``_host_eval``) rather than compiling a program of its own."""
+    if rule is not None:
+        return _host_eval.covers(entry.host, keys, entry.plain, None)
+    fn = functools.partial(_forward_vjp, entry.plain, mask)
+    return _host_eval.covers(entry.host, keys, fn, mask, entry.forward_vjp(mask).eval_shape)
+
+
+def forward_vjp(
+    entry: _Entry, mask: tuple[bool, ...], diff: tuple[Any, ...], other: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """``entry``'s outputs and pullback: small ones on the CPU with NumPy (``_host_eval``),
+    others by the operation's compiled forward-with-VJP."""
+    fn = functools.partial(_forward_vjp, entry.plain, mask)
+    out = _host_eval.run_vjp(entry, mask, fn, diff, other, entry.forward_vjp(mask).eval_shape)
+    if out is NotImplemented:
+        out = entry.forward_vjp(mask)(diff, other)
+    return out

@@ -1,23 +1,30 @@
-"""Unrecorded operations on small CPU arrays, evaluated with NumPy: no program per shape.
+"""Operations on small CPU arrays, evaluated with NumPy: no XLA program per input shape.
 
-An operation that records nothing (no input requires grad) runs as its cached
-``jax.jit`` program, and XLA compiles that program once per input shape: 15-40 ms
-of compilation for a ``mean`` or a ``sub`` on this machine, which an eager loop
-whose lengths change (an episode's returns, a batch of variable size) pays every
-time it meets a new length. On the CPU backend, an operation whose inputs hold at
-most ``HOST_EAGER_MAX`` values runs here instead: its jaxpr (traced once per input
+Each operation runs as a cached ``jax.jit`` program (its forward, its
+forward-with-VJP when recorded, its pullback in the backward), and XLA compiles
+each program once per input shape: 10-40 ms each on this machine for a ``mean``,
+a ``cat`` or their pullbacks, which an eager loop whose lengths change (an RL
+episode's returns and log-probabilities, a batch of variable size) pays every
+time it meets a new length. On the CPU backend, a call whose inputs hold at most
+``HOST_EAGER_MAX`` values runs here instead: its jaxpr (traced once per input
 shape, about a millisecond) is evaluated equation by equation with NumPy, and the
-result is put on the device without a program.
+results are put on the device without a program (:func:`run` for an unrecorded
+forward, :func:`run_vjp` for a recorded one, whose pullback's residuals come back
+as arrays, :func:`run_pullback` for a node's backward). An input shape met
+``COMPILE_AFTER`` times takes its compiled program from then on: a dispatch of a
+compiled call costs less than this evaluation.
 
-Only primitives whose NumPy counterpart gives the same values are evaluated:
-IEEE arithmetic (``add``, ``sub``, ``mul``, float ``div``, ``sqrt``, ``rem``),
-comparisons and logic, ``max``/``min``, conversions between float, integer and
-bool types (float to integer excepted: XLA and NumPy differ out of range), shape
-operations and the reductions ``sum``/``max``/``min``/``argmax``/``argmin``/
-``all``/``any``. A sum of float32 values adds them in NumPy's order, which can
-differ from XLA's in the last bit. Anything else (``exp``, ``dot_general``,
-``gather``, a half-precision type, a committed or non-CPU array, a tracer) runs
-the compiled program as before, and that answer is remembered per input shape.
+Only primitives whose NumPy counterpart computes the same IEEE operation are
+evaluated: arithmetic (``add``, ``sub``, ``mul``, float ``div``, ``sqrt``,
+``rem``), comparisons and logic, ``max``/``min``, conversions between float,
+integer and bool types (float to integer excepted: XLA and NumPy differ out of
+range), shape operations (``slice``, ``pad``, ``concatenate``, ``split``, ...) and
+the reductions ``sum``/``max``/``min``/``argmax``/``argmin``/``all``/``any``. The
+results can still differ from a compiled program's in the last bit: XLA fuses a
+multiply and an add into one rounding, adds a sum in its own order and divides by a
+constant as a multiplication. Anything else (``exp``, ``dot_general``, ``gather``,
+a half-precision type, a committed or non-CPU array, a tracer) runs the compiled
+program, and that answer is remembered per input shape.
 ``TENSORPLAY_JAX_HOST_EAGER_MAX=0`` turns this off.
 
 Example:
@@ -30,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +45,14 @@ import jax
 import numpy as np
 from jax.extend.core import Literal
 
+from tensorplay_jax.autograd._numpy_prims import CALLS, IMPL, Fallback, qualifies
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
     from tensorplay_jax.autograd._cache import _Entry
 
-__all__ = ["run"]
+__all__ = ["run", "run_pullback", "run_vjp"]
 
 _DTYPES = frozenset(
     np.dtype(t)
@@ -64,11 +73,8 @@ _DTYPES = frozenset(
 _SCALARS = (int, float, bool)
 _MISSING = object()
 COMPILE_AFTER = 100  # runs of one input shape here before it takes its compiled program
+_MAX_PROGRAMS = 4096  # programs (and refusals) kept per operation, and for pullbacks
 _limit: int | None = None  # values an operation may hold to run here (0: off); set at first use
-
-
-class _Fallback(Exception):
-    """This call runs the compiled program (an input NumPy would treat otherwise)."""
 
 
 def _max_values() -> int:
@@ -102,25 +108,130 @@ def _key(values: Sequence[Any], limit: int) -> tuple[Hashable, ...] | None:
 
 
 def run(entry: _Entry, values: Sequence[Any]) -> Any:
-    """``entry``'s outputs for ``values`` evaluated with NumPy, or ``NotImplemented``."""
+    """``entry``'s outputs for ``values`` (an unrecorded call) with NumPy, or ``NotImplemented``."""
     limit = _max_values()
     if not limit:
         return NotImplemented
     key = _key(values, limit)
     if key is None:
         return NotImplemented
-    program = entry.host.get(key, _MISSING)
+    return _call(entry.host, key, entry.plain, values, values, visible=True)
+
+
+def run_vjp(
+    entry: _Entry,
+    mask: tuple[bool, ...],
+    fn: Callable[..., Any],
+    diff: tuple[Any, ...],
+    other: tuple[Any, ...],
+    like: Callable[..., Any] | None = None,
+) -> Any:
+    """``fn(diff, other)`` (``entry``'s outputs and pullback for ``mask``) with NumPy, or
+    ``NotImplemented``.
+
+    The pullback's residuals come back as arrays in the pytree ``fn`` returns, so the
+    pullback runs later as any other (:func:`run_pullback`, or compiled).
+    """
+    limit = _max_values()
+    if not limit:
+        return NotImplemented
+    leaves = (*diff, *other)
+    key = _key(leaves, limit)
+    if key is None:
+        return NotImplemented
+    return _call(entry.host, ("vjp", mask, key), fn, (diff, other), leaves, False, like)
+
+
+def covers(
+    programs: dict[Hashable, Any],
+    keys: tuple[Hashable, ...],
+    fn: Callable[..., Any],
+    mask: tuple[bool, ...] | None,
+    like: Callable[..., Any] | None = None,
+) -> bool:
+    """Whether inputs of aval keys ``keys`` run ``fn`` here: its program, built now
+    (from shapes alone) if need be, exists. ``mask``: ``fn`` is a forward-with-VJP
+    taking ``(diff, other)``; None: an unrecorded forward taking the inputs."""
+    limit = _max_values()
+    if not limit:
+        return False
+    size = 0
+    structs: list[Any] = []
+    for k in keys:
+        if k in _SCALARS:
+            structs.append(k(0))
+            continue
+        if not isinstance(k, tuple):
+            return False
+        shape, dtype, weak = (k[1], k[2], False) if k[0] == "np" else k
+        if dtype not in _DTYPES:
+            return False
+        size += int(np.prod(shape, dtype=np.int64))
+        structs.append(jax.ShapeDtypeStruct(shape, dtype, weak_type=weak))
+    if size > limit:
+        return False
+    if mask is None:
+        key: Hashable = keys
+        args: Sequence[Any] = structs
+    else:
+        key = ("vjp", mask, keys)
+        diff = tuple(v for v, m in zip(structs, mask, strict=True) if m)
+        other = tuple(v for v, m in zip(structs, mask, strict=True) if not m)
+        args = (diff, other)
+    program = programs.get(key, _MISSING)
     if program is _MISSING:
-        program = entry.host[key] = _build(entry.flat_fn, values)
+        program = programs[key] = _build(fn, args, mask is None, like, programs)
+    return program is not None and program.runs < COMPILE_AFTER
+
+
+_pullbacks: dict[Hashable, Any] = {}
+
+
+def run_pullback(
+    body: Callable[..., Any], pullback: Any, cts: tuple[Any, ...], out_info: Any
+) -> Any:
+    """``body(pullback, cts, out_info)`` (one node's backward) with NumPy, or ``NotImplemented``."""
+    limit = _max_values()
+    if not limit:
+        return NotImplemented
+    leaves, treedef = jax.tree_util.tree_flatten(pullback)
+    given = [c for c in cts if c is not None]
+    key = _key((*leaves, *given), limit)
+    if key is None:
+        return NotImplemented
+    key = (treedef, tuple(c is None for c in cts), out_info, key)
+    fn = functools.partial(body, out_info=out_info)
+    return _call(_pullbacks, key, fn, (pullback, cts), (*leaves, *given), visible=False)
+
+
+def _call(
+    programs: dict[Hashable, Any],
+    key: Hashable,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    leaves: Sequence[Any],
+    visible: bool,
+    like: Callable[..., Any] | None = None,
+) -> Any:
+    """Run the program ``programs[key]`` (built from ``fn(*args)`` on first sight) on ``leaves``.
+
+    ``visible``: the outputs are the user's values, so a weak-typed one (which NumPy
+    cannot give) rules the program out; residuals and gradients are not shown.
+    ``like``: the compiled program's ``eval_shape``, whose output pytree the results
+    take (see :func:`_build`).
+    """
+    program = programs.get(key, _MISSING)
+    if program is _MISSING:
+        program = programs[key] = _build(fn, args, visible, like, programs)
     if program is None:
         return NotImplemented
     if program.runs >= COMPILE_AFTER:  # a recurring shape: its compiled program is faster
-        entry.host[key] = None
+        programs[key] = None
         return NotImplemented
     program.runs += 1
     try:
-        return program(values)
-    except _Fallback:
+        return program(leaves)
+    except Fallback:
         return NotImplemented
 
 
@@ -153,14 +264,14 @@ class _Program:
 
         for eqn in jaxpr.eqns:
             ins = [slot_of(v) for v in eqn.invars]
-            if eqn.primitive.name in _CALLS:
+            if eqn.primitive.name in CALLS:
                 inner = _inner(eqn)
                 outs = self._lower(inner.jaxpr, inner.consts, ins)
             else:
                 outs = [self._slot() for _ in eqn.outvars]
                 dtypes = tuple(v.aval.dtype for v in eqn.outvars)
                 multiple = eqn.primitive.multiple_results
-                self.steps.append((_IMPL[eqn.primitive.name], eqn, ins, outs, dtypes, multiple))
+                self.steps.append((IMPL[eqn.primitive.name], eqn, ins, outs, dtypes, multiple))
             where.update(zip(eqn.outvars, outs, strict=True))
         return [slot_of(v) for v in jaxpr.outvars]
 
@@ -179,11 +290,35 @@ class _Program:
         return jax.tree_util.tree_unflatten(self.treedef, arrays)
 
 
-def _build(flat_fn: Callable[..., Any], values: Sequence[Any]) -> _Program | None:
-    closed, shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*values)
-    if not _supported(closed.jaxpr) or any(v.aval.weak_type for v in closed.jaxpr.outvars):
+def _build(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    visible: bool,
+    like: Callable[..., Any] | None,
+    programs: dict[Hashable, Any],
+) -> _Program | None:
+    """``fn``'s program for ``args``, or None when NumPy cannot run it.
+
+    With ``like``, the results take the pytree of the compiled program's outputs
+    (a pullback is a ``Partial`` over its trace's function): pullbacks made here and
+    by the compiled forward are then the same pytree, so the programs keyed by it (a
+    compiled pullback, a fused backward) serve both, before and after a shape moves
+    to its compiled program.
+    """
+    if len(programs) >= _MAX_PROGRAMS:  # shapes without end (lengths): start over
+        programs.clear()
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+    if not _supported(closed.jaxpr):
         return None
-    return _Program(closed, jax.tree_util.tree_structure(shapes))
+    if visible and any(getattr(s, "weak_type", False) for s in jax.tree_util.tree_leaves(shapes)):
+        return None
+    treedef = jax.tree_util.tree_structure(shapes)
+    if like is not None:
+        compiled = like(*args)
+        ours = [(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(shapes)]
+        if [(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(compiled)] == ours:
+            treedef = jax.tree_util.tree_structure(compiled)
+    return _Program(closed, treedef)
 
 
 def _inner(eqn: Any) -> Any:
@@ -200,162 +335,10 @@ def _supported(jaxpr: Any) -> bool:
     for eqn in jaxpr.eqns:
         avals.extend(v.aval for v in (*eqn.invars, *eqn.outvars))
         name = eqn.primitive.name
-        if name in _CALLS:
+        if name in CALLS:
             inner = _inner(eqn)
             if inner is None or not _supported(inner.jaxpr):
                 return False
-        elif name not in _IMPL or not _CHECKS.get(name, _always)(eqn):
+        elif not qualifies(eqn):
             return False
     return all(getattr(a, "dtype", None) in _DTYPES for a in avals)
-
-
-# ------------------------------------------------------------------ the primitives
-def _always(eqn: Any) -> bool:
-    return True
-
-
-def _float_out(eqn: Any) -> bool:
-    return np.issubdtype(eqn.outvars[0].aval.dtype, np.floating)
-
-
-def _no_float_to_int(eqn: Any) -> bool:
-    src, dst = eqn.invars[0].aval.dtype, eqn.params["new_dtype"]
-    return not (np.issubdtype(src, np.floating) and not np.issubdtype(dst, np.floating))
-
-
-def _no_dimensions(eqn: Any) -> bool:
-    return eqn.params.get("dimensions") is None
-
-
-def _binary(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda eqn, x, y: fn(x, y)
-
-
-def _unary(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda eqn, x: fn(x)
-
-
-def _integer_pow(eqn: Any, x: Any) -> Any:
-    # the order of jax's own lowering (binary exponentiation), so the rounding matches
-    y = eqn.params["y"]
-    reciprocal, y = y < 0, abs(y)
-    acc = None
-    while y > 0:
-        if y & 1:
-            acc = x if acc is None else acc * x
-        y >>= 1
-        if y > 0:
-            x = x * x
-    if acc is None:
-        acc = np.ones_like(x)
-    return np.divide(1, acc, dtype=acc.dtype) if reciprocal else acc
-
-
-def _broadcast_in_dim(eqn: Any, x: Any, *dynamic: Any) -> Any:
-    if dynamic:
-        raise _Fallback
-    shape = eqn.params["shape"]
-    expanded = [1] * len(shape)
-    for i, d in enumerate(eqn.params["broadcast_dimensions"]):
-        expanded[d] = x.shape[i]
-    return np.broadcast_to(np.reshape(x, expanded), shape)
-
-
-def _reduce(fn: Callable[..., Any], empty_ok: bool) -> Callable[..., Any]:
-    def impl(eqn: Any, x: Any) -> Any:
-        if not empty_ok and x.size == 0:
-            raise _Fallback
-        return fn(x, axis=tuple(eqn.params["axes"]))
-
-    return impl
-
-
-def _arg(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def impl(eqn: Any, x: Any) -> Any:
-        (axis,) = eqn.params["axes"]
-        if x.shape[axis] == 0:
-            raise _Fallback
-        return fn(x, axis=axis).astype(eqn.params["index_dtype"])
-
-    return impl
-
-
-def _select_n(eqn: Any, which: Any, *cases: Any) -> Any:
-    if which.dtype == np.bool_:
-        return np.where(which, cases[1], cases[0]) if len(cases) == 2 else cases[0]
-    return np.choose(which, cases)
-
-
-def _slice(eqn: Any, x: Any) -> Any:
-    strides = eqn.params["strides"] or (1,) * x.ndim
-    starts, limits = eqn.params["start_indices"], eqn.params["limit_indices"]
-    return x[tuple(slice(s, e, k) for s, e, k in zip(starts, limits, strides, strict=True))]
-
-
-def _iota(eqn: Any) -> Any:
-    p = eqn.params
-    shape, dim = p["shape"], p["dimension"]
-    ramp = np.arange(shape[dim], dtype=p["dtype"]).reshape(
-        [shape[dim] if i == dim else 1 for i in range(len(shape))]
-    )
-    return np.broadcast_to(ramp, shape)
-
-
-_CALLS = frozenset(
-    {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call"}
-)
-
-_IMPL: dict[str, Callable[..., Any]] = {
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
-    "div": _binary(np.divide),
-    "rem": _binary(np.fmod),
-    "max": _binary(np.maximum),
-    "min": _binary(np.minimum),
-    "neg": _unary(np.negative),
-    "abs": _unary(np.abs),
-    "sqrt": _unary(np.sqrt),
-    "square": _unary(np.square),
-    "floor": _unary(np.floor),
-    "ceil": _unary(np.ceil),
-    "is_finite": _unary(np.isfinite),
-    "integer_pow": _integer_pow,
-    "eq": _binary(np.equal),
-    "ne": _binary(np.not_equal),
-    "lt": _binary(np.less),
-    "le": _binary(np.less_equal),
-    "gt": _binary(np.greater),
-    "ge": _binary(np.greater_equal),
-    "and": _binary(np.bitwise_and),
-    "or": _binary(np.bitwise_or),
-    "xor": _binary(np.bitwise_xor),
-    "not": _unary(np.invert),
-    "select_n": _select_n,
-    "convert_element_type": lambda eqn, x: x.astype(eqn.params["new_dtype"]),
-    "broadcast_in_dim": _broadcast_in_dim,
-    "reshape": lambda eqn, x, *dyn: np.reshape(x, eqn.params["new_sizes"]),
-    "squeeze": lambda eqn, x: np.squeeze(x, axis=tuple(eqn.params["dimensions"])),
-    "transpose": lambda eqn, x: np.transpose(x, eqn.params["permutation"]),
-    "concatenate": lambda eqn, *xs: np.concatenate(xs, axis=eqn.params["dimension"]),
-    "slice": _slice,
-    "iota": _iota,
-    "copy": _unary(np.copy),
-    "copy_p": _unary(np.copy),
-    "reduce_sum": _reduce(np.sum, empty_ok=True),
-    "reduce_max": _reduce(np.max, empty_ok=False),
-    "reduce_min": _reduce(np.min, empty_ok=False),
-    "reduce_and": _reduce(np.all, empty_ok=True),
-    "reduce_or": _reduce(np.any, empty_ok=True),
-    "argmax": _arg(np.argmax),
-    "argmin": _arg(np.argmin),
-}
-
-# what an equation must satisfy to run here, beyond its primitive and dtypes
-_CHECKS: dict[str, Callable[[Any], bool]] = {
-    "div": _float_out,
-    "rem": _float_out,
-    "sqrt": _float_out,
-    "convert_element_type": _no_float_to_int,
-    "reshape": _no_dimensions,
-}

@@ -47,9 +47,17 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _assign, _kept_inputs, _pattern
+from tensorplay_jax.autograd import _assign, _host_eval, _kept_inputs, _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
-from tensorplay_jax.autograd._cache import LEAF, _Entry, _forward_vjp, _trace_counts, out_info_of
+from tensorplay_jax.autograd._cache import (
+    LEAF,
+    _Entry,
+    _forward_vjp,
+    _trace_counts,
+    forward_vjp,
+    host_covers,
+    out_info_of,
+)
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
 from tensorplay_jax.autograd._pattern import Pattern, Spec
 from tensorplay_jax.runtime import pending, xla_options
@@ -171,7 +179,7 @@ def _mostly_new(pattern: Pattern) -> bool:
         key = (spec.mask, spec.keys)
         if key not in spec.entry.seen:
             spec.entry.seen.add(key)
-            new += 1
+            new += not host_covers(spec.entry, spec.mask, spec.keys, spec.rule)
     if 2 * new < len(pattern.ops):
         return False
     _pattern.FRESH.add(pattern.number)
@@ -190,7 +198,7 @@ def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple
         entry, mask, rule = spec.entry, spec.mask, spec.rule
         values = [_resolve(r, inputs, outs) for r in spec.refs]
         if rule is not None:  # a hand-written backward (``call_rule``) keeps the operands
-            out = entry.flat_fn(*values) if fused else entry.forward(*values)
+            out = entry.flat_fn(*values) if fused else _forward(entry, values)
             pb = jax.tree_util.Partial(rule, *values)
             outs.append([out])
             pbs.append(pb)
@@ -201,10 +209,15 @@ def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple
             out, pb = _forward_vjp(entry.flat_fn, mask, diff, other)
             pb = _as_operations_pullback(entry, mask, diff, other, pb)
         else:
-            out, pb = entry.forward_vjp(mask)(diff, other)
+            out, pb = forward_vjp(entry, mask, diff, other)
         outs.append(jax.tree_util.tree_leaves(out))
         pbs.append(pb)
     return outs, pbs
+
+
+def _forward(entry: _Entry, values: Sequence[Any]) -> Any:
+    out = _host_eval.run(entry, values)
+    return entry.forward(*values) if out is NotImplemented else out
 
 
 def _as_operations_pullback(

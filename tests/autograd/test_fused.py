@@ -77,7 +77,9 @@ def test_a_recurring_graph_keeps_its_program_when_its_leaves_are_met_in_another_
     b = tp.tensor(np.full(5, 2.0, np.float32), requires_grad=True)
     d = x.numpy() * (1.0 - np.tanh(x.numpy()) ** 2)  # d tanh(a b x) / d(a b), a b = 1
     want_a, want_b = 2.0 * d, 0.5 * d  # by hand
-    for _ in range(_fused.FUSE_AFTER):  # the shape recurs: its program is compiled
+    # the shape recurs: its program is compiled (the forward's segment runs as one
+    # program from its FUSE_AFTER-th run, and the backward through that recurs after)
+    for _ in range(2 * _fused.FUSE_AFTER):
         _backward(a, b, x)
     before = _fused_compiles()
     held = b * 3.0  # b's sink is now older than a's will be, in the steps below

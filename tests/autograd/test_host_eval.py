@@ -148,3 +148,48 @@ def test_the_setting_zero_turns_it_off():
     )
     assert out.returncode == 0, out.stderr
     assert "COMPILES 2" in out.stdout, out.stdout
+
+
+def _episode(w, states, rewards):
+    """An RL agent's loss: sum over steps of reward * (w . state), through ``cat``."""
+    terms = [
+        (w * tp.tensor(s)).sum().reshape(1) * float(r) for s, r in zip(states, rewards, strict=True)
+    ]
+    loss = tp.cat(terms).sum()
+    w.grad = None
+    loss.backward()
+    return w.grad.numpy()
+
+
+def test_an_episode_of_a_new_length_compiles_nothing_forward_or_backward():
+    rng = np.random.default_rng(5)
+    w = tp.tensor(np.full(3, 0.5, np.float32), requires_grad=True)
+
+    def play(n):
+        states = rng.standard_normal((n, 3)).astype(np.float32)
+        rewards = rng.standard_normal(n).astype(np.float32)
+        return _episode(w, states, rewards), (rewards[:, None] * states).sum(axis=0)
+
+    for n in range(17, 29):  # the steps' own operations, of fixed shapes, compile here
+        play(n)  # (after running here COMPILE_AFTER times), as do their recurring segments
+    results = []
+    assert _xla_compiles(lambda: results.extend(play(n) for n in range(29, 41))) == 0
+    for got, want in results:  # d/dw sum_i r_i (w . s_i) = sum_i r_i s_i, by hand
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_recorded_operation_numpy_cannot_match_still_differentiates():
+    x = tp.tensor(np.linspace(0.5, 2.0, 13, dtype=np.float32), requires_grad=True)
+    (x.log() * tp.tensor(np.arange(13, dtype=np.float32))).sum().backward()
+    np.testing.assert_allclose(
+        x.grad.numpy(), np.arange(13, dtype=np.float32) / x.numpy(), rtol=1e-6
+    )
+
+
+def test_slice_and_concatenate_gradients_run_here():
+    a = tp.tensor(np.arange(6, dtype=np.float32), requires_grad=True)
+    b = tp.tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+    out = tp.cat([a[1:4] * 2.0, b * 3.0]).sum()
+    assert _xla_compiles(out.backward) == 0
+    np.testing.assert_array_equal(a.grad.numpy(), [0, 2, 2, 2, 0, 0])
+    np.testing.assert_array_equal(b.grad.numpy(), [3, 3, 3, 3])
