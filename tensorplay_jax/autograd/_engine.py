@@ -36,6 +36,7 @@ from tensorplay_jax.autograd import _fused, _known
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
 from tensorplay_jax.runtime import xla_options
+from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -48,11 +49,12 @@ _ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradie
 
 
 def ones_like(value: Any) -> jax.Array:
-    """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)."""
+    """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)
+    and filled on the host (``jnp.ones`` would compile a program per shape)."""
     key = (value.shape, value.dtype)
     ones = _ones.get(key)
     if ones is None:
-        ones = _ones[key] = jnp.ones(value.shape, value.dtype)
+        ones = _ones[key] = to_device(np.ones(value.shape, value.dtype))
     return ones
 
 
