@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,29 +79,36 @@ _limit: int | None = None  # values an operation may hold to run here (0: off); 
 
 
 def _max_values() -> int:
-    global _limit
+    global _limit, _ARRAY
     if _limit is None:
         value = settings.get_int(settings.HOST_EAGER_MAX_ENV) or 0
         _limit = value if jax.default_backend() == "cpu" else 0
+        _ARRAY = type(jax.device_put(np.zeros((), np.float32)))
     return _limit
 
 
+_ARRAY: type | None = None  # JAX's concrete array type (set at first use: backends are up)
+
+
 def _key(values: Sequence[Any], limit: int) -> tuple[Hashable, ...] | None:
-    """The input avals, or None when an input rules this call out."""
+    """The input avals, or None when an input rules this call out (checked by exact type:
+    ``isinstance`` against ``jax.Array`` costs a microsecond an input here)."""
     keys: list[Hashable] = []
     size = 0
     for v in values:
-        if isinstance(v, jax.Array):
-            if isinstance(v, jax.core.Tracer) or v.dtype not in _DTYPES or v.committed:
+        kind = type(v)
+        if kind is _ARRAY:
+            shape, dtype = v.shape, v.dtype
+            if dtype not in _DTYPES or v.committed:
                 return None
-            keys.append((v.shape, v.dtype, v.weak_type))
-            size += v.size
-        elif type(v) is np.ndarray:
+            keys.append((shape, dtype, v.weak_type))
+            size += math.prod(shape)
+        elif kind is np.ndarray:
             keys.append(("np", v.shape, v.dtype))
             size += v.size
-        elif type(v) in _SCALARS:
-            keys.append(type(v))
-        else:
+        elif kind in _SCALARS:
+            keys.append(kind)
+        else:  # a tracer, a key array, anything else
             return None
         if size > limit:
             return None
