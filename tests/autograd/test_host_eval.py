@@ -194,3 +194,13 @@ def test_slice_and_concatenate_gradients_run_here():
     assert _xla_compiles(out.backward) == 0
     np.testing.assert_array_equal(a.grad.numpy(), [0] + [2] * 11 + [0] * 11)
     np.testing.assert_array_equal(b.grad.numpy(), [3] * 17)
+
+
+def test_gradient_sums_of_small_tensors_compile_nothing():
+    from tensorplay_jax.autograd import add_gradients
+
+    a = np.linspace(0.0, 1.0, 37, dtype=np.float32)  # a size no other test sums
+    on_device = jax.device_put(a)
+    got = []
+    assert _xla_compiles(lambda: got.append(add_gradients(on_device, a * 2.0))) == 0
+    np.testing.assert_array_equal(np.asarray(got[0]), a + a * 2.0)
