@@ -226,6 +226,10 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
     tp.manual_seed(args.seed)
     model = RemoteModule(f"{PS}/cpu", DigitsNet)
     _model_rref = model.get_module_rref()
+    # The baseline is a quiet server: the module's creation (a remote() to itself) has
+    # finished and answered, so nothing counts as pending yet.
+    _model_rref.to_here()
+    _wait(lambda: _counters()["pending"] == 0, 30)
     before = _counters()
     tmp = Path(args.tmp)
     tmp.mkdir(parents=True, exist_ok=True)

@@ -362,14 +362,18 @@ class StoreClient:
     def all_gather(self, key: str, value: Any, world_size: int, timeout: float) -> list[Any]:
         """Publish ``value`` as this rank's ``key``; every rank's value, in rank order.
 
+        A rank that published and then exited (it may have failed on what it gathered)
+        still counts: its value is here.
+
         Raises:
           TimeoutError: a rank did not publish within ``timeout`` seconds.
-          ConnectionError: a rank exited first.
+          ConnectionError: a rank exited before it published.
         """
         self.setnx(f"{key}/{self.rank}", value)
-        got, dead = self.wait({f"{key}/{r}": r for r in range(world_size)}, timeout)
-        if dead:
-            raise ConnectionError(f"init_rpc: ranks {dead} exited during the rendezvous ({key})")
+        got, _ = self.wait({f"{key}/{r}": r for r in range(world_size)}, timeout)
+        gone = [r for r in range(world_size) if f"{key}/{r}" not in got]
+        if gone:
+            raise ConnectionError(f"init_rpc: ranks {gone} exited during the rendezvous ({key})")
         return [got[f"{key}/{r}"] for r in range(world_size)]
 
     def group(self, op: str, **req: Any) -> dict[str, Any]:
