@@ -23,6 +23,14 @@ Usage::
     PYTHONPATH=/tmp/torchlib python benchmarks/pipeline.py           # both
     python benchmarks/pipeline.py --only ours --rounds 1              # skip torch
     python benchmarks/pipeline.py --only ours --counts                # per-step costs
+    python benchmarks/pipeline.py --threads 1                         # one compute thread each
+
+``--threads N`` gives each process N threads for its operations, both libraries:
+``torch.set_num_threads(N)``, and for XLA's CPU client the ``NPROC`` environment
+variable, which XLA reads for its thread pools' size when the backend starts (no JAX
+API sets it). Three processes share this machine's two cores, so one thread each
+spends less CPU on handing work between threads (``torchrun`` sets
+``OMP_NUM_THREADS=1`` for the same reason).
 
 torch's ``DistributedOptimizer`` imports ``sympy`` (through FSDP): install it in the
 interpreter that runs the torch workers.
@@ -212,7 +220,12 @@ def worker(impl: str, rank: int, port: int, cfg: str, out: str) -> None:
     global _LIB
     warnings.filterwarnings("ignore")  # torch's deprecation notes about its own internals
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    threads = json.loads(cfg).get("threads")
+    if threads and impl == "ours":
+        os.environ["NPROC"] = str(threads)  # before the XLA backend starts
     _LIB = _Lib(impl)
+    if threads and impl == "torch":
+        _LIB.tp.set_num_threads(threads)
     rpc = _LIB.rpc
     if impl == "ours":
         import jax
@@ -246,8 +259,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--counts", action="store_true", help="ours: messages, compilations / step")
+    ap.add_argument("--threads", type=int, default=None, help="compute threads per process")
     a = ap.parse_args()
-    cfg = {"splits": a.splits, "warmup": a.warmup, "steps": a.steps, "counts": a.counts}
+    cfg = {
+        "splits": a.splits,
+        "warmup": a.warmup,
+        "steps": a.steps,
+        "counts": a.counts,
+        "threads": a.threads,
+    }
     if a.counts:
         got = run("ours", cfg)
         keys = sorted({k for cell in got.values() for k in cell})
@@ -275,6 +295,7 @@ def main() -> None:
         f"\n{time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, "
         f"load {load:.1f}; python benchmarks/pipeline.py "
         f"--rounds {a.rounds} --steps {a.steps} --warmup {a.warmup}"
+        + (f" --threads {a.threads}" if a.threads else "")
     )
     print("| micro-batches | torch step | ours step | ours / torch | ours first step |")
     print("|---|---|---|---|---|")

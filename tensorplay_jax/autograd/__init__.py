@@ -40,7 +40,10 @@ Hooks for distributed autograd
 ``run_backward(roots, root_grads, *, retain_graph=False, accumulate=None)``
     ``roots``: Tensors or ``GradientEdge`` s; ``accumulate(leaf, grad)`` is
     called once per reached leaf (default: add into ``leaf.grad``), so a
-    distributed context can collect gradients in its own dict.
+    distributed context can collect gradients in its own dict. An
+    ``Accumulator`` (``_accumulate``) also hands the fused backward what it holds
+    for each leaf, so the sum is computed (in the held buffer, when it is donated)
+    in the backward's own compiled call.
 ``make_node(backward, inputs, *, num_outputs, name, run_without_grads)``
     and ``attach_outputs(node, values)``:
     A ``FunctionNode`` whose backward is any Python callable: a "recv" node
@@ -71,6 +74,9 @@ through ``nn.functional_call`` or ``tp.apply`` for that.
 from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
+from tensorplay_jax.autograd._accumulate import Accumulator as Accumulator
+from tensorplay_jax.autograd._accumulate import accumulate_into_grad as accumulate_into_grad
+from tensorplay_jax.autograd._accumulate import add_gradients as add_gradients
 from tensorplay_jax.autograd._assign import assign as assign_value
 from tensorplay_jax.autograd._assign import take_assigned as take_assigned
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
@@ -78,8 +84,6 @@ from tensorplay_jax.autograd._compile import compile as compile
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
-from tensorplay_jax.autograd._engine import accumulate_into_grad as accumulate_into_grad
-from tensorplay_jax.autograd._engine import add_gradients as add_gradients
 from tensorplay_jax.autograd._engine import as_cotangent as as_cotangent
 from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
@@ -105,6 +109,7 @@ from tensorplay_jax.autograd._tensor_class import set_tensor_class as set_tensor
 
 __all__ = [
     "AccumulateGrad",
+    "Accumulator",
     "FunctionNode",
     "GradientEdge",
     "Node",

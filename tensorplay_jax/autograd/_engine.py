@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _cache, _fused, _host_eval, _known
+from tensorplay_jax.autograd import _fused, _known
 from tensorplay_jax.autograd import _tensor_class as _tc
+from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradients
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
-from tensorplay_jax.runtime import xla_options
 from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
 Accumulate = Callable[["Tensor", jax.Array], None]
 
 
-_grad_lock = threading.Lock()
 _ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
 
 
@@ -75,26 +72,6 @@ def as_cotangent(x: Any) -> Any:
     if isinstance(x, np.ndarray | jax.Array):
         return x
     return jnp.asarray(x)
-
-
-def accumulate_into_grad(leaf: Tensor, grad: jax.Array) -> None:
-    """The local ``accumulate``: add ``grad`` into ``leaf.grad`` (safe across threads)."""
-    with _grad_lock:
-        if leaf._grad is None:
-            leaf._grad = _tc.Tensor._wrap(grad)
-        else:
-            leaf._grad = _tc.Tensor._wrap(add_gradients(leaf._grad._value, grad))
-
-
-def replace_grad(leaf: Tensor, held: jax.Array | None, total: jax.Array) -> bool:
-    """Set ``leaf.grad`` to ``total`` (its gradient added to ``held``) if ``leaf.grad``
-    still holds ``held``; False when another pass accumulated into it meanwhile."""
-    with _grad_lock:
-        now = None if leaf._grad is None else leaf._grad._value
-        if now is not held:
-            return False
-        leaf._grad = _tc.Tensor._wrap(total)
-        return True
 
 
 def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:
@@ -135,26 +112,6 @@ def _root_grad(root: Tensor | GradientEdge, grad: Any, i: int) -> jax.Array:
             f"has shape {root.shape}"
         )
     return grad
-
-
-_add_program = xla_options.jit(operator.add)
-
-
-def add_gradients(a: Any, b: Any) -> jax.Array:
-    """``a + b`` for two gradients of one tensor, compiled as our own programs are
-    (``runtime.xla_options``); small ones on the CPU with NumPy (``_host_eval``: a
-    distributed context sums each parameter's gradients, a program per shape).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> add_gradients(jnp.ones(2), jnp.ones(2)).tolist()
-        [2.0, 2.0]
-    """
-    out = _host_eval.run(_GRADIENT_SUM, (a, b))
-    return _add_program(a, b) if out is NotImplemented else out
-
-
-_GRADIENT_SUM = _cache._Entry("GradientSum", operator.add)
 
 
 def _add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:

@@ -37,9 +37,10 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.autograd import _engine, _kept_inputs, _known, _lazy, _pattern
+from tensorplay_jax.autograd import _kept_inputs, _known, _lazy, _pattern
+from tensorplay_jax.autograd._accumulate import accumulator, fold_mode, give_back, split, take_all
 from tensorplay_jax.autograd._cache import _trace_counts
-from tensorplay_jax.autograd._known import Plan, backward_body, finish, held_grad, known_shape
+from tensorplay_jax.autograd._known import Plan, backward_body, finish, known_shape
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 from tensorplay_jax.runtime import xla_options
 
@@ -53,17 +54,23 @@ _MAX_SHAPES = 1024
 _seen: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
 
 
-@functools.partial(xla_options.jit, static_argnums=0)
+@functools.partial(xla_options.jit, static_argnums=(0, 5), donate_argnums=4)
 def _fused_backward(
-    plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...], held: tuple[Any, ...]
+    plan: Plan,
+    pullbacks: tuple[Any, ...],
+    root_cts: tuple[Any, ...],
+    held: tuple[Any, ...],
+    donated: tuple[Any, ...],
+    claims: bool,
 ) -> Any:
-    """Each reached leaf's gradient, and (``held``: each leaf's ``.grad`` or None) its sum
-    with what the leaf already held, so accumulating costs no call of its own."""
+    """Each reached leaf's gradient, and its sum with what the accumulator held for the
+    leaf (``held``, or ``donated``: an array whose buffer the sum may take; None where
+    nothing), so accumulating costs no call of its own."""
     _trace_counts["<fused backward>"] += 1
-    return backward_body(plan, pullbacks, root_cts, held)
+    return backward_body(plan, pullbacks, root_cts, held, donated, claims)
 
 
-@functools.partial(xla_options.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(xla_options.jit, static_argnums=(0, 1, 2, 3, 9), donate_argnums=8)
 def _forward_backward(
     segment: tuple[Any, ...],
     plan: Plan,
@@ -73,6 +80,8 @@ def _forward_backward(
     given: tuple[Any, ...],
     root_cts: tuple[Any, ...],
     held: tuple[Any, ...],
+    donated: tuple[Any, ...],
+    claims: bool,
 ) -> Any:
     """A pending segment's forward (``_lazy``) and the backward through it, as one program:
     the segment's outputs (and its pullbacks, if wanted), then ``_fused_backward``'s result.
@@ -80,7 +89,7 @@ def _forward_backward(
     _trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
-    grads = backward_body(plan, pullbacks, root_cts, held)
+    grads = backward_body(plan, pullbacks, root_cts, held, donated, claims)
     if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
         pbs = _kept_inputs.strip_inputs((segment, plan, sources), pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
@@ -93,7 +102,13 @@ def _pending_segment(order: list[VJPNode]) -> _lazy.Segment | None:
 
 
 def _with_forward(
-    order: list[VJPNode], plan: Plan, root_cts: tuple[Any, ...], held: tuple[Any, ...], retain: bool
+    order: list[VJPNode],
+    plan: Plan,
+    root_cts: tuple[Any, ...],
+    held: tuple[Any, ...],
+    donated: tuple[Any, ...],
+    claims: bool,
+    retain: bool,
 ) -> Any:
     """The fused backward's result; when ``order``'s pending nodes wait in one segment,
     that segment's forward runs in the same program."""
@@ -109,7 +124,9 @@ def _with_forward(
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
                 key, inputs = (seg.pattern, plan, sources), tuple(seg.inputs)
-                outs, pbs, grads = _forward_backward(*key, want, inputs, given, root_cts, held)
+                outs, pbs, grads = _forward_backward(
+                    *key, want, inputs, given, root_cts, held, donated, claims
+                )
                 if want:
                     pbs = _kept_inputs.with_inputs(key, pbs, inputs)
                 seg.finish(outs, pbs)
@@ -117,7 +134,7 @@ def _with_forward(
     for n in order:
         if n.lazy is not None:
             n.lazy.flush()
-    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held)
+    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held, donated, claims)
 
 
 def _is_sink(node: Node) -> bool:
@@ -271,23 +288,35 @@ def try_fused(
         return False
     for node in order:
         node.check_saved()
-    into_grad = accumulate is _engine.accumulate_into_grad
+    acc = accumulator(accumulate)
     known = None
     if not retain_graph and not sinks:
-        known = known_shape(seg, starts, order, leaves, plan, into_grad)
+        known = known_shape(seg, starts, order, leaves, plan, fold_mode(acc))
     if known is not None and _known.run_remembered(seg, known, root_cts[0], accumulate):  # type: ignore[arg-type]
         return True
     n = len(leaves)
-    held = tuple(held_grad(s.variable) for s in leaves) if into_grad else (None,) * n
-    grads, summed = _with_forward(
-        order, plan, tuple(root_cts), held + (None,) * (len(slot) - n), retain_graph
-    )
+    variables = [s.variable for s in leaves]
+    taken = take_all(acc, variables)
+    pad = (None,) * (len(slot) - n)
+    held, donated = split(taken)
+    try:
+        grads, summed = _with_forward(
+            order,
+            plan,
+            tuple(root_cts),
+            held + pad,
+            donated + pad,
+            bool(fold_mode(acc)),
+            retain_graph,
+        )
+    except BaseException:
+        give_back(acc, variables, taken)
+        raise
     at = n
     for sink in sinks:  # before the leaves: a gradient bound for a peer leaves first
         sink.apply(tuple(grads[at : at + sink.num_outputs]))
         at += sink.num_outputs
         if not retain_graph:
             sink.release()
-    variables = [s.variable for s in leaves]
-    finish(order, variables, held, grads[:n], summed[:n], retain_graph, accumulate)
+    finish(order, variables, taken, grads[:n], summed[:n], retain_graph, accumulate)
     return True

@@ -38,6 +38,14 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from tensorplay_jax.autograd import _engine, _kept_inputs, _lazy
+from tensorplay_jax.autograd._accumulate import (
+    Accumulator,
+    accumulator,
+    fold_mode,
+    give_back,
+    split,
+    take_all,
+)
 from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 from tensorplay_jax.runtime import xla_options
@@ -53,9 +61,19 @@ _MAX_KNOWN = 1024
 
 
 def backward_body(
-    plan: Plan, pullbacks: Sequence[Any], root_cts: tuple[Any, ...], held: tuple[Any, ...]
+    plan: Plan,
+    pullbacks: Sequence[Any],
+    root_cts: tuple[Any, ...],
+    held: tuple[Any, ...],
+    donated: tuple[Any, ...],
+    claims: bool,
 ) -> Any:
-    """The fused backward (traced): each reached leaf's gradient, and its sum with ``held``."""
+    """The fused backward (traced): each reached leaf's gradient, and its sum with what the
+    accumulator holds for it (``held``, or ``donated``: the caller donates that argument,
+    so the sum may take its buffer; None in one where the other has the array). When the
+    accumulator ``claims`` what it held (``Accumulator.claims``), a leaf that held
+    something gets only the sum: no buffer for a gradient no one reads."""
+    held = tuple(h if d is None else d for h, d in zip(held, donated, strict=True))
     steps, roots, n_leaves = plan
     bufs: dict[tuple[int, int], Any] = {}
     for slot, ct in zip(roots, root_cts, strict=True):
@@ -75,36 +93,41 @@ def backward_body(
                 bufs[slot] = g if slot not in bufs else bufs[slot] + g
     # None where the leaf held nothing: its sum is its gradient (no second output buffer)
     summed = tuple(None if h is None else h + g for h, g in zip(held, leaves, strict=True))
+    if claims:
+        leaves = [None if h is not None else g for h, g in zip(held, leaves, strict=True)]
     return tuple(leaves), summed
 
 
 def finish(
     order: Sequence[VJPNode],
     leaves: Sequence[Tensor],
-    held: tuple[Any, ...],
+    taken: Sequence[tuple[Any, bool]],
     grads: Sequence[Any],
     summed: Sequence[Any],
     retain_graph: bool,
     accumulate: Callable[[Tensor, Any], None],
 ) -> None:
-    """Release the nodes (unless ``retain_graph``) and hand each leaf its gradient."""
+    """Release the nodes (unless ``retain_graph``) and hand each leaf its gradient (and its
+    sum with what the accumulator held, ``taken``: ``Accumulator.take``'s answers)."""
     if not retain_graph:
         for node in order:
             node.release()
-    into_grad = accumulate is _engine.accumulate_into_grad
-    for leaf, h, g, total in zip(leaves, held, grads, summed, strict=True):
-        total = g if total is None else total
-        if not into_grad or not _engine.replace_grad(leaf, h, total):
+    acc = accumulator(accumulate)
+    for leaf, (h, donated), g, total in zip(leaves, taken, grads, summed, strict=True):
+        if acc is None:
             accumulate(leaf, g)
+        else:
+            acc.put(leaf, h, donated, g, total)
 
 
 class _Known:
     """What ``try_fused`` worked out for a backward from one pending root whose graph lies
     in the root's segment: the backward's nodes (their op indices, in run order), the
     leaves (their segment input indices), the backward plan, the segment ops off the
-    backward's graph, and the root's cotangent (ones; None: not a one-element root)."""
+    backward's graph, the root's cotangent (ones; None: not a one-element root), and
+    whether the accumulator claims what it holds (``Accumulator.claims``)."""
 
-    __slots__ = ("ct", "inside", "leaf_inputs", "op_indices", "plan", "programs")
+    __slots__ = ("claims", "ct", "inside", "leaf_inputs", "op_indices", "plan", "programs")
 
     def __init__(
         self,
@@ -113,7 +136,9 @@ class _Known:
         plan: Plan,
         n_ops: int,
         ct: Any,
+        folds: bool | None,
     ) -> None:
+        self.claims = bool(folds)
         self.op_indices = op_indices
         self.leaf_inputs = leaf_inputs
         self.plan = plan
@@ -124,7 +149,7 @@ class _Known:
         self.programs: dict[int, Callable[..., Any]] = {}
 
 
-# (the segment's pattern, the root's op and output, whether grads go into .grad) -> _Known
+# (the segment's pattern, the root's op and output, the accumulator's fold_mode) -> _Known
 _pending_plans: dict[Hashable, _Known] = {}
 _MAX_PROGRAMS = 64  # per known backward (a new set of live outputs compiles one more)
 
@@ -135,7 +160,7 @@ def known_shape(
     order: list[VJPNode],
     sinks: list[AccumulateGrad],
     plan: Plan,
-    into_grad: bool,
+    folds: bool | None,
 ) -> tuple[Hashable, _Known] | None:
     """The ``_pending_plans`` entry for this backward, if its whole graph is in ``seg``."""
     if seg is None or seg.closed or len(starts) != 1 or len(plan[1]) != 1:
@@ -150,8 +175,10 @@ def known_shape(
     out_nr = plan[1][0][1]
     aval = root.lazy_op.structs[out_nr]
     ct = _engine.ones_like(aval) if math.prod(aval.shape) == 1 else None
-    key = (seg.pattern, root.lazy_index, out_nr, into_grad)
-    known = _Known(tuple(n.lazy_index for n in order), leaf_inputs, plan, len(seg.pattern.ops), ct)
+    key = (seg.pattern, root.lazy_index, out_nr, folds)
+    known = _Known(
+        tuple(n.lazy_index for n in order), leaf_inputs, plan, len(seg.pattern.ops), ct, folds
+    )
     return key, known
 
 
@@ -178,15 +205,17 @@ def _pending_program(
     sources: tuple[int, ...],
     want_pullbacks: bool,
     where: tuple[tuple[int, int], ...],
+    claims: bool,
     inputs: tuple[Any, ...],
     root_ct: Any,
     held: tuple[Any, ...],
+    donated: tuple[Any, ...],
 ) -> Any:
     """``_forward_backward`` for ``try_pending``: only the outputs at ``where`` (the live
     Tensors') come back, and the pullbacks only if wanted."""
     _trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(pattern, inputs)
-    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held)
+    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held, donated, claims)
     if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
         pbs = _kept_inputs.strip_inputs((pattern, plan, sources), pbs, inputs)
     return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
@@ -200,12 +229,12 @@ def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool
     seg = None if node is None else node.lazy
     if seg is None:
         return False
-    into_grad = accumulate is _engine.accumulate_into_grad
+    acc = accumulator(accumulate)
     with seg.lock:
-        known = _pending_plans.get((seg.pattern, node.lazy_index, root._output_nr, into_grad))
+        known = _pending_plans.get((seg.pattern, node.lazy_index, root._output_nr, fold_mode(acc)))
         if known is None or known.ct is None:
             return False
-        ran = _run_known(seg, known, known.ct, into_grad)
+        ran = _run_known(seg, known, known.ct, acc)
     if ran is None:
         return False
     finish(*ran, False, accumulate)
@@ -224,16 +253,15 @@ def run_remembered(
     entry = _pending_plans.setdefault(key, entry)
     while len(_pending_plans) > _MAX_KNOWN:
         del _pending_plans[next(iter(_pending_plans))]
-    into_grad = accumulate is _engine.accumulate_into_grad
     with seg.lock:
-        ran = _run_known(seg, entry, root_ct, into_grad)
+        ran = _run_known(seg, entry, root_ct, accumulator(accumulate))
     if ran is None:
         return False
     finish(*ran, False, accumulate)
     return True
 
 
-def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool) -> Any:
+def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, acc: Accumulator | None) -> Any:
     """Run ``seg``'s forward and the ``known`` backward through it as one compiled call, with
     ``seg.lock`` held; only what can still be seen comes back: the live Tensors' values,
     and the pullbacks when a node off the backward's graph is alive. The backward's nodes
@@ -243,11 +271,8 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
         return None
     inputs = seg.input_tensors
     leaves = [inputs[k] for k in known.leaf_inputs]
-    held = []
-    for t in leaves:
-        if t._grad_fn is not None:  # type: ignore[union-attr]
-            return None  # an input that was a leaf now has a producer: a larger graph
-        held.append(held_grad(t) if into_grad else None)  # type: ignore[arg-type]
+    if any(t._grad_fn is not None for t in leaves):  # type: ignore[union-attr]
+        return None  # an input that was a leaf now has a producer: a larger graph
     nodes = [ref() for ref in seg.nodes]
     want = False
     by_nodes: dict[int, int] = {}  # Tensor id -> references from the nodes released here
@@ -276,7 +301,12 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
         program = _program(seg, known, fkey)
     seg.closed = True
     args = tuple(seg.inputs)
-    values, pbs, (grads, summed) = program(args, root_ct, tuple(held))
+    taken = take_all(acc, leaves)
+    try:
+        values, pbs, (grads, summed) = program(args, root_ct, *split(taken))
+    except BaseException:
+        give_back(acc, leaves, taken)
+        raise
     if pbs is not None:
         pbs = _kept_inputs.with_inputs((seg.pattern, known.plan, known.op_indices), pbs, args)
     for t, v in zip(live, values, strict=True):
@@ -289,7 +319,7 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, into_grad: bool)
             elif pbs is not None:
                 n.vjp = pbs[k]
     seg.release()
-    return (), leaves, held, grads, summed
+    return (), leaves, taken, grads, summed
 
 
 def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]:
@@ -300,14 +330,15 @@ def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]
     where = tuple(at for p, at in enumerate(places) if fkey >> (p + 1) & 1)
     program = xla_options.jit(
         functools.partial(
-            _pending_program, seg.pattern, known.plan, known.op_indices, bool(fkey & 1), where
-        )
+            _pending_program,
+            seg.pattern,
+            known.plan,
+            known.op_indices,
+            bool(fkey & 1),
+            where,
+            known.claims,
+        ),
+        donate_argnums=3,  # the accumulator's donated arrays
     )
     known.programs[fkey] = program
     return program
-
-
-def held_grad(leaf: Tensor) -> Any:
-    """What ``leaf.grad`` holds (its array), or None."""
-    grad = leaf._grad
-    return None if grad is None else grad._value

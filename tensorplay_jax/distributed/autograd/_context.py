@@ -32,7 +32,8 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.autograd import GradientEdge, Node, add_gradients, release_graph
+from tensorplay_jax.autograd import GradientEdge, Node, release_graph
+from tensorplay_jax.distributed.autograd._gradients import ContextGradients
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc import rpc_async as _rpc_async
@@ -42,7 +43,6 @@ from tensorplay_jax.rpc.internal import (
     internal_target,
     not_initialized,
 )
-from tensorplay_jax.runtime.device import on_device
 from tensorplay_jax.runtime.ids import CONTEXT_ID
 from tensorplay_jax.tensors import Tensor
 
@@ -95,7 +95,7 @@ class DistAutogradContext:
     def __init__(self, context_id: int) -> None:
         self._id = context_id
         self._lock = threading.Lock()
-        self._grads: dict[Tensor, jax.Array] = {}
+        self.accumulate = ContextGradients()  # this worker's leaves' gradients
         self._sends: dict[int, list[GradientEdge | None]] = {}
         self._recvs: dict[int, Node] = {}
         self._known: set[int] = set()
@@ -112,10 +112,7 @@ class DistAutogradContext:
 
     def gradient_arrays(self) -> dict[Tensor, jax.Array]:
         """A new leaf -> gradient map of this worker, as ``jax.Array`` s (for optimizer steps)."""
-        with self._lock:
-            for leaf, g in self._grads.items():
-                self._grads[leaf] = on_device(g)  # a host array arrived over RPC
-            return dict(self._grads)
+        return self.accumulate.hand_out()
 
     def known_worker_ids(self) -> set[int]:
         """Ranks of the workers this context sent to or received from."""
@@ -156,12 +153,6 @@ class DistAutogradContext:
         return edges
 
     # ----------------------------------------------------------------- backward
-    def accumulate(self, leaf: Tensor, grad: jax.Array) -> None:
-        """Add ``grad`` into this context's gradient for ``leaf`` (thread-safe)."""
-        with self._lock:
-            old = self._grads.get(leaf)
-            self._grads[leaf] = grad if old is None else add_gradients(old, grad)
-
     def begin_pass(self, pass_id: int, roots: Sequence[Any], retain_graph: bool) -> None:
         """Note that a backward pass runs from ``roots`` here.
 
@@ -189,7 +180,7 @@ class DistAutogradContext:
 
     def _clear(self) -> None:
         with self._lock:
-            self._grads.clear()
+            self.accumulate.clear()
             self._sends.clear()
             self._recvs.clear()
             self._to_release.clear()
