@@ -24,6 +24,8 @@ Usage::
     python benchmarks/pipeline.py --only ours --rounds 1              # skip torch
     python benchmarks/pipeline.py --only ours --counts                # per-step costs
     python benchmarks/pipeline.py --threads 1                         # one compute thread each
+    python benchmarks/pipeline.py --cpu --splits 1 8 --rounds 1       # CPU time per worker
+    python benchmarks/pipeline.py --cpu --forward-only --splits 8     # ... of the forward
 
 ``--threads N`` gives each process N threads for its operations, both libraries:
 ``torch.set_num_threads(N)``, and for XLA's CPU client the ``NPROC`` environment
@@ -132,8 +134,9 @@ class _Driver:
         self.x = lib.tp.randn(BATCH, D_IN)
         self.target = lib.tp.randn(BATCH, D_IN)
 
-    def step(self, n: int) -> list[float]:
-        """One training step in ``n`` micro-batches; the times its phases end at."""
+    def step(self, n: int, backward: bool = True) -> list[float]:
+        """One training step in ``n`` micro-batches (its forward only, without
+        ``backward``); the times its phases end at."""
         assert _LIB is not None
         rpc, ag, tp = _LIB.rpc, _LIB.ag, _LIB.tp
         with ag.context() as cid:
@@ -143,6 +146,8 @@ class _Driver:
                 futs.append(self.s2.rpc_async().forward(y_rref))
             out = tp.cat([f.wait() for f in futs])
             t_fwd = time.perf_counter()
+            if not backward:
+                return [t_fwd, t_fwd, t_fwd]
             ag.backward(cid, [_LIB.mse(out, self.target)])
             t_bwd = time.perf_counter()
             self.opt.step(cid)
@@ -170,6 +175,45 @@ def measure(splits: list[int], warmup: int, steps: int) -> dict[str, dict[str, f
         for i, phase in enumerate(("forward", "backward", "optimizer")):
             res[str(n)][f"{phase}_ms"] = statistics.median(t[i] for t in times[n]) * 1e3
         res[str(n)]["median_ms"] = statistics.median(sum(t) for t in times[n]) * 1e3
+    return res
+
+
+def thread_cpu_ms() -> dict[str, float]:
+    """This process's CPU time so far (user + system, ms), per thread name."""
+    tick = 1e3 / os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended
+            continue
+        fields = stat.rpartition(")")[2].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) * tick
+    return out
+
+
+def cpu(splits: list[int], warmup: int, steps: int, backward: bool) -> dict[str, dict[str, float]]:
+    """On the driver: per split, the CPU time each worker spends per step (all its threads),
+    beside the wall time of a step (or of its forward only). Linux only (``/proc``)."""
+    assert _LIB is not None
+    rpc = _LIB.rpc
+    drv = _Driver()
+    res: dict[str, dict[str, float]] = {}
+    for n in splits:
+        for _ in range(warmup):
+            drv.step(n, backward)
+        before = [rpc.rpc_sync(f"w{r}", thread_cpu_ms) for r in range(WORLD)]
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            drv.step(n, backward)
+        wall = (time.perf_counter() - t0) / steps * 1e3
+        after = [rpc.rpc_sync(f"w{r}", thread_cpu_ms) for r in range(WORLD)]
+        cell = {"wall": wall}
+        for r in range(WORLD):
+            used = sum(after[r].values()) - sum(before[r].get(k, 0.0) for k in after[r])
+            cell[f"w{r}"] = used / steps
+        res[str(n)] = cell
     return res
 
 
@@ -236,6 +280,8 @@ def worker(impl: str, rank: int, port: int, cfg: str, out: str) -> None:
         c = json.loads(cfg)
         if c.get("counts"):
             res: Any = counts(c["splits"])
+        elif c.get("cpu"):
+            res = cpu(c["splits"], c["warmup"], c["steps"], not c.get("forward_only"))
         else:
             res = measure(c["splits"], c["warmup"], c["steps"])
         Path(out).write_text(json.dumps(res))
@@ -260,6 +306,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--counts", action="store_true", help="ours: messages, compilations / step")
     ap.add_argument("--threads", type=int, default=None, help="compute threads per process")
+    ap.add_argument("--cpu", action="store_true", help="CPU time per step of each worker")
+    ap.add_argument("--forward-only", action="store_true", help="with --cpu: the forward only")
     a = ap.parse_args()
     cfg = {
         "splits": a.splits,
@@ -267,6 +315,8 @@ def main() -> None:
         "steps": a.steps,
         "counts": a.counts,
         "threads": a.threads,
+        "cpu": a.cpu,
+        "forward_only": a.forward_only,
     }
     if a.counts:
         got = run("ours", cfg)
@@ -276,6 +326,20 @@ def main() -> None:
             print(f"{k:<58}" + "".join(f"{got[n].get(k, 0):>8g}" for n in got))
         return
     impls = [i for i in ("ours", "torch") if a.only in (None, i)]
+    if a.cpu:
+        print("CPU ms per step (driver w0, stages w1 w2), and the step's wall time")
+        print("| micro-batches | library | w0 | w1 | w2 | all | wall | all / wall |")
+        print("|---|---|---|---|---|---|---|---|")
+        for _ in range(a.rounds):
+            for impl in impls:
+                for n, c in run(impl, cfg).items():
+                    total = c["w0"] + c["w1"] + c["w2"]
+                    print(
+                        f"| {n} | {impl} | {c['w0']:.1f} | {c['w1']:.1f} | {c['w2']:.1f} | "
+                        f"{total:.1f} | {c['wall']:.1f} | {total / c['wall']:.2f} |",
+                        flush=True,
+                    )
+        return
     cells: dict[str, dict[str, list[float]]] = {i: {str(n): [] for n in a.splits} for i in impls}
     first: dict[str, dict[str, float]] = {i: {} for i in impls}
     for r in range(a.rounds):
