@@ -45,6 +45,7 @@ __all__ = ["Accumulator", "accumulate_into_grad", "accumulator", "add_gradients"
 
 _add_program = xla_options.jit(operator.add)
 _add_donated = xla_options.jit(operator.add, donate_argnums=0)
+_difference = xla_options.jit(operator.sub)
 _GRADIENT_SUM = _cache._Entry("GradientSum", operator.add)
 
 
@@ -73,12 +74,14 @@ class Accumulator:
 
     A subclass implements ``__call__``; the defaults of :meth:`take` and :meth:`put`
     hold nothing and add, which is what any plain ``accumulate`` callable does.
-    ``claims``: :meth:`take` removes what it returns, so :meth:`put` needs only the sum
-    (a compiled backward then returns no separate gradient for such a leaf); otherwise
-    what was held stays visible, and :meth:`put` may need the gradient itself.
+    ``claims``: :meth:`take` removes what it returns (what was held stays visible
+    otherwise). ``sums_only``: :meth:`put` needs only the sum for a leaf that held
+    something, so a compiled backward returns no separate gradient for it (no buffer
+    no one reads).
     """
 
     claims = False
+    sums_only = False
 
     def __call__(self, leaf: Tensor, grad: Any) -> None:
         raise NotImplementedError
@@ -100,8 +103,8 @@ class Accumulator:
 
 def fold_mode(acc: Accumulator | None) -> bool | None:
     """How a compiled backward treats ``acc``: None (a plain callable: no sums), False
-    (sums, and each gradient too), True (``claims``: only the sums where it held)."""
-    return None if acc is None else acc.claims
+    (sums, and each gradient too), True (``sums_only``: only the sums where it held)."""
+    return None if acc is None else acc.sums_only
 
 
 def accumulator(accumulate: Any) -> Accumulator | None:
@@ -141,7 +144,11 @@ _grad_lock = threading.Lock()
 
 class _IntoGrad(Accumulator):
     """``leaf.grad += grad`` (safe across threads); holds ``leaf.grad`` and never donates
-    it (the user may hold that Tensor or its array)."""
+    it (the user may hold that Tensor or its array). It takes only the sums: when another
+    thread replaced ``leaf.grad`` between :meth:`take` and :meth:`put` (rare: two
+    backward passes into one leaf at once), the gradient is ``total - held``."""
+
+    sums_only = True
 
     def __call__(self, leaf: Tensor, grad: Any) -> None:
         with _grad_lock:
@@ -161,6 +168,8 @@ class _IntoGrad(Accumulator):
                 if now is held:
                     leaf._grad = _tc.Tensor._wrap(total)
                     return
+            if grad is None:
+                grad = _difference(total, held)
         self(leaf, grad)  # another pass accumulated into it meanwhile, or nothing was held
 
     def __repr__(self) -> str:

@@ -61,13 +61,13 @@ def _fused_backward(
     root_cts: tuple[Any, ...],
     held: tuple[Any, ...],
     donated: tuple[Any, ...],
-    claims: bool,
+    sums_only: bool,
 ) -> Any:
     """Each reached leaf's gradient, and its sum with what the accumulator held for the
     leaf (``held``, or ``donated``: an array whose buffer the sum may take; None where
     nothing), so accumulating costs no call of its own."""
     _trace_counts["<fused backward>"] += 1
-    return backward_body(plan, pullbacks, root_cts, held, donated, claims)
+    return backward_body(plan, pullbacks, root_cts, held, donated, sums_only)
 
 
 @functools.partial(xla_options.jit, static_argnums=(0, 1, 2, 3, 9), donate_argnums=8)
@@ -81,7 +81,7 @@ def _forward_backward(
     root_cts: tuple[Any, ...],
     held: tuple[Any, ...],
     donated: tuple[Any, ...],
-    claims: bool,
+    sums_only: bool,
 ) -> Any:
     """A pending segment's forward (``_lazy``) and the backward through it, as one program:
     the segment's outputs (and its pullbacks, if wanted), then ``_fused_backward``'s result.
@@ -89,7 +89,7 @@ def _forward_backward(
     _trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
-    grads = backward_body(plan, pullbacks, root_cts, held, donated, claims)
+    grads = backward_body(plan, pullbacks, root_cts, held, donated, sums_only)
     if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
         pbs = _kept_inputs.strip_inputs((segment, plan, sources), pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
@@ -107,7 +107,7 @@ def _with_forward(
     root_cts: tuple[Any, ...],
     held: tuple[Any, ...],
     donated: tuple[Any, ...],
-    claims: bool,
+    sums_only: bool,
     retain: bool,
 ) -> Any:
     """The fused backward's result; when ``order``'s pending nodes wait in one segment,
@@ -125,7 +125,7 @@ def _with_forward(
                 seg.closed = True
                 key, inputs = (seg.pattern, plan, sources), tuple(seg.inputs)
                 outs, pbs, grads = _forward_backward(
-                    *key, want, inputs, given, root_cts, held, donated, claims
+                    *key, want, inputs, given, root_cts, held, donated, sums_only
                 )
                 if want:
                     pbs = _kept_inputs.with_inputs(key, pbs, inputs)
@@ -134,7 +134,7 @@ def _with_forward(
     for n in order:
         if n.lazy is not None:
             n.lazy.flush()
-    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held, donated, claims)
+    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held, donated, sums_only)
 
 
 def _is_sink(node: Node) -> bool:

@@ -66,12 +66,12 @@ def backward_body(
     root_cts: tuple[Any, ...],
     held: tuple[Any, ...],
     donated: tuple[Any, ...],
-    claims: bool,
+    sums_only: bool,
 ) -> Any:
     """The fused backward (traced): each reached leaf's gradient, and its sum with what the
     accumulator holds for it (``held``, or ``donated``: the caller donates that argument,
     so the sum may take its buffer; None in one where the other has the array). When the
-    accumulator ``claims`` what it held (``Accumulator.claims``), a leaf that held
+    accumulator takes ``sums_only`` (``Accumulator.sums_only``), a leaf that held
     something gets only the sum: no buffer for a gradient no one reads."""
     held = tuple(h if d is None else d for h, d in zip(held, donated, strict=True))
     steps, roots, n_leaves = plan
@@ -93,7 +93,7 @@ def backward_body(
                 bufs[slot] = g if slot not in bufs else bufs[slot] + g
     # None where the leaf held nothing: its sum is its gradient (no second output buffer)
     summed = tuple(None if h is None else h + g for h, g in zip(held, leaves, strict=True))
-    if claims:
+    if sums_only:
         leaves = [None if h is not None else g for h, g in zip(held, leaves, strict=True)]
     return tuple(leaves), summed
 
@@ -125,9 +125,9 @@ class _Known:
     in the root's segment: the backward's nodes (their op indices, in run order), the
     leaves (their segment input indices), the backward plan, the segment ops off the
     backward's graph, the root's cotangent (ones; None: not a one-element root), and
-    whether the accumulator claims what it holds (``Accumulator.claims``)."""
+    whether the accumulator takes only the sums (``Accumulator.sums_only``)."""
 
-    __slots__ = ("claims", "ct", "inside", "leaf_inputs", "op_indices", "plan", "programs")
+    __slots__ = ("ct", "inside", "leaf_inputs", "op_indices", "plan", "programs", "sums_only")
 
     def __init__(
         self,
@@ -138,7 +138,7 @@ class _Known:
         ct: Any,
         folds: bool | None,
     ) -> None:
-        self.claims = bool(folds)
+        self.sums_only = bool(folds)
         self.op_indices = op_indices
         self.leaf_inputs = leaf_inputs
         self.plan = plan
@@ -205,7 +205,7 @@ def _pending_program(
     sources: tuple[int, ...],
     want_pullbacks: bool,
     where: tuple[tuple[int, int], ...],
-    claims: bool,
+    sums_only: bool,
     inputs: tuple[Any, ...],
     root_ct: Any,
     held: tuple[Any, ...],
@@ -215,7 +215,7 @@ def _pending_program(
     Tensors') come back, and the pullbacks only if wanted."""
     _trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(pattern, inputs)
-    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held, donated, claims)
+    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held, donated, sums_only)
     if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
         pbs = _kept_inputs.strip_inputs((pattern, plan, sources), pbs, inputs)
     return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
@@ -336,7 +336,7 @@ def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]
             known.op_indices,
             bool(fkey & 1),
             where,
-            known.claims,
+            known.sums_only,
         ),
         donate_argnums=3,  # the accumulator's donated arrays
     )

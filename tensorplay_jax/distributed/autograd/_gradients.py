@@ -38,6 +38,7 @@ class ContextGradients(Accumulator):
     """Leaf -> summed gradient, thread-safe; claims what it hands to a fused backward."""
 
     claims = True
+    sums_only = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
