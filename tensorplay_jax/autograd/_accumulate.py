@@ -3,9 +3,10 @@
 ``run_backward(..., accumulate=f)`` calls ``f(leaf, grad)`` once per reached leaf, and
 any callable will do. An :class:`Accumulator` also tells the fused backward
 (``_fused``, ``_known``) what it already holds for each leaf (:meth:`~Accumulator.take`),
-so that the compiled backward returns the sum ``held + grad`` along with ``grad``
-(:meth:`~Accumulator.put` stores it): a loop of micro-batches accumulates each
-parameter's gradient without a compiled call of its own per leaf and step. An
+so that the compiled backward returns the sum ``held + grad`` (only the sum, for an
+accumulator whose ``sums_only`` is set; :meth:`~Accumulator.put` stores it): a loop
+of micro-batches accumulates each parameter's gradient without a compiled call or a
+second gradient buffer of its own per leaf and step. An
 accumulator may also give its held array up: the compiled backward then takes it
 *donated* (``jax.jit(donate_argnums=...)``) and writes the sum into its buffer, where
 a new sum would cost a fresh allocation (page faults for a large weight) and a
@@ -13,8 +14,8 @@ second pass over memory. It gives up only arrays that no one else can see.
 
 Two accumulators are made here: :data:`accumulate_into_grad` (``leaf.grad``, the local
 engine's default) never donates, since a user may hold ``p.grad``; the distributed
-autograd context's (``distributed.autograd._context``) donates the sums it computed
-itself and has not handed out.
+autograd context's (``distributed.autograd._gradients``) donates the sums it computed
+itself and has not handed out. Both take only the sums.
 
 Example:
     >>> import tensorplay_jax as tp
