@@ -12,16 +12,22 @@ micro-batches::
     dist_autograd.backward(ctx, [mse_loss(out, target)])
     opt.step(ctx)                                       # DistributedOptimizer, SGD
 
-Each stage computes one micro-batch at a time (a lock, like one device). For
-each split (1, 2, 4, 8) the driver warms up, then runs the splits in turn, step
-by step, so that every split meets the same load; a cell is the median step.
-A round starts fresh workers for ours, then for torch; the table shows, per
-cell, the lower median over the rounds (the machine's swings affect both).
+Each stage computes one micro-batch at a time (a lock, like one device). Both
+libraries' jobs (three processes each) are up at once and take turns: each
+driver warms every split (1, 2, 4, 8) up, then they alternate in *blocks*, ours
+then torch, torch then ours, and so on; in a block a driver runs the splits in
+turn, step by step, ``--passes`` times, and its first pass (the steps right
+after the other library's block) is not counted. The job waiting for its turn
+is stopped (``SIGSTOP``, see ``benchmarks._launch.Job``). So both libraries meet
+the machine's load in the same seconds, where on a shared VM step times swing
+from minute to minute. A cell is the median step of a round; a round
+starts fresh jobs, and the table shows, per cell, the lower median over the
+rounds, and the ratio of those.
 
 Usage::
 
     PYTHONPATH=/tmp/torchlib python benchmarks/pipeline.py           # both
-    python benchmarks/pipeline.py --only ours --rounds 1              # skip torch
+    python benchmarks/pipeline.py --only ours                         # skip torch
     python benchmarks/pipeline.py --only ours --counts                # per-step costs
     python benchmarks/pipeline.py --threads 1                         # one compute thread each
     python benchmarks/pipeline.py --cpu --splits 1 8 --rounds 1       # CPU time per worker
@@ -54,7 +60,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._launch import free_port, run_job
+from benchmarks._launch import Job, answer_requests, free_port, run_job
 
 WORLD = 3
 BATCH, D_IN, D_HID = 256, 512, 2048
@@ -154,28 +160,26 @@ class _Driver:
         return [t_fwd, t_bwd, time.perf_counter()]
 
 
-def measure(splits: list[int], warmup: int, steps: int) -> dict[str, dict[str, float]]:
-    """On the driver: warm every split up, then time them in turn; the median step per split."""
-    drv = _Driver()
-    res: dict[str, dict[str, float]] = {}
-    for n in splits:
-        t0 = time.perf_counter()
-        drv.step(n)
-        first = time.perf_counter() - t0
-        for _ in range(warmup - 1):
-            drv.step(n)
-        res[str(n)] = {"first_ms": first * 1e3}
-    times: dict[int, list[list[float]]] = {n: [] for n in splits}
-    for _ in range(steps):
-        for n in splits:
-            t0 = time.perf_counter()
-            ends = drv.step(n)
-            times[n].append([b - a for a, b in zip([t0, *ends[:-1]], ends, strict=True)])
-    for n in splits:
-        for i, phase in enumerate(("forward", "backward", "optimizer")):
-            res[str(n)][f"{phase}_ms"] = statistics.median(t[i] for t in times[n]) * 1e3
-        res[str(n)]["median_ms"] = statistics.median(sum(t) for t in times[n]) * 1e3
-    return res
+class _Server:
+    """Rank 0 of a job that takes turns (``benchmarks._launch.Job``): steps as asked."""
+
+    def __init__(self) -> None:
+        self.drv: _Driver | None = None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, list[list[float]]]:
+        """Run ``request["steps"]`` passes over ``request["splits"]`` (one step of each
+        split per pass); per split, each step's forward, backward and optimizer ms."""
+        if self.drv is None:
+            self.drv = _Driver()
+        out: dict[str, list[list[float]]] = {str(n): [] for n in request["splits"]}
+        for _ in range(request["steps"]):
+            for n in request["splits"]:
+                t0 = time.perf_counter()
+                ends = self.drv.step(n)
+                out[str(n)].append(
+                    [(b - a) * 1e3 for a, b in zip([t0, *ends[:-1]], ends, strict=True)]
+                )
+        return out
 
 
 def thread_cpu_ms() -> dict[str, float]:
@@ -278,13 +282,14 @@ def worker(impl: str, rank: int, port: int, cfg: str, out: str) -> None:
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=WORLD)
     if rank == 0:
         c = json.loads(cfg)
-        if c.get("counts"):
+        if c.get("serve"):
+            answer_requests(_Server().handle)
+        elif c.get("counts"):
             res: Any = counts(c["splits"])
         elif c.get("cpu"):
             res = cpu(c["splits"], c["warmup"], c["steps"], not c.get("forward_only"))
-        else:
-            res = measure(c["splits"], c["warmup"], c["steps"])
-        Path(out).write_text(json.dumps(res))
+        if not c.get("serve"):
+            Path(out).write_text(json.dumps(res))
     rpc.shutdown()
 
 
@@ -297,13 +302,58 @@ def run(impl: str, cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
     return run_job(boot, [[impl, str(r), port, json.dumps(cfg)] for r in range(WORLD)], impl)
 
 
+def interleaved(
+    impls: list[str], cfg: dict[str, Any], warmup: int, blocks: int, passes: int
+) -> dict[str, tuple[dict[str, float], dict[str, list[list[float]]]]]:
+    """One round: both libraries' jobs up at once, taking turns in blocks (see the module
+    docstring). Per library: each split's first step (ms), and its counted steps' phases."""
+    if passes < 2:
+        raise SystemExit("--passes must be at least 2 (a block's first pass is not counted)")
+    boot = (
+        "import sys; from benchmarks.pipeline import worker; "
+        "worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])"
+    )
+    splits = cfg["splits"]
+    jobs: dict[str, Job] = {}
+    try:
+        for impl in impls:
+            port = str(free_port())
+            argv = [[impl, str(r), port, json.dumps(cfg), "-"] for r in range(WORLD)]
+            jobs[impl] = Job(boot, argv, impl)
+        firsts: dict[str, dict[str, float]] = {}
+        for job in jobs.values():  # both start up together; then one at a time
+            job.ask({"splits": splits, "steps": 0})
+            job.pause()
+        for impl, job in jobs.items():
+            got = job.ask({"splits": splits, "steps": warmup})
+            job.pause()
+            firsts[impl] = {n: sum(steps[0]) for n, steps in got.items()}
+        counted: dict[str, dict[str, list[list[float]]]] = {
+            i: {str(n): [] for n in splits} for i in impls
+        }
+        for b in range(blocks):
+            for impl in impls if b % 2 == 0 else impls[::-1]:
+                got = jobs[impl].ask({"splits": splits, "steps": passes})
+                jobs[impl].pause()  # the other library's turn: nothing of this job runs
+                for n, steps in got.items():
+                    counted[impl][n] += steps[1:]
+        for job in jobs.values():
+            job.close()
+    finally:
+        for job in jobs.values():
+            job.kill()
+    return {i: (firsts[i], counted[i]) for i in impls}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["ours", "torch"], default=None)
     ap.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=15, help="with --cpu: steps per split")
+    ap.add_argument("--rounds", type=int, default=2, help="fresh jobs each round")
+    ap.add_argument("--blocks", type=int, default=8, help="turns of each library a round")
+    ap.add_argument("--passes", type=int, default=3, help="per block (1st uncounted)")
     ap.add_argument("--counts", action="store_true", help="ours: messages, compilations / step")
     ap.add_argument("--threads", type=int, default=None, help="compute threads per process")
     ap.add_argument("--cpu", action="store_true", help="CPU time per step of each worker")
@@ -343,22 +393,24 @@ def main() -> None:
     cells: dict[str, dict[str, list[float]]] = {i: {str(n): [] for n in a.splits} for i in impls}
     first: dict[str, dict[str, float]] = {i: {} for i in impls}
     for r in range(a.rounds):
-        for impl in impls:
-            got = run(impl, cfg)
-            for n, v in got.items():
-                cells[impl][n].append(v["median_ms"])
-                first[impl].setdefault(n, v["first_ms"])
-            line = ", ".join(
-                f"{n}: {v['median_ms']:.1f} ({v['forward_ms']:.0f}+{v['backward_ms']:.0f}"
-                f"+{v['optimizer_ms']:.0f})"
-                for n, v in got.items()
+        got = interleaved(impls, dict(cfg, serve=True), a.warmup, a.blocks, a.passes)
+        for impl, (firsts, steps) in got.items():
+            line = []
+            for n, phases in steps.items():
+                med = statistics.median(sum(p) for p in phases)
+                cells[impl][n].append(med)
+                first[impl].setdefault(n, firsts[n])
+                parts = "+".join(f"{statistics.median(p[i] for p in phases):.0f}" for i in range(3))
+                line.append(f"{n}: {med:.1f} ({parts})")
+            print(
+                f"round {r + 1}/{a.rounds} {impl} step ms (fwd+bwd+opt): {', '.join(line)}",
+                flush=True,
             )
-            print(f"round {r + 1}/{a.rounds} {impl} step ms (fwd+bwd+opt): {line}", flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"\n{time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, "
         f"load {load:.1f}; python benchmarks/pipeline.py "
-        f"--rounds {a.rounds} --steps {a.steps} --warmup {a.warmup}"
+        f"--rounds {a.rounds} --blocks {a.blocks} --passes {a.passes} --warmup {a.warmup}"
         + (f" --threads {a.threads}" if a.threads else "")
     )
     print("| micro-batches | torch step | ours step | ours / torch | ours first step |")
