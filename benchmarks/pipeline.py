@@ -32,6 +32,7 @@ Usage::
     python benchmarks/pipeline.py --threads 1                         # one compute thread each
     python benchmarks/pipeline.py --cpu --splits 1 8 --rounds 1       # CPU time per worker
     python benchmarks/pipeline.py --cpu --forward-only --splits 8     # ... of the forward
+    python benchmarks/pipeline.py --maths --splits 1 8 --rounds 7     # the maths alone
 
 ``--threads N`` gives each process N threads for its operations, both libraries:
 ``torch.set_num_threads(N)``, and for XLA's CPU client the ``NPROC`` environment
@@ -39,6 +40,11 @@ variable, which XLA reads for its thread pools' size when the backend starts (no
 API sets it). Three processes share this machine's two cores, so one thread each
 spends less CPU on handing work between threads (``torchrun`` sets
 ``OMP_NUM_THREADS=1`` for the same reason).
+
+``--maths`` runs the step's maths alone in one process, both libraries taking turns:
+no RPC, no tape; for ours the fewest ``jax.jit`` programs a stage could run (see
+``_maths_steps``). Its CPU time is the floor under a whole step's: spread over this
+machine's cores, the least wall time any pipeline schedule could reach.
 
 torch's ``DistributedOptimizer`` imports ``sympy`` (through FSDP): install it in the
 interpreter that runs the torch workers.
@@ -197,6 +203,11 @@ def thread_cpu_ms() -> dict[str, float]:
     return out
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (all threads). Linux only (``/proc``)."""
+    return int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[7])
+
+
 def cpu(splits: list[int], warmup: int, steps: int, backward: bool) -> dict[str, dict[str, float]]:
     """On the driver: per split, the CPU time each worker spends per step (all its threads),
     beside the wall time of a step (or of its forward only). Linux only (``/proc``)."""
@@ -208,17 +219,130 @@ def cpu(splits: list[int], warmup: int, steps: int, backward: bool) -> dict[str,
         for _ in range(warmup):
             drv.step(n, backward)
         before = [rpc.rpc_sync(f"w{r}", thread_cpu_ms) for r in range(WORLD)]
+        faults = [rpc.rpc_sync(f"w{r}", minor_faults) for r in range(WORLD)]
         t0 = time.perf_counter()
         for _ in range(steps):
             drv.step(n, backward)
         wall = (time.perf_counter() - t0) / steps * 1e3
         after = [rpc.rpc_sync(f"w{r}", thread_cpu_ms) for r in range(WORLD)]
+        faults = [rpc.rpc_sync(f"w{r}", minor_faults) - faults[r] for r in range(WORLD)]
         cell = {"wall": wall}
         for r in range(WORLD):
             used = sum(after[r].values()) - sum(before[r].get(k, 0.0) for k in after[r])
             cell[f"w{r}"] = used / steps
+            cell[f"faults{r}"] = faults[r] / steps
         res[str(n)] = cell
     return res
+
+
+def _maths_steps(n: int, impls: list[str]) -> dict[str, Any]:
+    """Per library, a function running the maths of one ``n``-micro-batch step in this
+    process, no RPC: both stages' forward, the loss, both stages' backward with the
+    weight gradients summed over the micro-batches. Ours is the least a JAX program
+    costs here: per micro-batch, one ``jax.jit`` program for stage 1's forward (keeping
+    its hidden layer), one for stage 2's forward, loss and backward, one for stage 1's
+    backward from what its forward kept, the gradients written into the running sums'
+    (donated) buffers; the products as the layers' pullbacks need them, nothing recomputed."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    shapes = [(D_HID, D_IN), (D_HID,), (D_IN, D_HID), (D_IN,)]
+    params = [[rng.standard_normal(s, np.float32) * 0.02 for s in shapes] for _ in range(2)]
+    x, t = (rng.standard_normal((BATCH, D_IN), np.float32) for _ in range(2))
+    rows = BATCH // n
+    steps: dict[str, Any] = {}
+    if "ours" in impls:
+        import jax
+        import jax.numpy as jnp
+
+        def forward(p: list[Any], x: Any) -> tuple[Any, Any]:
+            h = jax.nn.relu(x @ p[0].T + p[1])
+            return h @ p[2].T + p[3], h
+
+        def backward(p: list[Any], x: Any, h: Any, gy: Any, acc: list[Any]) -> tuple[Any, ...]:
+            gh = jnp.where(h > 0, gy @ p[2], 0.0)
+            grads = [gh.T @ x, gh.sum(0), gy.T @ h, gy.sum(0)]
+            return [a + g for a, g in zip(acc, grads, strict=True)], gh @ p[0]
+
+        def stage2(p: list[Any], y: Any, t: Any, acc: list[Any]) -> tuple[Any, ...]:
+            out, h = forward(p, y)
+            return backward(p, y, h, 2 * (out - t) / (BATCH * D_IN), acc)
+
+        def stage1_backward(p: list[Any], x: Any, h: Any, gy: Any, acc: list[Any]) -> Any:
+            gh = jnp.where(h > 0, gy @ p[2], 0.0)  # no gradient for the batch itself
+            grads = [gh.T @ x, gh.sum(0), gy.T @ h, gy.sum(0)]
+            return [a + g for a, g in zip(acc, grads, strict=True)]
+
+        fwd1 = jax.jit(forward)
+        bwd2 = jax.jit(stage2, donate_argnums=3)
+        bwd1 = jax.jit(stage1_backward, donate_argnums=4)
+        jp = [[jnp.asarray(a) for a in p] for p in params]
+        jx = [jnp.asarray(x[i : i + rows]) for i in range(0, BATCH, rows)]
+        jt = [jnp.asarray(t[i : i + rows]) for i in range(0, BATCH, rows)]
+
+        def ours() -> None:
+            kept = [fwd1(jp[0], xi) for xi in jx]
+            g1 = [jnp.zeros(s, jnp.float32) for s in shapes]
+            g2 = [jnp.zeros(s, jnp.float32) for s in shapes]
+            for xi, (yi, hi), ti in zip(jx, kept, jt, strict=True):
+                g2, gy = bwd2(jp[1], yi, ti, g2)
+                g1 = bwd1(jp[0], xi, hi, gy, g1)
+            jax.block_until_ready((g1, g2))
+
+        steps["ours"] = ours
+    if "torch" in impls:
+        import torch
+        from torch.nn import functional as F
+
+        tp = [[torch.tensor(a, requires_grad=True) for a in p] for p in params]
+        tx, tt = torch.tensor(x), torch.tensor(t)
+
+        def mlp_t(p: list[Any], h: Any) -> Any:
+            return F.linear(torch.relu(F.linear(h, p[0], p[1])), p[2], p[3])
+
+        def theirs() -> None:
+            for a in tp[0] + tp[1]:
+                a.grad = None
+            out = torch.cat([mlp_t(tp[1], mlp_t(tp[0], xi)) for xi in tx.split(rows)])
+            F.mse_loss(out, tt).backward()
+
+        steps["torch"] = theirs
+    return steps
+
+
+def maths(impls: list[str], splits: list[int], rounds: int, threads: int) -> None:
+    """Print the CPU and wall time of the maths of one step, per split and library, in
+    this process, the libraries and splits taking turns (``--maths``)."""
+    if threads:
+        os.environ["NPROC"] = str(threads)  # before the XLA backend starts
+    fns = {n: _maths_steps(n, impls) for n in splits}
+    if threads and "torch" in impls:
+        import torch
+
+        torch.set_num_threads(threads)
+    reps = 5
+    got: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for n in splits:
+        for f in fns[n].values():
+            for _ in range(3):  # compile, warm up
+                f()
+    for _ in range(rounds):
+        for n in splits:
+            for impl, f in fns[n].items():
+                c0, w0 = time.process_time(), time.perf_counter()
+                for _ in range(reps):
+                    f()
+                c1, w1 = time.process_time(), time.perf_counter()
+                got.setdefault((impl, n), []).append(
+                    ((c1 - c0) / reps * 1e3, (w1 - w0) / reps * 1e3)
+                )
+    print("The maths of one step in one process, no RPC (median of rounds, ms)")
+    print("| micro-batches | library | CPU | wall |")
+    print("|---|---|---|---|")
+    for (impl, n), cells in got.items():
+        cpu_ms = statistics.median(c for c, _ in cells)
+        wall_ms = statistics.median(w for _, w in cells)
+        print(f"| {n} | {impl} | {cpu_ms:.1f} | {wall_ms:.1f} |", flush=True)
 
 
 _COMPILES = [0]
@@ -358,6 +482,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="compute threads per process")
     ap.add_argument("--cpu", action="store_true", help="CPU time per step of each worker")
     ap.add_argument("--forward-only", action="store_true", help="with --cpu: the forward only")
+    ap.add_argument("--maths", action="store_true", help="the maths alone, one process")
     a = ap.parse_args()
     cfg = {
         "splits": a.splits,
@@ -376,17 +501,22 @@ def main() -> None:
             print(f"{k:<58}" + "".join(f"{got[n].get(k, 0):>8g}" for n in got))
         return
     impls = [i for i in ("ours", "torch") if a.only in (None, i)]
+    if a.maths:
+        maths(impls, a.splits, a.rounds, a.threads)
+        return
     if a.cpu:
-        print("CPU ms per step (driver w0, stages w1 w2), and the step's wall time")
-        print("| micro-batches | library | w0 | w1 | w2 | all | wall | all / wall |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("CPU ms per step (driver w0, stages w1 w2), the step's wall time, and minor page")
+        print("faults per step on w0, w1, w2")
+        print("| micro-batches | library | w0 | w1 | w2 | all | wall | all / wall | faults |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for _ in range(a.rounds):
             for impl in impls:
                 for n, c in run(impl, cfg).items():
                     total = c["w0"] + c["w1"] + c["w2"]
                     print(
                         f"| {n} | {impl} | {c['w0']:.1f} | {c['w1']:.1f} | {c['w2']:.1f} | "
-                        f"{total:.1f} | {c['wall']:.1f} | {total / c['wall']:.2f} |",
+                        f"{total:.1f} | {c['wall']:.1f} | {total / c['wall']:.2f} | "
+                        f"{c['faults0']:.0f} {c['faults1']:.0f} {c['faults2']:.0f} |",
                         flush=True,
                     )
         return
