@@ -53,6 +53,7 @@ interpreter that runs the torch workers.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -313,6 +314,10 @@ def _maths_steps(n: int, impls: list[str]) -> dict[str, Any]:
 def maths(impls: list[str], splits: list[int], rounds: int, threads: int) -> None:
     """Print the CPU and wall time of the maths of one step, per split and library, in
     this process, the libraries and splits taking turns (``--maths``)."""
+    if "torch" in impls and importlib.util.find_spec("torch") is None:
+        raise SystemExit(
+            "--maths: torch is not importable here; put it on PYTHONPATH, or pass --only ours"
+        )
     if threads:
         os.environ["NPROC"] = str(threads)  # before the XLA backend starts
     fns = {n: _maths_steps(n, impls) for n in splits}
