@@ -1,0 +1,412 @@
+"""Run torch's own RPC test suites against tensorplay_jax, imports changed; one verdict per test.
+
+torch ships its distributed RPC suites in the wheel
+(``torch/testing/_internal/distributed/rpc/rpc_test.py`` and ``dist_autograd_test.py``).
+This runner reads them from an installed torch at run time (torch is a benchmark-only
+extra: ``pip install torch==2.13.0``, or ``PYTHONPATH`` pointing at one), classifies each
+test (applicable, or not applicable with the reason), and runs every applicable test in
+a fresh world of four processes, as torch does, with a ``tcp://`` init method and a
+60 s limit per test. Each rank loads the suite with its imports rewritten
+(``_conformance_world``) and the ``torch.testing._internal`` helpers supplied by
+``_conformance_fixture``; nothing of torch's test code is stored here.
+
+Usage::
+
+    PYTHONPATH=/tmp/torchlib python benchmarks/conformance.py              # both suites
+    python benchmarks/conformance.py --suite dist_autograd -k backward     # a subset
+    python benchmarks/conformance.py --list                                # classify only
+    python benchmarks/conformance.py --json out.json --markdown            # the docs table
+
+A test passes when every rank passes; it fails with the first error in time (a rank
+that fails first names the cause; the others often fail because it left).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORLD = HERE / "_conformance_world.py"
+WORLD_SIZE = 4
+
+# The suites and the classes of theirs that torch runs on its CPU TensorPipe agent.
+SUITES = {
+    "rpc": ("rpc_test.py", ("RpcTest", "TensorPipeAgentRpcTest")),
+    "dist_autograd": (
+        "dist_autograd_test.py",
+        ("DistAutogradTest", "TensorPipeAgentDistAutogradTest"),
+    ),
+}
+# Classes whose every test is not applicable, with the reason.
+OTHER_CLASSES = {
+    "CudaRpcTest": "CUDA",
+    "TensorPipeAgentCudaRpcTest": "CUDA",
+    "CudaDistAutogradTest": "CUDA",
+    "TensorPipeCudaDistAutogradTest": "CUDA",
+    "FaultyAgentRpcTest": "faulty agent (torch's fault-injecting test agent)",
+    "FaultyAgentDistAutogradTest": "faulty agent (torch's fault-injecting test agent)",
+}
+# What in a test's own code (its body, decorators and the self._helpers it calls) makes it
+# not applicable. Checked in this order; the first that matches gives the reason.
+NOT_APPLICABLE = (
+    ("CUDA", re.compile(r"cuda|skip_if_lt_x_gpu|_gpu\(")),
+    ("TorchScript", re.compile(r"torch\.jit|ScriptModule|_script_|script_|\.jit\b")),
+    ("faulty agent", re.compile(r"faulty_messages|messages_to_delay|FaultyAgent")),
+    (
+        "torch profiler internals",
+        re.compile(
+            r"_profile\b|profiler|record_function|get_function_event|_build_rpc_profiling_key"
+        ),
+    ),
+    (
+        "private torch API (agent, pickler or C++ internals)",
+        re.compile(
+            r"_internal_rpc_pickler|_use_rpc_pickler|_thread_local_var|PythonUDF|StubRpcAgent"
+            r"|_set_and_start_rpc_agent|_get_current_rpc_agent|torch\._C|_tensorpipe|_transports"
+            r"|mock\.patch|_delete_all_user_and_unforked_owner_rrefs|_set_rpc_backend"
+            r"|backend_registry|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
+            r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable"
+        ),
+    ),
+)
+
+
+@dataclasses.dataclass
+class Case:
+    """One test of one suite, with why it is not applicable (None when it is)."""
+
+    suite: str
+    path: Path
+    klass: str
+    name: str
+    not_applicable: str | None
+
+    @property
+    def sparse(self) -> bool:
+        return "sparse" in self.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.klass}.{self.name}"
+
+
+def torch_suite_dir(explicit: str | None) -> Path:
+    """Where torch's RPC suites are, without importing torch."""
+    if explicit:
+        return Path(explicit)
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(
+            "conformance: torch is not importable; install the benchmark extra "
+            "(pip install torch==2.13.0), set PYTHONPATH to a torch install, or pass --torch-dir"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "testing/_internal/distributed/rpc"
+
+
+def _self_calls(node: ast.AST) -> set[str]:
+    """Names of ``self.<name>(...)`` called inside ``node``."""
+    return {
+        n.func.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "self"
+    }
+
+
+def _segment(lines: list[str], node: ast.AST) -> str:
+    """The source lines of ``node`` (its decorators included)."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    return "".join(lines[first - 1 : node.end_lineno])
+
+
+def _scripted(tree: ast.Module, source: list[str]) -> set[str]:
+    """Module-level functions and classes that are TorchScript (scripted or ScriptModules)."""
+    out = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            text = _segment(source, node)
+            head = text.split(":", 1)[0] if isinstance(node, ast.ClassDef) else ""
+            decorated = any("jit" in ast.unparse(d) for d in node.decorator_list)
+            function_uses_jit = isinstance(node, ast.FunctionDef) and "torch.jit" in text
+            if decorated or "ScriptModule" in head or function_uses_jit:
+                out.add(node.name)
+    return out
+
+
+def collect(suite: str, directory: Path) -> list[Case]:
+    """Every test of ``suite``'s classes, each classified."""
+    filename, classes = SUITES[suite]
+    path = directory / filename
+    text = path.read_text()
+    tree = ast.parse(text)
+    source = text.splitlines(keepends=True)
+    scripted = _scripted(tree, source)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def methods(klass: str) -> dict[str, ast.FunctionDef]:
+        node = defs.get(klass)
+        if node is None:
+            return {}
+        found: dict[str, ast.FunctionDef] = {}
+        for base in reversed(node.bases):
+            found.update(methods(ast.unparse(base)))
+        found.update({f.name: f for f in node.body if isinstance(f, ast.FunctionDef)})
+        return found
+
+    cases = []
+    for klass in (*classes, *(c for c in OTHER_CLASSES if c in defs)):
+        table = methods(klass)
+        for name, fn in table.items():
+            if not name.startswith("test"):
+                continue
+            reason = OTHER_CLASSES.get(klass) or _reason(fn, table, source, scripted)
+            cases.append(Case(suite, path, klass, name, reason))
+    return cases
+
+
+def _reason(
+    fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], source: list[str], scripted: set[str]
+) -> str | None:
+    """Why ``fn`` is not applicable, from its own code and the helpers it calls."""
+    seen, todo, text = set(), [fn], []
+    while todo:
+        node = todo.pop()
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        text.append(_segment(source, node))
+        todo.extend(table[m] for m in _self_calls(node) if m in table and m not in seen)
+        if {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & scripted:
+            return "TorchScript"
+    joined = "\n".join(text)
+    return next((why for why, pattern in NOT_APPLICABLE if pattern.search(joined)), None)
+
+
+def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
+    # Workers import this checkout, never torch (its directory may be on PYTHONPATH).
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD_SIZE),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TPJ_CONFORMANCE_INIT_METHOD=f"tcp://127.0.0.1:{port}",
+        TPJ_CONFORMANCE_FILE=str(scratch / "init_file"),
+    )
+    return env
+
+
+def _free_port() -> int:
+    from tensorplay_jax.runtime.launch import free_port
+
+    return free_port()
+
+
+def run_case(case: Case, timeout: float, logs: Path | None) -> dict:
+    """Run ``case`` in a fresh world of ``WORLD_SIZE`` processes; its verdict."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tpj-conf-") as tmp:
+        scratch = Path(tmp)
+        port = _free_port()
+        procs = []
+        for rank in range(WORLD_SIZE):
+            out = scratch / f"rank{rank}.json"
+            log = open(scratch / f"rank{rank}.log", "wb")  # noqa: SIM115 (closed below)
+            argv = [sys.executable, str(WORLD), str(case.path), case.klass, case.name, str(out)]
+            procs.append(
+                (
+                    subprocess.Popen(
+                        argv,
+                        env=_env(case, rank, port, scratch),
+                        stdout=log,
+                        stderr=log,
+                        start_new_session=True,
+                    ),
+                    log,
+                )
+            )
+        verdicts, stalled = _wait(procs, scratch, timeout)
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+            for rank in range(WORLD_SIZE):
+                src = scratch / f"rank{rank}.log"
+                (logs / f"{case.suite}.{case.label}.rank{rank}.log").write_bytes(src.read_bytes())
+    seconds = round(time.monotonic() - started, 1)
+    failed = sorted((v for v in verdicts if v["status"] == "fail"), key=lambda v: v["finished"])
+    if stalled:
+        return {
+            "status": "fail",
+            "error": f"stalled: no verdict within {timeout:.0f} s",
+            "seconds": seconds,
+        }
+    if failed:
+        first = failed[0]
+        return {
+            "status": "fail",
+            "error": f"rank {first['rank']}: {first['error']}",
+            "traceback": first.get("traceback", ""),
+            "seconds": seconds,
+        }
+    if any(v["status"] == "skip" for v in verdicts):
+        reason = next(v["error"] for v in verdicts if v["status"] == "skip")
+        return {"status": "skip", "error": reason, "seconds": seconds}
+    return {"status": "pass", "seconds": seconds}
+
+
+def _wait(procs: list, scratch: Path, timeout: float) -> tuple[list[dict], bool]:
+    """Wait for the world; after the first rank fails, the rest get 5 s. Kill what is left."""
+    deadline = time.monotonic() + timeout
+    verdicts: dict[int, dict] = {}
+    stalled = False
+    while len(verdicts) < len(procs):
+        for rank, (proc, _) in enumerate(procs):
+            if rank in verdicts or proc.poll() is None:
+                continue
+            out = scratch / f"rank{rank}.json"
+            verdicts[rank] = (
+                json.loads(out.read_text())
+                if out.exists()
+                else {
+                    "rank": rank,
+                    "status": "fail",
+                    "error": f"exited with {proc.returncode}, no verdict",
+                    "finished": time.time(),
+                }
+            )
+            if verdicts[rank]["status"] == "fail":
+                deadline = min(deadline, time.monotonic() + 5)
+        if time.monotonic() > deadline:
+            stalled = not any(v["status"] == "fail" for v in verdicts.values())
+            break
+        time.sleep(0.05)
+    for proc, log in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+    return list(verdicts.values()), stalled
+
+
+def summarize(cases: Iterable[Case], results: dict[str, dict]) -> list[dict]:
+    """Per suite: applicable, passed, failed (sparse apart), not applicable."""
+    rows = []
+    for suite in SUITES:
+        mine = [c for c in cases if c.suite == suite]
+        ran = [c for c in mine if c.not_applicable is None and f"{suite}.{c.label}" in results]
+        status = {c.label: results[f"{suite}.{c.label}"]["status"] for c in ran}
+        skipped = [c for c in ran if status[c.label] == "skip"]
+        applicable = [c for c in ran if status[c.label] != "skip"]
+        dense = [c for c in applicable if not c.sparse]
+        rows.append(
+            {
+                "suite": suite,
+                "applicable": len(applicable),
+                "passed": sum(status[c.label] == "pass" for c in applicable),
+                "sparse": sum(c.sparse for c in applicable),
+                "sparse_passed": sum(c.sparse and status[c.label] == "pass" for c in applicable),
+                "dense": len(dense),
+                "dense_passed": sum(status[c.label] == "pass" for c in dense),
+                "not_applicable": sum(c.not_applicable is not None for c in mine) + len(skipped),
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "| suite | applicable | pass | without the sparse tests | sparse tests | not applicable |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        pct = 100 * r["passed"] / max(r["applicable"], 1)
+        dense = 100 * r["dense_passed"] / max(r["dense"], 1)
+        lines.append(
+            f"| `{SUITES[r['suite']][0]}` | {r['applicable']} | {r['passed']} ({pct:.0f}%) | "
+            f"{r['dense_passed']} of {r['dense']} ({dense:.0f}%) | "
+            f"{r['sparse_passed']} of {r['sparse']} | "
+            f"{r['not_applicable']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    parser.add_argument("-k", dest="pattern", help="run only tests whose Class.name contains this")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per test (default 60)")
+    parser.add_argument("--torch-dir", help="torch's testing/_internal/distributed/rpc directory")
+    parser.add_argument("--list", action="store_true", help="classify and list, run nothing")
+    parser.add_argument("--json", type=Path, help="write every verdict here")
+    parser.add_argument("--logs", type=Path, help="keep each rank's output here")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the summary as a Markdown table"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print the traceback of each failure"
+    )
+    args = parser.parse_args()
+
+    directory = torch_suite_dir(args.torch_dir)
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
+    cases = [c for s in suites for c in collect(s, directory)]
+    if args.pattern:
+        cases = [c for c in cases if args.pattern in c.label]
+    results: dict[str, dict] = {}
+    for case in cases:
+        key = f"{case.suite}.{case.label}"
+        if case.not_applicable is not None:
+            results[key] = {"status": "n/a", "error": case.not_applicable}
+            print(f"N/A   {key}  ({case.not_applicable})", flush=True)
+            continue
+        if args.list:
+            print(f"RUN   {key}", flush=True)
+            continue
+        verdict = run_case(case, args.timeout, args.logs)
+        results[key] = verdict
+        word = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[verdict["status"]]
+        detail = f"  {verdict['error']}" if verdict["status"] != "pass" else ""
+        print(
+            f"{word:5} {key}  {verdict['seconds']}s{detail.splitlines()[0] if detail else ''}",
+            flush=True,
+        )
+        if args.verbose and verdict.get("traceback"):
+            print(verdict["traceback"], flush=True)
+    rows = summarize(cases, results)
+    for r in rows:
+        print(json.dumps(r))
+    if args.markdown:
+        print(markdown(rows))
+    if args.json:
+        meta = {
+            "date": datetime.datetime.now().isoformat(timespec="minutes"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}",
+            "command": " ".join(sys.argv),
+        }
+        args.json.write_text(
+            json.dumps({"meta": meta, "summary": rows, "results": results}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()
