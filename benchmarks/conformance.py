@@ -119,6 +119,15 @@ def torch_suite_dir(explicit: str | None) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "testing/_internal/distributed/rpc"
 
 
+@dataclasses.dataclass
+class _Suite:
+    """A suite file's lines, its TorchScript names and its module-level definitions."""
+
+    lines: list[str]
+    scripted: set[str]
+    defs: dict[str, ast.AST]
+
+
 def _self_calls(node: ast.AST) -> set[str]:
     """Names of ``self.<name>(...)`` called inside ``node``."""
     return {
@@ -159,6 +168,13 @@ def collect(suite: str, directory: Path) -> list[Case]:
     tree = ast.parse(text)
     source = text.splitlines(keepends=True)
     scripted = _scripted(tree, source)
+    # Module-level helpers a test may name (the test classes themselves are not helpers).
+    top = {
+        n.name: n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) or (isinstance(n, ast.ClassDef) and "Test" not in n.name)
+    }
+    info = _Suite(source, scripted, top)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
     def methods(klass: str) -> dict[str, ast.FunctionDef]:
@@ -177,27 +193,32 @@ def collect(suite: str, directory: Path) -> list[Case]:
         for name, fn in table.items():
             if not name.startswith("test"):
                 continue
-            reason = OTHER_CLASSES.get(klass) or _reason(fn, table, source, scripted)
+            reason = OTHER_CLASSES.get(klass) or _reason(fn, table, info)
             cases.append(Case(suite, path, klass, name, reason))
     return cases
 
 
-def _reason(
-    fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], source: list[str], scripted: set[str]
-) -> str | None:
-    """Why ``fn`` is not applicable, from its own code and the helpers it calls."""
-    seen, todo, text = set(), [fn], []
+def _reason(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suite) -> str | None:
+    """Why ``fn`` is not applicable, from its own code, the helpers it calls and the
+    module-level functions and classes it names (those only for private APIs)."""
+    seen, todo, text, named = set(), [fn], [], set()
     while todo:
         node = todo.pop()
         if node.name in seen:
             continue
         seen.add(node.name)
-        text.append(_segment(source, node))
+        text.append(_segment(suite.lines, node))
         todo.extend(table[m] for m in _self_calls(node) if m in table and m not in seen)
-        if {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & scripted:
-            return "TorchScript"
+        named |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if named & suite.scripted:
+        return "TorchScript"
     joined = "\n".join(text)
-    return next((why for why, pattern in NOT_APPLICABLE if pattern.search(joined)), None)
+    found = next((why for why, pattern in NOT_APPLICABLE if pattern.search(joined)), None)
+    if found is None:
+        helpers = "\n".join(_segment(suite.lines, suite.defs[n]) for n in named & suite.defs.keys())
+        private = NOT_APPLICABLE[-1]
+        found = private[0] if private[1].search(helpers) else None
+    return found
 
 
 def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
