@@ -112,9 +112,13 @@ def check_collectives() -> str:
     from jax.sharding import Mesh, PartitionSpec
     from jax.test_util import check_grads
 
+    from tensorplay_jax.collectives.rules import BY_NAME, RULES
+
     _, devs = _devices()
     n = len(devs)
     cases = _collective_cases(n)
+    if [case[0] for case in cases] != [rule.name for rule in RULES]:
+        raise AssertionError("the check's collectives are not the rule table's (collectives.rules)")
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((n, *shape)).astype(np.float32) for *_, shape in cases]
     mesh = Mesh(np.array(devs), ("i",))
@@ -140,8 +144,9 @@ def check_collectives() -> str:
         for (name, fn, _, _), x in zip(cases, xs, strict=True):
             error = grads_ok(program([fn]), [x])
             if error is not None:
-                raise AssertionError(f"{name}: gradients: {error}")
-    return f"10 collectives on {n} devices: values and gradients ok"
+                rule = BY_NAME[name].backward
+                raise AssertionError(f"{name}: gradients do not follow its rule ({rule}): {error}")
+    return f"{len(cases)} collectives on {n} devices: values and gradients ok"
 
 
 # ---------------------------------------------------------------- 2. and 3. RPC

@@ -2,8 +2,8 @@
 
 tensorplay's ``dist.all_reduce(t)`` fills ``t`` in place; JAX arrays are immutable, so
 here every collective *returns* the result (a ``jax.Array`` on this process's device)
-and leaves the input alone. Shapes follow the rule table in the
-``tensorplay_jax.collectives`` docstring, with N the group size:
+and leaves the input alone. Shapes follow the rule table
+(``tensorplay_jax.collectives.rules``), with N the group size:
 ``all_gather``/``gather`` stack to ``(N, ...)``; ``scatter``/``reduce_scatter`` take
 ``(N, ...)``; ``reduce``/``gather`` give zeros on ranks other than ``dst``. Ranks
 (``src``, ``dst``) are global ranks, as in tensorplay. Arguments are validated here,

@@ -1,7 +1,8 @@
 """Plain numpy references of the ten collectives: the oracle, independent of the package.
 
 Each reference maps the list of per-rank inputs to the list of per-rank outputs,
-written straight from the rule table (the tensorplay_jax.collectives docstring) with numpy only.
+written straight from the rule table's words (``tensorplay_jax.collectives.rules``) with
+numpy only; nothing here reads the table or the package.
 """
 
 from __future__ import annotations

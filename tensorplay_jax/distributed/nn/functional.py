@@ -2,9 +2,9 @@
 
 Each function runs the blocking collective of ``tensorplay_jax.distributed`` on
 the Tensor's array and, when the input requires grad, records one tape node
-whose backward runs the collective that the rule table in the
-``tensorplay_jax.collectives`` docstring names (the tensorplay rule: every rank's
-output is its own output); ``_BACKWARD`` below is that table. Like
+whose backward runs the collective that the rule table
+(``tensorplay_jax.collectives.rules``) names (the tensorplay rule: every rank's
+output is its own output); ``_BACKWARD`` below runs that table. Like
 tensorplay, the backward is itself a collective: every rank of the group must
 run backward through the same calls in the same order (a rank that does not
 fails the others within the group's timeout instead of hanging them).
@@ -32,10 +32,11 @@ step left out:
    build the descriptor, call ``g.engine.foo``), in its ``__all__``; one re-export
    line in ``process_group/__init__.py`` (``tensorplay_jax.distributed``
    re-exports that package's ``__all__`` as it stands).
-4. Here: the differentiable ``foo`` and its rule in ``_BACKWARD`` (and the rule in
-   the ``tensorplay_jax.collectives`` docstring's table when it is a new one);
+4. Here: the differentiable ``foo`` and its rule in ``_BACKWARD``, and its row in
+   the rule table (``collectives/rules.py``) when it is a new one;
    ``tests/test_layering.py`` checks that the ``Engine`` protocol declares every
-   collective the table runs.
+   collective the table runs, ``tests/collectives/test_rules.py`` that each rule runs
+   its row's ``transpose``.
 5. Tests: the engines' matrix (``tests/distributed/test_process_group.py``), the
    tape's (``tests/distributed/nn``); the list of collectives in
    ``docs/guides/process_groups.md``.
@@ -128,8 +129,9 @@ class _Call:
     splits: tuple[Any, Any] = (None, None)  # (output_split_sizes, input_split_sizes)
 
 
-# The backward of each collective for op=sum: the rule table of the
-# ``tensorplay_jax.collectives`` docstring, as blocking collectives on the cotangent g.
+# The backward of each collective for op=sum: the rule table
+# (``tensorplay_jax.collectives.rules``), as blocking collectives on the cotangent g. Each
+# runs its rule's ``transpose`` collective (tests/collectives/test_rules.py checks it).
 _BACKWARD: dict[str, Callable[[jax.Array, _Call], jax.Array]] = {
     "all_reduce": lambda g, c: dist.all_reduce(g, ReduceOp.SUM, c.group),
     "broadcast": lambda g, c: dist.reduce(g, c.root, ReduceOp.SUM, c.group),
