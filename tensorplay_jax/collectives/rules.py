@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
+__all__ = ["BY_NAME", "RULES", "Rule", "docstring_list", "markdown_table"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Rule:

@@ -23,6 +23,7 @@ import optax
 
 from tensorplay_jax.autograd import enable_grad, no_grad
 from tensorplay_jax.optim import _state_dict
+from tensorplay_jax.optim.updates import update_each
 from tensorplay_jax.runtime import xla_options
 from tensorplay_jax.tensors import Tensor, overwrite
 
@@ -33,13 +34,7 @@ Rule = Callable[..., optax.GradientTransformation]
 
 def _apply(rule: Rule, flags: tuple, hp: dict, grads: list, states: list, params: list) -> Any:
     """New values and states of ``params`` (the one jitted call of a group's step)."""
-    tx = rule(**hp, **dict(flags))
-    new_params, new_states = [], []
-    for g, s, p in zip(grads, states, params, strict=True):
-        updates, s = tx.update(g, s, p)
-        new_params.append(optax.apply_updates(p, updates))
-        new_states.append(s)
-    return new_params, new_states
+    return update_each(rule(**hp, **dict(flags)), grads, states, params)
 
 
 _APPLY = xla_options.jit(_apply, static_argnums=(0, 1))

@@ -62,8 +62,9 @@ def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
     return {leaf: Tensor._wrap(g) for leaf, g in retrieve(context_id).gradient_arrays().items()}
 
 
-def _gradient_arrays(context_id: int) -> dict[Tensor, jax.Array]:
-    """``get_gradients`` with the gradients as ``jax.Array`` s, for the optimizers' steps."""
+def gradient_arrays(context_id: int) -> dict[Tensor, jax.Array]:
+    """``get_gradients`` with the gradients as ``jax.Array`` s (no Tensor wrappers), as
+    the optimizers' jitted steps take them."""
     return retrieve(context_id).gradient_arrays()
 
 

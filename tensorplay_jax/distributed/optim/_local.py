@@ -17,6 +17,7 @@ import optax
 
 from tensorplay_jax import optim
 from tensorplay_jax.autograd import no_grad
+from tensorplay_jax.optim.updates import update_each
 from tensorplay_jax.rpc import RRef
 from tensorplay_jax.runtime import trace, xla_options
 from tensorplay_jax.tensors import Tensor
@@ -28,15 +29,6 @@ __all__ = [
     "new_local_optimizer",
     "local_step",
 ]
-
-
-def _update_all(tx: optax.GradientTransformation, grads: list, states: list, params: list) -> Any:
-    new_params, new_states = [], []
-    for g, s, p in zip(grads, states, params, strict=True):
-        updates, s = tx.update(g, s, p)
-        new_params.append(optax.apply_updates(p, updates))
-        new_states.append(s)
-    return new_params, new_states
 
 
 class LocalOptimizer:
@@ -57,7 +49,7 @@ class LocalOptimizer:
         self.params = list(params)
         self.states = [tx.init(p.value) for p in self.params]
         self.lock = threading.Lock()
-        self._update = xla_options.jit(lambda g, s, p: _update_all(tx, g, s, p))
+        self._update = xla_options.jit(lambda g, s, p: update_each(tx, g, s, p))
 
     def step(self, grads: dict[Any, Any]) -> int:
         """Apply the update to every parameter that has a gradient in ``grads``; how many did."""
@@ -147,8 +139,8 @@ def new_local_optimizer(
 
 def local_step(opt_rref: RRef[LocalOptimizer | ClassOptimizer], context_id: int) -> int:
     """One step of this owner's LocalOptimizer from its gradients in ``context_id``."""
-    from tensorplay_jax.distributed.autograd.api import _gradient_arrays
+    from tensorplay_jax.distributed.autograd.api import gradient_arrays
 
-    grads = _gradient_arrays(context_id)  # arrays, as the jitted update takes them
+    grads = gradient_arrays(context_id)  # arrays, as the jitted update takes them
     with trace.span("DistributedOptimizer.step (owner)", "optim", context_id=context_id):
         return opt_rref.local_value().step(grads)
