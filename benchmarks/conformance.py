@@ -81,7 +81,7 @@ NOT_APPLICABLE = (
             r"|_set_and_start_rpc_agent|_get_current_rpc_agent|torch\._C|_tensorpipe|_transports"
             r"|mock\.patch|_delete_all_user_and_unforked_owner_rrefs|_set_rpc_backend"
             r"|backend_registry|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
-            r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable"
+            r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable|_init_rpc_backend"
         ),
     ),
 )

@@ -58,8 +58,8 @@ def ones_like(value: Any) -> jax.Array:
 def as_array(x: Any, dtype: Any = None) -> jax.Array:
     """``jnp.asarray(x, dtype)``, free when ``x`` already is a ``jax.Array`` of that dtype.
 
-    ``jnp.asarray`` dispatches a conversion even then (~50 us on a small CPU
-    array); the backward passes of distributed autograd call this per message.
+    ``jnp.asarray`` dispatches a conversion even then; the backward passes of
+    distributed autograd call this per message.
     """
     if isinstance(x, jax.Array) and (dtype is None or x.dtype == dtype):
         return x

@@ -1,18 +1,17 @@
 """Operations on small CPU arrays, evaluated with NumPy: no XLA program per input shape.
 
 Each operation runs as a cached ``jax.jit`` program (its forward, its
-forward-with-VJP when recorded, its pullback in the backward), and XLA compiles
-each program once per input shape: 10-40 ms each on this machine for a ``mean``,
-a ``cat`` or their pullbacks, which an eager loop whose lengths change (an RL
-episode's returns and log-probabilities, a batch of variable size) pays every
-time it meets a new length. On the CPU backend, a call whose inputs hold at most
-``HOST_EAGER_MAX`` values runs here instead: its jaxpr (traced once per input
-shape, about a millisecond) is evaluated equation by equation with NumPy, and the
-results are put on the device without a program (:func:`run` for an unrecorded
-forward, :func:`run_vjp` for a recorded one, whose pullback's residuals come back
-as arrays, :func:`run_pullback` for a node's backward). An input shape met
-``COMPILE_AFTER`` times takes its compiled program from then on: a dispatch of a
-compiled call costs less than this evaluation.
+forward-with-VJP when recorded, its pullback in the backward), and XLA compiles each
+program once per input shape (``docs/benchmarks.md`` has the cost), which an eager
+loop whose lengths change (an RL episode's returns and log-probabilities, a batch of
+variable size) pays every time it meets a new length. On the CPU backend, a call
+whose inputs hold at most ``HOST_EAGER_MAX`` values runs here instead: its jaxpr
+(traced once per input shape, about a millisecond) is evaluated equation by equation
+with NumPy, and the results are put on the device without a program (:func:`run` for
+an unrecorded forward, :func:`run_vjp` for a recorded one, whose pullback's
+residuals come back as arrays, :func:`run_pullback` for a node's backward). An input
+shape met ``COMPILE_AFTER`` times takes its compiled program from then on: a
+dispatch of a compiled call costs less than this evaluation.
 
 Only primitives whose NumPy counterpart computes the same IEEE operation are
 evaluated: arithmetic (``add``, ``sub``, ``mul``, float ``div``, ``sqrt``,

@@ -230,7 +230,7 @@ def _aligned(n: int) -> np.ndarray:
     """A writable, 64-byte aligned buffer of n bytes.
 
     Large buffers are mapped with MAP_POPULATE: faulting in fresh pages one by
-    one costs more than the copy into them (10x on the machines we measured).
+    one costs more than the copy into them.
     """
     if n >= _POPULATE_MIN and _MAP_POPULATE:
         m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_POPULATE)

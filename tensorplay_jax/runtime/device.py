@@ -1,15 +1,15 @@
 """Device placement: the package's one way to turn host arrays into ``jax.Array``.
 
-:func:`to_device` means ``jax.device_put(x, device)`` (public API): an array
-already where it is asked to be is returned as it is, and with no device the
-result is uncommitted on the default device (what ``jax.device_put(x)`` gives).
-``jax.device_put`` spends 25-70 us per call in Python dispatch (abstractifying,
-choosing a sharding), which dominates decoding an RPC message or a 4 KiB
-collective. So for a plain NumPy array of a dtype JAX keeps as it is,
-:func:`to_device` caches those facts per (shape, dtype, device, x64 flag) and
-calls the transfer ``jax.device_put`` itself ends in (``batched_device_put``,
-~5 us). That is private JAX API, used here and nowhere else: if it is missing
-or fails once, every later call takes ``jax.device_put`` itself.
+:func:`to_device` means ``jax.device_put(x, device)`` (public API): an array already
+where it is asked to be is returned as it is, and with no device the result is
+uncommitted on the default device (what ``jax.device_put(x)`` gives).
+``jax.device_put`` spends most of a small transfer's time in Python dispatch
+(abstractifying, choosing a sharding), which dominates decoding an RPC message or a
+4 KiB collective. So for a plain NumPy array of a dtype JAX keeps as it is,
+:func:`to_device` caches those facts per (shape, dtype, device, x64 flag) and calls
+the transfer ``jax.device_put`` itself ends in (``batched_device_put``). That is
+private JAX API, used here and nowhere else: if it is missing or fails once, every
+later call takes ``jax.device_put`` itself.
 
 :func:`aligned_empty` makes host buffers ``HOST_ALIGN``-byte aligned, so that
 placing them may alias the buffer instead of copying it.

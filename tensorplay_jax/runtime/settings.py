@@ -203,9 +203,10 @@ SETTINGS: tuple[Setting, ...] = (
         HOST_EAGER_MAX_ENV,
         "4096",
         int,
-        "an operation that records nothing, on the CPU backend, whose inputs hold at most this "
-        "many values runs its arithmetic, comparisons, reductions and shape operations with "
-        "NumPy instead of compiling a program for each new input shape; 0 turns this off",
+        "on the CPU backend, an operation whose inputs hold at most this many values runs "
+        "with NumPy instead of compiling a program for each new input shape: an unrecorded "
+        "operation's arithmetic, comparisons, reductions and shape operations, and a recorded "
+        "one's forward-with-VJP and its pullback in the backward; 0 turns this off",
     ),
     # the job's compilation cache (runtime.compile_cache)
     Setting(
