@@ -374,6 +374,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     parser.add_argument("-k", dest="pattern", help="run only tests whose Class.name contains this")
+    parser.add_argument(
+        "--failed", type=Path, help="run only the tests that failed in this earlier --json file"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per test (default 60)")
     parser.add_argument("--torch-dir", help="torch's testing/_internal/distributed/rpc directory")
     parser.add_argument("--list", action="store_true", help="classify and list, run nothing")
@@ -392,6 +395,11 @@ def main() -> None:
     cases = [c for s in suites for c in collect(s, directory)]
     if args.pattern:
         cases = [c for c in cases if args.pattern in c.label]
+    if args.failed:
+        earlier = json.loads(args.failed.read_text())["results"]
+        cases = [
+            c for c in cases if earlier.get(f"{c.suite}.{c.label}", {}).get("status") == "fail"
+        ]
     results: dict[str, dict] = {}
     for case in cases:
         key = f"{case.suite}.{case.label}"
