@@ -32,6 +32,7 @@ float16 = _jnp.float16
 bfloat16 = _jnp.bfloat16
 float32 = _jnp.float32
 float64 = _jnp.float64
+double = _jnp.float64  # float64 needs JAX's 64-bit mode: see tensorplay_jax.runtime.x64
 int32 = _jnp.int32
 int64 = _jnp.int64
 bool_ = _jnp.bool_
@@ -60,6 +61,7 @@ __all__ = [
     "cuda",
     "device",
     "distributions",
+    "double",
     "enable_grad",
     "float16",
     "float32",

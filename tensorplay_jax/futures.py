@@ -10,6 +10,10 @@ Callbacks (:meth:`Future.add_done_callback`, :meth:`Future.then`) run once,
 when the future completes: in the thread that completes it, or, for a future
 made with a ``callback_executor`` (the RPC layer's), in that executor. A
 callback that raises has its error logged; the other callbacks still run.
+A :meth:`Future.then` callback that raises fails the child future with a
+:class:`CallbackError` (a ``RuntimeError``, as tensorplay's) whose
+``__cause__`` is the callback's exception. A Future is local to its process:
+pickling one (passing it to an RPC) raises a ``RuntimeError``.
 
 Two kinds of futures complete in the waiting thread itself: a future made
 with ``drive=`` (a process group's queued send or receive) runs ``drive``
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Future", "collect_all", "wait_all"]
+__all__ = ["CallbackError", "Future", "FuturePicklingError", "collect_all", "wait_all"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,28 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 _PENDING, _OK, _ERR = 0, 1, 2
+_TWICE = (
+    "Attempting to mark a completed Future as complete again: it is already completed (a "
+    "result or exception was already set). Note that a Future can only be marked completed once."
+)
+
+
+class CallbackError(RuntimeError):
+    """A :meth:`Future.then` callback raised; ``__cause__`` is its exception."""
+
+
+class FuturePicklingError(RuntimeError, TypeError):
+    """A Future was pickled (sent in an RPC, saved): it is local to its process."""
+
+
+def _check_callback(callback: object, what: str) -> None:
+    if not callable(callback):
+        raise TypeError(
+            f"{what}: incompatible function arguments: callback must be callable, "
+            f"got {callback!r:.80}"
+        )
+
+
 _state_lock = threading.Lock()  # guards every future's state and callback list (held briefly)
 
 
@@ -201,10 +227,10 @@ class Future(Generic[T]):
             RuntimeError: it is already completed.
 
         Example:
-            >>> f = Future(); f.set_result(1); f.set_result(2)
+            >>> f = Future(); f.set_result(1); f.set_result(2)  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            RuntimeError: Future: already completed (a result or exception was already set)
+            RuntimeError: Attempting to mark a completed Future as complete again: ...
         """
         self._finish(_OK, result)
 
@@ -228,9 +254,7 @@ class Future(Generic[T]):
     def _finish(self, state: int, value: Any) -> None:
         with _state_lock:
             if self._state != _PENDING:
-                raise RuntimeError(
-                    "Future: already completed (a result or exception was already set)"
-                )
+                raise RuntimeError(_TWICE)
             self._value = value
             self._state = state
             callbacks, self._callbacks = self._callbacks, []
@@ -277,11 +301,15 @@ class Future(Generic[T]):
 
         An error ``callback`` raises is logged; use :meth:`then` to keep it.
 
+        Raises:
+            TypeError: ``callback`` is not callable.
+
         Example:
             >>> f = Future(); f.add_done_callback(lambda fut: print("got", fut.value()))
             >>> f.set_result(5)
             got 5
         """
+        _check_callback(callback, "Future.add_done_callback")
         with _state_lock:
             if self._state == _PENDING:
                 self._callbacks.append(callback)
@@ -299,20 +327,34 @@ class Future(Generic[T]):
     def then(self, callback: Callable[[Future[T]], S]) -> Future[S]:
         """A Future of ``callback(self)``, run once this one is done.
 
-        If ``callback`` raises, the returned Future holds that exception.
+        If ``callback`` raises (reading a failed future's value included), the
+        returned Future fails with a :class:`CallbackError`, a ``RuntimeError``
+        naming the callback's exception, which is its ``__cause__``.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
 
         Example:
             >>> f = Future(); g = f.then(lambda fut: fut.value() / 0); f.set_result(1)
             >>> g.exception()
-            ZeroDivisionError('division by zero')
-        """
+            CallbackError('Got the following error when running the callback: ZeroDivisionError: division by zero')
+            >>> type(g.exception().__cause__)
+            <class 'ZeroDivisionError'>
+        """  # noqa: E501
+        _check_callback(callback, "Future.then")
         drive = self._drive_pending if self._drive is not None else None
         out: Future[S] = Future(callback_executor=self._executor, drive=drive)
 
         def chain(f: Future[T]) -> None:
             try:
                 out.set_result(callback(f))
-            except BaseException as e:  # the callback's error belongs to the child
+            except Exception as e:  # the callback's error belongs to the child
+                err = CallbackError(
+                    f"Got the following error when running the callback: {type(e).__name__}: {e}"
+                )
+                err.__cause__ = e
+                out.set_exception(err)
+            except BaseException as e:
                 out.set_exception(e)
 
         self.add_done_callback(chain)
@@ -321,6 +363,12 @@ class Future(Generic[T]):
     def _drive_pending(self, timeout: float | None) -> None:
         if self._state == _PENDING and self._drive is not None:
             self._drive(timeout)
+
+    def __reduce__(self) -> Any:
+        raise FuturePicklingError(
+            "Can not pickle torch.futures.Future (tensorplay_jax.futures.Future): a Future "
+            "is local to its process; send its value (fut.wait()) instead"
+        )
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _OK: "done", _ERR: "failed"}[self._state]

@@ -9,6 +9,7 @@ callback executor (RPC's pool) and ``drive`` (a process group's queued send).
 from __future__ import annotations
 
 import logging
+import pickle
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ import pytest
 import tensorplay_jax as tp
 import tensorplay_jax.distributed as dist
 from tensorplay_jax import futures, rpc
-from tensorplay_jax.futures import Future, collect_all, wait_all
+from tensorplay_jax.futures import CallbackError, Future, collect_all, wait_all
 
 
 def _set_later(fut: Future, value: object, delay: float = 0.05) -> threading.Timer:
@@ -100,8 +101,9 @@ def test_completing_twice_raises():
     for first, second in [("set_result", "set_result"), ("set_exception", "set_result")]:
         f = Future()
         getattr(f, first)(RuntimeError("x") if first == "set_exception" else 1)
-        with pytest.raises(RuntimeError, match=r"already completed .*already set"):
+        with pytest.raises(RuntimeError, match=r"already completed .*already set") as got:
             getattr(f, second)(2)
+        assert "Future can only be marked completed once" in str(got.value)  # tensorplay's
 
 
 def test_set_exception_needs_an_exception():
@@ -183,11 +185,41 @@ def test_then_chains_results_and_keeps_a_callbacks_error():
     ignored = h.then(lambda fut: "ran")
     f.set_result(21)
     assert g.wait() == 42
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(CallbackError) as got:
         h.wait()
-    with pytest.raises(ZeroDivisionError):  # reading h's value in k's callback raises
+    assert isinstance(got.value.__cause__, ZeroDivisionError)
+    with pytest.raises(CallbackError) as got:  # reading h's value in k's callback raises
         k.wait()
+    assert isinstance(got.value.__cause__, CallbackError)
     assert ignored.wait() == "ran"  # a callback that does not read it runs as usual
+
+
+# tensorplay: fut.wait() raises RuntimeError("Got the following error when running the
+# callback: ValueError: boom\n\nAt: ..."), whatever the callback raised.
+def test_a_callbacks_error_is_a_runtime_error_that_wraps_it():
+    f = Future()
+
+    def callback(fut):
+        raise ValueError("boom")
+
+    g = f.then(callback)
+    f.set_result(1)
+    with pytest.raises(RuntimeError) as got:
+        g.wait()
+    assert "Got the following error when running the callback: ValueError: boom" in str(got.value)
+    assert type(got.value.__cause__) is ValueError and str(got.value.__cause__) == "boom"
+
+
+@pytest.mark.parametrize("method", ["then", "add_done_callback"])
+def test_a_callback_that_is_not_callable_is_a_type_error(method):
+    with pytest.raises(TypeError, match="incompatible function arguments: callback must be"):
+        getattr(Future(), method)(None)
+
+
+def test_pickling_a_future_is_a_runtime_error():
+    with pytest.raises(RuntimeError, match=r"Can not pickle torch\.futures\.Future") as got:
+        pickle.dumps(Future())
+    assert isinstance(got.value, TypeError)  # what pickling it raised before
 
 
 def test_then_on_a_failed_future_sees_the_failure():

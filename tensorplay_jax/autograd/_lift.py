@@ -26,6 +26,7 @@ from tensorplay_jax.autograd import _cache, _host_eval, _lazy, _replay
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
+from tensorplay_jax.autograd._op_errors import op_error
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -147,12 +148,15 @@ def call_op(
     entry = _cache._entries.get(key)  # a hit costs no closure and no call
     if entry is None:
         entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
-    if _lazy.enabled:  # the operation a recurring step records here: checked, appended
-        out = _replay.replay(entry, args, saves)
-        if out is not NotImplemented:
-            return out
-    values, tensors = _operands(args)
-    return _run(entry, values, tensors, saves)
+    try:
+        if _lazy.enabled:  # the operation a recurring step records here: checked, appended
+            out = _replay.replay(entry, args, saves)
+            if out is not NotImplemented:
+                return out
+        values, tensors = _operands(args)
+        return _run(entry, values, tensors, saves)
+    except (TypeError, ValueError) as e:  # operands that do not fit: see _op_errors
+        raise op_error(e)  # noqa: B904  (op_error sets __cause__ when it turns e)
 
 
 _RULES: dict[tuple[int, tuple[bool, ...]], Callable[..., Any]] = {}
@@ -206,6 +210,15 @@ def call_rule(
         >>> x.grad
         tensor([3., 3.])
     """
+    try:
+        return _call_rule(fn, pullback, name, args)
+    except (TypeError, ValueError) as e:  # operands that do not fit: see _op_errors
+        raise op_error(e)  # noqa: B904  (op_error sets __cause__ when it turns e)
+
+
+def _call_rule(
+    fn: Callable[..., Any], pullback: Callable[..., Any], name: str, args: Sequence[Any]
+) -> Any:
     key = (id(fn), ())
     entry = _cache.lookup(key, name, lambda: fn)
     values, tensors = _operands(args)

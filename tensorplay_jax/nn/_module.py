@@ -20,6 +20,7 @@ from tensorplay_jax.autograd import no_grad
 from tensorplay_jax.nn._parameter import Parameter
 from tensorplay_jax.runtime.device import device as device_type
 from tensorplay_jax.runtime.device import resolve_device, to_device
+from tensorplay_jax.runtime.x64 import check_dtype
 from tensorplay_jax.tensors import Tensor
 
 _overlay = threading.local()
@@ -377,6 +378,7 @@ class Module:
             for t in [*self.parameters(), *self.buffers()]:
                 v = t.value
                 if dtype is not None and jnp.issubdtype(t.dtype, jnp.floating):
+                    check_dtype(dtype, "Module.to")
                     v = v.astype(jnp.dtype(dtype))
                 t.data = v if dev is None or v.devices() == {dev} else to_device(v, dev)
         return self

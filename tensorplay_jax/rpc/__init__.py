@@ -18,6 +18,7 @@ Other folders of the package take RPC internals from ``tensorplay_jax.rpc.intern
 only; the RPC layer imports none of them.
 """
 
+from tensorplay_jax.rpc import api as api
 from tensorplay_jax.rpc import functions as functions
 from tensorplay_jax.rpc import transports as transports
 from tensorplay_jax.rpc._call_hooks import CallInfo as CallInfo
@@ -31,14 +32,21 @@ from tensorplay_jax.rpc._errors import RpcError as RpcError
 from tensorplay_jax.rpc._errors import RpcNotInitializedError as RpcNotInitializedError
 from tensorplay_jax.rpc._errors import RpcPeerError as RpcPeerError
 from tensorplay_jax.rpc._errors import RpcTimeoutError as RpcTimeoutError
+from tensorplay_jax.rpc._errors import UnknownWorkerError as UnknownWorkerError
+from tensorplay_jax.rpc._errors import WorkerNameError as WorkerNameError
 from tensorplay_jax.rpc._futures import Future as Future
 from tensorplay_jax.rpc._futures import wait_all as wait_all
 from tensorplay_jax.rpc._rref import RRef as RRef
 from tensorplay_jax.rpc._types import BackendType as BackendType
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions as GrpcRpcBackendOptions
+from tensorplay_jax.rpc._types import RpcBackendOptions as RpcBackendOptions
 from tensorplay_jax.rpc._types import TensorPipeRpcBackendOptions as TensorPipeRpcBackendOptions
 from tensorplay_jax.rpc._types import WorkerInfo as WorkerInfo
+from tensorplay_jax.rpc.api import _get_debug_info as _get_debug_info
+from tensorplay_jax.rpc.api import _rref_context_get_debug_info as _rref_context_get_debug_info
+from tensorplay_jax.rpc.api import _set_rpc_timeout as _set_rpc_timeout
 from tensorplay_jax.rpc.api import get_debug_info as get_debug_info
+from tensorplay_jax.rpc.api import get_rpc_timeout as get_rpc_timeout
 from tensorplay_jax.rpc.api import get_worker_info as get_worker_info
 from tensorplay_jax.rpc.api import get_worker_infos as get_worker_infos
 from tensorplay_jax.rpc.api import init_rpc as init_rpc
@@ -55,18 +63,22 @@ __all__ = [
     "Future",
     "GrpcRpcBackendOptions",
     "RRef",
+    "RpcBackendOptions",
     "RpcError",
     "RpcHooks",
     "RpcNotInitializedError",
     "RpcPeerError",
     "RpcTimeoutError",
     "TensorPipeRpcBackendOptions",
+    "UnknownWorkerError",
     "WorkerInfo",
+    "WorkerNameError",
     "call_metadata",
     "current_call_metadata",
     "current_caller",
     "functions",
     "get_debug_info",
+    "get_rpc_timeout",
     "get_worker_info",
     "get_worker_infos",
     "init_rpc",

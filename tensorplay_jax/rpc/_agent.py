@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import secrets
 import threading
 import time
@@ -37,7 +36,15 @@ from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._device_maps import DeviceMaps
 from tensorplay_jax.rpc._dispatch import Dispatcher, _Pool, func_name
-from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError, not_initialized
+from tensorplay_jax.rpc._errors import (
+    DestinationTypeError,
+    RpcPeerError,
+    RpcTimeoutError,
+    UnknownWorkerError,
+    WorkerNameError,
+    check_worker_name,
+    not_initialized,
+)
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
@@ -65,17 +72,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,128}$")
-
-
-def validate_name(name: Any) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(
-            f"init_rpc: invalid worker name {name!r}; use 1-128 characters from "
-            "letters, digits and _ - : ."
-        )
-    return name
-
 
 class Agent:
     """Everything one worker needs to call and serve the others (see the module docstring)."""
@@ -84,7 +80,7 @@ class Agent:
         self, name: str, rank: int, world_size: int | None, options: GrpcRpcBackendOptions
     ) -> None:
         self.options = options
-        self.name = validate_name(name)
+        self.name = check_worker_name(name, "init_rpc")
         init = resolve_init(options.init_method, rank, world_size, dynamic=True)
         host, port, rank, self.world_size = init
         self.rank = rank
@@ -220,9 +216,10 @@ class Agent:
         for r in range(self.world_size):
             ent = table.get(f"rank/{r}")
             if ent is not None and ent["name"] in names:
-                raise ValueError(
+                raise WorkerNameError(
                     f"init_rpc: duplicate worker name {ent['name']!r} (ranks {names[ent['name']]} "
-                    f"and {r}); every worker needs a unique name"
+                    f"and {r}): worker name {ent['name']!r} is not unique; every worker needs a "
+                    "unique name"
                 )
             if ent is not None:
                 names[ent["name"]] = r
@@ -290,13 +287,16 @@ class Agent:
         elif isinstance(to, int) and not isinstance(to, bool):
             info, key = self.by_id.get(to), f"rank {to}"
         else:
-            raise TypeError(
+            raise DestinationTypeError(
                 f"{what}: to={to!r} must be a worker name, a rank (int) or a WorkerInfo"
             )
         if info is None:
             if self.membership is not None:
                 self.membership.check_gone(what, to)  # a member that left or died: say so
-            raise ValueError(f"{what}: unknown destination worker {key}; {self._known()}")
+            raise UnknownWorkerError(
+                f"{what}: could not find destination: unknown destination worker {key}; "
+                f"{self._known()}"
+            )
         return info
 
     def _known(self) -> str:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc import _call_hooks, _codec
 from tensorplay_jax.rpc._device_maps import DeviceMaps
-from tensorplay_jax.rpc._errors import RpcPeerError
+from tensorplay_jax.rpc._errors import RpcPeerError, log_call_error
 from tensorplay_jax.rpc._framing import Message
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._link import Link
@@ -46,6 +46,7 @@ from tensorplay_jax.rpc._protocol import (
     TRACE_NAMES,
 )
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.rpc.functions import async_future
 from tensorplay_jax.runtime import pending, trace
 
 if TYPE_CHECKING:
@@ -356,7 +357,7 @@ class Dispatcher:
                         args, kwargs = h.on_receive_request(info, args, kwargs)
                     result = fn(*args, **kwargs)
                     pending.run_deferred()  # the call's deferred tape work is the call's
-                    if isinstance(result, Future) and getattr(fn, "_tpj_async_execution", False):
+                    if getattr(fn, "_tpj_async_execution", False) and async_future(info, result):
                         if kind == REMOTE:
                             result.add_done_callback(record.value._copy_from)
                             result = record.value
@@ -365,6 +366,7 @@ class Dispatcher:
                 except BaseException as e:
                     if record is not None and kind == REMOTE:
                         record.value._try_set_exception(e)
+                    log_call_error(self._peer_info(self.name), e, info.func)
                     self._send_error(link, mid, e, info.func_name)
                     return
                 if kind == REMOTE:

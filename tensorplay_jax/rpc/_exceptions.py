@@ -28,7 +28,8 @@ def rebuild_exception(record: list[Any]) -> BaseException:
     """Rebuild an exception of the same type with the recorded message.
 
     A class this worker cannot import or construct from one message argument
-    becomes a RuntimeError that names it.
+    becomes a RuntimeError that names it, worded as tensorplay's ("Original
+    exception on remote side was ...").
     """
     module, qualname, message = record
     try:
@@ -38,8 +39,8 @@ def rebuild_exception(record: list[Any]) -> BaseException:
         return cls(message)
     except Exception as e:
         return RuntimeError(
-            f"remote exception {module}.{qualname} (not rebuildable here: "
-            f"{type(e).__name__}: {e}): {message}"
+            f"Failed to create original exception type {module}.{qualname}. Error msg was "
+            f"{type(e).__name__}: {e} Original exception on remote side was {message}"
         )
 
 

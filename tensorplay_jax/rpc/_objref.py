@@ -172,7 +172,9 @@ def load_objref(rec: list[Any]) -> Any:
                 ) from None
             raise DecodeError(
                 f"cannot import {rec[0]}.{rec[1]} on this worker ({type(e).__name__}: {e}); "
-                "make the module importable here (PYTHONPATH) or define it where it is used"
+                "the RPC pickler does not serialize the code of a function the caller can "
+                "import: make the module importable here (PYTHONPATH) or define it where it "
+                "is used"
             ) from None
     return loads(bytes(rec[1]))
 

@@ -32,8 +32,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-class DecodeError(ValueError):
-    """Bytes that are not a valid message of this wire format."""
+class DecodeError(RuntimeError, ValueError):
+    """Bytes that are not a valid message of this wire format, or that name what is not here.
+
+    A ``RuntimeError``, as tensorplay's errors reading a message are, and a
+    ``ValueError``.
+    """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from tensorplay_jax.rpc import _codec
 from tensorplay_jax.rpc._device_maps import merge_map, normalize_devices, normalize_map
+from tensorplay_jax.rpc._errors import check_worker_name
 from tensorplay_jax.rpc.transports import check_transports
 from tensorplay_jax.runtime.settings import (
     DEFAULT_INIT_METHOD,
@@ -18,12 +19,15 @@ from tensorplay_jax.runtime.settings import (
     RPC_INIT_TIMEOUT_S,
 )
 
-__all__ = ["BackendType", "GrpcRpcBackendOptions", "WorkerInfo"]
+__all__ = ["BackendType", "GrpcRpcBackendOptions", "RpcBackendOptions", "WorkerInfo"]
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerInfo:
     """A worker's name and id (its rank), as returned by ``get_worker_info``.
+
+    Raises:
+      WorkerNameError: ``name`` is not a valid worker name (see ``init_rpc``).
 
     Example:
       >>> WorkerInfo("trainer", 0)
@@ -32,6 +36,9 @@ class WorkerInfo:
 
     name: str
     id: int
+
+    def __post_init__(self) -> None:
+        check_worker_name(self.name, "WorkerInfo")
 
 
 _codec.register_type(
@@ -46,8 +53,18 @@ class BackendType(enum.Enum):
     TENSORPIPE = "GRPC"
 
 
+class RpcBackendOptions:
+    """The base class of RPC backend options (tensorplay's), for ``isinstance`` checks.
+
+    :class:`GrpcRpcBackendOptions` (also named ``TensorPipeRpcBackendOptions``)
+    is the one that ``init_rpc`` takes.
+    """
+
+    __slots__ = ()
+
+
 @dataclasses.dataclass
-class GrpcRpcBackendOptions:
+class GrpcRpcBackendOptions(RpcBackendOptions):
     """Options for ``init_rpc`` (the tensorplay defaults where tensorplay has them).
 
     Attributes:

@@ -17,6 +17,7 @@ from tensorplay_jax.rpc._types import BackendType, GrpcRpcBackendOptions, Worker
 
 __all__ = [
     "get_debug_info",
+    "get_rpc_timeout",
     "get_worker_info",
     "get_worker_infos",
     "init_rpc",
@@ -40,7 +41,7 @@ def init_rpc(
     """Start this process's RPC agent and meet the other workers.
 
     Args:
-      name: this worker's unique name (letters, digits, ``_ - : .``; at most 128).
+      name: this worker's unique name (letters, digits, ``_ - : .``; shorter than 128).
       backend: ignored apart from validation; gRPC is the one backend.
       rank: this worker's rank; -1 reads ``RANK`` from the environment.
       world_size: number of workers; None reads ``WORLD_SIZE``, and with that
@@ -51,9 +52,10 @@ def init_rpc(
 
     Raises:
       RuntimeError: RPC is already initialized in this process.
-      ValueError: bad name, rank or world size; two workers with the same name (in
-        a dynamic group: a live member has this name or rank); a group that mixes
-        fixed-size and dynamic workers.
+      WorkerNameError: an invalid name, or two workers with the same name ("is not
+        unique"); a ``RuntimeError`` and a ``ValueError``.
+      ValueError: bad rank or world size; in a dynamic group, a live member has
+        this name or rank; a group that mixes fixed-size and dynamic workers.
       TimeoutError: the other workers did not arrive within ``init_timeout``.
 
     Example:
@@ -214,7 +216,8 @@ def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
     """The WorkerInfo of ``worker_name`` (this worker if None).
 
     Raises:
-      ValueError: no worker has that name.
+      UnknownWorkerError: no worker has that name ("could not find destination"; a
+        ``RuntimeError`` and a ``ValueError``).
     """
     agent = _agent.get_agent("get_worker_info")
     if worker_name is None:
@@ -302,3 +305,39 @@ def shutdown(graceful: bool = True, timeout: float = -1) -> None:
         finally:
             _agent.set_current(None)
             agent.stop(graceful=graceful, deadline=deadline)
+
+
+def get_rpc_timeout() -> float:
+    """The default timeout, in seconds, of this worker's RPCs (``rpc_timeout`` of its options)."""
+    return _agent.get_agent("get_rpc_timeout").options.rpc_timeout
+
+
+def _set_rpc_timeout(rpc_timeout: float) -> None:
+    """Set the default timeout of this worker's RPCs from now on (tensorplay's private helper)."""
+    if isinstance(rpc_timeout, bool) or not isinstance(rpc_timeout, int | float) or rpc_timeout < 0:
+        raise ValueError(f"_set_rpc_timeout: rpc_timeout={rpc_timeout!r} must be seconds >= 0")
+    _agent.get_agent("_set_rpc_timeout").options.rpc_timeout = float(rpc_timeout)
+
+
+def _rref_context_get_debug_info() -> dict[str, str]:
+    """tensorplay's RRef counters of this worker, as text: owned RRefs, forks, pending ones.
+
+    ``num_owner_rrefs``: values this worker owns; ``num_forks``: users of them
+    elsewhere that the owner knows of; ``num_pending_futures``: owned values not
+    made yet; ``num_pending_users``: RRefs held here whose owner has not yet
+    confirmed them.
+    """
+    rrefs = _agent.get_agent("_rref_context_get_debug_info").rrefs
+    owned = [r for r in map(rrefs.lookup, rrefs.owned_ids()) if r is not None]
+    users = [u for u in list(rrefs._users) if not u.is_owner()]
+    return {
+        "num_owner_rrefs": str(len(owned)),
+        "num_forks": str(sum(len(r.forks) for r in owned)),
+        "num_pending_futures": str(sum(not r.value.done() for r in owned)),
+        "num_pending_users": str(sum(not u.confirmed_by_owner() for u in users)),
+    }
+
+
+def _get_debug_info() -> dict[str, Any]:
+    """tensorplay's private debug counters: :func:`get_debug_info` with the RRef counters."""
+    return {**get_debug_info(), **_rref_context_get_debug_info()}

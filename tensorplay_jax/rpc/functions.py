@@ -6,6 +6,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tensorplay_jax.futures import Future
+from tensorplay_jax.rpc._errors import AsyncExecutionError
+
 __all__ = ["async_execution"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -16,6 +19,8 @@ def async_execution(fn: F) -> F:
 
     The serving thread is released as soon as ``fn`` returns, so a function
     can chain further RPCs with ``then`` without holding a worker thread.
+    Called by RPC, ``fn`` must return a Future: anything else fails the call
+    with an ``AsyncExecutionError`` (a ``RuntimeError`` and a ``TypeError``).
 
     Example:
       >>> from tensorplay_jax.rpc import Future
@@ -34,3 +39,18 @@ def async_execution(fn: F) -> F:
 
     wrapper._tpj_async_execution = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def async_future(info: Any, result: Any) -> bool:
+    """True if ``result`` (what call ``info``'s ``async_execution`` function returned) is a Future.
+
+    Raises:
+      AsyncExecutionError: it is not.
+    """
+    if isinstance(result, Future):
+        return True
+    t = type(result)
+    raise AsyncExecutionError(
+        f"{info.func_name}: Functions decorated with @rpc.functions.async_execution must return "
+        f"a Future object (tensorplay_jax.futures.Future), but got {t.__module__}.{t.__qualname__}"
+    )

@@ -41,8 +41,8 @@ Example:
     ...     return "pong"
     >>> internal.is_internal_target(_ping)
     True
-    >>> str(internal.not_initialized("my_fn")).split(":")[0]
-    'my_fn'
+    >>> str(internal.not_initialized("my_fn")).split(".")[0]
+    'RPC has not been initialized (my_fn)'
 """
 
 from tensorplay_jax.rpc import _call_hooks

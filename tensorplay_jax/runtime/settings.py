@@ -87,6 +87,8 @@ INSECURE_ENV = "TENSORPLAY_JAX_RPC_INSECURE"
 SPIN_US_ENV = "TENSORPLAY_JAX_RPC_SPIN_US"
 LOCAL_TRANSPORT_ENV = "TENSORPLAY_JAX_RPC_LOCAL"
 TCP_TRANSPORT_ENV = "TENSORPLAY_JAX_RPC_TCP"
+LOG_CALL_ERRORS_ENV = "TENSORPLAY_JAX_RPC_LOG_CALL_ERRORS"
+X64_ENV = "JAX_ENABLE_X64"
 PG_ENGINE_ENV = "TENSORPLAY_JAX_PG_ENGINE"
 PG_COORDINATOR_LOG_ENV = "TENSORPLAY_JAX_PG_COORDINATOR_LOG"
 SHM_SPIN_ENV = "TENSORPLAY_JAX_SHM_SPIN_S"
@@ -260,6 +262,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(TCP_TRANSPORT_ENV, "1", str, "0 keeps RPC between hosts on gRPC (no plain TCP link)"),
     Setting(
+        LOG_CALL_ERRORS_ENV,
+        "1",
+        bool,
+        "0 stops a callee printing, as tensorplay's does, a called function's error to stderr",
+    ),
+    Setting(
         SPIN_US_ENV,
         f"{RPC_SPIN_US:g}",
         float,
@@ -286,6 +294,13 @@ SETTINGS: tuple[Setting, ...] = (
         "set (non-empty): shared-memory waits sleep in steps instead of on a futex",
     ),
     Setting("JAX_PLATFORMS", None, str, "JAX's; without cuda/gpu/rocm the default backend is gloo"),
+    Setting(
+        X64_ENV,
+        None,
+        bool,
+        "JAX's; 1 turns 64-bit types on (tp.float64, .double(), float64 NumPy data); without "
+        "it asking for float64 raises (see docs/porting.md)",
+    ),
     Setting(
         "JAX_COORDINATOR_BIND_ADDRESS",
         None,

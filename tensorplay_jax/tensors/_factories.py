@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.runtime.x64 import check_dtype
 from tensorplay_jax.tensors import _random
 from tensorplay_jax.tensors._device import place
 from tensorplay_jax.tensors._host import from_host
@@ -44,6 +45,7 @@ def _leaf(value: jax.Array, requires_grad: bool, device: Any = None, fn: str = "
 
 def _filled(shape: tuple[int, ...], value: bool | float, dtype: Any) -> jax.Array:
     """``jnp.full(shape, value, dtype)``, made on the host when small (no program to compile)."""
+    check_dtype(dtype, "tp.full")
     dtype = jax.dtypes.canonicalize_dtype(dtype)
     if math.prod(shape) <= HOST_FILL_MAX:
         return jax.device_put(np.full(shape, value, dtype))
@@ -59,6 +61,7 @@ def _device_of(input: Tensor) -> Any:
 
 
 def _float_dtype(fn: str, dtype: Any) -> Any:
+    check_dtype(dtype, f"tp.{fn}")
     dtype = jnp.dtype(dtype if dtype is not None else DEFAULT_FLOAT)
     if not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(f"tp.{fn}: dtype must be a floating type, got {dtype}")
@@ -88,6 +91,7 @@ def tensor(
     if isinstance(data, Tensor):
         data = data.value
     if isinstance(data, jax.Array):
+        check_dtype(dtype, "tp.tensor")
         value = jnp.array(data, dtype=dtype)
     elif isinstance(data, np.ndarray | np.generic):
         value = from_host(data, dtype)
@@ -126,7 +130,7 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
             "tp.from_numpy: can't convert an np.ndarray of type numpy.object_; "
             "the supported types are the numeric ones and bool"
         )
-    return _leaf(from_host(ndarray), False, None, "from_numpy")
+    return _leaf(from_host(ndarray, what="tp.from_numpy"), False, None, "from_numpy")
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -216,6 +220,7 @@ def full(
     if dtype is not None and isinstance(fill_value, bool | int | float):
         value = _filled(shape, fill_value, dtype)
     else:
+        check_dtype(dtype, "tp.full")
         value = jnp.full(shape, fill_value, dtype)
     return _leaf(value, requires_grad, device, "full")
 
@@ -244,6 +249,7 @@ def arange(
         start, end = 0, start
     if dtype is None and any(isinstance(v, float) for v in (start, end, step)):
         dtype = DEFAULT_FLOAT
+    check_dtype(dtype, "tp.arange")
     return _leaf(jnp.arange(start, end, step, dtype=dtype), requires_grad, device, "arange")
 
 
@@ -256,6 +262,7 @@ def eye(
     requires_grad: bool = False,
 ) -> Tensor:
     """The ``n`` x ``m`` identity matrix."""
+    check_dtype(dtype, "tp.eye")
     return _leaf(jnp.eye(n, m, dtype=dtype or DEFAULT_FLOAT), requires_grad, device, "eye")
 
 

@@ -19,15 +19,30 @@ from typing import Any
 import jax
 import numpy as np
 
+from tensorplay_jax.runtime.x64 import check_dtype, warn_if_truncated
 
-def from_host(arr: Any, dtype: Any = None, *, copy: bool = True) -> jax.Array:
+
+def from_host(
+    arr: Any,
+    dtype: Any = None,
+    *,
+    copy: bool = True,
+    what: str = "tp.tensor",
+    stacklevel: int = 4,
+) -> jax.Array:
     """``jnp.array(arr, dtype)`` for host data (NumPy, lists, scalars), compiling nothing.
 
     ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a program per shape
     (their ``lax.stage``); ``jax.device_put`` transfers with none. The dtype is
-    canonicalized as JAX does (float64 is float32 unless ``jax_enable_x64``).
+    canonicalized as JAX does (float64 is float32 unless ``jax_enable_x64``): a
+    ``dtype`` of float64 then raises, and float64 data warns (see
+    ``runtime.x64``), naming ``what`` and the caller ``stacklevel`` frames up.
     ``copy=False`` is for an array nobody else holds (``device_put`` may share it).
     """
     arr = np.asarray(arr)
+    if dtype is not None:
+        check_dtype(dtype, what)
+    else:
+        warn_if_truncated(arr.dtype, what, stacklevel)
     dtype = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else arr.dtype)
     return jax.device_put(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
+from tensorplay_jax.runtime.x64 import check_dtype
 from tensorplay_jax.tensors._tensor import Tensor
 
 _SCALARS = (int, float, complex, bool, np.generic)
@@ -212,8 +213,14 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:
 
 
 def astype(input: Any, dtype: Any) -> Tensor:
-    """Convert to ``dtype`` (float -> float conversions are differentiable)."""
-    static = (("dtype", jnp.dtype(dtype)),)
+    """Convert to ``dtype`` (float -> float conversions are differentiable).
+
+    Raises:
+        Float64DisabledError: ``dtype`` is float64 and JAX's 64-bit mode is off.
+    """
+    dt = jnp.dtype(dtype)
+    check_dtype(dt, "Tensor.to")
+    static = (("dtype", dt),)
     return call_op(_astype, "ToCopyBackward", (input,), static, saves=False)
 
 

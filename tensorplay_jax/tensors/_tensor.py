@@ -111,7 +111,7 @@ class Tensor(metaclass=_TensorMeta):
         if isinstance(value, Tensor):
             value = value._value
         elif isinstance(value, np.ndarray):
-            value = from_host(value)
+            value = from_host(value, what="tp.Tensor")
         elif not isinstance(value, jax.Array | jax.core.Tracer):
             value = jnp.asarray(value)
         self._value = value

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 
 from tensorplay_jax import rpc
+from tensorplay_jax.runtime.settings import LOG_CALL_ERRORS_ENV
 from tensorplay_jax.testing import Workers
 from tests._procs import WorkerResult, free_port, run_workers
 from tests.rpc import _transports as T
@@ -54,10 +55,13 @@ def rpc_job(
     ``rpc_options``: more options per worker name (see ``Workers``).
 
     At the end (``Workers.close``: a graceful shutdown) no worker may have printed a
-    traceback. A test that checks shutdown itself uses :class:`Peers`: ``close`` after
+    traceback (the callees' reports of the errors calls raise are off). A test that
+    checks shutdown itself uses :class:`Peers`: ``close`` after
     the test's own ``rpc.shutdown()`` reports the workers that exited as dead.
     """
-    full = T.env_of(transport, **(env or {}))
+    # The targets raise on purpose: a callee's report of a call's error on its stderr
+    # (a traceback, as tensorplay prints) is no crash; tests/rpc/test_errors.py checks it.
+    full = T.env_of(transport, **{LOG_CALL_ERRORS_ENV: "0", **(env or {})})
     names = [f"w{r}" for r in range(n)]
     with (
         environ(full),

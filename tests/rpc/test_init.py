@@ -44,10 +44,31 @@ def test_a_call_before_init_rpc_is_a_clear_error(call):
     expect(RuntimeError, [NOT_INITIALIZED], call, "w0", T.add, args=(1,))
 
 
-@pytest.mark.parametrize("name", ["bad name!", ""])
+@pytest.mark.parametrize("name", ["bad name!", "", "a" * 128])
 def test_an_invalid_worker_name_is_refused(master, shut_down, name):
-    expect(ValueError, ["invalid worker name"], rpc.init_rpc, name, rank=0, world_size=1)
+    e = expect(RuntimeError, ["invalid worker name", "Worker name must match"],
+               rpc.init_rpc, name, rank=0, world_size=1)  # fmt: skip
+    assert isinstance(e, ValueError)  # what it was before
     assert not rpc.is_initialized()
+
+
+# tensorplay's test_invalid_names: WorkerInfo itself checks the name
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("abc*", "Worker name must match"),
+        (" ", "Worker name must match"),
+        ("", "must be non-empty"),
+        ("a" * 500, "shorter than 128"),
+    ],
+)
+def test_worker_info_refuses_an_invalid_name(name, says):
+    e = expect(RuntimeError, [says], rpc.WorkerInfo, name, 0)
+    assert isinstance(e, ValueError)
+
+
+def test_a_name_of_127_characters_is_valid():
+    assert rpc.WorkerInfo("a" * 127, 0).name == "a" * 127
 
 
 def test_a_world_of_one_calls_itself(master, shut_down):
@@ -75,12 +96,13 @@ def test_init_rpc_again_after_shutdown(master, shut_down):
 
 # ----------------------------------------------------------------- two workers
 def test_duplicate_names_fail_on_every_worker(shut_down):
-    says = ["duplicate worker name 'same'", "ranks 0 and 1"]
+    says = ["duplicate worker name 'same'", "ranks 0 and 1", "is not unique"]
     with Peers(W.duplicate_peer, 2, timeout=90) as peers:
-        expect(ValueError, says, rpc.init_rpc, "same", rank=0, world_size=2,
-               rpc_backend_options=peers.options())  # fmt: skip
+        e = expect(RuntimeError, says, rpc.init_rpc, "same", rank=0, world_size=2,
+                   rpc_backend_options=peers.options())  # fmt: skip
+    assert isinstance(e, ValueError)  # what it was before
     theirs = reported(peers.results[0])["error"]
-    assert theirs.startswith("ValueError") and all(s in theirs for s in says), theirs
+    assert theirs.startswith("WorkerNameError") and all(s in theirs for s in says), theirs
 
 
 # A worker whose init_rpc returns late: w0 calls it (and it calls on, from inside the

@@ -33,3 +33,35 @@ def test_error_messages(call, exc, text):
     with pytest.raises(exc) as err:
         call()
     assert text in str(err.value)
+
+
+# tensorplay raises RuntimeError for operands whose shapes do not fit ("The size of tensor
+# a (10) must match ...", "mat1 and mat2 shapes cannot be multiplied"); JAX raises
+# TypeError. The error is both, with JAX's message, recorded or not.
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "recorded"])
+@pytest.mark.parametrize(
+    "call, text",
+    [
+        (lambda g: tp.ones(3, 3, requires_grad=g) @ tp.ones(6, 6), "dot_general requires"),
+        (lambda g: tp.matmul(tp.ones(3, 3, requires_grad=g), tp.ones(6, 6)), "dot_general"),
+        (lambda g: tp.ones(10, requires_grad=g) + tp.ones(5), "incompatible shapes"),
+        (lambda g: tp.mul(tp.ones(10, requires_grad=g), tp.ones(5)), "incompatible shapes"),
+        (lambda g: tp.cat([tp.ones(2, 3, requires_grad=g), tp.ones(2, 4)]), "concatenate"),
+    ],
+    ids=["@", "matmul", "add", "mul", "cat"],
+)
+def test_operands_that_do_not_fit_are_a_runtime_error(call, text, requires_grad):
+    with pytest.raises(RuntimeError, match=text) as err:
+        call(requires_grad)
+    assert isinstance(err.value, TypeError)  # JAX's type, kept
+    assert type(err.value.__cause__) is TypeError  # JAX's own error
+
+
+def test_an_error_of_a_jax_transformation_keeps_its_type():
+    import jax
+
+    def f(x):
+        return tp.Tensor(x).sum().item()  # concrete value of a traced array
+
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        jax.jit(f)(jnp.ones(2))

@@ -129,6 +129,11 @@ class DistAutogradContext:
         with self._lock:
             return dict(self._recvs)
 
+    # tensorplay's private spellings, which its tests and some programs call
+    _known_worker_ids = known_worker_ids
+    _send_functions = send_functions
+    _recv_functions = recv_functions
+
     # ----------------------------------------------------------------- recording
     def add_known(self, worker_id: int) -> None:
         if worker_id not in self._known:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import operator
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -336,6 +337,13 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
     """
     if not _rpc_is_initialized():
         raise not_initialized("dist_autograd.backward")
+    try:
+        context_id = operator.index(context_id)
+    except TypeError:
+        raise TypeError(
+            f"dist_autograd.backward: incompatible function arguments: context_id="
+            f"{context_id!r:.60} must be an int (from `with dist_autograd.context() as context_id`)"
+        ) from None
     ctx = retrieve(context_id)
     lost = getattr(ctx, "lost_worker", None)
     if lost is not None:
@@ -385,14 +393,15 @@ def _check_roots(roots: Any) -> list[Tensor]:
         roots = [roots]  # backward(ctx_id, loss), as the tensorplay docs write it
     elif not isinstance(roots, Iterable):
         raise TypeError(
-            f"dist_autograd.backward: roots is a {type(roots).__name__}; expected a Tensor or "
-            "a list of Tensors, e.g. backward(context_id, loss) or backward(context_id, [loss])"
+            f"dist_autograd.backward: incompatible function arguments: roots is a "
+            f"{type(roots).__name__}; expected a Tensor or a list of Tensors, e.g. "
+            "backward(context_id, loss) or backward(context_id, [loss])"
         )
     roots = list(roots)
     if not roots:
         raise RuntimeError(
-            "dist_autograd.backward: roots is empty; pass the scalar loss(es), e.g. "
-            "backward(context_id, [loss])"
+            "dist_autograd.backward: No tensors provided for gradient computation (roots is "
+            "empty); pass the scalar loss(es), e.g. backward(context_id, [loss])"
         )
     for i, r in enumerate(roots):
         if not isinstance(r, Tensor):
@@ -401,12 +410,14 @@ def _check_roots(roots: Any) -> list[Tensor]:
             )
         if r.value.size != 1:
             raise RuntimeError(
-                f"dist_autograd.backward: roots[{i}] has shape {tuple(r.shape)}, but backward "
-                "starts from scalar (one-element) Tensors; reduce it first, e.g. loss.sum()"
+                f"dist_autograd.backward: roots[{i}] has shape {tuple(r.shape)}: it is not a "
+                "scalar, all roots need to be scalar (one-element) Tensors; reduce it first, "
+                "e.g. loss.sum()"
             )
         if not r.requires_grad:
             raise RuntimeError(
-                f"dist_autograd.backward: roots[{i}] does not require grad (no input of its "
-                "computation has requires_grad=True); nothing to differentiate"
+                f"dist_autograd.backward: roots[{i}] does not require grad: requires_grad not "
+                "set on root (no input of its computation has requires_grad=True); nothing to "
+                "differentiate"
             )
     return roots

@@ -18,7 +18,11 @@ from tensorplay_jax.rpc import RRef, rpc_sync
 from tensorplay_jax.rpc.internal import internal_target
 from tensorplay_jax.tensors import Tensor
 
-__all__ = ["rref_backward"]
+__all__ = ["RRefBackwardTypeError", "rref_backward"]
+
+
+class RRefBackwardTypeError(RuntimeError, TypeError):
+    """``RRef.backward`` on an RRef whose value is not a Tensor (tensorplay: RuntimeError)."""
 
 
 def rref_backward(rref: RRef[Any], context_id: int, retain_graph: bool) -> None:
@@ -53,9 +57,9 @@ def _backward_on_owner(rref: RRef[Any], context_id: int, retain_graph: bool) -> 
 
 def _backward_here(value: Any, context_id: int, retain_graph: bool) -> None:
     if not isinstance(value, Tensor):
-        raise TypeError(
-            f"RRef.backward: the RRef holds a {type(value).__name__}; backward starts from a "
-            "scalar Tensor"
+        raise RRefBackwardTypeError(
+            f"RRef.backward: the RRef holds a {type(value).__name__}: RRef should contain a "
+            "tensor for .backward() (a scalar Tensor)"
         )
     if value.numel() != 1:
         raise RuntimeError(

@@ -9,7 +9,9 @@ from tensorplay_jax.distributed.autograd._context import (
     current_id,
     retrieve,
 )
+from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
+from tensorplay_jax.runtime.ids import CONTEXT_ID
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["get_gradients", "is_available", "is_initialized"]
@@ -92,3 +94,12 @@ def _current_context() -> DistAutogradContext:
 def _retrieve_context(context_id: int) -> DistAutogradContext:
     """The context ``context_id`` of this worker (tensorplay spelling)."""
     return retrieve(context_id)
+
+
+def _get_max_id() -> int:
+    """The largest context id this worker can make (tensorplay's private helper).
+
+    Its rank in the high 16 bits, every serial bit set: ids this worker makes
+    lie between ``rank << 48`` and this.
+    """
+    return CONTEXT_ID.pack(_rpc_worker_info().id, CONTEXT_ID.mask)
