@@ -13,7 +13,12 @@ from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
 from tensorplay_jax.rpc._shutdown import WHILE_ALIVE
-from tensorplay_jax.rpc._types import BackendType, GrpcRpcBackendOptions, WorkerInfo
+from tensorplay_jax.rpc._types import (
+    BackendType,
+    GrpcRpcBackendOptions,
+    RpcBackendOptions,
+    WorkerInfo,
+)
 
 __all__ = [
     "get_debug_info",
@@ -31,9 +36,41 @@ __all__ = [
 _init_lock = threading.Lock()
 
 
+def _check_backend(backend: Any, options: Any) -> GrpcRpcBackendOptions:
+    """The options ``init_rpc`` runs with; tensorplay's errors for a wrong backend or options.
+
+    As tensorplay: ``backend`` is a :class:`BackendType` member or None (inferred from the
+    options); the options are an :class:`RpcBackendOptions`, and ours when the backend is
+    given or to be inferred.
+    """
+    if backend is not None and not isinstance(backend, BackendType):
+        raise TypeError(
+            f"init_rpc: Argument backend must be a member of BackendType, got {backend!r} "
+            "(use rpc.BackendType.TENSORPIPE or rpc.BackendType.GRPC, the same backend here)"
+        )
+    if options is None:
+        return GrpcRpcBackendOptions()
+    if not isinstance(options, RpcBackendOptions):
+        raise TypeError(
+            "init_rpc: Argument rpc_backend_options must be an instance of RpcBackendOptions, "
+            f"got {type(options).__name__} (use rpc.TensorPipeRpcBackendOptions(...))"
+        )
+    if not isinstance(options, GrpcRpcBackendOptions):
+        if backend is None:
+            raise TypeError(
+                f"init_rpc: Could not infer backend for options {type(options).__name__}: "
+                "use rpc.TensorPipeRpcBackendOptions (also named GrpcRpcBackendOptions)"
+            )
+        raise TypeError(
+            "init_rpc: `rpc_backend_options` must be a `TensorPipeRpcBackendOptions` (also named "
+            f"GrpcRpcBackendOptions), got {type(options).__name__}"
+        )
+    return options
+
+
 def init_rpc(
     name: str,
-    backend: BackendType | str | None = None,
+    backend: BackendType | None = None,
     rank: int = -1,
     world_size: int | None = None,
     rpc_backend_options: GrpcRpcBackendOptions | None = None,
@@ -42,7 +79,8 @@ def init_rpc(
 
     Args:
       name: this worker's unique name (letters, digits, ``_ - : .``; shorter than 128).
-      backend: ignored apart from validation; gRPC is the one backend.
+      backend: a :class:`BackendType` member (``TENSORPIPE`` and ``GRPC`` are the one
+        backend here) or None.
       rank: this worker's rank; -1 reads ``RANK`` from the environment.
       world_size: number of workers; None reads ``WORLD_SIZE``, and with that
         unset too joins a *dynamic* group: rank 0 hosts it and comes first, the
@@ -52,6 +90,8 @@ def init_rpc(
 
     Raises:
       RuntimeError: RPC is already initialized in this process.
+      TypeError: ``backend`` is not a :class:`BackendType` member; the options are not
+        an ``RpcBackendOptions``, or not ours (tensorplay's messages).
       WorkerNameError: an invalid name, or two workers with the same name ("is not
         unique"); a ``RuntimeError`` and a ``ValueError``.
       ValueError: bad rank or world size; in a dynamic group, a live member has
@@ -67,14 +107,7 @@ def init_rpc(
       2
       >>> rpc.shutdown()
     """
-    if backend is not None and backend not in (BackendType.GRPC, "GRPC", "grpc"):
-        raise ValueError(f"init_rpc: backend={backend!r} is not supported; use BackendType.GRPC")
-    opts = rpc_backend_options or GrpcRpcBackendOptions()
-    if not isinstance(opts, GrpcRpcBackendOptions):
-        raise TypeError(
-            "init_rpc: rpc_backend_options must be GrpcRpcBackendOptions, got "
-            f"{type(opts).__name__}"
-        )
+    opts = _check_backend(backend, rpc_backend_options)
     with _init_lock:
         cur = _agent.current_agent()
         if cur is not None:

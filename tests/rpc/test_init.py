@@ -67,6 +67,31 @@ def test_worker_info_refuses_an_invalid_name(name, says):
     assert isinstance(e, ValueError)
 
 
+class _OtherOptions(rpc.RpcBackendOptions):
+    """Options of a backend that is not ours (tensorplay's suites define one)."""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"backend": "TENSORPIPE"}, "Argument backend must be a member of BackendType"),
+        (
+            {"rpc_backend_options": {"init_method": "env://"}},
+            "must be an instance of RpcBackendOptions",
+        ),
+        ({"rpc_backend_options": _OtherOptions()}, "Could not infer backend for options"),
+        (
+            {"backend": rpc.BackendType.TENSORPIPE, "rpc_backend_options": _OtherOptions()},
+            "`rpc_backend_options` must be a `TensorPipeRpcBackendOptions`",
+        ),
+    ],
+    ids=["backend-string", "options-dict", "options-not-ours", "backend-with-other-options"],
+)
+def test_a_wrong_backend_or_options_is_a_type_error_before_anything_starts(kwargs, says):
+    expect(TypeError, [says], rpc.init_rpc, "w0", rank=0, world_size=1, **kwargs)
+    assert not rpc.is_initialized()
+
+
 def test_a_name_of_127_characters_is_valid():
     assert rpc.WorkerInfo("a" * 127, 0).name == "a" * 127
 
