@@ -49,7 +49,7 @@ from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
-from tensorplay_jax.rpc._membership import Membership, claim_fixed_size
+from tensorplay_jax.rpc._membership import Membership, claim_fixed_size, store_client
 from tensorplay_jax.rpc._protocol import CALL, FETCH, KIND_NAMES, REMOTE, TRACE_NAMES
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
@@ -63,12 +63,7 @@ from tensorplay_jax.runtime.secret import job_secret
 from tensorplay_jax.runtime.settings import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
 
 # current_agent, get_agent and set_current stay importable from here (api and the tests).
-__all__ = [
-    "Agent",
-    "current_agent",
-    "get_agent",
-    "set_current",
-]
+__all__ = ["Agent", "current_agent", "get_agent", "set_current"]
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +166,10 @@ class Agent:
         secret = job_secret(
             "init_rpc", given=opts.secret, rendezvous_host=host, insecure=opts.insecure
         )
-        if self.rank == 0:
-            self._store_server = StoreServer(store_bind_host(host), port, secret)
-        self.store = StoreClient(host, port, self.rank, opts.init_timeout, secret)
+        if self.rank == 0:  # the group's kind is the store's from the start
+            mode = "static" if self.world_size is not None else "dynamic"
+            self._store_server = StoreServer(store_bind_host(host), port, secret, mode)
+        self.store = store_client(self, host, port, secret)
         self.barrier = ShutdownBarrier(
             name=self.name,
             rank=self.rank,

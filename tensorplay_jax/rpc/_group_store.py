@@ -9,7 +9,8 @@ job-secret handshake as every other store request. Three requests:
   reply is every member and the store's version;
 - ``leave``: remove it (it called ``rpc.shutdown()``);
 - ``watch``: wait until the version passes ``since``, then return the changes
-  after it (``[version, "join" | "left" | "died", name, entry]``).
+  after it (``[version, "join" | "left" | "died", name, entry]``);
+- ``close``: rank 0 is shutting the group down: later joins are refused, saying so.
 
 A connection that closes without ``leave`` (the worker was killed, or crashed)
 removes its member as ``"died"``: that is how the group learns of a SIGKILL.
@@ -24,14 +25,15 @@ from typing import Any
 
 __all__ = ["GroupState", "closed", "group_op", "seconds"]
 
-GROUP_OPS = ("join", "leave", "watch", "mode")
+GROUP_OPS = ("join", "leave", "watch", "mode", "close")
 
 
 class GroupState:
     """The members of the store's dynamic group and the log of changes to them."""
 
     def __init__(self) -> None:
-        self.mode: str | None = None  # "static" or "dynamic": the first worker decides
+        self.mode: str | None = None  # "static" or "dynamic": rank 0's (or the first worker's)
+        self.closing: str | None = None  # rank 0 is shutting the group down: why joins fail
         self.members: dict[str, dict[str, Any]] = {}
         self.log: list[list[Any]] = []
 
@@ -77,6 +79,9 @@ def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]
         if g.mode is None:
             g.mode = req["mode"]
         return {"v": g.mode}
+    if op == "close":
+        g.closing = str(req["why"])
+        return {"ok": True}
     if op == "join":
         ent = req["entry"]
         if not (
@@ -87,7 +92,13 @@ def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]
         ):
             return {"err": "a join needs an entry with a string name and nonce and an int rank"}
         if g.mode not in (None, "dynamic"):
-            return {"err": "the rendezvous store serves a fixed-size group (world_size given)"}
+            return {
+                "err": "the rendezvous store serves a fixed-size group (its workers gave a "
+                "world_size), and an RPC group that mixes fixed-size and dynamic "
+                "(world_size=None) members is not supported; pass the group's world_size"
+            }
+        if g.closing is not None:
+            return {"err": g.closing}
         g.mode = "dynamic"
         if ent["name"] in g.members:
             return {"err": f"worker name {ent['name']!r} is taken by a live member"}

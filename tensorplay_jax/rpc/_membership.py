@@ -66,11 +66,12 @@ from tensorplay_jax.rpc._types import WorkerInfo
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._agent import Agent
 
-__all__ = ["Membership", "claim_fixed_size", "on_worker_gone"]
+__all__ = ["Membership", "claim_fixed_size", "on_worker_gone", "store_client"]
 
 log = logging.getLogger(__name__)
 
 WATCH_S = 5.0  # one store watch request waits at most this long (then asks again)
+JOIN_CONNECT_S = 10.0  # a dynamic joiner waits at most this long for rank 0's store
 SYNC_S = 10.0  # a member confirms it applied a change within this long, or is skipped
 
 LEFT = "left the group (it called rpc.shutdown())"
@@ -89,6 +90,33 @@ def on_worker_gone(hook: Callable[[WorkerInfo, str], None]) -> None:
     the membership thread, after the agent has failed the calls pending to it.
     """
     _gone_hooks.append(hook)
+
+
+def store_client(agent: Agent, host: str, port: int, secret: str) -> StoreClient:
+    """``agent``'s connection to the rendezvous store at ``host:port``.
+
+    A worker of a fixed-size group waits for it up to ``init_timeout`` (rank 0 may
+    start last). A dynamic group lives in the store its rank 0 hosts from
+    ``init_rpc`` to ``shutdown()``, so a joiner waits at most ``JOIN_CONNECT_S``.
+
+    Raises:
+      TimeoutError: (a joiner) no store answered in time: rank 0 has not started,
+        or has shut the group down.
+    """
+    opts = agent.options
+    if agent.world_size is not None or agent.rank == 0:
+        return StoreClient(host, port, agent.rank, opts.init_timeout, secret)
+    wait = min(opts.init_timeout, JOIN_CONNECT_S)
+    try:
+        return StoreClient(host, port, agent.rank, wait, secret)
+    except TimeoutError:
+        raise TimeoutError(
+            f"init_rpc: worker {agent.name!r} (rank {agent.rank}) found no dynamic group to "
+            f"join at {host}:{port}: no rendezvous store answered within {wait:g} s. A dynamic "
+            "group (world_size=None) lives in the store its rank 0 hosts from init_rpc until "
+            "its shutdown(): start rank 0 first (with the same MASTER_ADDR/MASTER_PORT); if it "
+            "has shut down, that group is gone and a new rank 0 must host a new one"
+        ) from None
 
 
 def claim_fixed_size(store: StoreClient) -> None:
@@ -301,9 +329,10 @@ class Membership:
         self._until(lambda: not agent.barrier.outstanding(), deadline, "its own calls")
         agent.rrefs.release_users()
         self._until(lambda: not agent.barrier.outstanding(), deadline, "its RRef releases")
-        if agent.rank == 0:
-            self._until(lambda: len(agent.workers) <= 1, deadline, "the other members to leave")
         assert agent.store is not None
+        if agent.rank == 0:  # no one may join a group whose store is about to go
+            agent.store.group("close", why=f"its rank 0 ({agent.name!r}) is shutting it down")
+            self._until(lambda: len(agent.workers) <= 1, deadline, "the other members to leave")
         self._sync_members(agent.store.group("leave")["version"])
 
     def _until(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:

@@ -225,9 +225,13 @@ class _TCPServer(socketserver.ThreadingTCPServer):
 
 
 class StoreServer:
-    """The store on rank 0; serves connections that prove ``secret`` until :meth:`close`."""
+    """The store on rank 0; serves connections that prove ``secret`` until :meth:`close`.
 
-    def __init__(self, host: str, port: int, secret: str) -> None:
+    ``mode`` (``"static"``: a fixed-size group, ``"dynamic"``) is the group's from
+    the start, so a worker of the other kind is refused whenever it comes.
+    """
+
+    def __init__(self, host: str, port: int, secret: str, mode: str | None = None) -> None:
         try:
             self._srv = _TCPServer((host, port), _Handler)
         except OSError as e:
@@ -236,6 +240,7 @@ class StoreServer:
                 "pick a free MASTER_PORT"
             ) from e
         self._srv.state = _State(secret)
+        self._srv.state.group.mode = mode
         self._thread = threading.Thread(
             target=self._srv.serve_forever,
             args=(RPC_STORE_POLL_S,),  # how soon close() is noticed
@@ -260,6 +265,20 @@ class StoreServer:
         self._srv.server_close()
 
 
+def _connect(host: str, port: int) -> socket.socket:
+    """A TCP connection to ``host:port``, never one to itself.
+
+    With nothing listening on a port of the ephemeral range, a loopback connect
+    can be given that same port as its own source port and connect to itself (TCP
+    simultaneous open): a silent peer, not a store. That counts as refused.
+    """
+    sock = socket.create_connection((host, port), timeout=5.0)
+    if sock.getsockname() == sock.getpeername():
+        sock.close()
+        raise ConnectionRefusedError(f"nothing listens on {host}:{port} (connected to itself)")
+    return sock
+
+
 class StoreClient:
     """A connection to the store (thread-safe; one request at a time)."""
 
@@ -273,7 +292,7 @@ class StoreClient:
         last: Exception | None = None
         while True:
             try:
-                self._sock = socket.create_connection((host, port), timeout=5.0)
+                self._sock = _connect(host, port)
                 break
             except OSError as e:
                 last = e

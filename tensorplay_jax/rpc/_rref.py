@@ -7,8 +7,13 @@ table's: see ``_rref_table``. Serialising an RRef registers a new fork with
 the owner first; receiving one on its owner takes a local handle and drops
 that fork, elsewhere makes a user RRef that releases its fork when collected.
 
-``confirmed_by_owner()`` is True on the owner, and on a user once the owner has
-answered a request about it (its ``remote()`` creation, ``to_here``).
+``confirmed_by_owner()`` is True on the owner; on a user received from the
+owner; and on a user once the owner has answered a request about it (its
+``remote()`` creation, ``to_here``). A user received from another user asks the
+owner, the first time, whether that worker's FORK_ADD for it has come (the
+owner waits for it, at most ``rpc_timeout``).
+
+The proxies (``rref.rpc_sync().m(...)``) are ``_rref_proxy``'s.
 
 ``remote(..., timeout=t)``: a creation not confirmed within ``t`` fails the next
 use of the RRef with an ``RpcTimeoutError`` naming the owner, the function and
@@ -30,9 +35,11 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _codec, _current, _registry
+from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._protocol import FETCH, FORK_ADD
+from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD
+from tensorplay_jax.rpc._rref_proxy import Proxy
 from tensorplay_jax.rpc._rref_table import _OwnerRecord
 from tensorplay_jax.rpc._types import WorkerInfo
 
@@ -85,6 +92,7 @@ class RRef(Generic[T]):
         "_created",
         "_fork",
         "_id",
+        "_methods",
         "_owner",
         "_record",
         "_released",
@@ -109,6 +117,7 @@ class RRef(Generic[T]):
         self._record, self._created = record, created
         self._released = False
         self._confirmed = record is not None
+        self._methods: set[str] | None = None  # attributes the owner has found on the value
         if fork is not None:
             agent.rrefs.track(self)
 
@@ -164,9 +173,19 @@ class RRef(Generic[T]):
         return _fresh(exc)
 
     def confirmed_by_owner(self) -> bool:
-        """True when the owner is known to hold this reference (always on the owner)."""
+        """True when the owner is known to hold this reference (always on the owner).
+
+        A user RRef passed on by another user asks the owner the first time
+        (a blocking call): True once the owner has registered this worker's fork.
+        A ``remote()`` whose creation is still pending answers False at once.
+        """
         if not self._confirmed and self._created is not None and self._created.done():
             self._confirmed = self._created.exception() is None
+        elif not self._confirmed and self._created is None and not self._released:
+            agent = self._live_agent("confirmed_by_owner")
+            extra = (self._id, self._fork)
+            fut = agent.call(self._owner, CALL, _fork_registered, extra, {}, -1)
+            self._confirmed = bool(fut.wait())
         return self._confirmed
 
     def _live_agent(self, what: str) -> Any:
@@ -259,15 +278,15 @@ class RRef(Generic[T]):
     # -- proxies
     def rpc_sync(self, timeout: float = -1) -> Any:
         """``rref.rpc_sync().method(*args)`` runs ``value.method(*args)`` on the owner."""
-        return _Proxy(self, "sync", timeout)
+        return Proxy(self, "sync", timeout)
 
     def rpc_async(self, timeout: float = -1) -> Any:
         """Like :meth:`rpc_sync`, returning a Future."""
-        return _Proxy(self, "async", timeout)
+        return Proxy(self, "async", timeout)
 
     def remote(self, timeout: float = -1) -> Any:
         """Like :meth:`rpc_sync`, leaving the result on the owner as a new RRef."""
-        return _Proxy(self, "remote", timeout)
+        return Proxy(self, "remote", timeout)
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -305,32 +324,10 @@ def _fresh(exc: BaseException) -> BaseException:
     return new
 
 
-def _invoke_on_rref(rref: RRef[Any], method: str, args: tuple, kwargs: dict) -> Any:
-    return getattr(rref.local_value(), method)(*args, **kwargs)
-
-
-class _Proxy:
-    __slots__ = ("_mode", "_rref", "_timeout")
-
-    def __init__(self, rref: RRef[Any], mode: str, timeout: float) -> None:
-        self._rref, self._mode, self._timeout = rref, mode, timeout
-
-    def _mode_name(self) -> str:
-        return {"sync": "rpc_sync", "async": "rpc_async", "remote": "remote"}[self._mode]
-
-    def __getattr__(self, method: str) -> Any:
-        from tensorplay_jax.rpc import api
-
-        call = {"sync": api.rpc_sync, "async": api.rpc_async, "remote": api.remote}[self._mode]
-        rref, timeout = self._rref, self._timeout
-
-        def invoke(*args: Any, **kwargs: Any) -> Any:
-            rref._check_created(f"rref.{self._mode_name()}().{method}")
-            return call(
-                rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
-            )
-
-        return invoke
+@internal_target
+def _fork_registered(rref_id: int, fork: int) -> bool:
+    """On the owner: True once ``fork`` of ``rref_id`` is registered (False: not in time)."""
+    return _agent_for("confirmed_by_owner").rrefs.wait_fork(rref_id, fork)
 
 
 # ------------------------------------------------------------- pending creations
@@ -439,7 +436,11 @@ def _decode_rref(v: list[Any]) -> RRef[Any]:
         agent.rrefs.del_fork(rref_id, fork, sender)
         return r
     owner = agent.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
-    return RRef._make(agent, owner, rref_id, fork, None)
+    r = RRef._make(agent, owner, rref_id, fork, None)
+    sender = _codec.current_peer()
+    # The owner registered the fork before it sent the RRef: confirmed.
+    r._confirmed = sender is not None and sender.name == owner.name
+    return r
 
 
 _codec.register_type(RRef, _encode_rref, _decode_rref, name="RRef")

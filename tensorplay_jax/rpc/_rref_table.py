@@ -56,6 +56,7 @@ from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import FORK_DEL
 from tensorplay_jax.rpc._types import WorkerInfo
 from tensorplay_jax.runtime.ids import RREF_ID
+from tensorplay_jax.runtime.settings import DEFAULT_RPC_TIMEOUT_S
 
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._rref import RRef
@@ -181,6 +182,37 @@ class RRefTable:
             elif not cancelled and holder is not None:
                 self._holders[(rref_id, fork)] = holder
         return rec
+
+    def own_remote(self, rref_id: int) -> _OwnerRecord:
+        """The record of a value this worker's ``remote()`` to itself will make: registered
+        now, so the served ``remote()`` fills this record (the caller's RRef is its owner).
+        """
+        with self._lock:
+            rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
+        return rec
+
+    def drop_owned(self, rec: _OwnerRecord) -> None:
+        """Forget ``rec`` if no fork or fetch holds it (a ``remote()`` to itself that failed
+        before it was sent)."""
+        with self._lock:
+            if not (rec.forks or rec.fetches) and self._owners.get(rec.id) is rec:
+                del self._owners[rec.id]
+
+    def wait_fork(self, rref_id: int, fork: int) -> bool:
+        """True once ``fork`` of ``rref_id`` is registered here (its FORK_ADD has come);
+        False if it is not within ``rpc_timeout`` (with none, the default's)."""
+        timeout = self._agent.options.rpc_timeout
+        end = time.monotonic() + (timeout if timeout > 0 else DEFAULT_RPC_TIMEOUT_S)
+        pause = 0.0005
+        while True:
+            with self._lock:
+                rec = self._owners.get(rref_id)
+                if rec is not None and fork in rec.forks:
+                    return True
+            if time.monotonic() > end:
+                return False
+            time.sleep(pause)  # the FORK_ADD comes from another worker: it is nearly here
+            pause = min(pause * 2, 0.05)
 
     def lookup(self, rref_id: int) -> _OwnerRecord | None:
         with self._lock:

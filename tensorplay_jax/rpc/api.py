@@ -192,7 +192,9 @@ def remote(
     Returns at once; an error in ``func``, or a creation not confirmed within
     ``timeout``, surfaces on the next use of the RRef (``to_here``, the proxies,
     passing it on): the error, or an ``RpcTimeoutError`` naming the owner, the
-    function and the timeout.
+    function and the timeout. Naming this worker gives an RRef it owns
+    (``is_owner()``; ``local_value()`` and ``to_here()`` return the object the
+    function returned, once it has run).
 
     Args:
       to: destination: worker name, rank or WorkerInfo (this worker included).
@@ -211,11 +213,50 @@ def remote(
     dest = agent.resolve(to, "remote")
     _check_func(func, "remote")
     rref_id, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
+    if dest.name == agent.name:
+        return _remote_to_self(agent, dest, func, args, kwargs, timeout, rref_id, fork)
     created = _call(
         agent, dest, _protocol.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
     )
     _rref.track_creation(created)
     return RRef._make(agent, dest, rref_id, fork, None, created)
+
+
+def _remote_to_self(
+    agent: Any,
+    me: WorkerInfo,
+    func: Any,
+    args: Any,
+    kwargs: Any,
+    timeout: float,
+    rref_id: int,
+    fork: int,
+) -> RRef[Any]:
+    """``remote()`` naming this worker: an owner RRef whose value the served call sets.
+
+    The call still goes through this worker's own serving side (as any call to
+    itself), which fills the record registered here: the RRef holds the value the
+    function returned, not a copy. The creation's fork is released once the call
+    is answered; a failure or a timeout before the value is set becomes the value's
+    error (``to_here`` and ``local_value`` raise it).
+    """
+    rec = agent.rrefs.own_remote(rref_id)
+    try:
+        created = _call(
+            agent, me, _protocol.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
+        )
+    except BaseException:
+        agent.rrefs.drop_owned(rec)
+        raise
+
+    def settle(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            rec.value._try_set_exception(exc)
+        agent.rrefs.del_fork(rref_id, fork)
+
+    created.add_done_callback(settle)
+    return RRef._make(agent, me, rref_id, None, rec)
 
 
 def _call(

@@ -9,6 +9,10 @@ itself if the test process goes away.
 ``python -m tests.rpc._dynamic_member --refusals TAKEN_NAME TAKEN_RANK`` instead
 tries the joins the group must refuse and prints each error as one JSON line
 (``{"case": ..., "type": ..., "message": ...}``), then exits 0.
+
+``python -m tests.rpc._dynamic_member --join-once NAME RANK`` tries to join once
+and prints ``trying``, then the outcome as one JSON line (``{"type", "message",
+"seconds"}``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import os
 import secrets
 import sys
+import time
 
 from tensorplay_jax.distributed import rpc
 from tests.rpc import _dynamic_targets as targets
@@ -41,9 +46,26 @@ def refusals(taken_name: str, taken_rank: int) -> None:
     _refused("secret", name="outsider", rank=taken_rank + 103, world_size=None)
 
 
+def join_once(name: str, rank: int) -> None:
+    """Say ``trying``, try to join once, print the outcome as a JSON line with its seconds."""
+    print("trying", flush=True)
+    t0 = time.monotonic()
+    try:
+        rpc.init_rpc(name, rank=rank, world_size=None)
+    except Exception as e:
+        out = {"type": type(e).__name__, "message": str(e)}
+    else:
+        rpc.shutdown()
+        out = {"type": None, "message": "joined"}
+    print(json.dumps({**out, "seconds": time.monotonic() - t0}), flush=True)
+
+
 def main() -> None:
     if sys.argv[1] == "--refusals":
         refusals(sys.argv[2], int(sys.argv[3]))
+        return
+    if sys.argv[1] == "--join-once":
+        join_once(sys.argv[2], int(sys.argv[3]))
         return
     name, rank = sys.argv[1], int(sys.argv[2])
     rpc.init_rpc(name, rank=rank, world_size=None)

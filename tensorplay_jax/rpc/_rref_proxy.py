@@ -1,0 +1,81 @@
+"""RRef proxies: ``rref.rpc_sync().m(...)``, ``rref.rpc_async().m(...)``, ``rref.remote().m(...)``.
+
+A proxy call runs ``value.m(...)`` on the RRef's owner (:func:`_invoke_on_rref`)
+through ``rpc_sync``, ``rpc_async`` or ``remote``, and honours
+``@rpc.functions.async_execution`` on ``m`` (a bound, static or class method):
+the Future it returns is waited on the owner and its result is the reply.
+``rref.remote().m`` first checks, once per RRef and name, that the value has an
+attribute ``m``, so that a missing one raises ``AttributeError`` at the call
+(as tensorplay's proxy does), not on a later use of the new RRef.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tensorplay_jax.rpc._call_hooks import internal_target
+from tensorplay_jax.rpc._futures import Future
+
+if TYPE_CHECKING:
+    from tensorplay_jax.rpc._rref import RRef
+
+__all__ = ["Proxy"]
+
+
+def _invoke_on_rref(rref: RRef[Any], method: str, args: tuple, kwargs: dict) -> Any:
+    """A proxy's call on the owner: ``value.method(*args, **kwargs)``.
+
+    Marked ``async_execution``: a method marked so returns a Future, which the
+    owner waits for (its result is the reply); any other Future a method returns
+    is the result itself.
+    """
+    fn = getattr(rref.local_value(), method)
+    out = fn(*args, **kwargs)
+    if isinstance(out, Future) and not getattr(fn, "_tpj_async_execution", False):
+        itself: Future[Any] = Future()
+        itself.set_result(out)
+        return itself
+    return out
+
+
+_invoke_on_rref._tpj_async_execution = True  # type: ignore[attr-defined]
+
+
+@internal_target
+def _has_attribute(rref: RRef[Any], method: str) -> bool:
+    """On the owner: True, or the AttributeError ``getattr(value, method)`` raises."""
+    getattr(rref.local_value(), method)
+    return True
+
+
+class Proxy:
+    """What ``rref.rpc_sync()`` / ``rpc_async()`` / ``remote()`` return: ``.m(...)`` calls ``m``."""
+
+    __slots__ = ("_mode", "_rref", "_timeout")
+
+    def __init__(self, rref: RRef[Any], mode: str, timeout: float) -> None:
+        self._rref, self._mode, self._timeout = rref, mode, timeout
+
+    def _mode_name(self) -> str:
+        return {"sync": "rpc_sync", "async": "rpc_async", "remote": "remote"}[self._mode]
+
+    def __getattr__(self, method: str) -> Any:
+        from tensorplay_jax.rpc import api
+
+        call = {"sync": api.rpc_sync, "async": api.rpc_async, "remote": api.remote}[self._mode]
+        rref, timeout = self._rref, self._timeout
+
+        def invoke(*args: Any, **kwargs: Any) -> Any:
+            rref._check_created(f"rref.{self._mode_name()}().{method}")
+            if self._mode == "remote" and method not in (rref._methods or ()):
+                # As tensorplay's proxy: no such attribute raises here, not on a later use.
+                if rref._record is not None:
+                    _has_attribute(rref, method)
+                else:
+                    api.rpc_sync(rref.owner(), _has_attribute, args=(rref, method), timeout=timeout)
+                rref._methods = (rref._methods or set()) | {method}
+            return call(
+                rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
+            )
+
+        return invoke

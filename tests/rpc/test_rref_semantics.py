@@ -1,0 +1,137 @@
+"""RRefs as tensorplay's tests expect them, across real worker processes.
+
+``w0`` is the test process; ``w1`` and ``w2`` are started workers. The oracle is
+tensorplay's own RPC test suite (``rpc_test.py``): a ``remote()`` to the worker
+itself gives an RRef that worker owns (``test_self_remote_rref_as_rpc_arg`` and
+its kin, ``test_local_rref_no_fork``); a proxy honours ``async_execution`` on
+bound, static and class methods (``test_async_class_rref_proxy*``); a user RRef
+is confirmed when it arrives (``test_user_rrefs_confirmed*``); and a proxy call
+of a missing attribute raises ``AttributeError`` (``test_rref_proxy_non_exist``).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorplay_jax import rpc
+from tests._worker import wait_until
+from tests.rpc import _rref_targets as R
+from tests.rpc._jobs import rpc_job
+
+
+@pytest.fixture(scope="module")
+def job():
+    with rpc_job(3) as w:
+        yield w
+
+
+X = np.ones((2, 2))
+Y = X + 1
+
+
+def proxied(rref: rpc.RRef, mode: str, method: str, *args: Any) -> Any:
+    """``rref.<mode>().<method>(*args)``, waited for: its value."""
+    out = getattr(getattr(rref, mode)(), method)(*args)
+    if mode == "rpc_async":
+        return out.wait()
+    return out.to_here() if mode == "remote" else out
+
+
+# ------------------------------------------------------------- remote() to itself
+@pytest.mark.parametrize("to", ["w0", 0, "info"], ids=["name", "rank", "WorkerInfo"])
+def test_a_remote_to_itself_gives_an_rref_it_owns(job, to):
+    r = rpc.remote(rpc.get_worker_info() if to == "info" else to, R.Box, args=(3,))
+    assert r.is_owner()
+    assert r.local_value().v == 3
+
+
+def test_the_value_of_a_remote_to_itself_is_the_object_the_function_returned(job):
+    r = rpc.remote("w0", R.shared)
+    assert r.to_here() is R.SHARED
+    assert r.local_value() is R.SHARED
+
+
+def test_to_here_of_a_remote_to_itself_returns_the_same_object_each_time(job):
+    r = rpc.remote("w0", R.Box, args=(3,))
+    first = r.to_here()
+    assert r.to_here() is first
+    grads = {r.local_value(): "grad"}  # the trainer / parameter server pattern
+    assert grads[r.to_here()] == "grad"
+
+
+@pytest.mark.parametrize("to", ["w1", "w0"], ids=["other", "self"])
+def test_an_rref_made_by_a_remote_to_itself_is_an_rpc_argument(job, to):
+    r = rpc.remote("w0", R.Box, args=(3,))
+    fut = rpc.rpc_async(to, R.add_rref_to_value, args=(r, 1))
+    assert rpc.rpc_sync(to, R.add_rref_to_value, args=(r, 2)) == 5
+    assert fut.wait() == 4
+
+
+@pytest.mark.parametrize("to", ["w1", "w0"], ids=["other", "self"])
+def test_an_rref_made_by_a_remote_to_itself_is_a_remote_argument(job, to):
+    r = rpc.remote("w0", R.Box, args=(3,))
+    assert rpc.remote(to, R.add_rref_to_value, args=(r, 1)).to_here() == 4
+
+
+def test_a_failing_remote_to_itself_raises_its_error_on_use(job):
+    r = rpc.remote("w0", R.fail, args=("boom",))
+    with pytest.raises(ValueError, match="boom"):
+        r.to_here()
+    with pytest.raises(ValueError, match="boom"):
+        r.local_value()
+
+
+def test_a_remote_to_itself_passed_around_then_dropped_leaves_nothing_owned(job):
+    r = rpc.remote("w0", R.Box, args=(3,))
+    assert rpc.rpc_sync("w1", R.add_rref_to_value, args=(r, 1)) == 4
+    del r
+    gc.collect()
+    wait_until(lambda: rpc.get_debug_info()["num_owner_rrefs"] == 0)
+
+
+# ------------------------------------------------------------- async_execution proxies
+@pytest.mark.parametrize("mode", ["rpc_sync", "rpc_async", "remote"])
+@pytest.mark.parametrize("method", ["static_async_add", "class_async_add", "bound_async_add"])
+def test_an_async_execution_method_through_a_proxy_replies_with_its_futures_result(
+    job, mode, method
+):
+    rref = rpc.remote("w1", R.AsyncExecutionClass)
+    np.testing.assert_array_equal(proxied(rref, mode, method, "w2", X, X, Y), 4 * X)
+
+
+@pytest.mark.parametrize("mode", ["rpc_sync", "rpc_async", "remote"])
+def test_an_async_execution_method_through_a_proxy_of_an_rref_owned_here(job, mode):
+    rref = rpc.RRef(R.AsyncExecutionClass())
+    np.testing.assert_array_equal(proxied(rref, mode, "bound_async_add", "w1", X, X, Y), 4 * X)
+
+
+# ------------------------------------------------------------- confirmed_by_owner
+def test_an_rref_received_from_its_owner_is_confirmed(job):
+    r = rpc.rpc_sync("w1", R.own, args=(1,))
+    assert not r.is_owner()
+    assert r.confirmed_by_owner()
+
+
+@pytest.mark.parametrize("via", ["rpc_sync", "remote"])
+def test_a_user_rref_passed_on_by_a_user_is_confirmed_where_it_arrives(job, via):
+    rref = rpc.remote("w2", R.add, args=(X, 1))  # owned by w2, passed to w1 by this user
+    if via == "rpc_sync":
+        assert rpc.rpc_sync("w1", R.confirmed, args=(rref,)) is True
+    else:
+        assert rpc.remote("w1", R.confirmed, args=(rref,)).to_here() is True
+
+
+# ------------------------------------------------------------- a missing attribute
+@pytest.mark.parametrize("owner", ["w1", "w0"], ids=["other", "self"])
+@pytest.mark.parametrize("mode", ["rpc_sync", "rpc_async", "remote"])
+def test_a_proxy_call_of_a_missing_attribute_raises_attribute_error(job, mode, owner):
+    rref = rpc.remote(owner, R.Box, args=(1,))
+    proxy = getattr(rref, mode)()
+    with pytest.raises(AttributeError, match="has no attribute 'non_exist'"):
+        out = proxy.non_exist()  # remote(): raises here, at the call
+        if mode == "rpc_async":
+            out.wait()
