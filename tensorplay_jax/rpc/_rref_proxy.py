@@ -25,17 +25,18 @@ __all__ = ["Proxy"]
 def _invoke_on_rref(rref: RRef[Any], method: str, args: tuple, kwargs: dict) -> Any:
     """A proxy's call on the owner: ``value.method(*args, **kwargs)``.
 
-    Marked ``async_execution``: a method marked so returns a Future, which the
-    owner waits for (its result is the reply); any other Future a method returns
-    is the result itself.
+    Marked ``async_execution``, so it always returns a Future: a method marked so
+    returns one, which the owner waits for (its result is the reply); any other
+    method's return value (a Future included) is the result itself, handed over
+    in a completed Future.
     """
     fn = getattr(rref.local_value(), method)
     out = fn(*args, **kwargs)
-    if isinstance(out, Future) and not getattr(fn, "_tpj_async_execution", False):
-        itself: Future[Any] = Future()
-        itself.set_result(out)
-        return itself
-    return out
+    if getattr(fn, "_tpj_async_execution", False):
+        return out
+    done: Future[Any] = Future()
+    done.set_result(out)
+    return done
 
 
 _invoke_on_rref._tpj_async_execution = True  # type: ignore[attr-defined]

