@@ -10,7 +10,6 @@ process, ``w1`` a started worker.
 from __future__ import annotations
 
 import gc
-
 import sys
 
 import pytest
