@@ -3,7 +3,8 @@
 ``multi_dot``, ``norm``, ``vector_norm``, ``matrix_norm``, ``inv``, ``solve`` and
 ``det`` follow torch's signatures and shape rules; the maths is JAX's
 (``jnp.linalg``), except the vector norms, written out so that their gradient
-at a zero vector is 0 as in torch (``jnp.linalg.norm``'s is NaN there).
+at a zero vector is 0 as in torch (``jnp.linalg.norm``'s is NaN there), and
+``|x|`` in the norms, whose gradient at 0 is 0 as torch's (``jnp.abs``'s is 1).
 
 Example:
     >>> import tensorplay_jax as tp
@@ -92,8 +93,13 @@ def _safe_root(s: jax.Array, p: float) -> jax.Array:
     return jnp.where(pos, jnp.where(pos, s, 1.0) ** (1.0 / p), 0.0)
 
 
+def _abs(x: jax.Array) -> jax.Array:
+    """``|x|`` whose gradient at 0 is 0 (torch's ``sgn``); ``jnp.abs``'s is 1 there."""
+    return x * jnp.sign(x)
+
+
 def _vector_norm(x: jax.Array, ord: float, dims: Any, keepdim: bool) -> jax.Array:
-    a = jnp.abs(x)
+    a = _abs(x)
     if ord == _INF:
         return jnp.max(a, axis=dims, keepdims=keepdim)
     if ord == -_INF:
@@ -136,7 +142,7 @@ def _matrix_norm(a: jax.Array, ord: Any, dims: tuple[int, int], keepdim: bool) -
         sv = jnp.linalg.svd(moved, compute_uv=False)
         out = jnp.sum(sv, -1) if ord == "nuc" else jnp.max(sv, -1) if ord == 2 else jnp.min(sv, -1)
     else:  # 1, -1: column sums; inf, -inf: row sums
-        summed = jnp.sum(jnp.abs(a), axis=d0 if abs(ord) == 1 else d1, keepdims=True)
+        summed = jnp.sum(_abs(a), axis=d0 if abs(ord) == 1 else d1, keepdims=True)
         pick = jnp.max if ord > 0 else jnp.min
         out = pick(summed, axis=(d0, d1))
     if keepdim:
