@@ -34,6 +34,11 @@ How it works
   gradient needs no input value).
 * ``compile`` (``tp.compile``) takes ``torch.compile``'s call and returns the
   function itself (``_compile``).
+* torch's front-end names: ``Function`` / ``once_differentiable`` (the module
+  ``function``: a custom operation whose backward is a Python static method, one
+  node the engine runs node by node), ``backward`` (``autograd.backward``),
+  ``register_hook`` (``Tensor.register_hook``, ``_hooks``) and
+  ``Node.next_functions``. ``lift`` is ``@tp.function`` (a JAX function as one node).
 
 Hooks for distributed autograd
 ------------------------------

@@ -15,6 +15,11 @@
 5. A leaf sink hands its summed gradient to ``accumulate(leaf, grad)`` once per
    call; the default adds it into ``leaf.grad``.
 
+When the graph reaches a Tensor with a ``register_hook`` hook (``_hooks``), each
+node's summed output gradients go through their Tensors' hooks before it runs
+(a leaf's before it accumulates), and the fused and known compiled passes
+(``_fused``, ``_known``), which call no Python between nodes, are not tried.
+
 Nothing is global: each call keeps its own buffers, so threads may run
 backward concurrently on disjoint (or retained) graphs.
 """

@@ -44,7 +44,7 @@ _node_hooks: weakref.WeakKeyDictionary[Node, dict[int, dict[int, Hook]]] = (
     weakref.WeakKeyDictionary()
 )
 _ids = itertools.count()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a finalizer may run during a collection inside it
 _live_leaves = 0  # leaves holding a hook dict (decremented when the leaf dies)
 
 

@@ -215,7 +215,8 @@ class BackwardCFunction(FunctionCtx, Node):
 
     def release(self) -> None:
         super().release()
-        self._saved = None
+        if self.__dict__.get("_saved"):
+            self._saved = None  # ``saved_tensors`` now raises torch's "freed" error
 
 
 def _is_traced(t: Tensor) -> bool:
