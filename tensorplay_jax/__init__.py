@@ -1,5 +1,7 @@
 """tensorplay_jax: the tensorplay.distributed family on JAX, RPC over pluggable transports."""
 
+import sys as _sys
+
 import jax.numpy as _jnp
 
 from tensorplay_jax import autograd as autograd
@@ -11,8 +13,10 @@ from tensorplay_jax import tensors as tensors
 from tensorplay_jax.autograd import apply as apply
 from tensorplay_jax.autograd import compile as compile
 from tensorplay_jax.autograd import enable_grad as enable_grad
-from tensorplay_jax.autograd import function as function
 from tensorplay_jax.autograd import is_grad_enabled as is_grad_enabled
+from tensorplay_jax.autograd import (
+    lift as function,  # @tp.function (autograd.function is torch's module)
+)
 from tensorplay_jax.autograd import no_grad as no_grad
 from tensorplay_jax.autograd import set_grad_enabled as set_grad_enabled
 
@@ -26,6 +30,10 @@ from tensorplay_jax.runtime import accelerator as accelerator
 from tensorplay_jax.runtime import cuda as cuda
 from tensorplay_jax.runtime.device import device as device
 from tensorplay_jax.tensors import *  # noqa: F403  (the tensor library's __all__ is tp's)
+
+# ``import tensorplay_jax.linalg`` / ``from tensorplay_jax.linalg import norm``, as with
+# torch.linalg: the module lives in the tensor library (tensors/linalg.py).
+_sys.modules[__name__ + ".linalg"] = tensors.linalg
 
 # dtypes, as tensorplay spells them (JAX/NumPy dtype objects)
 float16 = _jnp.float16

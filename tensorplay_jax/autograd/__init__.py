@@ -34,6 +34,11 @@ How it works
   gradient needs no input value).
 * ``compile`` (``tp.compile``) takes ``torch.compile``'s call and returns the
   function itself (``_compile``).
+* torch's front-end names: ``Function`` / ``once_differentiable`` (the module
+  ``function``: a custom operation whose backward is a Python static method, one
+  node the engine runs node by node), ``backward`` (``autograd.backward``),
+  ``register_hook`` (``Tensor.register_hook``, ``_hooks``) and
+  ``Node.next_functions``. ``lift`` is ``@tp.function`` (a JAX function as one node).
 
 Hooks for distributed autograd
 ------------------------------
@@ -74,6 +79,7 @@ through ``nn.functional_call`` or ``tp.apply`` for that.
 from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
+from tensorplay_jax.autograd import function as function
 from tensorplay_jax.autograd._accumulate import Accumulator as Accumulator
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad as accumulate_into_grad
 from tensorplay_jax.autograd._accumulate import add_gradients as add_gradients
@@ -87,11 +93,15 @@ from tensorplay_jax.autograd._custom import make_node as make_node
 from tensorplay_jax.autograd._engine import as_cotangent as as_cotangent
 from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
+from tensorplay_jax.autograd._grad import backward as backward
 from tensorplay_jax.autograd._grad import grad as grad
 from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
+from tensorplay_jax.autograd._hooks import RemovableHandle as RemovableHandle
+from tensorplay_jax.autograd._hooks import leaf_gradient as leaf_gradient
+from tensorplay_jax.autograd._hooks import register_hook as register_hook
 from tensorplay_jax.autograd._lazy import aval as pending_aval
 from tensorplay_jax.autograd._lazy import is_pending as is_pending
 from tensorplay_jax.autograd._lazy import materialize as materialize
@@ -99,20 +109,24 @@ from tensorplay_jax.autograd._lazy import set_enabled as set_deferred
 from tensorplay_jax.autograd._lift import apply as apply
 from tensorplay_jax.autograd._lift import call_op as call_op
 from tensorplay_jax.autograd._lift import call_rule as call_rule
-from tensorplay_jax.autograd._lift import function as function
+from tensorplay_jax.autograd._lift import function as lift
 from tensorplay_jax.autograd._node import AccumulateGrad as AccumulateGrad
 from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
 from tensorplay_jax.autograd._node import GradientEdge as GradientEdge
 from tensorplay_jax.autograd._node import Node as Node
 from tensorplay_jax.autograd._node import VJPNode as VJPNode
 from tensorplay_jax.autograd._tensor_class import set_tensor_class as set_tensor_class
+from tensorplay_jax.autograd.function import Function as Function
+from tensorplay_jax.autograd.function import once_differentiable as once_differentiable
 
 __all__ = [
     "AccumulateGrad",
     "Accumulator",
+    "Function",
     "FunctionNode",
     "GradientEdge",
     "Node",
+    "RemovableHandle",
     "Tensor",
     "VJPNode",
     "accumulate_into_grad",
@@ -120,6 +134,7 @@ __all__ = [
     "apply",
     "as_cotangent",
     "attach_outputs",
+    "backward",
     "call_op",
     "call_rule",
     "compile",
@@ -129,12 +144,16 @@ __all__ = [
     "grad",
     "is_grad_enabled",
     "is_pending",
+    "leaf_gradient",
+    "lift",
     "make_node",
     "assign_value",
     "materialize",
     "take_assigned",
     "no_grad",
+    "once_differentiable",
     "pending_aval",
+    "register_hook",
     "release_graph",
     "run_backward",
     "set_deferred",

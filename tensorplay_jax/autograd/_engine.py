@@ -15,6 +15,11 @@
 5. A leaf sink hands its summed gradient to ``accumulate(leaf, grad)`` once per
    call; the default adds it into ``leaf.grad``.
 
+When the graph reaches a Tensor with a ``register_hook`` hook (``_hooks``), each
+node's summed output gradients go through their Tensors' hooks before it runs
+(a leaf's before it accumulates), and the fused and known compiled passes
+(``_fused``, ``_known``), which call no Python between nodes, are not tried.
+
 Nothing is global: each call keeps its own buffers, so threads may run
 backward concurrently on disjoint (or retained) graphs.
 """
@@ -22,6 +27,7 @@ backward concurrently on disjoint (or retained) graphs.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _fused, _known
+from tensorplay_jax.autograd import _fused, _hooks, _known
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradients
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
@@ -188,6 +194,7 @@ def run_backward(
         and grads_in[0] is None
         and not retain_graph
         and isinstance(roots[0], _tc.Tensor)
+        and not _hooks.active()
         and _known.try_pending(roots[0], accumulate)
     ):
         return
@@ -204,13 +211,16 @@ def run_backward(
         buf[edge.output_nr] = _add(buf[edge.output_nr], grad)
 
     deps = _dependencies(starts)
-    if _fused.try_fused(starts, buffers, deps, retain_graph, accumulate):
+    hooked = _hooks.active() and _hooks.reaches(itertools.chain(starts, deps))
+    if not hooked and _fused.try_fused(starts, buffers, deps, retain_graph, accumulate):
         return
     ready = [(-n.seq, id(n), n) for n in starts if deps.get(n, 0) == 0]
     heapq.heapify(ready)
     while ready:
         _, _, node = heapq.heappop(ready)
         grads = buffers.pop(node)
+        if hooked:  # Tensor.register_hook: each output's gradient through its hooks
+            grads = _hooks.before_node(node, grads)
         if isinstance(node, AccumulateGrad):
             if grads[0] is not None:
                 accumulate(node.variable, grads[0])

@@ -1,4 +1,4 @@
-"""``autograd.grad``: gradients with respect to leaf Tensors, returned rather than accumulated."""
+"""``autograd.grad`` (gradients of leaves, returned) and ``autograd.backward`` (accumulated)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from tensorplay_jax.autograd import _tensor_class as _tc
+from tensorplay_jax.autograd._accumulate import accumulate_into_grad
 from tensorplay_jax.autograd._engine import run_backward
 
 if TYPE_CHECKING:
@@ -81,3 +82,73 @@ def grad(
                 "allow_unused=True to get None for it"
             )
     return tuple(result)
+
+
+def backward(
+    tensors: Tensor | Sequence[Tensor],
+    grad_tensors: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    grad_variables: Any = None,
+    inputs: Tensor | Sequence[Tensor] | None = None,
+) -> None:
+    """torch's ``autograd.backward``: accumulate gradients of ``tensors`` into leaves' ``.grad``.
+
+    Args:
+        tensors: the Tensor(s) to differentiate.
+        grad_tensors: one cotangent per Tensor (``None`` entries: ones, for
+            one-element Tensors only); a single Tensor when ``tensors`` is one.
+        retain_graph: keep the graph for another backward.
+        create_graph: not supported (higher-order gradients: use ``jax.grad``
+            through ``nn.functional_call`` or ``tp.apply``).
+        grad_variables: the old name of ``grad_tensors``.
+        inputs: accumulate only into these leaves (others are left alone).
+
+    Raises:
+        RuntimeError: a Tensor needs no grad, a non-scalar one has no
+            cotangent, or the graph was freed.
+        NotImplementedError: ``create_graph=True``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> a = tp.ones(2, requires_grad=True)
+        >>> tp.autograd.backward([(a * 2).sum(), a * 3], [None, tp.ones(2)])
+        >>> a.grad
+        tensor([5., 5.])
+    """
+    if create_graph:
+        raise NotImplementedError(
+            "autograd.backward: create_graph=True is not supported; for higher-order "
+            "gradients use jax.grad over nn.functional_call or tp.apply"
+        )
+    if grad_variables is not None:
+        if grad_tensors is not None:
+            raise RuntimeError(
+                "autograd.backward: got both grad_tensors and grad_variables; pass only "
+                "grad_tensors"
+            )
+        grad_tensors = grad_variables
+    roots = [tensors] if isinstance(tensors, _tc.Tensor) else list(tensors)
+    if grad_tensors is None:
+        grads: list[Any] = [None] * len(roots)
+    elif isinstance(grad_tensors, _tc.Tensor | jax.Array):
+        grads = [grad_tensors]
+    else:
+        grads = list(grad_tensors)
+    if len(grads) != len(roots):
+        raise RuntimeError(
+            f"autograd.backward: got {len(grads)} grad_tensors for {len(roots)} tensors; pass "
+            "one per Tensor (None for a one-element Tensor)"
+        )
+    accumulate = None
+    if inputs is not None:
+        only = [inputs] if isinstance(inputs, _tc.Tensor) else list(inputs)
+        if not only:
+            raise RuntimeError("autograd.backward: inputs= is empty; pass at least one leaf")
+        wanted = {id(t) for t in only}
+
+        def accumulate(leaf: Tensor, g: jax.Array) -> None:
+            if id(leaf) in wanted:
+                accumulate_into_grad(leaf, g)
+
+    run_backward(roots, grads, retain_graph=bool(retain_graph), accumulate=accumulate)

@@ -79,6 +79,13 @@ class Node:
         self._released = True
 
     @property
+    def next_functions(self) -> tuple[tuple[Node | None, int], ...]:
+        """torch's view of ``next_edges``: one ``(node, output_nr)`` per input edge,
+        ``(None, 0)`` where that input needs no gradient (a leaf's node is its
+        ``AccumulateGrad``, whose ``variable`` is the leaf)."""
+        return tuple((None, 0) if e is None else (e.node, e.output_nr) for e in self.next_edges)
+
+    @property
     def released(self) -> bool:
         """Whether ``release`` ran (a backward through this node now raises)."""
         return self._released

@@ -28,6 +28,7 @@ from tensorplay_jax.nn._functional_call import get_parameters as get_parameters
 from tensorplay_jax.nn._linear import Identity as Identity
 from tensorplay_jax.nn._linear import Linear as Linear
 from tensorplay_jax.nn._loss import CrossEntropyLoss as CrossEntropyLoss
+from tensorplay_jax.nn._loss import L1Loss as L1Loss
 from tensorplay_jax.nn._loss import MSELoss as MSELoss
 from tensorplay_jax.nn._loss import NLLLoss as NLLLoss
 from tensorplay_jax.nn._module import Module as Module
@@ -47,6 +48,7 @@ __all__ = [
     "Embedding",
     "Flatten",
     "Identity",
+    "L1Loss",
     "LSTM",
     "LayerNorm",
     "Linear",

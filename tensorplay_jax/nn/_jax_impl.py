@@ -145,6 +145,13 @@ def mse_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:
     return _reduce(jnp.square(input - target), reduction)
 
 
+def l1_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:
+    """Absolute error, reduced (gradient ``sign(input - target)``, 0 where equal, as torch's;
+    ``jnp.abs``'s gradient at 0 is 1)."""
+    d = input - target
+    return _reduce(d * jnp.sign(d), reduction)
+
+
 def _class_last(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, 1, -1)
 

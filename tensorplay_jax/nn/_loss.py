@@ -1,4 +1,4 @@
-"""Loss modules: ``MSELoss``, ``CrossEntropyLoss``, ``NLLLoss`` (wrappers of ``nn.functional``)."""
+"""Loss modules: ``MSELoss``, ``L1Loss``, ``CrossEntropyLoss``, ``NLLLoss`` (``nn.functional``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,24 @@ class MSELoss(Module):
 
     def forward(self, input: Any, target: Any) -> Any:
         return F.mse_loss(input, target, self.reduction)
+
+
+class L1Loss(Module):
+    """Mean absolute error (``reduction``: ``"mean"``, ``"sum"`` or ``"none"``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.L1Loss(reduction="sum")(tp.zeros(2), tp.tensor([1.0, -3.0]))
+        tensor(4.)
+    """
+
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        _jax_impl.check_reduction("L1Loss", reduction)
+        self.reduction = reduction
+
+    def forward(self, input: Any, target: Any) -> Any:
+        return F.l1_loss(input, target, self.reduction)
 
 
 class NLLLoss(Module):

@@ -26,6 +26,7 @@ __all__ = [
     "dropout2d",
     "embedding",
     "layer_norm",
+    "l1_loss",
     "linear",
     "log_softmax",
     "max_pool2d",
@@ -286,6 +287,25 @@ def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
             "reshape one of them"
         )
     return apply(_jax_impl.mse_loss, input, target, reduction)
+
+
+def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """Mean (or summed, or per-element) absolute error.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.l1_loss(tp.tensor([1.0, 2.0]), tp.tensor([1.0, 4.0]))
+        tensor(1.)
+    """
+    _jax_impl.check_reduction("l1_loss", reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(
+            f"l1_loss: input shape {tuple(input.shape)} and target shape "
+            f"{tuple(target.shape)} differ; tensorplay would broadcast with a warning, "
+            "reshape one of them"
+        )
+    return apply(_jax_impl.l1_loss, input, target, reduction)
 
 
 def nll_loss(

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import no_grad
-from tensorplay_jax.tensors import Tensor, next_key
+from tensorplay_jax.tensors import Generator, Tensor, next_key
 
 __all__ = [
     "calculate_gain",
@@ -85,7 +85,9 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
 
 
-def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+def uniform_(
+    tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None
+) -> Tensor:
     """Fill with samples of U(a, b).
 
     Example:
@@ -95,13 +97,15 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
         True
     """
     with no_grad():
-        return tensor.uniform_(a, b)
+        return tensor.uniform_(a, b, generator=generator)
 
 
-def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    """Fill with samples of N(mean, std^2)."""
+def normal_(
+    tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None
+) -> Tensor:
+    """Fill with samples of N(mean, std^2) (from ``generator`` when given)."""
     with no_grad():
-        return tensor.normal_(mean, std)
+        return tensor.normal_(mean, std, generator=generator)
 
 
 def trunc_normal_(

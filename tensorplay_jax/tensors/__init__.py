@@ -10,8 +10,11 @@ What it owns
   (``_shape_ops``), indexing (``_indexing``) and the in-place methods
   (``_inplace``). Views and in-place writes (a write reaches the Tensor's base
   and views, as torch's storage does) are ``_views``.
-* Factories (``tensor``, ``randn``, ``zeros`` ... in ``_factories``) and the
-  process-wide random state (``manual_seed``) in ``_random``.
+* Factories (``tensor``, ``randn``, ``zeros`` ... in ``_factories``), the
+  process-wide random state (``manual_seed``) in ``_random`` and the
+  ``Generator`` (a random state of its own, ``generator=``) in ``_generator``.
+* ``linalg`` (``tp.linalg``: ``multi_dot``, norms, ``inv``, ``solve``, ``det``) and
+  ``serialization`` (``tp.save``/``tp.load``), public-named modules.
 
 ``__all__`` is what ``tensorplay_jax`` re-exports as ``tp.*``. ``next_key``,
 ``key_scope`` and ``in_key_scope`` are also importable from here, for
@@ -38,6 +41,7 @@ Example:
 
 from tensorplay_jax.autograd import set_tensor_class as _set_tensor_class
 from tensorplay_jax.tensors import _interop as _interop
+from tensorplay_jax.tensors import linalg as linalg
 from tensorplay_jax.tensors._factories import arange as arange
 from tensorplay_jax.tensors._factories import empty as empty
 from tensorplay_jax.tensors._factories import eye as eye
@@ -49,17 +53,22 @@ from tensorplay_jax.tensors._factories import rand as rand
 from tensorplay_jax.tensors._factories import randint as randint
 from tensorplay_jax.tensors._factories import randn as randn
 from tensorplay_jax.tensors._factories import randn_like as randn_like
+from tensorplay_jax.tensors._factories import randperm as randperm
 from tensorplay_jax.tensors._factories import tensor as tensor
 from tensorplay_jax.tensors._factories import zeros as zeros
 from tensorplay_jax.tensors._factories import zeros_like as zeros_like
+from tensorplay_jax.tensors._generator import Generator as Generator
+from tensorplay_jax.tensors._indexing import nonzero as nonzero
 from tensorplay_jax.tensors._methods import attach_methods as _attach_methods
 from tensorplay_jax.tensors._ops import abs as abs
 from tensorplay_jax.tensors._ops import add as add
 from tensorplay_jax.tensors._ops import allclose as allclose
+from tensorplay_jax.tensors._ops import bmm as bmm
 from tensorplay_jax.tensors._ops import clamp as clamp
 from tensorplay_jax.tensors._ops import cos as cos
 from tensorplay_jax.tensors._ops import div as div
 from tensorplay_jax.tensors._ops import eq as eq
+from tensorplay_jax.tensors._ops import equal as equal
 from tensorplay_jax.tensors._ops import exp as exp
 from tensorplay_jax.tensors._ops import ge as ge
 from tensorplay_jax.tensors._ops import gt as gt
@@ -116,11 +125,14 @@ from tensorplay_jax.tensors._shape_ops import unsqueeze as unsqueeze
 from tensorplay_jax.tensors._shape_ops import view as view
 from tensorplay_jax.tensors._tensor import Tensor as Tensor
 from tensorplay_jax.tensors._views import overwrite as overwrite
+from tensorplay_jax.tensors.serialization import load as load
+from tensorplay_jax.tensors.serialization import save as save
 
 _attach_methods(Tensor)
 _set_tensor_class(Tensor)
 
 __all__ = [
+    "Generator",
     "Tensor",
     "abs",
     "add",
@@ -130,6 +142,7 @@ __all__ = [
     "arange",
     "argmax",
     "argmin",
+    "bmm",
     "cat",
     "chunk",
     "clamp",
@@ -137,6 +150,7 @@ __all__ = [
     "div",
     "empty",
     "eq",
+    "equal",
     "exp",
     "expand",
     "eye",
@@ -147,6 +161,8 @@ __all__ = [
     "gt",
     "initial_seed",
     "le",
+    "linalg",
+    "load",
     "log",
     "log_softmax",
     "logsumexp",
@@ -162,6 +178,7 @@ __all__ = [
     "narrow",
     "ne",
     "neg",
+    "nonzero",
     "ones",
     "ones_like",
     "permute",
@@ -171,8 +188,10 @@ __all__ = [
     "randint",
     "randn",
     "randn_like",
+    "randperm",
     "relu",
     "reshape",
+    "save",
     "sigmoid",
     "sin",
     "softmax",

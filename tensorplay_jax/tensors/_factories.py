@@ -1,8 +1,9 @@
-"""Tensor factories: tensor, from_numpy, randn, rand, randint, ones, zeros, full, eye, *_like...
+"""Tensor factories: tensor, from_numpy, randn, rand, randint, randperm, ones, zeros, eye...
 
 Sizes are given as ``f(2, 3)`` or ``f((2, 3))``. Floating results default to
 float32 (tensorplay's default dtype); random draws come from ``manual_seed``'s
-state. ``requires_grad=True`` makes a leaf that collects gradients.
+state, or from a ``tp.Generator`` passed as ``generator=``. ``requires_grad=True``
+makes a leaf that collects gradients.
 ``device=`` places the result (``"cpu"``, ``"cuda:1"``, ``"tpu"``, a
 ``jax.Device``; None: JAX's default device; ``*_like``: ``input``'s device);
 a device that is not here raises an error naming those that are.
@@ -21,6 +22,7 @@ import numpy as np
 from tensorplay_jax.runtime.x64 import check_dtype
 from tensorplay_jax.tensors import _random
 from tensorplay_jax.tensors._device import place
+from tensorplay_jax.tensors._generator import Generator, key_for
 from tensorplay_jax.tensors._host import from_host
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -133,8 +135,14 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     return _leaf(from_host(ndarray, what="tp.from_numpy"), False, None, "from_numpy")
 
 
-def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Samples of the standard normal distribution, from ``manual_seed``'s state.
+def randn(
+    *size: Any,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """Samples of the standard normal distribution, from ``manual_seed``'s state (or ``generator``).
 
     Example:
         >>> import tensorplay_jax as tp
@@ -143,29 +151,66 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         (2, 3)
     """
     shape = _size("randn", size)
-    value = _random.draw("normal", _random.next_key(), shape, _float_dtype("randn", dtype))
+    key = key_for(generator, "randn")
+    value = _random.draw("normal", key, shape, _float_dtype("randn", dtype))
     return _leaf(value, requires_grad, device, "randn")
 
 
-def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state."""
+def rand(
+    *size: Any,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state (or
+    ``generator``)."""
     shape = _size("rand", size)
-    value = _random.draw("uniform", _random.next_key(), shape, _float_dtype("rand", dtype))
+    key = key_for(generator, "rand")
+    value = _random.draw("uniform", key, shape, _float_dtype("rand", dtype))
     return _leaf(value, requires_grad, device, "rand")
 
 
 def randint(
-    low: int, high: int, size: Sequence[int], *, dtype: Any = None, device: Any = None
+    low: int,
+    high: int,
+    size: Sequence[int],
+    *,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
 ) -> Tensor:
     """Integers drawn uniformly from ``[low, high)``."""
     value = jax.random.randint(
-        _random.next_key(),
+        key_for(generator, "randint"),
         _size("randint", (size,)),
         low,
         high,
         dtype or jax.dtypes.canonicalize_dtype(jnp.int64),
     )
     return _leaf(value, False, device, "randint")
+
+
+def randperm(
+    n: int,
+    *,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """A random permutation of ``0 .. n-1`` (int64 unless ``dtype``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> sorted(tp.randperm(4, generator=tp.Generator().manual_seed(0)).tolist())
+        [0, 1, 2, 3]
+    """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+        raise ValueError(f"tp.randperm: n must be a non-negative int, got {n!r}")
+    perm = jax.random.permutation(key_for(generator, "randperm"), int(n))
+    value = perm.astype(dtype or jax.dtypes.canonicalize_dtype(jnp.int64))
+    return _leaf(value, requires_grad, device, "randperm")
 
 
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:

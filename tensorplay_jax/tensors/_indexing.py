@@ -171,6 +171,31 @@ def getitem(input: Any, index: Any) -> Tensor:
     return out
 
 
+def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
+    """The indices of the non-zero elements (no gradient; the size depends on the values).
+
+    Args:
+        input: a Tensor (or array).
+        as_tuple: return one 1-d index Tensor per dimension instead of one
+            ``(count, ndim)`` Tensor (a 0-d input counts as 1-d).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nonzero(tp.tensor([[1, 0], [0, 3]])).tolist()
+        [[0, 0], [1, 1]]
+        >>> [t.tolist() for t in tp.nonzero(tp.tensor([0, 2, 5]), as_tuple=True)]
+        [[1, 2]]
+    """
+    a = np.asarray(input.value if isinstance(input, Tensor) else input)
+    idx = np.nonzero(a.reshape(1) if a.ndim == 0 else a)
+    dtype = jax.dtypes.canonicalize_dtype(np.int64)
+    if as_tuple:
+        return tuple(Tensor(i.astype(dtype)) for i in idx)
+    if a.ndim == 0:
+        return Tensor(np.zeros((len(idx[0]), 0), dtype))
+    return Tensor(np.stack(idx, axis=1).astype(dtype))
+
+
 def index_put(input: Any, index: Any, value: Any) -> Tensor:
     """A copy of ``input`` with ``input[index] = value`` (recorded; gradient reaches both)."""
     spec, arrays, _ = encode_index(index, tuple(input.shape))

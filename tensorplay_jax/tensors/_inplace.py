@@ -23,6 +23,7 @@ import numpy as np
 
 from tensorplay_jax.autograd import call_op
 from tensorplay_jax.tensors import _ops, _random, _views
+from tensorplay_jax.tensors._generator import Generator, key_for
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -84,8 +85,10 @@ def _normal(x: jax.Array, z: jax.Array, mean: Any, std: Any) -> jax.Array:
     return mean + std * z[: x.size].reshape(x.shape)
 
 
-def _normal_op(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    z = _random.flat_draw("normal", _random.next_key(), self.numel(), self.dtype)
+def _normal_op(
+    self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Generator | None = None
+) -> Tensor:
+    z = _random.flat_draw("normal", key_for(generator, "normal_"), self.numel(), self.dtype)
     return call_op(_normal, "NormalBackward", (self, z, mean, std), saves=False)
 
 
@@ -93,9 +96,12 @@ def _uniform(x: jax.Array, u: jax.Array) -> jax.Array:
     return u[: x.size].reshape(x.shape)
 
 
-def _uniform_op(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+def _uniform_op(
+    self: Tensor, a: float = 0.0, b: float = 1.0, *, generator: Generator | None = None
+) -> Tensor:
     # scaled to [a, b) in the compiled draw, by XLA, as jax.random.uniform does
-    u = _random.flat_draw("uniform", _random.next_key(), self.numel(), self.dtype, a, b)
+    key = key_for(generator, "uniform_")
+    u = _random.flat_draw("uniform", key, self.numel(), self.dtype, a, b)
     return call_op(_uniform, "UniformBackward", (self, u), saves=False)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from tensorplay_jax.autograd import register_hook
 from tensorplay_jax.tensors import _device, _indexing, _inplace, _ops, _reductions, _shape_ops
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -71,6 +72,17 @@ def _t(self: Tensor) -> Tensor:
 def _T(self: Tensor) -> Tensor:
     """All dimensions reversed."""
     return _shape_ops.permute(self, *reversed(range(self.ndim)))
+
+
+def _is_contiguous(self: Tensor, memory_format: Any = None) -> bool:
+    """Always True: a JAX array has no strides, every Tensor is contiguous (``contiguous``
+    returns ``self``)."""
+    return True
+
+
+def _is_sparse(self: Tensor) -> bool:
+    """False: a Tensor here is dense."""
+    return False
 
 
 _METHODS: dict[str, Any] = {
@@ -134,6 +146,13 @@ _METHODS: dict[str, Any] = {
     "log_softmax": _ops.log_softmax,
     "clamp": _ops.clamp,
     "clone": _ops.clone,
+    "bmm": _ops.bmm,
+    "equal": _ops.equal,
+    "nonzero": _indexing.nonzero,
+    # autograd and layout
+    "register_hook": register_hook,
+    "is_contiguous": _is_contiguous,
+    "is_sparse": property(_is_sparse),
     # device and dtype conversions
     "to": _device.to,
     "cpu": _device.cpu,

@@ -131,6 +131,27 @@ def matmul(input: Any, other: Any) -> Tensor:
     return _binary(jnp.matmul, "MatmulBackward", input, other)
 
 
+def bmm(input: Any, mat2: Any) -> Tensor:
+    """Batched matrix product of two 3-d Tensors: ``(b, n, m) @ (b, m, p) -> (b, n, p)``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.bmm(tp.ones((2, 3, 4)), tp.ones((2, 4, 5))).shape
+        (2, 3, 5)
+    """
+    a, b = _operand(input, "bmm"), _operand(mat2, "bmm")
+    for arg, x in (("batch1", a), ("batch2", b)):
+        if np.ndim(x) != 3:
+            raise RuntimeError(f"{arg} must be a 3D tensor (got {np.ndim(x)} dimensions)")
+    want = (np.shape(a)[0], np.shape(a)[2])
+    if tuple(np.shape(b)[:2]) != want:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: {list(want)} but "
+            f"got: {list(np.shape(b)[:2])}."
+        )
+    return call_op(jnp.matmul, "BmmBackward", (a, b))
+
+
 def neg(input: Any) -> Tensor:
     """Elementwise negation."""
     return _unary(jnp.negative, "NegBackward", input, saves=False)
@@ -249,6 +270,24 @@ logical_not = _unary_op(
 )
 logical_and = _binary_op("logical_and", jnp.logical_and, "Elementwise logical and (``&``).")
 logical_or = _binary_op("logical_or", jnp.logical_or, "Elementwise logical or (``|``).")
+
+
+def equal(input: Any, other: Any) -> bool:
+    """Whether two Tensors have the same shape and the same elements (no gradient).
+
+    Values are compared after type promotion, as torch does (``tp.ones(2)`` equals
+    an int Tensor of ones).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.equal(tp.ones(2), tp.ones(2)), tp.equal(tp.ones(2), tp.ones(3))
+        (True, False)
+    """
+    a = input.value if isinstance(input, Tensor) else jnp.asarray(input)
+    b = other.value if isinstance(other, Tensor) else jnp.asarray(other)
+    if a.shape != b.shape:
+        return False
+    return builtins.bool(np.array_equal(np.asarray(a), np.asarray(b)))
 
 
 def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:

@@ -46,7 +46,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import AccumulateGrad, GradientEdge, as_cotangent, run_backward
+from tensorplay_jax.autograd import (
+    AccumulateGrad,
+    GradientEdge,
+    as_cotangent,
+    leaf_gradient,
+    run_backward,
+)
 from tensorplay_jax.distributed.autograd import _context
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.distributed.autograd._serial import serial_for
@@ -142,7 +148,8 @@ class _Task:
                 if edge is None or g is None:
                     continue
                 if isinstance(edge.node, AccumulateGrad):  # a leaf was sent: no tape to run
-                    self.accumulate(edge.node.variable, as_cotangent(g))
+                    leaf = edge.node.variable  # its gradient after its hooks (register_hook)
+                    self.accumulate(leaf, leaf_gradient(leaf, as_cotangent(g)))
                 else:
                     roots.append(edge)
                     grads.append(g)
