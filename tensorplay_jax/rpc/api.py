@@ -82,10 +82,12 @@ def init_rpc(
       backend: a :class:`BackendType` member (``TENSORPIPE`` and ``GRPC`` are the one
         backend here) or None.
       rank: this worker's rank; -1 reads ``RANK`` from the environment.
-      world_size: number of workers; None reads ``WORLD_SIZE``, and with that
-        unset too joins a *dynamic* group: rank 0 hosts it and comes first, the
-        others join and leave (``shutdown()``) at any time, and a worker that
-        dies is removed (see ``docs/guides`` on dynamic membership).
+      world_size: number of workers; None joins a *dynamic* group, whatever
+        ``WORLD_SIZE`` says (as tensorplay: launchers set it for every job, so pass
+        ``world_size=int(os.environ["WORLD_SIZE"])`` for a fixed-size one): rank 0
+        hosts it and comes first, the others join and leave (``shutdown()``) at any
+        time, and a worker that dies is removed (see ``docs/guides`` on dynamic
+        membership). A dynamic worker's rank is ``rank``, or ``RANK`` with ``env://``.
       rpc_backend_options: a :class:`GrpcRpcBackendOptions` (timeouts, init_method, TLS, ...).
 
     Raises:

@@ -3,7 +3,8 @@
 One parser for RPC (``init_rpc``) and process groups (``init_process_group``):
 
 - ``env://`` reads ``MASTER_ADDR`` and ``MASTER_PORT``; ``tcp://host:port`` names them;
-- a rank or world size not passed comes from ``RANK`` / ``WORLD_SIZE``;
+- a rank or world size not passed comes from ``RANK`` / ``WORLD_SIZE`` (a dynamic RPC
+  group, ``world_size=None``, reads no ``WORLD_SIZE``);
 - under SLURM, a variable that is unset (or empty) comes from SLURM's
   (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, the first host of
   ``SLURM_JOB_NODELIST`` and a port from ``SLURM_JOB_ID``: :func:`slurm_env`);
@@ -105,9 +106,12 @@ def resolve_init(
     Args:
       init_method: ``"env://"`` or ``"tcp://host:port"``.
       rank: this process's rank; None or negative reads ``RANK`` (or SLURM's).
-      world_size: the number of processes; None reads ``WORLD_SIZE`` (or SLURM's).
+      world_size: the number of processes; None reads ``WORLD_SIZE`` (or SLURM's), unless
+        ``dynamic``.
       fn: the public function asking (named in errors).
-      dynamic: allow no world size at all (a dynamic RPC group): world size None.
+      dynamic: world size None means a dynamic RPC group (tensorplay's rule: ``WORLD_SIZE``
+        is not read, since every launcher sets it); its rank is the argument, or ``RANK``
+        with ``env://``.
 
     Raises:
       ValueError: an unsupported or malformed init method, a missing address,
@@ -124,10 +128,21 @@ def resolve_init(
         )
     if url.scheme == "tcp" and (not url.hostname or not url.port):
         raise ValueError(f"{fn}: init_method={init_method!r} must look like 'tcp://host:port'.")
+    group_is_dynamic = dynamic and world_size is None
     if rank is None or rank < 0:
+        if group_is_dynamic and url.scheme != "env":
+            raise ValueError(
+                f"{fn}: rank parameter missing: a dynamic group (world_size=None) with "
+                f"init_method={init_method!r} needs rank= (only 'env://' reads RANK)"
+            )
         r = _env("RANK")
+        if r is None and group_is_dynamic:
+            raise ValueError(
+                f"{fn}: environment variable RANK expected: a dynamic group (world_size=None) "
+                "with init_method='env://' reads its rank from RANK, or pass rank="
+            )
         rank = None if r is None else int(r)
-    if world_size is None:
+    if world_size is None and not group_is_dynamic:
         w = _env("WORLD_SIZE")
         world_size = None if w is None else int(w)
     if url.scheme == "tcp":

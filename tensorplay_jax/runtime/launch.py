@@ -339,7 +339,9 @@ def spawn(
     under the ``__main__`` guard) travels by value (cloudpickle), keeping its
     file name, so a worker's traceback shows the user's file and lines.
     Each process gets the RPC environment (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank)``. Unless
+    MASTER_PORT, ...), so ``fn`` can call ``init_rpc(name, rank=rank,
+    world_size=int(os.environ["WORLD_SIZE"]))`` (tensorplay's ``world_size=None`` is a
+    dynamic group, whatever the environment says). Unless
     ``TENSORPLAY_JAX_RPC_SECRET`` (or ``..._SECRET_FILE``) is set, the job gets a
     fresh random secret; when this process joins the job (``world_size`` larger
     than ``nprocs``) it is also put in this process's environment. Unless

@@ -99,3 +99,15 @@ def test_a_dynamic_joiner_started_before_a_fixed_size_rank_0_is_refused(master):
     assert got["type"] == "ValueError", got
     assert "fixed-size" in got["message"] and "world_size" in got["message"], got
     assert errors, "rank 0 of the fixed-size group must not start with a dynamic member"
+
+
+def test_world_size_none_is_dynamic_even_with_world_size_in_the_environment(master):
+    with environ({"WORLD_SIZE": "4"}):  # what every launcher sets; the joiner sees it too
+        rpc.init_rpc("ps", rank=0, world_size=None)  # a fixed-size rank 0 would wait for 3
+        m1 = join("m1", 1)
+        try:
+            assert until(lambda: sorted(w.name for w in rpc.get_worker_infos()) == ["m1", "ps"])
+            rpc.rpc_sync("m1", T.leave)  # a dynamic member leaves while the group goes on
+            assert until(lambda: [w.name for w in rpc.get_worker_infos()] == ["ps"])
+        finally:
+            m1.kill()

@@ -17,7 +17,7 @@ import os, sys
 from tensorplay_jax.distributed import rpc
 rank = int(os.environ["RANK"])
 print("env", os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], sys.argv[1:])
-rpc.init_rpc(f"w{rank}")
+rpc.init_rpc(f"w{rank}", world_size=int(os.environ["WORLD_SIZE"]))
 print("sum", rpc.rpc_sync(f"w{1 - rank}", max, args=(rank, 5)))
 rpc.shutdown()
 """
@@ -110,9 +110,11 @@ def test_spawn_runs_a_closure_in_local_workers():
     offset = 100  # captured: the function travels by value, as from a notebook
 
     def body(rank):
+        import os
+
         from tensorplay_jax.distributed import rpc
 
-        rpc.init_rpc(f"n{rank}")
+        rpc.init_rpc(f"n{rank}", world_size=int(os.environ["WORLD_SIZE"]))
         other = rpc.rpc_sync(f"n{1 - rank}", lambda: offset + rank)
         rpc.shutdown()
         return other

@@ -67,3 +67,23 @@ def test_to_device_places_and_keeps():
     z = to_device(x, dev)
     assert z.committed and to_device(z, dev) is z
     assert aligned_empty((3, 5), np.float64).ctypes.data % 64 == 0
+
+
+def test_a_dynamic_group_reads_no_world_size_from_the_environment(clean_env):
+    for k, v in {"MASTER_ADDR": "a", "MASTER_PORT": "5", "RANK": "2", "WORLD_SIZE": "4"}.items():
+        clean_env.setenv(k, v)
+    assert resolve_init("env://", -1, None, dynamic=True) == ("a", 5, 2, None)
+    assert resolve_init("env://", -1, None) == ("a", 5, 2, 4)  # a fixed-size group reads it
+
+
+@pytest.mark.parametrize(
+    "init_method, msg",
+    [("tcp://h:1", "rank parameter missing"), ("env://", "environment variable RANK expected")],
+)
+def test_a_dynamic_group_needs_its_rank_as_tensorplay_says(clean_env, init_method, msg):
+    clean_env.setenv("MASTER_ADDR", "a")
+    clean_env.setenv("MASTER_PORT", "5")
+    if init_method != "env://":
+        clean_env.setenv("RANK", "1")  # only env:// reads it
+    with pytest.raises(ValueError, match=msg):
+        resolve_init(init_method, -1, None, dynamic=True)

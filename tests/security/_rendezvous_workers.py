@@ -82,7 +82,8 @@ def init_expecting_error() -> None:
     delay = float(os.environ.get("TPJ_START_DELAY", "0"))
     time.sleep(delay)
     try:
-        rpc.init_rpc(f"w{rank}", rank=rank, rpc_backend_options=opts)
+        ws = int(os.environ["WORLD_SIZE"])
+        rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)
     except Exception as e:  # the test reads the message
         print("INIT-ERROR", type(e).__name__, str(e).replace("\n", " "), flush=True)
         sys.exit(3)
