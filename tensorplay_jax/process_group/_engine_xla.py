@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
-from tensorplay_jax.process_group import _descriptor, _kv
+from tensorplay_jax.process_group import _descriptor, _kv, _startup
 from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.device import to_device
@@ -261,4 +261,9 @@ class XlaEngine:
         return y.reshape(()) if scalar else y
 
 
-register_engine("xla", XlaEngine, applies=lambda spec: True)
+def _refusal(spec: GroupSpec) -> str | None:
+    """Why the XLA engine cannot run ``spec``'s group: it started without JAX's runtime."""
+    return _startup.runtime_needed(spec.fn, spec.backend, "xla") if None in spec.devices else None
+
+
+register_engine("xla", XlaEngine, applies=lambda spec: True, requires=_refusal)

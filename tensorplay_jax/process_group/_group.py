@@ -15,7 +15,11 @@ the engine registered under the chosen name (``engine.register_engine``):
 ``engine="auto"`` (the default) picks ``"shm"`` for a gloo group on one host,
 ``"tcp"`` for a gloo group across hosts, else ``"xla"`` (each engine registers when
 it applies, and with what priority).
-Point-to-point ``send``/``recv`` always run as XLA programs over the pair.
+Point-to-point ``send``/``recv`` run as XLA programs over the pair.
+
+``init_process_group`` after JAX work in the process (when ``jax.distributed``
+can no longer start) runs a gloo group on the host engines over the
+coordination service alone, send/recv included (``_startup.join``, ``_pair``).
 
 The runtime's coordination service runs in a small process that rank 0 starts
 (``_coordinator``), so that a rank that outlives a dead peer, rank 0 included,
@@ -32,14 +36,13 @@ import dataclasses
 import datetime
 from typing import Any
 
-import jax
-
 from tensorplay_jax.process_group import _kv, _startup
 from tensorplay_jax.process_group._engine_xla import XlaEngine
+from tensorplay_jax.process_group._pair import HostPair
 from tensorplay_jax.process_group._work import Work
 from tensorplay_jax.process_group.engine import Engine, GroupSpec, make_engine
 from tensorplay_jax.runtime import secret as _secret
-from tensorplay_jax.runtime.init_method import resolve_init
+from tensorplay_jax.runtime.init_method import release, resolve_init
 from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD
 
 __all__ = [
@@ -127,15 +130,24 @@ def init_process_group(
 ) -> None:
     """Start the JAX multi-process runtime and the default process group.
 
-    Must run before any JAX computation in the process (as ``jax.distributed.initialize``
-    must), unless the runtime is already up, in which case it is joined.
+    Before any JAX computation in the process, this starts JAX's multi-process
+    runtime (as ``jax.distributed.initialize`` does; one already up is joined),
+    and every engine can run. After JAX work, when that runtime can no longer
+    start, a gloo group starts anyway on the host engines (``shm`` on one host,
+    ``tcp`` across hosts, send/recv included) over the coordination service
+    alone, as tensorplay's gloo starts at any time; the ``xla`` engine and
+    ``nccl`` need the runtime, and are refused then.
 
     Args:
       backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU); None picks nccl when a JAX GPU
         plugin is installed and ``JAX_PLATFORMS`` is not ``cpu``, else gloo.
-      init_method: ``"env://"`` (``MASTER_ADDR``/``MASTER_PORT``, the default) or
-        ``"tcp://host:port"``. The JAX coordinator listens on port + 1 (the RPC
-        store owns the port itself), on loopback only when host is loopback.
+      init_method: ``"env://"`` (``MASTER_ADDR``/``MASTER_PORT``, the default),
+        ``"tcp://host:port"``, or ``"file:///path"``: a file on a filesystem every
+        rank shares, where rank 0 writes its address and a free port (the file is
+        deleted when the last process using it leaves; see
+        ``tensorplay_jax.runtime.init_method``). The JAX coordinator listens on
+        port + 1 (the RPC store owns the port itself), on loopback only when host
+        is loopback.
       timeout: seconds (or a timedelta) any wait may take before it raises; default
         300 s.
       world_size: number of processes (default: ``WORLD_SIZE``).
@@ -151,11 +163,14 @@ def init_process_group(
         or for a same-host job the per-user secret file (``tensorplay_jax.runtime.secret``).
 
     Raises:
-      RuntimeError: already initialized, JAX computations already ran, or the
+      RuntimeError: already initialized, JAX computations already ran and the
+        group needs JAX's runtime (``nccl``, ``engine="xla"``), or the
         coordination service could not start; ``_kv.ForgedValue`` (a RuntimeError)
         when a value in the store is not signed with this job's secret.
-      ValueError: a bad backend, init_method, rank, world_size or engine, or a job
-        that spans hosts without a secret.
+      ValueError: a bad backend, init_method, rank, world_size or engine, a
+        ``file://`` path that is a directory or cannot be created, or a job that
+        spans hosts without a secret.
+      TimeoutError: ``file://``: rank 0 did not write its address within ``timeout``.
 
     Example:
       >>> import tensorplay_jax.distributed as dist
@@ -170,41 +185,28 @@ def init_process_group(
         raise RuntimeError(f"{fn}: already initialized; call destroy_process_group() first.")
     backend, engine, timeout_s = _startup.options(fn, backend, engine, timeout)
     host, port, rank, world_size = resolve_init(
-        init_method or DEFAULT_INIT_METHOD, rank, None if world_size < 0 else world_size, fn=fn
+        init_method or DEFAULT_INIT_METHOD,
+        rank,
+        None if world_size < 0 else world_size,
+        fn=fn,
+        timeout=timeout_s,
     )
-    _kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
-
-    if _kv.is_runtime_initialized():
-        have = _kv.runtime_rank_and_size()
-        if have != (rank, world_size):
-            raise RuntimeError(
-                f"{fn}: the JAX runtime is already up as process {have[0]} of {have[1]}, "
-                f"not rank {rank} of {world_size}."
-            )
-    else:
-        _startup.start_runtime(backend, host, port, rank, world_size, timeout_s)
-
-    platform = "cpu" if backend == "gloo" else None
-    all_devs = jax.devices(platform) if platform else jax.devices()
-    devices = []
-    for p in range(world_size):
-        mine = sorted((d for d in all_devs if d.process_index == p), key=lambda d: d.id)
-        if not mine:
-            raise RuntimeError(f"{fn}: process {p} has no {platform or 'default'} device.")
-        devices.append(mine[0])
-
-    _EPOCH += 1
-    prefix = f"tpjax/pg/{_EPOCH}"
-    _kv.set(f"{prefix}/host/{rank}", _startup.host_id().encode())
-    hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
-    _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
-    _WORLD.master = host
     try:
+        _kv.use_secret(_secret.job_secret(fn, given=secret, rendezvous_host=host))
+        where = (host, port)
+        devices = _startup.join(fn, backend, engine, where, rank, world_size, timeout_s)
+        _EPOCH += 1
+        prefix = f"tpjax/pg/{_EPOCH}"
+        _kv.set(f"{prefix}/host/{rank}", _startup.host_id().encode())
+        hosts = [_kv.get(f"{prefix}/host/{r}", timeout_s, fn).decode() for r in range(world_size)]
+        _WORLD = _World(backend, rank, world_size, timeout_s, prefix, engine, devices, hosts)
+        _WORLD.master = host
         _WORLD.world = _make_group(tuple(range(world_size)), fn=fn)
         _kv.barrier(f"{prefix}/init", timeout_s, range(world_size))
     except BaseException:
         _close_all()
         _WORLD = None
+        release(fn)
         raise
 
 
@@ -238,13 +240,15 @@ def _make_group(
     return g
 
 
-def pair_engine(a: int, b: int) -> XlaEngine:
-    """The XLA engine of the pair of global ranks ``{a, b}`` (for send/recv), made on first use."""
+def pair_engine(a: int, b: int) -> XlaEngine | HostPair:
+    """The engine of send/recv between global ranks ``{a, b}``, made on first use: XLA's,
+    or a ``HostPair`` when the group runs without JAX's runtime (``_startup.join``)."""
     w = _state()
     lo, hi = min(a, b), max(a, b)
     eng = w.pairs.get((lo, hi))
     if eng is None:
-        eng = XlaEngine(_spec((lo, hi), f"{w.prefix}/p2p/{lo}-{hi}", "send"))
+        spec = _spec((lo, hi), f"{w.prefix}/p2p/{lo}-{hi}", "send")
+        eng = HostPair(spec) if None in spec.devices else XlaEngine(spec)
         w.pairs[(lo, hi)] = eng
     return eng
 
@@ -417,6 +421,7 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
     if group is None or group is w.world:
         _close_all()
         _WORLD = None
+        release("init_process_group")  # a file:// init method's handle on its file
         return
     if group.engine is not None:
         group.engine.close()

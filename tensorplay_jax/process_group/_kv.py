@@ -8,6 +8,11 @@ does, except that the service runs in a process of its own (see ``_coordinator``
 and the client's shutdown is bounded by the group's timeout. Nothing else in the
 package touches ``jax._src.distributed``.
 
+After JAX has started its backends, ``jax.distributed`` can no longer start; a
+group on a host engine (``shm``, ``tcp``) needs only the store and the barriers,
+so :func:`start_store` connects a client of the same service that JAX does not
+know of (the XLA engine, which needs JAX's own runtime, cannot run then).
+
 The store has no authentication: anyone who reaches the coordinator port can read,
 write and delete any key. So every value written here carries an HMAC-SHA256 of
 the key and the value under the job secret (``tensorplay_jax.runtime.secret``), and
@@ -17,6 +22,7 @@ cannot be moved to another key either, since the key is part of what is signed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hmac
@@ -29,6 +35,7 @@ from tensorplay_jax.runtime import secret as _secret
 __all__ = [
     "ForgedValue",
     "KVTimeout",
+    "backends_started",
     "barrier",
     "delete",
     "get",
@@ -38,6 +45,8 @@ __all__ = [
     "runtime_rank_and_size",
     "set",
     "start_runtime",
+    "start_store",
+    "store_only",
     "use_secret",
 ]
 
@@ -54,10 +63,13 @@ _MAGIC = b"tpj1"  # format tag of a signed value: MAGIC + HMAC(32 bytes) + paylo
 _MAC_LEN = 32
 _SECRET: str | None = None
 _COORDINATOR = None  # rank 0: the coordinator's subprocess.Popen (it outlives this process)
+_STORE = None  # (client, rank, world size) of start_store: the service without JAX's runtime
 
 
 def _client():
     client = _jax_distributed.global_state.client
+    if client is None and _STORE is not None:
+        return _STORE[0]
     if client is None:
         raise RuntimeError(
             "the JAX distributed runtime is not running; call "
@@ -69,6 +81,18 @@ def _client():
 def is_runtime_initialized() -> bool:
     """Whether the JAX distributed runtime is up in this process."""
     return _jax_distributed.global_state.client is not None
+
+
+def backends_started() -> bool:
+    """Whether JAX has started its backends here (``jax.distributed`` can no longer start)."""
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def store_only() -> tuple[int, int] | None:
+    """``(rank, world size)`` of the client :func:`start_store` connected, or None."""
+    return None if _STORE is None else (_STORE[1], _STORE[2])
 
 
 def runtime_rank_and_size() -> tuple[int, int]:
@@ -141,6 +165,54 @@ def start_runtime(
     state.num_processes = world_size
     state.client = client
     state.initialize_preemption_sync_manager()
+
+
+def start_store(
+    address: str,
+    bind: str,
+    rank: int,
+    world_size: int,
+    *,
+    init_timeout_s: int,
+    heartbeat_s: int,
+    shutdown_timeout_s: int,
+) -> None:
+    """Connect to the coordination service for its store and barriers only (not JAX's runtime).
+
+    As :func:`start_runtime`, rank 0 first starts the service in its own process;
+    the client stays up for the life of the process (a later group joins it), and
+    leaves the service when the process exits.
+
+    Raises:
+      RuntimeError: the service could not start, or not every rank connected
+        within ``init_timeout_s``.
+    """
+    from jax._src.lib import _jax
+
+    from tensorplay_jax.process_group import _coordinator
+
+    global _COORDINATOR, _STORE
+    if rank == 0:
+        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
+    client = _jax.get_distributed_runtime_client(
+        address,
+        rank,
+        init_timeout=init_timeout_s,
+        heartbeat_timeout=heartbeat_s,
+        shutdown_timeout=shutdown_timeout_s,
+        use_compression=True,
+    )
+    client.connect()
+    _STORE = (client, rank, world_size)
+    atexit.register(_leave_store)
+
+
+def _leave_store() -> None:
+    global _STORE
+    if _STORE is not None:
+        client, _STORE = _STORE[0], None
+        with contextlib.suppress(Exception):
+            client.shutdown()
 
 
 def use_secret(secret: str) -> None:

@@ -5,6 +5,9 @@ through ``tensorplay_jax.runtime.init_method`` (the parser RPC uses too), and
 starts JAX's multi-process runtime (:func:`start_runtime`): the coordination
 service listens on the rendezvous port plus ``PG_COORDINATOR_PORT_OFFSET``
 (the RPC store owns the port itself), on loopback only for a loopback host.
+After JAX work in the process, when ``jax.distributed`` can no longer start, a
+gloo group runs on the host engines over the same service without JAX's
+runtime (:func:`start_store`); :func:`runtime_needed` says when that cannot do.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ __all__ = [
     "default_backend",
     "engine_names",
     "host_id",
+    "join",
     "options",
     "start_runtime",
+    "start_store",
     "timeout_s",
 ]
 
@@ -162,15 +167,98 @@ def start_runtime(
             gloo_address = local_address(host, port)
         except ValueError as e:
             raise ValueError(f"init_process_group: {e}") from None
-    wait_s = max(1, int(timeout_s))
     _kv.start_runtime(
-        _hostport(host, coordinator_port(port)),
-        _bind_address(host, coordinator_port(port)),
-        rank,
-        world_size,
-        init_timeout_s=wait_s,
-        heartbeat_s=min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
-        shutdown_timeout_s=wait_s,
+        **_service(host, port, timeout_s),
+        rank=rank,
+        world_size=world_size,
         local_device_ids=local,
         gloo_address=gloo_address,
+    )
+
+
+def join(
+    fn: str,
+    backend: str,
+    engine: str,
+    where: tuple[str, int],
+    rank: int,
+    world_size: int,
+    timeout_s: float,
+) -> list[Any]:
+    """Start or join what the job's groups run on; one device per rank, in rank order.
+
+    Before any JAX work: JAX's multi-process runtime (:func:`start_runtime`), every
+    rank's device known. After it (``jax.distributed`` cannot start then): the
+    coordination service alone (:func:`start_store`), for the host engines; a rank
+    knows only its own device (the others are None). A runtime or service already
+    up is joined again.
+
+    Raises:
+      RuntimeError: it is up as another rank or world size, the group needs JAX's
+        runtime after JAX work (:func:`runtime_needed`), or a process has no device.
+    """
+    host, port = where
+    up = None
+    if _kv.is_runtime_initialized():
+        up = _kv.runtime_rank_and_size()
+    elif _kv.store_only() is None and not _kv.backends_started():
+        start_runtime(backend, host, port, rank, world_size, timeout_s)
+    else:
+        why = runtime_needed(fn, backend, engine)
+        if why:
+            raise RuntimeError(why)
+        up = _kv.store_only()
+        if up is None:
+            start_store(host, port, rank, world_size, timeout_s)
+    if up is not None and up != (rank, world_size):
+        raise RuntimeError(
+            f"{fn}: the JAX runtime is already up as process {up[0]} of {up[1]}, "
+            f"not rank {rank} of {world_size}."
+        )
+    if not _kv.is_runtime_initialized():
+        return [jax.devices("cpu")[0] if p == rank else None for p in range(world_size)]
+    platform = "cpu" if backend == "gloo" else None
+    all_devs = jax.devices(platform) if platform else jax.devices()
+    devices = []
+    for p in range(world_size):
+        mine = sorted((d for d in all_devs if d.process_index == p), key=lambda d: d.id)
+        if not mine:
+            raise RuntimeError(f"{fn}: process {p} has no {platform or 'default'} device.")
+        devices.append(mine[0])
+    return devices
+
+
+def _service(host: str, port: int, timeout_s: float) -> dict[str, Any]:
+    """Where the coordination service listens and is reached, and its timeouts."""
+    wait_s = max(1, int(timeout_s))
+    return {
+        "address": _hostport(host, coordinator_port(port)),
+        "bind": _bind_address(host, coordinator_port(port)),
+        "init_timeout_s": wait_s,
+        "heartbeat_s": min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
+        "shutdown_timeout_s": wait_s,
+    }
+
+
+def start_store(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> None:
+    """Join (rank 0: and serve) the coordination service of a job at ``host:port``, for
+    its store and barriers only: JAX's runtime stays as it is (``_kv.start_store``)."""
+    _kv.start_store(**_service(host, port, timeout_s), rank=rank, world_size=world_size)
+
+
+def runtime_needed(fn: str, backend: str, engine: str) -> str | None:
+    """Why a group of ``backend`` / ``engine`` cannot start after JAX work, or None if it can.
+
+    Example:
+      >>> print(runtime_needed("init_process_group", "gloo", "xla"))  # doctest: +ELLIPSIS
+      init_process_group: engine='xla' needs JAX's multi-process runtime, ...
+    """
+    if backend == "gloo" and engine != "xla":
+        return None
+    what = f"backend={backend!r}" if backend != "gloo" else f"engine={engine!r}"
+    return (
+        f"{fn}: {what} needs JAX's multi-process runtime, and JAX already ran a computation "
+        "in this process; call init_process_group(...) before any JAX work "
+        "(jax.distributed needs that), or use backend='gloo' with engine='auto', 'shm' or "
+        "'tcp', which start at any time."
     )

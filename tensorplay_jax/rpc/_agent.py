@@ -76,11 +76,11 @@ class Agent:
     ) -> None:
         self.options = options
         self.name = check_worker_name(name, "init_rpc")
-        init = resolve_init(options.init_method, rank, world_size, dynamic=True)
-        host, port, rank, self.world_size = init
-        self.rank = rank
+        host, port, self.rank, self.world_size = resolve_init(
+            options.init_method, rank, world_size, dynamic=True, timeout=options.init_timeout
+        )
         self.membership: Membership | None = None  # a dynamic group's (world_size None)
-        self.me = WorkerInfo(name, rank)
+        self.me = WorkerInfo(name, self.rank)
         self._store_addr, self.main = (host, port), None
         self.address = ""  # how the peers reach this worker (its gRPC address, if served)
         self.workers: dict[str, WorkerInfo] = {}

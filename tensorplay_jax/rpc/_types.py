@@ -69,7 +69,9 @@ class GrpcRpcBackendOptions(RpcBackendOptions):
 
     Attributes:
       rpc_timeout: default timeout in seconds of every RPC (0 = no limit).
-      init_method: ``"env://"`` (MASTER_ADDR/MASTER_PORT) or ``"tcp://host:port"``.
+      init_method: ``"env://"`` (MASTER_ADDR/MASTER_PORT), ``"tcp://host:port"`` or
+        ``"file:///path"`` (a file every worker can reach; see
+        ``tensorplay_jax.runtime.init_method``).
       num_worker_threads: threads that run incoming calls.
       listen_addr: the address the server binds. None (the default): loopback for a
         job on one host; for a job that spans hosts, ``TENSORPLAY_JAX_LISTEN_ADDR``,

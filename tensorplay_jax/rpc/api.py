@@ -19,6 +19,7 @@ from tensorplay_jax.rpc._types import (
     RpcBackendOptions,
     WorkerInfo,
 )
+from tensorplay_jax.runtime.init_method import release
 
 __all__ = [
     "get_debug_info",
@@ -117,8 +118,12 @@ def init_rpc(
                 f"init_rpc: RPC is already initialized in this process (as worker {cur.name!r}, "
                 f"rank {cur.rank}); call shutdown() before calling init_rpc again"
             )
-        agent = _agent.Agent(name, rank, world_size, opts)
-        agent.start()
+        try:
+            agent = _agent.Agent(name, rank, world_size, opts)
+            agent.start()
+        except BaseException:
+            release("init_rpc")  # a file:// init method's handle on its file
+            raise
         _agent.set_current(agent)
         agent.open()
         if agent.membership is not None:
@@ -381,6 +386,7 @@ def shutdown(graceful: bool = True, timeout: float = -1) -> None:
         finally:
             _agent.set_current(None)
             agent.stop(graceful=graceful, deadline=deadline)
+            release("init_rpc")
 
 
 def get_rpc_timeout() -> float:

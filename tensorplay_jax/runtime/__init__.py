@@ -14,7 +14,8 @@ it lists.
   device names and ``tp.device``.
 - ``accelerator``, ``cuda``: ``tp.accelerator`` and ``tp.cuda`` (what devices are here).
 - ``pickling``: cloudpickle keeping code file names (remote tracebacks show user lines).
-- ``init_method``: ``env://`` / ``tcp://``, RANK and WORLD_SIZE, SLURM, a world of one.
+- ``init_method``: ``env://`` / ``tcp://`` / ``file://``, RANK, WORLD_SIZE, SLURM, a world of one.
+- ``file_store``: a key-value store in one locked file (what ``file://`` meets in).
 - ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
 - ``compile_cache``: the JAX compilation cache directory a launcher's workers share.
 - ``pending``: the boundary at which a thread's deferred work runs (a served RPC call's end).
@@ -33,6 +34,7 @@ __all__ = [
     "compile_cache",
     "cuda",
     "device",
+    "file_store",
     "ids",
     "init_method",
     "launch",

@@ -67,6 +67,10 @@ RPC_SHUTDOWN_PING_TIMEOUT_S: float = 30.0
 # (a stopped or cut-off rank 0 costs this much, once).
 RPC_STORE_REPLY_GRACE_S: float = 0.5
 RPC_STORE_POLL_S: float = 0.05  # the store's server thread notices close() within this
+# A wait on a file store (init_method="file://...", runtime.file_store) looks at the file
+# again after MIN, doubling the pause up to MAX.
+FILE_STORE_POLL_MIN_S: float = 0.005
+FILE_STORE_POLL_MAX_S: float = 0.1
 # Same-host links: a reader thread does each frame's work itself; a job running longer
 # than DETACH gets reading handed to a spare thread (checked every CHECK while busy).
 RPC_INLINE_DETACH_S: float = 0.01

@@ -40,7 +40,11 @@ def test_call_before_init_process_group_raises(call):
     [
         ({"backend": "mpi"}, ValueError, "backend='mpi' is not supported"),
         ({"engine": "fast"}, ValueError, "engine='fast' is not one of"),
-        ({"init_method": "file:///tmp/x"}, ValueError, "use 'env://' or 'tcp://host:port'"),
+        (
+            {"init_method": "ftp://h/x"},
+            ValueError,
+            "use 'env://', 'tcp://host:port' or 'file:///path'",
+        ),
         ({"init_method": "tcp://127.0.0.1"}, ValueError, "must look like 'tcp://host:port'"),
         ({"init_method": "env://"}, ValueError, "needs MASTER_ADDR and MASTER_PORT"),
         (
