@@ -1,8 +1,11 @@
-"""Modules stay small: one job each, about 450 lines at most.
+"""Modules stay small: one job each, about 600 lines at most.
 
+The limit is a hint to find a seam, not a count to cut to: a module that grows
+past it is split by job (what a newcomer would look for), never at a line number.
 A module may run longer only when its docstring says why, in a paragraph that
 starts with ``Why this module is long:`` (for example one protocol whose parts
-must be read together). New code that outgrows the limit should be split by job.
+must be read together). Where code belongs is checked by the layering test
+(``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pytest
 import tensorplay_jax
 
 PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
-LIMIT = 450
+LIMIT = 600
 REASON = "Why this module is long:"
 
 

@@ -39,7 +39,7 @@ from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD
-from tensorplay_jax.rpc._rref_proxy import Proxy
+from tensorplay_jax.rpc._rref_proxy import Proxy, value_type
 from tensorplay_jax.rpc._rref_table import _OwnerRecord
 from tensorplay_jax.rpc._types import WorkerInfo
 
@@ -96,6 +96,7 @@ class RRef(Generic[T]):
         "_owner",
         "_record",
         "_released",
+        "_type",
     )
 
     def __init__(self, value: T, type_hint: Any = None) -> None:
@@ -118,6 +119,7 @@ class RRef(Generic[T]):
         self._released = False
         self._confirmed = record is not None
         self._methods: set[str] | None = None  # attributes the owner has found on the value
+        self._type: type | None = None  # the value's type, once known (``_get_type``)
         if fork is not None:
             agent.rrefs.track(self)
 
@@ -168,7 +170,7 @@ class RRef(Generic[T]):
             return None
         if isinstance(exc, RpcTimeoutError):
             return RpcTimeoutError(
-                f"{what}: this RRef's creation was not confirmed by its owner in time: {exc}"
+                f"{what}: RRef creation was not confirmed by its owner in time: {exc}"
             )
         return _fresh(exc)
 
@@ -193,6 +195,18 @@ class RRef(Generic[T]):
         if agent is not self._agent or self._released:
             raise RuntimeError(f"{what}: this RRef belongs to an RPC session that was shut down")
         return agent
+
+    def _get_type(self, timeout: float = -1, blocking: bool = True) -> Any:
+        """The value's type (tensorplay's private helper); a Future of it if not ``blocking``."""
+        return value_type(self, timeout, blocking)
+
+    def _get_future(self) -> Future[Any]:
+        """The Future of this RRef's creation on its owner (tensorplay's private helper)."""
+        if self._created is not None:
+            return self._created
+        done: Future[Any] = Future()
+        done.set_result(None)
+        return done
 
     # -- values
     def local_value(self) -> T:

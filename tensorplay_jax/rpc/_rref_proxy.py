@@ -1,4 +1,4 @@
-"""RRef proxies: ``rref.rpc_sync().m(...)``, ``rref.rpc_async().m(...)``, ``rref.remote().m(...)``.
+"""RRef proxies (``rref.rpc_sync().m(...)``, ``.rpc_async()``, ``.remote()``) and type queries.
 
 A proxy call runs ``value.m(...)`` on the RRef's owner (:func:`_invoke_on_rref`)
 through ``rpc_sync``, ``rpc_async`` or ``remote``, and honours
@@ -7,6 +7,9 @@ the Future it returns is waited on the owner and its result is the reply.
 ``rref.remote().m`` first checks, once per RRef and name, that the value has an
 attribute ``m``, so that a missing one raises ``AttributeError`` at the call
 (as tensorplay's proxy does), not on a later use of the new RRef.
+
+:func:`value_type` answers ``rref._get_type()``: the value's type, asked of the owner
+once (it waits there for a pending creation) and kept.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from tensorplay_jax.rpc._futures import Future
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._rref import RRef
 
-__all__ = ["Proxy"]
+__all__ = ["Proxy", "value_type"]
 
 
 def _invoke_on_rref(rref: RRef[Any], method: str, args: tuple, kwargs: dict) -> Any:
@@ -47,6 +50,40 @@ def _has_attribute(rref: RRef[Any], method: str) -> bool:
     """On the owner: True, or the AttributeError ``getattr(value, method)`` raises."""
     getattr(rref.local_value(), method)
     return True
+
+
+@internal_target
+def _type_on_owner(rref: RRef[Any]) -> type:
+    """On the owner: the type of the value (waiting for its creation; its error if it failed)."""
+    return type(rref.local_value())
+
+
+def value_type(rref: RRef[Any], timeout: float, blocking: bool) -> Any:
+    """``rref._get_type(timeout, blocking)``: the value's type, or a Future of it."""
+    from tensorplay_jax.rpc import api
+
+    known = rref._type
+    if known is None and rref.is_owner():
+        known = rref._type = type(rref.local_value())
+    if known is not None:
+        if blocking:
+            return known
+        done: Future[Any] = Future()
+        done.set_result(known)
+        return done
+    fut = api.rpc_async(rref.owner(), _type_on_owner, args=(rref,), timeout=timeout)
+    typed: Future[Any] = Future()
+
+    def keep(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            typed.set_exception(exc)  # the creation's error (or the timeout) as it is
+            return
+        rref._type = f.value()
+        typed.set_result(rref._type)
+
+    fut.add_done_callback(keep)
+    return typed.wait() if blocking else typed
 
 
 class Proxy:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tensorplay_jax.distributed import rpc
@@ -23,6 +24,12 @@ SHARED = Box(7)  # a module-level object: its identity says whether a value was 
 def shared() -> Box:
     """``SHARED`` itself (on the worker that runs it)."""
     return SHARED
+
+
+def slow_box(seconds: float) -> Box:
+    """A Box, made after ``seconds`` (a slow creation on the owner)."""
+    time.sleep(seconds)
+    return Box(seconds)
 
 
 def add(x: Any, y: Any) -> Any:

@@ -68,9 +68,7 @@ def test_a_use_right_after_remote_fails_once_the_creation_is_overdue(job, use):
 def test_to_here_after_a_timed_out_use_says_the_creation_was_not_confirmed(job):
     r = _remote(SLOW, 4, T_OUT)
     expect(rpc.RpcTimeoutError, SAYS, USES["passed to remote"], r)
-    expect(
-        rpc.RpcTimeoutError, ["to_here: this RRef's creation was not confirmed", *SAYS], r.to_here
-    )
+    expect(rpc.RpcTimeoutError, ["to_here: RRef creation was not confirmed", *SAYS], r.to_here)
 
 
 def test_a_use_after_the_deadline_raises_at_once(job):

@@ -135,3 +135,37 @@ def test_a_proxy_call_of_a_missing_attribute_raises_attribute_error(job, mode, o
         out = proxy.non_exist()  # remote(): raises here, at the call
         if mode == "rpc_async":
             out.wait()
+
+
+# ------------------------------------------------------------- _get_type, _get_future
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "future"])
+def test_get_type_answers_the_values_type_from_the_owner(job, blocking):
+    r = rpc.remote("w1", R.Box, args=(3,))
+    got = r._get_type(blocking=blocking)
+    assert (got if blocking else got.wait()) is R.Box
+    assert rpc.RRef(X)._get_type() is np.ndarray  # an owner answers itself
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "future"])
+def test_get_type_raises_the_error_that_created_the_value(job, blocking):
+    r = rpc.remote("w1", R.fail, args=("Expected error",))
+    with pytest.raises(ValueError, match="Expected error"):
+        got = r._get_type(blocking=blocking)
+        if not blocking:
+            got.wait()
+
+
+def test_get_type_of_a_slow_creation_times_out_with_rpcs_message(job):
+    r = rpc.remote("w1", R.slow_box, args=(2.0,))
+    with pytest.raises(rpc.RpcTimeoutError, match="RPC ran for more than"):
+        r._get_type(timeout=0.3)
+    assert r._get_type() is R.Box  # and answers once it is made
+
+
+def test_get_future_is_the_creation_future(job):
+    fut = rpc.remote("w1", R.slow_box, args=(0.5,))._get_future()
+    assert not fut.done()  # the owner is still making the value
+    fut.wait()
+    with pytest.raises(ValueError, match="no box"):
+        rpc.remote("w1", R.fail, args=("no box",))._get_future().wait()
+    assert rpc.RRef(X)._get_future().done()  # an owner's own value is made
