@@ -87,6 +87,11 @@ NOT_APPLICABLE = (
 )
 
 
+# A test that asks for double precision: a port turns on JAX's 64-bit mode, the documented
+# switch (JAX_ENABLE_X64=1), for such a program; the other worlds run as JAX does by default.
+_FLOAT64 = re.compile(r"float64|\.double\(|torch\.double\b")
+
+
 @dataclasses.dataclass
 class Case:
     """One test of one suite, with why it is not applicable (None when it is)."""
@@ -96,6 +101,7 @@ class Case:
     klass: str
     name: str
     not_applicable: str | None
+    x64: bool = False  # the test asks for float64: its world turns on JAX's 64-bit mode
 
     @property
     def sparse(self) -> bool:
@@ -194,7 +200,8 @@ def collect(suite: str, directory: Path) -> list[Case]:
             if not name.startswith("test"):
                 continue
             reason = OTHER_CLASSES.get(klass) or _reason(fn, table, info)
-            cases.append(Case(suite, path, klass, name, reason))
+            x64 = bool(_FLOAT64.search(_segment(source, fn)))
+            cases.append(Case(suite, path, klass, name, reason, x64))
     return cases
 
 
@@ -234,6 +241,8 @@ def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
         TPJ_CONFORMANCE_INIT_METHOD=f"tcp://127.0.0.1:{port}",
         TPJ_CONFORMANCE_FILE=str(scratch / "init_file"),
     )
+    if case.x64:
+        env["JAX_ENABLE_X64"] = "1"
     return env
 
 
