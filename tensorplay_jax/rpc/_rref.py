@@ -42,6 +42,7 @@ from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD
 from tensorplay_jax.rpc._rref_proxy import Proxy, value_type
 from tensorplay_jax.rpc._rref_table import _OwnerRecord
 from tensorplay_jax.rpc._types import WorkerInfo
+from tensorplay_jax.runtime.ids import RREF_ID
 
 __all__ = ["RRef"]
 
@@ -217,10 +218,12 @@ class RRef(Generic[T]):
         """
         if self._record is None:
             me = _current.current_agent()
-            here = f" and this is {me.name!r}" if me is not None else ""
+            user = f"WorkerInfo(id={me.rank}, name={me.name})" if me is not None else "a worker"
+            owner = f"WorkerInfo(id={self._owner.id}, name={self._owner.name})"
             raise RuntimeError(
-                f"local_value() can only be called on the owner of an RRef: this RRef is owned by "
-                f"{self._owner.name!r} (rank {self._owner.id}){here}; use to_here() to fetch a copy"
+                f"For {self._describe('rref_id=', 'fork_id=', ', ')}, can't call localValue() on "
+                f"user {user}. Call it on owner {owner}: local_value() can only be called on the "
+                f"owner of an RRef ({self._owner.name!r}); use to_here() to fetch a copy"
             )
         return self._record.value.wait()
 
@@ -308,9 +311,19 @@ class RRef(Generic[T]):
             "(also inside lists, tuples, dicts and dataclasses)"
         )
 
+    def _describe(self, id_label: str, fork_label: str, sep: str) -> str:
+        """tensorplay's spelling of this RRef: its kind and ids (``GloballyUniqueId``)."""
+
+        def unique(id_: int | None) -> str:
+            created_on, local_id = RREF_ID.unpack(id_ or 0)
+            return f"GloballyUniqueId(created_on={created_on}, local_id={local_id})"
+
+        if self._record is not None:
+            return f"OwnerRRef({unique(self._id)})"
+        return f"UserRRef({id_label}{unique(self._id)}{sep}{fork_label}{unique(self._fork)})"
+
     def __repr__(self) -> str:
-        kind = "OwnerRRef" if self._record is not None else "UserRRef"
-        return f"{kind}(owner={self._owner.name!r}, id={self._id:#x})"
+        return self._describe("RRefId = ", "ForkId = ", ", ")
 
 
 def _fresh(exc: BaseException) -> BaseException:

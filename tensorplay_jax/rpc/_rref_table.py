@@ -100,7 +100,7 @@ class RRefTable:
         self._holders: dict[tuple[int, int], str] = {}
         self._users: weakref.WeakSet[RRef] = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(0)  # tensorplay's serials start at 0 (ids in reprs)
         self._deletes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stopped = False
         self.queued_deletes = 0  # counted as outstanding work by the shutdown barrier

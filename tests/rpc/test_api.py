@@ -126,7 +126,12 @@ def test_rref_proxies_and_to_here(job):
 def test_local_value_only_on_the_owner(job):
     rref = rpc.remote("w1", T.make_counter, args=(1,))
     expect(
-        RuntimeError, ["local_value() can only be called on the owner", "'w1'"], rref.local_value
+        RuntimeError,
+        [
+            "local_value() can only be called on the owner",
+            "Call it on owner WorkerInfo(id=1, name=w1)",
+        ],
+        rref.local_value,
     )
 
 

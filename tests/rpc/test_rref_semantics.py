@@ -169,3 +169,22 @@ def test_get_future_is_the_creation_future(job):
     with pytest.raises(ValueError, match="no box"):
         rpc.remote("w1", R.fail, args=("no box",))._get_future().wait()
     assert rpc.RRef(X)._get_future().done()  # an owner's own value is made
+
+
+# ------------------------------------------------------------- tensorplay's spelling
+def test_an_rref_reads_as_tensorplays_with_its_globally_unique_ids(job):
+    import re
+
+    owner = re.fullmatch(r"OwnerRRef\(GloballyUniqueId\(created_on=0, local_id=(\d+)\)\)",
+                         repr(rpc.RRef(1)))  # fmt: skip
+    assert owner, repr(rpc.RRef(1))
+    user = rpc.remote("w1", R.add, args=(1, 2))
+    ids = re.fullmatch(
+        r"UserRRef\(RRefId = GloballyUniqueId\(created_on=0, local_id=(\d+)\), "
+        r"ForkId = GloballyUniqueId\(created_on=0, local_id=(\d+)\)\)",
+        repr(user),
+    )
+    assert ids, repr(user)
+    assert int(ids[1]) > int(owner[1]) and int(ids[2]) == int(ids[1]) + 1  # one serial per worker
+    with pytest.raises(RuntimeError, match=r"For UserRRef\(rref_id=GloballyUniqueId\(created_on=0"):
+        user.local_value()
