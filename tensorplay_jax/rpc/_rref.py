@@ -192,10 +192,13 @@ class RRef(Generic[T]):
         return self._confirmed
 
     def _live_agent(self, what: str) -> Any:
-        agent = _agent_for(what)
-        if agent is not self._agent or self._released:
-            raise RuntimeError(f"{what}: this RRef belongs to an RPC session that was shut down")
-        return agent
+        if self._released or _current.current_agent() is not self._agent:
+            name = what.split(":")[0].split(".")[-1]
+            raise RuntimeError(
+                f"{what}: this RRef belongs to an RPC session that was shut down: "
+                f"Cannot call {name}() on it after deletion."
+            )
+        return self._agent
 
     def _get_type(self, timeout: float = -1, blocking: bool = True) -> Any:
         """The value's type (tensorplay's private helper); a Future of it if not ``blocking``."""

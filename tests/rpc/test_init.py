@@ -183,3 +183,15 @@ def test_workers_close_after_the_test_shut_rpc_down_is_not_a_death():
             time.sleep(0.1)
     finally:
         w.close()
+
+
+def test_a_user_rref_used_after_shutdown_says_it_was_deleted():
+    w = Workers(2, timeout=60).start()  # this process is w0, the owner a started worker
+    try:
+        rref = rpc.remote(w.names[1], T.add, args=(1, 2))
+        assert rref.to_here() == 3
+        rpc.shutdown(graceful=True)
+        e = expect(RuntimeError, ["Cannot call to_here() on it after deletion"], rref.to_here)
+        assert "shut down" in str(e)
+    finally:
+        w.close()
