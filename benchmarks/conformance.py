@@ -382,7 +382,9 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
-    parser.add_argument("-k", dest="pattern", help="run only tests whose Class.name contains this")
+    parser.add_argument(
+        "-k", dest="pattern", help="run only tests whose Class.name matches this regular expression"
+    )
     parser.add_argument(
         "--failed", type=Path, help="run only the tests that failed in this earlier --json file"
     )
@@ -403,7 +405,7 @@ def main() -> None:
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     cases = [c for s in suites for c in collect(s, directory)]
     if args.pattern:
-        cases = [c for c in cases if args.pattern in c.label]
+        cases = [c for c in cases if re.search(args.pattern, c.label)]
     if args.failed:
         earlier = json.loads(args.failed.read_text())["results"]
         cases = [

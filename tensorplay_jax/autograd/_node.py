@@ -39,6 +39,46 @@ class GradientEdge(NamedTuple):
     output_nr: int
 
 
+# tensorplay's spellings of the node kinds whose names differ from ours.
+_TORCH_NAMES = {
+    "AccumulateGrad": "torch::autograd::AccumulateGrad",
+    "RecvRpcBackward": "torch::distributed::autograd::RecvRpcBackward",
+    "SendRpcBackward": "torch::distributed::autograd::SendRpcBackward",
+}
+
+
+class NodeName(str):
+    """A node's name: ours as a string (``node.name``), tensorplay's when called (``name()``).
+
+    tensorplay's ``grad_fn.name()`` is a method giving, for an operation, its
+    name with the overload index (``AddBackward0``), and for the engine's own
+    nodes their C++ names (``torch::autograd::AccumulateGrad``).
+
+    Example:
+      >>> NodeName("AddBackward")()
+      'AddBackward0'
+      >>> NodeName("AccumulateGrad")()
+      'torch::autograd::AccumulateGrad'
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        own = str(self)
+        if own in _TORCH_NAMES:
+            return _TORCH_NAMES[own]
+        return f"{own}0" if own.endswith("Backward") else own
+
+
+class CustomNodeName(NodeName):
+    """A custom ``Function``'s node name (``MyFuncBackward``): the same in both spellings."""
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        return str(self)
+
+
 class Node:
     """One recorded operation: its backward and the edges to its inputs' producers.
 
@@ -53,7 +93,7 @@ class Node:
     def __init__(
         self, name: str, next_edges: Sequence[GradientEdge | None], num_outputs: int
     ) -> None:
-        self.name = name
+        self.name = NodeName(name)
         self.next_edges: tuple[GradientEdge | None, ...] = tuple(next_edges)
         self.num_outputs = num_outputs
         self.seq = next(_seq)

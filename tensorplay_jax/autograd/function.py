@@ -54,7 +54,13 @@ import numpy as np
 
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled, no_grad
-from tensorplay_jax.autograd._node import _FREED_MSG, _MODIFIED_MSG, Grads, Node
+from tensorplay_jax.autograd._node import (
+    _FREED_MSG,
+    _MODIFIED_MSG,
+    CustomNodeName,
+    Grads,
+    Node,
+)
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -158,6 +164,7 @@ class BackwardCFunction(FunctionCtx, Node):
         tensors = [a for a in args if isinstance(a, _tc.Tensor)]
         edges = [t._gradient_edge() if t.requires_grad else None for t in tensors]
         Node.__init__(self, f"{fn.__name__}Backward", edges, 0)
+        self.name = CustomNodeName(self.name)  # tensorplay's name() has no overload index
         self._fn = fn
         self._arg_is_tensor = tuple(isinstance(a, _tc.Tensor) for a in args)
         self._in_avals = tuple((tuple(t._aval().shape), t._aval().dtype) for t in tensors)

@@ -163,6 +163,23 @@ def test_dist_autograd_private_helpers(job):
         assert cid <= dist_autograd._get_max_id()
 
 
+def test_dist_autograd_graph_reads_as_tensorplays(job):
+    with dist_autograd.context() as cid:
+        t1, t2 = tp.ones(2, requires_grad=True), tp.ones(2, requires_grad=True)
+        ret = rpc.rpc_sync("w1", tp.add, args=(t1, t2))
+        ctx = dist_autograd._retrieve_context(cid)
+        (send,) = ctx._send_functions().values()
+        (recv,) = ctx._recv_functions().values()
+    assert send.name() == "torch::distributed::autograd::SendRpcBackward"
+    assert [(n.name(), n.variable, i) for n, i in send.next_functions] == [
+        ("torch::autograd::AccumulateGrad", t1, 0),
+        ("torch::autograd::AccumulateGrad", t2, 0),
+    ]
+    assert ret.grad_fn is recv and recv.name() == "torch::distributed::autograd::RecvRpcBackward"
+    local = tp.add(t1, t2)
+    assert local.grad_fn.name() == "AddBackward0" and local.grad_fn.name == "AddBackward"
+
+
 # ----------------------------------------------------------------- names ported code uses
 def test_the_rpc_api_module_has_tensorplays_name():
     import tensorplay_jax.distributed.rpc.api as api

@@ -77,6 +77,31 @@ _counter = itertools.count(1)
 _tls = threading.local()
 
 
+class SendRpcBackward:
+    """tensorplay's send function of one message, as its graph introspection sees it.
+
+    Here a message's sent Tensors are kept as their gradient edges (the engine
+    starts a backward pass from them); this view gives them tensorplay's shape:
+    ``next_functions`` (one ``(node, output_nr)`` per sent Tensor, ``(None, 0)`` for
+    one that needs no gradient) and ``name()``.
+    """
+
+    __slots__ = ("_edges",)
+
+    def __init__(self, edges: Sequence[GradientEdge | None]) -> None:
+        self._edges = tuple(edges)
+
+    @property
+    def next_functions(self) -> tuple[tuple[Node | None, int], ...]:
+        return tuple((None, 0) if e is None else (e.node, e.output_nr) for e in self._edges)
+
+    def name(self) -> str:
+        return "torch::distributed::autograd::SendRpcBackward"
+
+    def __repr__(self) -> str:
+        return "<SendRpcBackward>"
+
+
 class DistAutogradContext:
     """One worker's record of one distributed autograd context.
 
@@ -131,8 +156,11 @@ class DistAutogradContext:
 
     # tensorplay's private spellings, which its tests and some programs call
     _known_worker_ids = known_worker_ids
-    _send_functions = send_functions
     _recv_functions = recv_functions
+
+    def _send_functions(self) -> dict[int, SendRpcBackward]:
+        """tensorplay's view of :meth:`send_functions`: a send node per message key."""
+        return {key: SendRpcBackward(edges) for key, edges in self.send_functions().items()}
 
     # ----------------------------------------------------------------- recording
     def add_known(self, worker_id: int) -> None:
