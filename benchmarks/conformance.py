@@ -62,6 +62,17 @@ OTHER_CLASSES = {
     "FaultyAgentRpcTest": "faulty agent (torch's fault-injecting test agent)",
     "FaultyAgentDistAutogradTest": "faulty agent (torch's fault-injecting test agent)",
 }
+# Tests that assert what we choose to do differently, each with the reason (docs/porting.md).
+DIFFERENCES = {
+    "DistAutogradTest.test_backward_unused_send_function": (
+        "we differ: asserts that torch's backward hangs forever on an unused send function "
+        "(its FAST mode); ours completes (no wait without an end)"
+    ),
+    "TensorPipeAgentRpcTest.test_op_with_invalid_args": (
+        "we differ: matches the C++ dispatcher's schema error; operators here are Python "
+        "functions, and a call with missing arguments raises Python's TypeError"
+    ),
+}
 # What in a test's own code (its body, decorators and the self._helpers it calls) makes it
 # not applicable. Checked in this order; the first that matches gives the reason.
 NOT_APPLICABLE = (
@@ -199,7 +210,11 @@ def collect(suite: str, directory: Path) -> list[Case]:
         for name, fn in table.items():
             if not name.startswith("test"):
                 continue
-            reason = OTHER_CLASSES.get(klass) or _reason(fn, table, info)
+            reason = (
+                OTHER_CLASSES.get(klass)
+                or DIFFERENCES.get(f"{klass}.{name}")
+                or _reason(fn, table, info)
+            )
             x64 = bool(_FLOAT64.search(_segment(source, fn)))
             cases.append(Case(suite, path, klass, name, reason, x64))
     return cases

@@ -415,16 +415,22 @@ def _check_roots(roots: Any) -> list[Tensor]:
             raise TypeError(
                 f"dist_autograd.backward: roots[{i}] is a {type(r).__name__}; expected a Tensor"
             )
+        if not r.requires_grad:
+            raise RuntimeError(
+                f"dist_autograd.backward: roots[{i}] does not require grad: requires_grad not "
+                "set on root (no input of its computation has requires_grad=True); nothing to "
+                "differentiate"
+            )
         if r.value.size != 1:
             raise RuntimeError(
                 f"dist_autograd.backward: roots[{i}] has shape {tuple(r.shape)}: it is not a "
                 "scalar, all roots need to be scalar (one-element) Tensors; reduce it first, "
                 "e.g. loss.sum()"
             )
-        if not r.requires_grad:
+        if r.grad_fn is None:
             raise RuntimeError(
-                f"dist_autograd.backward: roots[{i}] does not require grad: requires_grad not "
-                "set on root (no input of its computation has requires_grad=True); nothing to "
-                "differentiate"
+                f"dist_autograd.backward: roots[{i}] does not have a valid gradient function: "
+                "it is a leaf (made by you, not computed), so nothing leads back from it; "
+                "start from a value computed from it, e.g. (t * 1).sum()"
             )
     return roots

@@ -61,15 +61,16 @@ def _backward_here(value: Any, context_id: int, retain_graph: bool) -> None:
             f"RRef.backward: the RRef holds a {type(value).__name__}: RRef should contain a "
             "tensor for .backward() (a scalar Tensor)"
         )
-    if value.numel() != 1:
-        raise RuntimeError(
-            f"RRef.backward: the RRef holds a Tensor of shape {tuple(value.shape)}; backward "
-            "starts from a scalar (one-element) Tensor: reduce it first, e.g. loss.sum()"
-        )
     if not value.requires_grad:
         raise RuntimeError(
-            "RRef.backward: the RRef's Tensor does not require grad (no input of its "
-            "computation has requires_grad=True); nothing to differentiate"
+            "RRef.backward: element 0 of tensors does not require grad and does not have a "
+            "grad_fn (no input of the RRef's Tensor's computation has requires_grad=True); "
+            "nothing to differentiate"
+        )
+    if value.numel() != 1:
+        raise RuntimeError(
+            f"RRef.backward: grad can be implicitly created only for scalar outputs: the RRef "
+            f"holds a Tensor of shape {tuple(value.shape)}; reduce it first, e.g. loss.sum()"
         )
     if context_id == -1:
         value.backward(retain_graph=retain_graph)

@@ -160,6 +160,16 @@ _INVALID = {
         RuntimeError,
         ["roots[0] does not require grad"],
     ),
+    "no-grad-and-not-scalar": (  # tensorplay checks requires_grad first
+        lambda cid, y: dist_autograd.backward(cid, [tp.ones(3, 3)]),
+        RuntimeError,
+        ["roots[0] does not require grad", "requires_grad not set on"],
+    ),
+    "leaf": (
+        lambda cid, y: dist_autograd.backward(cid, [tp.ones(1, requires_grad=True)]),
+        RuntimeError,
+        ["roots[0] does not have a valid gradient function", "leaf"],
+    ),
     "float": (
         lambda cid, y: dist_autograd.backward(cid, 1.0),
         TypeError,
