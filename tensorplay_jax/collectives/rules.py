@@ -45,6 +45,7 @@ class Rule:
     transpose: str
 
 
+#: The ten rules, in the order the guide's table lists them.
 RULES: tuple[Rule, ...] = (
     Rule(
         "all_reduce",
@@ -139,6 +140,7 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+#: Each rule by its collective's name.
 BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 
 
@@ -146,6 +148,7 @@ def markdown_table() -> str:
     """The table as the guide shows it (``docs/guides/collectives.md``).
 
     Example:
+      >>> from tensorplay_jax.collectives.rules import markdown_table
       >>> markdown_table().splitlines()[0]
       '| function | per-rank input -> output | forward | backward |'
     """

@@ -122,11 +122,9 @@ def _parity(
 
 def trainer_main(rank: int) -> None:
     """A trainer process: join the job and serve the server's calls until it shuts down."""
-    import os
-
     from tensorplay_jax.distributed import rpc
 
-    rpc.init_rpc(f"trainer{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    rpc.init_rpc(f"trainer{rank}", rank=rank, world_size=TRAINERS + 1)
     rpc.shutdown()
 
 

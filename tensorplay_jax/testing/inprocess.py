@@ -167,9 +167,14 @@ class InProcessAgent:
             return _done(None)
         fut: Future[Any] = Future()
         try:
-            fut.set_result(func(*self._owned(args), **self._owned(kwargs or {})))
+            out = func(*self._owned(args), **self._owned(kwargs or {}))
         except Exception as e:
             fut.set_exception(e)
+        else:
+            if getattr(func, "_tpj_async_execution", False) and isinstance(out, Future):
+                fut = out  # as over RPC: an async_execution function's Future is the reply
+            else:
+                fut.set_result(out)
         if kind == internal.REMOTE:
             self.rrefs.values[extra[0]] = fut
         return fut

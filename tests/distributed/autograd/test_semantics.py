@@ -23,7 +23,7 @@ import pytest
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
-from tensorplay_jax.distributed.autograd.api import _gradient_arrays
+from tensorplay_jax.distributed.autograd.api import gradient_arrays
 from tensorplay_jax.testing import Workers
 from tests._procs import free_port
 from tests._worker import expect, wait_until
@@ -311,7 +311,7 @@ def _x_times_w_gradients() -> tuple[tp.Tensor, tp.Tensor, dict, dict]:
         y = rpc.rpc_sync("w1", tp.mul, args=(x, w))
         dist_autograd.backward(cid, [(y * y).sum()])
         grads = dist_autograd.get_gradients(cid)
-        arrays = _gradient_arrays(cid)
+        arrays = gradient_arrays(cid)
     return x, w, grads, arrays
 
 
@@ -339,7 +339,7 @@ def test_a_gradient_tensor_joins_no_tape(job):
     assert g.grad is None and g.grad_fn is None
 
 
-def test_optax_steps_on_the_gradient_arrays(job):
+def test_optax_steps_on_thegradient_arrays(job):
     x, w, grads, _ = _x_times_w_gradients()
     tx = optax.adam(0.1)
     params = {"x": x.value, "w": w.value}
