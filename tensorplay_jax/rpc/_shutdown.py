@@ -16,6 +16,7 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
+from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._rendezvous import StoreTimeout
 from tensorplay_jax.runtime.settings import (
     RPC_SHUTDOWN_PING_EVERY_S,
@@ -94,7 +95,8 @@ class ShutdownBarrier:
         or cut off fails the wait.
 
         Raises:
-          TimeoutError: not done within ``timeout`` seconds, or a missing worker did
+          RpcTimeoutError: (a ``TimeoutError`` and, as tensorplay, a ``RuntimeError``) not
+            done within ``timeout`` seconds, or a missing worker did
             not answer; the message names the ranks that did not arrive, or this
             worker's own unfinished work.
           ConnectionError: the store (rank 0) went away.
@@ -106,7 +108,7 @@ class ShutdownBarrier:
         for k in itertools.count():
             while self.outstanding():
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(
+                    raise RpcTimeoutError(
                         f"shutdown: worker {self.name!r} still has {self.outstanding()} RPCs "
                         f"outstanding after {timeout:g} s ({self._outstanding_detail()}); "
                         "pass a larger timeout= to wait longer"
@@ -150,14 +152,14 @@ class ShutdownBarrier:
                     silent = self._unanswered(e.missing)
                     if not silent:
                         continue  # still working: wait on, as tensorplay does
-                    raise TimeoutError(
+                    raise RpcTimeoutError(
                         f"shutdown: worker {self.name!r} waited for every worker to finish "
                         f"its work: ranks {silent} did not arrive and do not answer a ping "
                         f"within {RPC_SHUTDOWN_PING_TIMEOUT_S:g} s (stopped, hung, or cut off "
                         "from this one?); pass timeout= to bound the wait instead"
                     ) from None
                 bound = "for every" if alive_mode else f"timeout={timeout:g} s for every"
-                raise TimeoutError(
+                raise RpcTimeoutError(
                     f"shutdown: worker {self.name!r} waited {bound} worker to finish its "
                     f"work: {e} (stopped, hung, or cut off from this one?); pass a larger "
                     "timeout= to wait longer"
@@ -168,7 +170,7 @@ class ShutdownBarrier:
                 if alive_mode and not isinstance(e.__cause__, TimeoutError):
                     raise
                 bound = "" if alive_mode else f"timeout={timeout:g} s "
-                raise TimeoutError(
+                raise RpcTimeoutError(
                     f"shutdown: worker {self.name!r} waited {bound}for every "
                     f"worker to finish its work: ranks [0] did not arrive (its rendezvous "
                     f"store does not answer: {e}; stopped, hung, or cut off from this one?)"

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorplay_jax.rpc import _agent, _protocol, _rref
+from tensorplay_jax.rpc._all_gather import _all_gather as _all_gather
+from tensorplay_jax.rpc._all_gather import _barrier as _barrier
+from tensorplay_jax.rpc._all_gather import _wait_all_workers as _wait_all_workers
 from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
