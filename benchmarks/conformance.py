@@ -68,6 +68,10 @@ DIFFERENCES = {
         "we differ: asserts that torch's backward hangs forever on an unused send function "
         "(its FAST mode); ours completes (no wait without an end)"
     ),
+    "RpcTest.test_non_cont_tensors": (
+        "we differ: asserts is_contiguous() is False for a transposed Tensor; JAX arrays have "
+        "no strides, so every Tensor is contiguous here"
+    ),
     "TensorPipeAgentRpcTest.test_op_with_invalid_args": (
         "we differ: matches the C++ dispatcher's schema error; operators here are Python "
         "functions, and a call with missing arguments raises Python's TypeError"
@@ -93,6 +97,7 @@ NOT_APPLICABLE = (
             r"|mock\.patch|_delete_all_user_and_unforked_owner_rrefs|_set_rpc_backend"
             r"|backend_registry|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
             r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable|_init_rpc_backend"
+            r"|internal\.serialize"
         ),
     ),
 )

@@ -19,6 +19,9 @@ Example:
 
 from __future__ import annotations
 
+import ast
+import re
+
 __all__ = ["OpTypeError", "OpValueError", "op_error"]
 
 
@@ -33,11 +36,39 @@ class OpValueError(RuntimeError, ValueError):
 _TURNED: dict[type, type] = {TypeError: OpTypeError, ValueError: OpValueError}
 
 
+# JAX's two spellings: "add got incompatible shapes for broadcasting: (10,), (5,)" and
+# "Incompatible shapes for broadcasting: shapes=[(3, 1, 10), (2, 5)]".
+_BROADCAST = re.compile(
+    r"ncompatible shapes for broadcasting: (?:shapes=\[)?(\([\d, ]*\)), (\([\d, ]*\))"
+)
+
+
+def _torch_broadcast_sentence(message: str) -> str:
+    """tensorplay's sentence for the first two shapes JAX could not broadcast, or ""."""
+    m = _BROADCAST.search(message)
+    if m is None:
+        return ""
+    a, b = (ast.literal_eval(g) for g in m.groups())
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    for dim in range(n - 1, -1, -1):
+        if a[dim] != b[dim] and 1 not in (a[dim], b[dim]):
+            return (
+                f" The size of tensor a ({a[dim]}) must match the size of tensor b ({b[dim]}) "
+                f"at non-singleton dimension {dim}"
+            )
+    return ""
+
+
 def op_error(e: BaseException) -> BaseException:
-    """The error to raise for ``e`` from a built-in operation: turned, or ``e`` itself."""
+    """The error to raise for ``e`` from a built-in operation: turned, or ``e`` itself.
+
+    A broadcasting error also says tensorplay's sentence ("The size of tensor a (10)
+    must match the size of tensor b (5) at non-singleton dimension 0").
+    """
     cls = _TURNED.get(type(e))
     if cls is None:
         return e
-    out = cls(str(e))
+    out = cls(str(e) + _torch_broadcast_sentence(str(e)))
     out.__cause__ = e
     return out

@@ -19,6 +19,7 @@ only; the RPC layer imports none of them.
 """
 
 from tensorplay_jax.rpc import api as api
+from tensorplay_jax.rpc import constants as constants
 from tensorplay_jax.rpc import functions as functions
 from tensorplay_jax.rpc import transports as transports
 from tensorplay_jax.rpc._call_hooks import CallInfo as CallInfo

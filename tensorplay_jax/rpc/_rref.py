@@ -72,6 +72,10 @@ def register_backward(impl: Callable[[RRef[Any], int, bool], None]) -> None:
     _backward_impl = impl
 
 
+class RRefPicklingError(RuntimeError, TypeError):
+    """Pickling an RRef outside RPC (tensorplay: ``RuntimeError``; here also a ``TypeError``)."""
+
+
 class RRef(Generic[T]):
     """A remote reference: a handle to a value owned by one worker.
 
@@ -309,9 +313,10 @@ class RRef(Generic[T]):
         return Proxy(self, "remote", timeout)
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            "an RRef cannot be pickled; pass it directly as an RPC argument or result "
-            "(also inside lists, tuples, dicts and dataclasses)"
+        raise RRefPicklingError(
+            "Can not pickle rref in python pickler: an RRef cannot be pickled (tp.save, pickle); "
+            "pass it directly as an RPC argument or result (also inside lists, tuples, dicts "
+            "and dataclasses)"
         )
 
     def _describe(self, id_label: str, fork_label: str, sep: str) -> str:

@@ -51,6 +51,7 @@ def async_future(info: Any, result: Any) -> bool:
         return True
     t = type(result)
     raise AsyncExecutionError(
-        f"{info.func_name}: Functions decorated with @rpc.functions.async_execution must return "
-        f"a Future object (tensorplay_jax.futures.Future), but got {t.__module__}.{t.__qualname__}"
+        f"{info.func_name}: Functions decorated with @rpc.async_function must return a "
+        "torch.futures.Future object, (tensorplay's words; here: @rpc.functions.async_execution "
+        f"and tensorplay_jax.futures.Future) but got {t.__module__}.{t.__qualname__}"
     )

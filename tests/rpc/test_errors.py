@@ -83,7 +83,11 @@ def test_an_operator_with_operands_that_do_not_fit_is_a_runtime_error(job, a, b,
 
 
 def test_an_async_execution_function_must_return_a_future(job):
-    says = ["async_returns_an_int", "must return a Future object", "but got builtins.int"]
+    says = [
+        "async_returns_an_int",
+        "must return a torch.futures.Future object,",
+        "but got builtins.int",
+    ]
     e = expect(RuntimeError, says, rpc.rpc_sync, "w1", E.async_returns_an_int)
     assert isinstance(e, TypeError) and isinstance(e, rpc.RpcError)
     e = expect(RuntimeError, says, rpc.remote("w1", E.async_returns_an_int).to_here)

@@ -188,3 +188,14 @@ def test_an_rref_reads_as_tensorplays_with_its_globally_unique_ids(job):
     assert int(ids[1]) > int(owner[1]) and int(ids[2]) == int(ids[1]) + 1  # one serial per worker
     with pytest.raises(RuntimeError, match=r"For UserRRef\(rref_id=GloballyUniqueId\(created_on=0"):
         user.local_value()
+
+
+def test_an_rref_is_not_pickled_outside_rpc(job, tmp_path):
+    import pickle
+
+    import tensorplay_jax as tp
+
+    for save in (pickle.dumps, lambda r: tp.save(r, tmp_path / "rref.pt")):
+        with pytest.raises(RuntimeError, match="Can not pickle rref in python pickler") as e:
+            save(rpc.RRef(X))
+        assert isinstance(e.value, TypeError)  # what it was before

@@ -65,3 +65,13 @@ def test_an_error_of_a_jax_transformation_keeps_its_type():
 
     with pytest.raises(jax.errors.ConcretizationTypeError):
         jax.jit(f)(jnp.ones(2))
+
+
+_SIZES = "The size of tensor a (10) must match the size of tensor b (5) at non-singleton dimension"
+
+
+@pytest.mark.parametrize("a, b, dim", [((10,), (5,), 0), ((3, 1, 10), (2, 5), 2)])
+def test_a_broadcasting_error_says_tensorplays_sentence(a, b, dim):
+    with pytest.raises(RuntimeError) as e:
+        tp.ones(*a) + tp.ones(*b)
+    assert f"{_SIZES} {dim}" in str(e.value)
