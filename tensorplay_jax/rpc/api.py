@@ -409,8 +409,8 @@ def _rref_context_get_debug_info() -> dict[str, str]:
 
     ``num_owner_rrefs``: values this worker owns; ``num_forks``: users of them
     elsewhere that the owner knows of; ``num_pending_futures``: owned values not
-    made yet; ``num_pending_users``: RRefs held here whose owner has not yet
-    confirmed them.
+    made yet; ``num_pending_users``: RRefs held here whose ``remote()`` creation
+    the owner has not answered yet.
     """
     rrefs = _agent.get_agent("_rref_context_get_debug_info").rrefs
     owned = [r for r in map(rrefs.lookup, rrefs.owned_ids()) if r is not None]
@@ -419,7 +419,10 @@ def _rref_context_get_debug_info() -> dict[str, str]:
         "num_owner_rrefs": str(len(owned)),
         "num_forks": str(sum(len(r.forks) for r in owned)),
         "num_pending_futures": str(sum(not r.value.done() for r in owned)),
-        "num_pending_users": str(sum(not u.confirmed_by_owner() for u in users)),
+        # a creation that failed or timed out is no longer pending; no owner is asked
+        "num_pending_users": str(
+            sum(u._created is not None and not u._created.done() for u in users)
+        ),
     }
 
 
