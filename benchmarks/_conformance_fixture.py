@@ -121,11 +121,11 @@ class RpcAgentTestFixture:
 
     @property
     def rank(self) -> int:
-        return int(os.environ["RANK"])
+        return int(os.environ["TPJ_CONFORMANCE_RANK"])
 
     @property
     def world_size(self) -> int:
-        return int(os.environ["WORLD_SIZE"])
+        return int(os.environ["TPJ_CONFORMANCE_WORLD_SIZE"])
 
     @property
     def file_name(self) -> str:

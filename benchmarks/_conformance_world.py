@@ -1,7 +1,7 @@
 """One rank of one conformance test: load torch's suite with its imports changed, run one test.
 
 Run by ``benchmarks/conformance.py`` as ``python _conformance_world.py SUITE CLASS TEST OUT``
-in each of a world's processes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``
+in each of a world's processes (``TPJ_CONFORMANCE_RANK``, ``MASTER_ADDR``/``MASTER_PORT``
 and the init method in the environment). The suite's source is read from the installed
 torch and its imports are rewritten in memory (the AST, not the text) by the map of
 ``_conformance_imports``: ``torch.X`` becomes ``tensorplay_jax.X``,
@@ -55,7 +55,7 @@ def run_one(suite: Path, class_name: str, test_name: str) -> dict[str, Any]:
     from _conformance_fixture import TorchTestCase
 
     started = time.monotonic()
-    verdict: dict[str, Any] = {"rank": int(os.environ["RANK"])}
+    verdict: dict[str, Any] = {"rank": int(os.environ["TPJ_CONFORMANCE_RANK"])}
     try:
         module = load_suite(suite)
         case = type(class_name, (getattr(module, class_name), TorchTestCase), {})

@@ -5,7 +5,8 @@ torch ships its distributed RPC suites in the wheel
 This runner reads them from an installed torch at run time (torch is a benchmark-only
 extra: ``pip install torch==2.13.0``, or ``PYTHONPATH`` pointing at one), classifies each
 test (applicable, or not applicable with the reason), and runs every applicable test in
-a fresh world of four processes, as torch does, with a ``tcp://`` init method and a
+a fresh world of four processes, as torch does, with torch's default ``file://`` init method
+(``--init tcp`` for ``tcp://``) and a
 60 s limit per test. Each rank loads the suite with its imports rewritten
 (``_conformance_world``) and the ``torch.testing._internal`` helpers supplied by
 ``_conformance_fixture``; nothing of torch's test code is stored here.
@@ -44,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORLD = HERE / "_conformance_world.py"
 WORLD_SIZE = 4
+INIT = "file"  # the suites' default init method (torch's fixture: file://, or tcp:// by choice)
 
 # The suites and the classes of theirs that torch runs on its CPU TensorPipe agent.
 SUITES = {
@@ -250,15 +252,21 @@ def _reason(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suit
 
 def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        env.pop(name, None)
     # Workers import this checkout, never torch (its directory may be on PYTHONPATH).
     env["PYTHONPATH"] = str(ROOT)
     env.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
+        # The test's rank and world size, for the fixture only: as under torch's runner,
+        # RANK and WORLD_SIZE are not in the environment (a suite checks what init_rpc
+        # does without them).
+        TPJ_CONFORMANCE_RANK=str(rank),
+        TPJ_CONFORMANCE_WORLD_SIZE=str(WORLD_SIZE),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
-        TPJ_CONFORMANCE_INIT_METHOD=f"tcp://127.0.0.1:{port}",
+        TPJ_CONFORMANCE_INIT_METHOD=(
+            f"tcp://127.0.0.1:{port}" if INIT == "tcp" else f"file://{scratch / 'init_file'}"
+        ),
         TPJ_CONFORMANCE_FILE=str(scratch / "init_file"),
     )
     if case.x64:
@@ -410,6 +418,12 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per test (default 60)")
     parser.add_argument("--torch-dir", help="torch's testing/_internal/distributed/rpc directory")
+    parser.add_argument(
+        "--init",
+        choices=["file", "tcp"],
+        default="file",
+        help="the init method the fixture gives (torch's default: file)",
+    )
     parser.add_argument("--list", action="store_true", help="classify and list, run nothing")
     parser.add_argument("--json", type=Path, help="write every verdict here")
     parser.add_argument("--logs", type=Path, help="keep each rank's output here")
@@ -421,6 +435,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    global INIT
+    INIT = args.init
     directory = torch_suite_dir(args.torch_dir)
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     cases = [c for s in suites for c in collect(s, directory)]

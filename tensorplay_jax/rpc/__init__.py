@@ -29,6 +29,7 @@ from tensorplay_jax.rpc._call_hooks import current_call_metadata as current_call
 from tensorplay_jax.rpc._call_hooks import current_caller as current_caller
 from tensorplay_jax.rpc._call_hooks import register_hooks as register_hooks
 from tensorplay_jax.rpc._codec import register_type as register_type
+from tensorplay_jax.rpc._errors import MixedGroupError as MixedGroupError
 from tensorplay_jax.rpc._errors import RpcError as RpcError
 from tensorplay_jax.rpc._errors import RpcNotInitializedError as RpcNotInitializedError
 from tensorplay_jax.rpc._errors import RpcPeerError as RpcPeerError
@@ -71,6 +72,7 @@ __all__ = [
     "RpcPeerError",
     "RpcTimeoutError",
     "TensorPipeRpcBackendOptions",
+    "MixedGroupError",
     "UnknownWorkerError",
     "WorkerInfo",
     "WorkerNameError",

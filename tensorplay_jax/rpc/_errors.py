@@ -113,3 +113,8 @@ def log_call_error(me: object, exc: BaseException, func: object = None) -> None:
         return
     tb = "".join(traceback.format_exception(exc))
     print(f"On {me}:\n{exc!r}\n{tb}", file=sys.stderr, flush=True)
+
+
+class MixedGroupError(RpcError, ValueError):
+    """A dynamic worker (``world_size=None``) joining a fixed-size group (tensorplay:
+    ``RuntimeError``, "RPC group mixes statically and dynamically initialized members")."""

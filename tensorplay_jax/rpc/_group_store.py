@@ -93,9 +93,10 @@ def group_op(st: Any, conn: Any, op: str, req: dict[str, Any]) -> dict[str, Any]
             return {"err": "a join needs an entry with a string name and nonce and an int rank"}
         if g.mode not in (None, "dynamic"):
             return {
-                "err": "the rendezvous store serves a fixed-size group (its workers gave a "
-                "world_size), and an RPC group that mixes fixed-size and dynamic "
-                "(world_size=None) members is not supported; pass the group's world_size"
+                "err": "RPC group mixes statically and dynamically initialized members which is "
+                "not supported: the rendezvous store serves a fixed-size group (its workers gave "
+                "a world_size); pass the group's world_size",
+                "mixed": True,
             }
         if g.closing is not None:
             return {"err": g.closing}

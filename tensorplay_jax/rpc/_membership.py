@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._current import current_agent
-from tensorplay_jax.rpc._errors import RpcPeerError
+from tensorplay_jax.rpc._errors import MixedGroupError, RpcPeerError
 from tensorplay_jax.rpc._rendezvous import StoreClient
 from tensorplay_jax.rpc._types import WorkerInfo
 
@@ -123,12 +123,14 @@ def claim_fixed_size(store: StoreClient) -> None:
     """Mark the store's group fixed-size (a worker with a ``world_size``).
 
     Raises:
-      ValueError: dynamic members joined it first.
+      MixedGroupError: dynamic members joined it first (a ``RuntimeError`` and a
+        ``ValueError``).
     """
     if store.group("mode", mode="static")["v"] != "static":
-        raise ValueError(
-            "init_rpc: RPC group mixes fixed-size (world_size given) and dynamic "
-            "(world_size=None) members, which is not supported"
+        raise MixedGroupError(
+            "init_rpc: RPC group mixes statically and dynamically initialized members which "
+            "is not supported: this group mixes fixed-size (world_size given) and dynamic "
+            "(world_size=None) members"
         )
 
 
@@ -176,7 +178,7 @@ class Membership:
         entry = {**entry, "rank": agent.rank}
         rep = agent.store.group("join", entry=entry)
         if "err" in rep:
-            raise ValueError(
+            raise (MixedGroupError if rep.get("mixed") else ValueError)(
                 f"init_rpc: worker {agent.name!r} (rank {agent.rank}) cannot join the dynamic "
                 f"group: {rep['err']}"
             )

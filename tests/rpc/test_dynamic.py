@@ -147,7 +147,7 @@ def test_refused_joins(group):
     assert m.proc.wait(30) == 0
     assert got["name"][0] == "ValueError" and "'m1' is taken" in got["name"][1], got
     assert got["rank"][0] == "ValueError" and "rank 1 is taken" in got["rank"][1], got
-    assert got["fixed"][0] == "ValueError" and "mixes fixed-size" in got["fixed"][1], got
+    assert got["fixed"][0] == "MixedGroupError" and "mixes fixed-size" in got["fixed"][1], got
     assert got["secret"][0] == "PermissionError" and "secret" in got["secret"][1], got
     assert [w.name for w in rpc.get_worker_infos()] == ["ps", "m1"]
 

@@ -96,7 +96,8 @@ def test_a_dynamic_joiner_started_before_a_fixed_size_rank_0_is_refused(master):
     finally:
         joiner.kill()
         t.join(60)
-    assert got["type"] == "ValueError", got
+    assert got["type"] == "MixedGroupError", got  # a RuntimeError (tensorplay's) and a ValueError
+    assert "RPC group mixes statically and dynamically initialized members" in got["message"]
     assert "fixed-size" in got["message"] and "world_size" in got["message"], got
     assert errors, "rank 0 of the fixed-size group must not start with a dynamic member"
 
