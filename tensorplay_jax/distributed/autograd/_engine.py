@@ -29,7 +29,8 @@ an RPC result the loss never used cannot hang backward. Each visit runs with
 ``retain_graph=True`` (a node shared by two incoming gradients must survive
 the first); graphs of passes without ``retain_graph`` are freed afterwards
 (``DistAutogradContext.begin_pass``/``end_pass``). The first error anywhere
-fails the pass as "Error on worker NAME: ...".
+(this worker's part included) fails the pass as tensorplay's "Error on Node RANK: ...",
+naming the worker.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from tensorplay_jax.autograd import (
 from tensorplay_jax.distributed.autograd import _context
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.distributed.autograd._serial import serial_for
-from tensorplay_jax.rpc import Future, RpcPeerError, get_worker_info, rpc_async
+from tensorplay_jax.rpc import Future, RpcError, RpcPeerError, get_worker_info, rpc_async
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.rpc.functions import async_execution
 from tensorplay_jax.rpc.internal import (
@@ -93,6 +94,14 @@ class _Run:
         self.task = task
         self.local: list[Item] = []
         self.dests: set[int] = set()
+
+
+def node_error(rank: int, name: str, e: BaseException) -> RuntimeError:
+    """tensorplay's error for ``e``, raised in a distributed backward on worker ``rank``:
+    "Error on Node RANK: <the message>", naming the worker and the type after it."""
+    err = RuntimeError(f"Error on Node {rank}: {e}\n(on worker {name!r}, a {type(e).__name__})")
+    err.__cause__ = e
+    return err
 
 
 class _Task:
@@ -244,10 +253,8 @@ class _Task:
             if self._failed:
                 return
             self._failed = True
-        if self.reply_to is not None and not str(e).startswith("Error on worker "):
-            wrapped = RuntimeError(f"Error on worker {self.me_name}: {type(e).__name__}: {e}")
-            wrapped.__cause__ = e
-            e = wrapped
+        if not isinstance(e, RpcError) and not str(e).startswith("Error on Node "):
+            e = node_error(self.me, self.me_name, e)  # a lost or late worker keeps its type
         self.done._try_set_exception(e)
 
     def _settle(self) -> None:
@@ -289,11 +296,9 @@ def _apply_gradients(
         ctx = retrieve(context_id)
         task = _Task(ctx, pass_id, retain, reply_to=None if caller is None else caller.id)
     except BaseException as e:
-        me = get_worker_info().name
-        err = RuntimeError(f"Error on worker {me}: {e}")
-        err.__cause__ = e
+        me = get_worker_info()
         fut: Future[list[Item]] = Future()
-        fut.set_exception(err)
+        fut.set_exception(node_error(me.id, me.name, e))
         return fut
     if trace.RECORDING:  # this worker's share of the pass (it may reply before it ends)
         with trace.span("dist_autograd: apply gradients", "autograd", context_id=context_id):
@@ -322,8 +327,8 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
         RpcNotInitializedError: RPC is not initialized.
         RuntimeError: unknown context ("Could not find autograd context with
             id: N"), empty ``roots``, a root that is not a scalar or needs no
-            grad, a second pass over a freed graph, or an error on another
-            worker ("Error on worker NAME: ...").
+            grad, a second pass over a freed graph, or an error on a worker
+            during the pass ("Error on Node RANK: ...", this one's too).
         TypeError: a root is not a Tensor.
         RpcPeerError, RpcTimeoutError: a worker died or did not answer in time.
 

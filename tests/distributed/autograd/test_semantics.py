@@ -213,10 +213,10 @@ def test_an_exception_in_a_remote_backward_names_the_worker(job):
     t = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
     with dist_autograd.context() as cid:
         y = rpc.rpc_sync("w1", T.raise_in_backward, args=(t,))
-        words = ["Error on worker w1", "boom in backward"]
+        words = ["Error on Node 1: ", "boom in backward", "on worker 'w1'"]
         expect(RuntimeError, words, dist_autograd.backward, cid, [y.sum()])
         z = rpc.rpc_sync("w1", T.relay, args=(t, "w2", T.raise_in_backward))
-        words = ["Error on worker w2", "boom in backward"]
+        words = ["Error on Node 2: ", "boom in backward", "on worker 'w2'"]
         expect(RuntimeError, words, dist_autograd.backward, cid, [z.sum()])
         ok = rpc.rpc_sync("w2", T.double, args=(t,))  # the context stays usable
         dist_autograd.backward(cid, [ok.sum()])
