@@ -15,8 +15,10 @@ connecting, the calling side (``call``, timeouts, calls failed by a lost
 link) and ``stop``. It holds the rest as objects, each given what it works
 on: ``_dispatch.Dispatcher`` what arrives (replies, serving requests),
 ``_shutdown.ShutdownBarrier`` the graceful barrier and leaving the store,
-``_rref_table.RRefTable`` the RRef bookkeeping (``agent.rrefs``), and
-``_inflight.InFlight`` the calls and served requests they share.
+``_rref_table.RRefTable`` the RRef bookkeeping (``agent.rrefs``),
+``_inflight.InFlight`` the calls and served requests they share, and
+``_peers.Peers`` the workers it knows and its links to them (``agent.peers``),
+whose lock is the agent's one lock.
 """
 
 from __future__ import annotations
@@ -49,7 +51,13 @@ from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
-from tensorplay_jax.rpc._membership import Membership, claim_fixed_size, store_client
+from tensorplay_jax.rpc._membership import (
+    Membership,
+    check_dynamic_options,
+    claim_fixed_size,
+    store_client,
+)
+from tensorplay_jax.rpc._peers import Peers
 from tensorplay_jax.rpc._protocol import CALL, FETCH, KIND_NAMES, REMOTE, TRACE_NAMES
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
@@ -81,17 +89,12 @@ class Agent:
         )
         self.membership: Membership | None = None  # a dynamic group's (world_size None)
         self.me = WorkerInfo(name, self.rank)
-        self._store_addr, self.main = (host, port), None
-        self.address = ""  # how the peers reach this worker (its gRPC address, if served)
-        self.workers: dict[str, WorkerInfo] = {}
-        self.by_id: dict[int, WorkerInfo] = {}
-        self._addresses: dict[int, str] = {}
-        # Workers that run this worker's main script: its functions go to them by name.
-        self.same_main: set[str] = set()
-        self._flight = InFlight()
-        self._lock = self._flight.lock
-        self.connections = Connections(self._lock)  # the transports, a link per peer
-        self._pending = self._flight.pending
+        self._store_addr = (host, port)
+        self.address = ""  # how the peers reach this worker (see Connections.address)
+        # The workers known and the links to them; its lock is the agent's one lock.
+        self.peers = Peers(self.me)
+        self._flight = InFlight(self.peers.lock)
+        self.connections = Connections(self.peers)  # the transports, connecting to the peers
         self._ids = itertools.count(1)
         self.stopped = False
         self._store_server: StoreServer | None = None
@@ -107,8 +110,8 @@ class Agent:
                 options.tls_require_client_auth,
             )
         self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
-        self._deadlines = Deadlines(self._expire, self._pending)
-        self.rrefs = RRefTable(self)
+        self._deadlines = Deadlines(self._expire, self._flight.pending)
+        self.rrefs = RRefTable(self.me, options, self.call)
         # Where arrays land on each peer; checked and completed at start-up.
         self.device_maps = DeviceMaps(name, options.device_maps or {}, options.devices)
         self.dispatch = Dispatcher(
@@ -118,8 +121,7 @@ class Agent:
             inflight=self._flight,
             rrefs=self.rrefs,
             executor=self._executor,
-            workers=self.workers,
-            same_main=self.same_main,
+            peers=self.peers,
             device_maps=self.device_maps,
         )
         # What every link reports to: one bundle for every transport (see _link).
@@ -169,7 +171,14 @@ class Agent:
         if self.rank == 0:  # the group's kind is the store's from the start
             mode = "static" if self.world_size is not None else "dynamic"
             self._store_server = StoreServer(store_bind_host(host), port, secret, mode)
-        self.store = store_client(self, host, port, secret)
+        self.store = store_client(
+            host,
+            port,
+            secret,
+            me=self.me,
+            world_size=self.world_size,
+            init_timeout=opts.init_timeout,
+        )
         self.barrier = ShutdownBarrier(
             name=self.name,
             rank=self.rank,
@@ -183,13 +192,22 @@ class Agent:
         )
         self._serve(secret, host, port)
         nonce = secrets.token_hex(8)
-        main = self.main = _objref.main_identity()
+        main = self.peers.main = _objref.main_identity()
         mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
         mine.update(self.connections.advertised(), **self.device_maps.advertised())
         t1 = time.time_ns()  # start-up phases: kept for the profiler (see runtime.trace)
         trace.startup("init_rpc: store and servers", t0, t1, worker=self.name)
         if self.world_size is None:  # a dynamic group
-            self.membership = Membership(self, host, port, secret).join(mine, opts.init_timeout)
+            check_dynamic_options(opts)
+            self.membership = Membership(
+                peers=self.peers,
+                inflight=self._flight,
+                rrefs=self.rrefs,
+                store=self.store,
+                barrier=self.barrier,
+                call=self.call,
+                where=(host, port, secret),
+            ).join(mine, opts.init_timeout)
             return
         claim_fixed_size(self.store)
         got = self.store.setnx(f"rank/{self.rank}", mine)
@@ -222,15 +240,10 @@ class Agent:
         if dead:
             raise RpcPeerError(f"init_rpc: ranks {dead} exited during the rendezvous")
         trace.startup("init_rpc: rendezvous", t1, time.time_ns(), world_size=self.world_size)
-        for r in range(self.world_size):
-            ent = table[f"rank/{r}"]
-            info = WorkerInfo(ent["name"], r)
-            self.workers[info.name] = info
-            self.by_id[r] = info
-            self._addresses[r] = ent["addr"]
-            self.connections.add_peer(r, ent)
-            if r == self.rank or (main is not None and ent.get("main") == main):
-                self.same_main.add(info.name)
+        with self.peers.lock:
+            for r in range(self.world_size):
+                ent = table[f"rank/{r}"]
+                self.peers.add(WorkerInfo(ent["name"], r), ent)
         self.device_maps.agree(
             {table[f"rank/{r}"]["name"]: table[f"rank/{r}"] for r in names.values()},
             lambda err: self.store.all_gather("devices", err, self.world_size, opts.init_timeout),
@@ -269,19 +282,20 @@ class Agent:
     def debug_counters(self) -> dict[str, int]:
         """``rpc.get_debug_info``'s counters: pending calls, served calls in flight, owned RRefs."""
         return {
-            "num_pending_requests": len(self._pending),
+            "num_pending_requests": len(self._flight.pending),
             "num_inflight_served": self._flight.serving,
             "num_owner_rrefs": len(self.rrefs.owned_ids()),
         }
 
     def resolve(self, to: Any, what: str) -> WorkerInfo:
+        peers = self.peers
         if isinstance(to, WorkerInfo):
-            info, key = self.by_id.get(to.id), f"{to!r}"
+            info, key = peers.by_id.get(to.id), f"{to!r}"
             info = info if info is not None and info.name == to.name else None
         elif isinstance(to, str):
-            info, key = self.workers.get(to), f"name {to!r}"
+            info, key = peers.workers.get(to), f"name {to!r}"
         elif isinstance(to, int) and not isinstance(to, bool):
-            info, key = self.by_id.get(to), f"rank {to}"
+            info, key = peers.by_id.get(to), f"rank {to}"
         else:
             raise DestinationTypeError(
                 f"{what}: to={to!r} must be a worker name, a rank (int) or a WorkerInfo"
@@ -296,7 +310,8 @@ class Agent:
         return info
 
     def _known(self) -> str:
-        return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in self.by_id.values())
+        known = self.peers.by_id.values()
+        return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in known)
 
     # ------------------------------------------------------------------ calling
 
@@ -335,7 +350,7 @@ class Agent:
                 args, kwargs = h.on_send_request(info, args, kwargs)
             enc = _codec.encode(  # a list at the top, not a tuple: one msgpack level less
                 [func, list(args), kwargs],
-                main=to.name in self.same_main,
+                main=to.name in self.peers.same_main,
                 place=self.device_maps.for_request(to.name),
                 to=to.name,  # an RRef in it records ``to`` as its fork's holder
             )
@@ -348,14 +363,14 @@ class Agent:
         fut: Future = Future(callback_executor=self._executor)
         pend = Pending(fut, to, info, timeout)
         made = self.connections.premade(to)
-        with self._lock:
+        with self.peers.lock:
             if self.stopped:
                 if made is not None:
                     made.close()
                 raise not_initialized(info.kind)
             link = self.connections.link_for(to, made)
             pend.link = link
-            self._pending[mid] = pend
+            self._flight.pending[mid] = pend
             self._flight.handled += 1
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
@@ -374,8 +389,8 @@ class Agent:
         return trace.begin(f"send {name}", "rpc", t0=t0)
 
     def _expire(self, mid: int) -> None:
-        with self._lock:
-            pend = self._pending.pop(mid, None)
+        with self.peers.lock:
+            pend = self._flight.pending.pop(mid, None)
         if pend is not None:
             pend.fut._try_set_exception(
                 RpcTimeoutError(
@@ -386,11 +401,10 @@ class Agent:
             )
 
     def _on_closed(self, link: Link, reason: str) -> None:
-        with self._lock:
+        with self.peers.lock:
             self.connections.forget(link)
             self._flight.link_closed(link)  # what it asked for is no one's to wait for now
-            dead = [m for m, p in self._pending.items() if p.link is link]
-            pends = [self._pending.pop(m) for m in dead]
+            pends = self._flight.take(lambda p: p.link is link)
         self.rrefs.requester_gone(link)  # fetches it parked here: no one left to answer
         for p in pends:
             if self.stopped:
@@ -399,7 +413,7 @@ class Agent:
                 msg = (
                     f"{p.info.kind} to worker {p.to.name!r} (rank {p.to.id}) running "
                     f"{p.info.func_name or '-'} failed: lost the connection to {p.to.name!r} at "
-                    f"{self._addresses.get(p.to.id)} ({reason}); the worker may have exited or "
+                    f"{self.peers.address(p.to.id)} ({reason}); the worker may have exited or "
                     "been killed"
                 )
             p.fut._try_set_exception(RpcPeerError(msg))
@@ -422,7 +436,7 @@ class Agent:
                 return most
             return min(most, max(deadline - time.monotonic(), 0.0))
 
-        with self._lock:
+        with self.peers.lock:
             self.stopped = True
         self.dispatch.close()  # release requests held for init_rpc (they get an error)
         if self.membership is not None:

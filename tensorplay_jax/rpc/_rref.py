@@ -465,7 +465,7 @@ def _decode_rref(v: list[Any]) -> RRef[Any]:
         r = RRef._make(agent, agent.me, rref_id, None, rec)
         agent.rrefs.del_fork(rref_id, fork, sender)
         return r
-    owner = agent.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
+    owner = agent.peers.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
     r = RRef._make(agent, owner, rref_id, fork, None)
     sender = _codec.current_peer()
     # The owner registered the fork before it sent the RRef: confirmed.

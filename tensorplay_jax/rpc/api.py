@@ -318,7 +318,7 @@ def get_worker_infos() -> list[WorkerInfo]:
       [WorkerInfo(name='ps', id=0), WorkerInfo(name='trainer1', id=1)]
     """
     agent = _agent.get_agent("get_worker_infos")
-    return sorted(list(agent.workers.values()), key=lambda w: w.id)
+    return sorted(list(agent.peers.workers.values()), key=lambda w: w.id)
 
 
 def get_debug_info() -> dict[str, Any]:
