@@ -2,9 +2,8 @@
 
 Message kinds and envelopes: see ``_protocol``. A dynamic group (``world_size=None``):
 ``_membership``. Transports (``rpc/transports``): the agent holds an ordered list of them
-(``GrpcRpcBackendOptions(transports=...)``, by default the same-host socket
-``_local``, the TCP link ``_tcp`` and the gRPC stream ``_grpc``; with TLS on,
-only those that carry it) and reaches each peer through the first that
+(``GrpcRpcBackendOptions(transports=...)``, by default ``transports.default_transports()``;
+with TLS on, only those that carry it) and reaches each peer through the first that
 reaches it, trying the next when a connection fails. It holds every
 connection as a ``_link.Link`` and hands every transport one ``Inbound``
 (the dispatcher's ``on_message`` and ``on_malformed``, its own ``_on_closed``).
@@ -31,8 +30,7 @@ import time
 import warnings
 from typing import Any
 
-# _grpc, _local and _tcp register the built-in transports ("grpc", "local", "tcp").
-from tensorplay_jax.rpc import _call_hooks, _codec, _grpc, _local, _objref, _tcp  # noqa: F401
+from tensorplay_jax.rpc import _call_hooks, _codec, _objref
 from tensorplay_jax.rpc._connections import Connections
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
@@ -48,7 +46,6 @@ from tensorplay_jax.rpc._errors import (
     not_initialized,
 )
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
 from tensorplay_jax.rpc._membership import (
@@ -63,7 +60,7 @@ from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServe
 from tensorplay_jax.rpc._rref_table import RRefTable
 from tensorplay_jax.rpc._shutdown import ShutdownBarrier
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
-from tensorplay_jax.rpc.transports import Site, default_transports
+from tensorplay_jax.rpc.transports import Site, TlsConfig, default_transports
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.address import local_address, store_bind_host
 from tensorplay_jax.runtime.init_method import resolve_init
@@ -274,8 +271,7 @@ class Agent:
         )
         names = default_transports() if opts.transports is None else opts.transports
         self.connections.serve(site, names)
-        grpc = self.connections.get("grpc")
-        self.address = grpc.advertise() if grpc is not None else adv
+        self.address = self.connections.address(adv)
 
     # ------------------------------------------------------------------ lookups
 

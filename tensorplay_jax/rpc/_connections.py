@@ -18,7 +18,7 @@ from tensorplay_jax.rpc._errors import RpcPeerError
 from tensorplay_jax.rpc._link import Link
 from tensorplay_jax.rpc._peers import Peers
 from tensorplay_jax.rpc._types import WorkerInfo
-from tensorplay_jax.rpc.transports import Site, Transport, make_transports
+from tensorplay_jax.rpc.transports import Site, Transport, carrying_tls, make_transports
 
 __all__ = ["Connections"]
 
@@ -56,7 +56,7 @@ class Connections:
             if not chosen:
                 raise ValueError(
                     f"init_rpc: TLS is on, and none of transports={list(names)!r} carries it; "
-                    "add 'grpc'"
+                    f"add one that does: {', '.join(map(repr, carrying_tls()))}"
                 )
         for name, transport in chosen:
             if transport.serve(site):
@@ -65,6 +65,12 @@ class Connections:
     def get(self, name: str) -> Transport | None:
         """The transport ``name`` if this worker serves it, else None."""
         return next((t for n, t in self.transports if n == name), None)
+
+    def address(self, fallback: str) -> str:
+        """This worker's address as people read it: the ``address`` of the first transport
+        served that has one (see ``Transport``), else ``fallback``."""
+        found = (getattr(t, "address", None) for _, t in self.transports)
+        return next((a for a in found if isinstance(a, str) and a), fallback)
 
     def advertised(self) -> dict[str, Any]:
         """What each transport puts in this worker's rendezvous entry, by its name."""
