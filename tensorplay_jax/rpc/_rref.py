@@ -33,7 +33,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tensorplay_jax.rpc import _codec, _current, _registry, _sending
+from tensorplay_jax.rpc import _codec, _current, _sending, _wire_types
 from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
@@ -410,7 +410,7 @@ def _encode_rref(r: RRef[Any]) -> list[Any]:
         r._check_created("passing an RRef on")
         _sending.carry(r)
     fork = agent.rrefs.new_id()
-    holder = _registry.encoding_to()  # the receiver holds the fork: released if it goes
+    holder = _wire_types.encoding_to()  # the receiver holds the fork: released if it goes
     if r._record is not None:
         agent.rrefs.add_fork(r._id, fork, r._record, holder=holder)
     else:
