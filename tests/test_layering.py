@@ -13,6 +13,12 @@ Two rules from the documentation's Architecture page (``docs/architecture.md``):
   ``importlib``) count as imports.
 * **Layers point down.** Each folder imports only the folders listed for it in
   :data:`LAYERS` (and itself), so the picture in ``docs/architecture.md`` stays true.
+* **No import cycles.** No module of the package is in a run-time import cycle:
+  the graph counts every import a module runs, at its top or inside a function
+  (but not under ``if TYPE_CHECKING:``).
+* **Transports are named in one place.** No module outside the table of built-in
+  transports (``rpc/transports.py``) and the transports' own modules imports a
+  transport's module or names a built-in transport (a string such as ``"grpc"``).
 
 One more seam is checked here, by importing the engine registry: every registered
 process-group engine implements every collective of the ``Engine`` protocol, which
@@ -32,6 +38,7 @@ import pytest
 
 import tensorplay_jax
 from tensorplay_jax.process_group import engine
+from tensorplay_jax.rpc import transports
 
 PACKAGE = pathlib.Path(tensorplay_jax.__file__).parent
 
@@ -90,8 +97,9 @@ def _folder(parts: list[str]) -> str:
     return parts[0] if parts else ""
 
 
-def _imports(path: pathlib.Path) -> list[tuple[int, list[str]]]:
-    """(line, dotted path below tensorplay_jax, imported name appended) for each import."""
+def _imports(path: pathlib.Path, *, strings: bool = True) -> list[tuple[int, list[str]]]:
+    """(line, dotted path below tensorplay_jax, imported name appended) for each import;
+    with ``strings``, dotted module paths written as strings count too."""
     rel = path.relative_to(PACKAGE).with_suffix("").parts
     package = list(rel[:-1])  # the package this module sits in, below tensorplay_jax
     found: list[tuple[int, list[str]]] = []
@@ -114,7 +122,8 @@ def _imports(path: pathlib.Path) -> list[tuple[int, list[str]]]:
                 if alias.name.split(".")[0] == "tensorplay_jax":
                     found.append((node.lineno, alias.name.split(".")[1:]))
         elif (
-            isinstance(node, ast.Constant)
+            strings
+            and isinstance(node, ast.Constant)
             and isinstance(node.value, str)
             and _DOTTED.match(node.value)
         ):
@@ -280,3 +289,176 @@ def test_every_engine_implements_every_op(name: str) -> None:
         f"engine {name!r} ({cls.__module__}.{cls.__qualname__}) does not implement the Engine "
         f"protocol: missing {missing}; other parameters: {differ}"
     )
+
+
+# ------------------------------------------------------------------ import cycles
+
+
+def _module_name(path: pathlib.Path) -> str:
+    """``rpc._agent`` for ``rpc/_agent.py``, ``rpc`` for ``rpc/__init__.py``."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports when it runs (``from a import b`` names
+    ``a.b`` when that is a module, else ``a``; compiled extensions are leaves)."""
+    names = {_module_name(p) for p in MODULES} | {""}
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        me, out = _module_name(path), set()
+        for _, target in _imports(path, strings=False):  # a string names, it does not run
+            for n in (len(target), len(target) - 1):
+                name = ".".join(target[:n])
+                if n > 0 and name in names:
+                    out.add(name)
+                    break
+        graph[me] = out - {me}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    deps = _import_graph()
+    assert "rpc._agent" in deps["rpc.api"]  # the graph sees the imports
+
+
+def test_no_module_is_in_an_import_cycle() -> None:
+    graph = _import_graph()
+    cycles = _cycles(graph)
+    lines = [
+        " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c)
+        for c in cycles
+    ]
+    assert not cycles, (
+        "modules in a run-time import cycle (move what both need into a module they both "
+        "import, or pass it in):\n  " + "\n  ".join(lines)
+    )
+
+
+# ------------------------------------------------------------------ transports named once
+
+
+def _transport_modules() -> set[pathlib.Path]:
+    """The built-in transports' own modules: each factory's module, and the whole private
+    subpackage it sits in (``rpc/_local/``)."""
+    own: set[pathlib.Path] = set()
+    for _, factory, _ in transports.BUILTIN_TRANSPORTS:
+        parts = factory.__module__.split(".")[1:]
+        own.add(PACKAGE.joinpath(*parts[:2]) if len(parts) > 2 else PACKAGE.joinpath(*parts))
+    return own
+
+
+def _in(path: pathlib.Path, own: set[pathlib.Path]) -> bool:
+    return any(path == o.with_suffix(".py") or o in path.parents for o in own)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants in ``tree`` (text for people, not code)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _names_of_transports(path: pathlib.Path, builtin: set[str]) -> list[str]:
+    """Where ``path``'s code names a built-in transport: a string that is one's name."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    return [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in builtin and id(node) not in docs
+    ]
+
+
+def test_no_module_outside_the_transport_table_names_a_transport() -> None:
+    table = PACKAGE / "rpc" / "transports.py"
+    own = _transport_modules()
+    builtin = {name for name, _, _ in transports.BUILTIN_TRANSPORTS}
+    own_modules = {".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in own}
+    # The socket base the same-host and TCP transports share is theirs too (no other
+    # folder may import rpc's private modules at all: see the first rule).
+    theirs = own | {PACKAGE / "rpc" / "_socket"}
+    bad = []
+    for path in MODULES:
+        if path == table or _in(path, theirs):
+            continue
+        bad += [
+            f"{path.relative_to(PACKAGE)}:{line}: imports tensorplay_jax.{'.'.join(target)}"
+            for line, target in _imports(path)
+            if any(f"{'.'.join(target)}.".startswith(f"{m}.") for m in own_modules)
+        ]
+        # In rpc/, a transport's name means the transport (elsewhere "tcp" is also a
+        # process-group engine and an init_method scheme, "local" an ordinary word).
+        if _own_folder(path) == "rpc":
+            bad += _names_of_transports(path, builtin)
+    assert not bad, (
+        "a built-in transport is named outside its table (rpc/transports.py: "
+        "BUILTIN_TRANSPORTS) and its own modules; ask the registry instead:\n  " + "\n  ".join(bad)
+    )
+
+
+def test_the_transport_scan_sees_the_table() -> None:
+    table = PACKAGE / "rpc" / "transports.py"
+    builtin = {name for name, _, _ in transports.BUILTIN_TRANSPORTS}
+    assert builtin == {"local", "tcp", "grpc"}
+    assert len(_names_of_transports(table, builtin)) >= 3
+    assert _in(PACKAGE / "rpc" / "_local" / "server.py", _transport_modules())
+
+
+@pytest.mark.parametrize("name", engine.pair_engines())
+def test_every_pair_engine_implements_send_recv(name: str) -> None:
+    factory = engine._PAIRS[name].factory
+    cls = factory if inspect.isclass(factory) else typing.get_type_hints(factory)["return"]
+    missing = [op for op in ("close", "send_recv") if getattr(cls, op, None) is None]
+    assert not missing, f"pair engine {name!r} ({cls.__qualname__}) lacks {missing}"

@@ -28,6 +28,7 @@ import numpy as np
 
 from tensorplay_jax.autograd import _host_eval
 from tensorplay_jax.runtime import xla_options
+from tensorplay_jax.runtime.device import to_device
 
 MAX_CACHED_OPERATIONS = 4096
 
@@ -112,6 +113,19 @@ LEAF = jax.tree_util.tree_structure(0)  # the tree structure of a single array
 def out_info_of(leaves: list[Any], treedef: Any) -> OutInfo:
     """Static description of an operation's outputs: tree structure, (shape, dtype) per leaf."""
     return treedef, tuple((tuple(x.shape), x.dtype) for x in leaves)
+
+
+_ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
+
+
+def ones_like(value: Any) -> jax.Array:
+    """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)
+    and filled on the host (``jnp.ones`` would compile a program per shape)."""
+    key = (value.shape, value.dtype)
+    ones = _ones.get(key)
+    if ones is None:
+        ones = _ones[key] = to_device(np.ones(value.shape, value.dtype))
+    return ones
 
 
 def zero_cotangent(shape: tuple[int, ...], dtype: Any) -> Any:

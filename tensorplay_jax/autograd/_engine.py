@@ -39,26 +39,13 @@ import numpy as np
 from tensorplay_jax.autograd import _fused, _hooks, _known
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradients
+from tensorplay_jax.autograd._cache import ones_like
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
-from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
 
 Accumulate = Callable[["Tensor", jax.Array], None]
-
-
-_ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
-
-
-def ones_like(value: Any) -> jax.Array:
-    """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)
-    and filled on the host (``jnp.ones`` would compile a program per shape)."""
-    key = (value.shape, value.dtype)
-    ones = _ones.get(key)
-    if ones is None:
-        ones = _ones[key] = to_device(np.ones(value.shape, value.dtype))
-    return ones
 
 
 def as_array(x: Any, dtype: Any = None) -> jax.Array:

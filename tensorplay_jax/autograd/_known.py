@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd import _engine, _kept_inputs, _lazy
+from tensorplay_jax.autograd import _kept_inputs, _lazy
 from tensorplay_jax.autograd._accumulate import (
     Accumulator,
     accumulator,
@@ -46,7 +46,7 @@ from tensorplay_jax.autograd._accumulate import (
     split,
     take_all,
 )
-from tensorplay_jax.autograd._cache import _trace_counts, zero_cotangent
+from tensorplay_jax.autograd._cache import _trace_counts, ones_like, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 from tensorplay_jax.runtime import xla_options
 
@@ -174,7 +174,7 @@ def known_shape(
     root = starts[0]
     out_nr = plan[1][0][1]
     aval = root.lazy_op.structs[out_nr]
-    ct = _engine.ones_like(aval) if math.prod(aval.shape) == 1 else None
+    ct = ones_like(aval) if math.prod(aval.shape) == 1 else None
     key = (seg.pattern, root.lazy_index, out_nr, folds)
     known = _Known(
         tuple(n.lazy_index for n in order), leaf_inputs, plan, len(seg.pattern.ops), ct, folds

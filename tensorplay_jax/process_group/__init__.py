@@ -15,7 +15,9 @@ data in host memory share). The private modules:
 - ``_membership``: rank maps, ``new_subgroups``, ``monitored_barrier``, ``GroupMember``.
 - ``_engine_shm`` / ``_shared_memory``: the same-host engine and its segments and barrier.
 - ``_engine_tcp`` / ``_tcp_mesh``: the across-hosts engine and its authenticated mesh.
-- ``_engine_xla``: compiled XLA programs over the group's mesh.
+- ``_engine_xla``: compiled XLA programs over the group's mesh (and over a pair, for send/recv).
+- ``_pair``: send/recv over a pair's host engine, for a group without JAX's runtime.
+- ``_builtin_engines``: the one table that registers the built-in engines.
 - ``_descriptor``: per-call descriptors compared across ranks before data moves.
 - ``_kv``: the signed key-value store of JAX's coordination service.
 - ``_coordinator``: the coordination service's own process (started by ``_kv``).
@@ -29,12 +31,16 @@ Example:
 """
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp as ReduceOp
-from tensorplay_jax.process_group import _collectives, _group, _membership, _objects, _p2p
 
-# The built-in engines register themselves (``engine.register_engine``) when imported.
-from tensorplay_jax.process_group import _engine_shm as _engine_shm
-from tensorplay_jax.process_group import _engine_tcp as _engine_tcp
-from tensorplay_jax.process_group import _engine_xla as _engine_xla
+# _builtin_engines: the one table that registers the built-in engines (``engine.py``).
+from tensorplay_jax.process_group import (
+    _builtin_engines,  # noqa: F401
+    _collectives,
+    _group,
+    _membership,
+    _objects,
+    _p2p,
+)
 from tensorplay_jax.process_group._collectives import all_gather as all_gather
 from tensorplay_jax.process_group._collectives import (
     all_gather_into_tensor as all_gather_into_tensor,

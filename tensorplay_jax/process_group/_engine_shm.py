@@ -39,7 +39,7 @@ import numpy as np
 from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.process_group import _descriptor, _kv
 from tensorplay_jax.process_group._shared_memory import Segment, TickBarrier
-from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
+from tensorplay_jax.process_group.engine import GroupSpec, unusable
 from tensorplay_jax.process_group.host import bounds, copied, on_host, reduced, stacked
 from tensorplay_jax.runtime.device import aligned_empty
 from tensorplay_jax.runtime.settings import PG_SHM_DEPTH, PG_SHM_MIN_CAPACITY, PG_SHM_SMALL_BYTES
@@ -346,6 +346,12 @@ class ShmEngine:
 
     @on_host
     def reduce_scatter(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
+        return self.reduce_scatter_host(x, op, desc)
+
+    def reduce_scatter_host(self, x: np.ndarray, op: ReduceOp, desc: np.ndarray) -> np.ndarray:
+        """:meth:`reduce_scatter` on a C-contiguous host array, returning a host array: for
+        an engine that runs this group's collectives inside its own (the TCP engine's
+        hierarchical all_reduce), as :meth:`all_gather_into` is for all_gather."""
         deadline, inputs = self._begin("reduce_scatter", desc, x)
         if inputs is None:
             mine = self._slot(self.me, x.shape, x.dtype)
@@ -402,6 +408,3 @@ def _refusal(spec: GroupSpec) -> str | None:
         f"group {list(spec.ranks)} has backend {spec.backend!r} and "
         f"{len(set(spec.hosts))} host(s). Use engine='xla' or 'auto'."
     )
-
-
-register_engine("shm", ShmEngine, applies=_fits, requires=_refusal, priority=20)

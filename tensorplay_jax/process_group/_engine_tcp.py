@@ -30,8 +30,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import sys
+import mmap
 import time
+import weakref
 
 import numpy as np
 
@@ -39,10 +40,10 @@ from tensorplay_jax.collectives.reduce_op import ReduceOp, reduce_into
 from tensorplay_jax.process_group import _descriptor
 from tensorplay_jax.process_group._engine_shm import ShmEngine
 from tensorplay_jax.process_group._tcp_mesh import TcpMesh
-from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
+from tensorplay_jax.process_group.engine import GroupSpec, unusable
 from tensorplay_jax.process_group.host import bounds, on_host, raw, reduced
 from tensorplay_jax.runtime import trace
-from tensorplay_jax.runtime.device import HOST_ALIGN, aligned_empty
+from tensorplay_jax.runtime.device import aligned_empty
 
 __all__ = ["TcpEngine"]
 
@@ -50,6 +51,43 @@ _REDUCE_STEP = 256 << 10  # reduce what arrived once this many bytes are in
 _DIRECT_MAX = 1 << 20  # two members exchange whole inputs up to this many bytes
 _POOL_MIN = 1 << 20  # all_reduce results this large come from the result pool
 _POOL_SLOTS = 2  # result buffers a group keeps for reuse
+
+
+class _Pooled:
+    """A result buffer that the TCP engine's pool owns, lent to one result at a time.
+
+    The rule: the pool owns the memory (an anonymous mapping, page-aligned, so
+    ``jax.device_put`` may alias it); :meth:`lend` hands it out as a fresh wrapper
+    array, which every view of the result (and a ``jax.Array`` aliasing one) keeps
+    alive, and the pool keeps only a weak reference to that wrapper. The buffer is
+    free again once the wrapper has been collected.
+
+    Example:
+      >>> buf = _Pooled(1 << 20)
+      >>> result = buf.lend().view(np.float32)
+      >>> buf.free()
+      False
+      >>> del result
+      >>> buf.free()
+      True
+    """
+
+    __slots__ = ("_lent", "memory", "nbytes")
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.memory = mmap.mmap(-1, nbytes)
+        self._lent: weakref.ref[np.ndarray] | None = None
+
+    def free(self) -> bool:
+        """Whether no result holds the buffer now."""
+        return self._lent is None or self._lent() is None
+
+    def lend(self) -> np.ndarray:
+        """The whole buffer as a new ``uint8`` array (the lease: see the class)."""
+        wrapper = np.frombuffer(self.memory, np.uint8)
+        self._lent = weakref.ref(wrapper)
+        return wrapper
 
 
 class TcpEngine:
@@ -73,7 +111,7 @@ class TcpEngine:
         self.ranks, self.me, self.n, self.timeout_s = spec.ranks, spec.me, spec.n, spec.timeout_s
         self.dlen = _descriptor.length(self.n)
         self.scratch = np.empty(0, np.uint8)
-        self.pool: list[np.ndarray] = []  # result buffers, reused once no result holds them
+        self.pool: list[_Pooled] = []  # result buffers, reused once no result holds them
         self.mesh = TcpMesh(spec)
         self.peers = self.mesh.peers
         self.local: ShmEngine | None = None
@@ -137,25 +175,22 @@ class TcpEngine:
         return self.scratch[:nbytes].view(dtype)
 
     def _result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """An aligned array for a result, reusing a pooled buffer that nothing holds.
+        """An aligned array for a result; a large one from a pooled buffer no result holds.
 
-        A large fresh buffer costs a page fault per page on first write; one whose
-        earlier result has been dropped (a jax.Array aliasing it lets go once it is
-        deleted) is already mapped. The pool holds each buffer's owning array: its
-        only references are then the pool's list and ``getrefcount``'s argument.
+        A large fresh buffer costs a page fault per page on first write; a pooled one
+        whose earlier result has been dropped is already mapped. Ownership (see
+        :class:`_Pooled`): the pool owns each buffer; a result borrows it, and the
+        buffer is free again once nothing holds that result (a ``jax.Array`` aliasing
+        it included).
         """
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes < _POOL_MIN:
             return aligned_empty(shape, dtype)
-        owner = next(
-            (o for o in self.pool if o.nbytes == nbytes + HOST_ALIGN and sys.getrefcount(o) == 3),
-            None,
-        )  # the three references: the list, ``o`` and getrefcount's argument
-        if owner is None:
-            owner = aligned_empty((nbytes,), np.uint8).base
-            self.pool = [*self.pool[-(_POOL_SLOTS - 1) :], owner]
-        off = (-owner.ctypes.data) % HOST_ALIGN
-        return owner[off : off + nbytes].view(dtype).reshape(shape)
+        slot = next((b for b in self.pool if b.nbytes == nbytes and b.free()), None)
+        if slot is None:
+            slot = _Pooled(nbytes)
+            self.pool = [*self.pool[-(_POOL_SLOTS - 1) :], slot]
+        return slot.lend().view(dtype).reshape(shape)
 
     def _reducer(self, acc, first, tmp, op: ReduceOp, mine_first: bool, n: int):
         """``on_recv`` that reduces ``acc = first op tmp`` as ``tmp`` fills, in steps."""
@@ -259,7 +294,7 @@ class TcpEngine:
         base = ReduceOp.SUM if op is ReduceOp.AVG else op
         code = _descriptor.dtype_code(fn, x.dtype)
         d = _descriptor.encode(p, "reduce_scatter", code, rows.shape, reduce_op=base)
-        part = ShmEngine.reduce_scatter.__wrapped__(shm, rows, base, d)
+        part = shm.reduce_scatter_host(rows, base, d)
         out = self._result((p, chunk), x.dtype)
         self._ring(fn, deadline, part, out[shm.me], base, self.across)
         if op is ReduceOp.AVG:
@@ -351,6 +386,3 @@ class TcpEngine:
             {j: raw(dst[at[j] : at[j + 1]]) for j in self.peers},
         )
         return out
-
-
-register_engine("tcp", TcpEngine, applies=lambda spec: spec.backend == "gloo", priority=10)

@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, lax_reduce, stacked_reduce
 from tensorplay_jax.process_group import _descriptor, _kv, _startup
-from tensorplay_jax.process_group.engine import GroupSpec, register_engine, unusable
+from tensorplay_jax.process_group.engine import GroupSpec, unusable
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.device import to_device
 
@@ -264,6 +264,3 @@ class XlaEngine:
 def _refusal(spec: GroupSpec) -> str | None:
     """Why the XLA engine cannot run ``spec``'s group: it started without JAX's runtime."""
     return _startup.runtime_needed(spec.fn, spec.backend, "xla") if None in spec.devices else None
-
-
-register_engine("xla", XlaEngine, applies=lambda spec: True, requires=_refusal)

@@ -37,10 +37,14 @@ import datetime
 from typing import Any
 
 from tensorplay_jax.process_group import _kv, _startup
-from tensorplay_jax.process_group._engine_xla import XlaEngine
-from tensorplay_jax.process_group._pair import HostPair
 from tensorplay_jax.process_group._work import Work
-from tensorplay_jax.process_group.engine import Engine, GroupSpec, make_engine
+from tensorplay_jax.process_group.engine import (
+    Engine,
+    GroupSpec,
+    PairEngine,
+    make_engine,
+    make_pair_engine,
+)
 from tensorplay_jax.runtime import secret as _secret
 from tensorplay_jax.runtime.init_method import release, resolve_init
 from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD
@@ -240,15 +244,15 @@ def _make_group(
     return g
 
 
-def pair_engine(a: int, b: int) -> XlaEngine | HostPair:
-    """The engine of send/recv between global ranks ``{a, b}``, made on first use: XLA's,
-    or a ``HostPair`` when the group runs without JAX's runtime (``_startup.join``)."""
+def pair_engine(a: int, b: int) -> PairEngine:
+    """The engine of send/recv between global ranks ``{a, b}``, made on first use: the
+    registry's pick for the pair (``engine.make_pair_engine``)."""
     w = _state()
     lo, hi = min(a, b), max(a, b)
     eng = w.pairs.get((lo, hi))
     if eng is None:
         spec = _spec((lo, hi), f"{w.prefix}/p2p/{lo}-{hi}", "send")
-        eng = HostPair(spec) if None in spec.devices else XlaEngine(spec)
+        eng = make_pair_engine(spec)
         w.pairs[(lo, hi)] = eng
     return eng
 

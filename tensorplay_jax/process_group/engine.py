@@ -13,9 +13,16 @@ takes a :class:`GroupSpec` and which has every method of :class:`Engine`, then
 :func:`register_engine` it (``tests/test_layering.py`` checks that every
 registered engine implements every collective). ``engine="auto"`` picks, among
 the engines whose ``applies`` holds for the group, the one of highest
-``priority``; the built-in ones (registered by their modules) are ``shm``
-(priority 20: a gloo group on one host), ``tcp`` (10: a gloo group across hosts)
-and ``xla`` (0: any group).
+``priority``; the built-in ones (registered from one table,
+``process_group/_builtin_engines.py``) are ``shm`` (priority 20: a gloo group
+on one host), ``tcp`` (10: a gloo group across hosts) and ``xla`` (0: any group).
+
+Point-to-point (``send``/``recv``) runs on a *pair engine* of the two ranks,
+chosen the same way from its own table (:func:`register_pair_engine`,
+:func:`make_pair_engine`): a :class:`PairEngine` has ``send_recv``. The built-in
+ones are ``xla`` (priority 10: an XLA program over the pair, where JAX's
+multi-process runtime runs) and ``host`` (0: a broadcast over the pair's host
+engine, for a group started without that runtime).
 
 Example:
   >>> engines()
@@ -43,10 +50,15 @@ __all__ = [
     "Engine",
     "EngineEntry",
     "GroupSpec",
+    "PairEngine",
     "choose",
+    "choose_pair",
     "engines",
     "make_engine",
+    "make_pair_engine",
+    "pair_engines",
     "register_engine",
+    "register_pair_engine",
     "registration",
     "unregister_engine",
     "unusable",
@@ -153,6 +165,27 @@ OPS: tuple[str, ...] = tuple(
 )
 
 
+class PairEngine(Protocol):
+    """Point-to-point between the two members of a pair (``spec.ranks``, ascending).
+
+    Attributes:
+      name: the name it is registered under (``"xla"``, ``"host"``...).
+      ranks: the pair's global ranks; ``me`` is this process's index in it.
+      timeout_s: the deadline of every wait (``send``/``recv`` may bound it lower).
+    """
+
+    name: str
+    ranks: tuple[int, ...]
+    me: int
+    timeout_s: float
+
+    def close(self) -> None:
+        """Release what the engine holds."""
+
+    def send_recv(self, fn: str, x: Any, src: int, dst: int, desc: np.ndarray) -> Any:
+        """Move ``x`` from member ``src`` to member ``dst``; ``dst`` gets it (a ``jax.Array``)."""
+
+
 def unusable(fn: str, broken: str) -> RuntimeError:
     """The error of a call on a group that an earlier failure (``broken``) left unusable.
 
@@ -182,6 +215,7 @@ class EngineEntry:
 
 
 _REGISTRY: dict[str, EngineEntry] = {}
+_PAIRS: dict[str, EngineEntry] = {}  # the pair engines (point-to-point), by name
 
 
 def register_engine(
@@ -249,6 +283,21 @@ def unregister_engine(name: str) -> None:
         raise ValueError(f"unregister_engine: {name!r} is not registered; registered: {engines()}.")
 
 
+def _choose(table: dict[str, EngineEntry], what: str, spec: GroupSpec, pref: str) -> str:
+    if pref == "auto":
+        fits = [e for e in table.values() if e.applies is not None and e.applies(spec)]
+        if not fits:
+            raise ValueError(
+                f"{spec.fn}: no registered {what} applies to group {list(spec.ranks)} "
+                f"(backend {spec.backend!r}); name one of {tuple(sorted(table))}."
+            )
+        pref = max(fits, key=lambda e: e.priority).name
+    reason = table[pref].requires(spec) if table[pref].requires else None
+    if reason:
+        raise ValueError(reason)
+    return pref
+
+
 def choose(spec: GroupSpec, pref: str = "auto") -> str:
     """The engine that runs ``spec``'s group: ``pref``, or for ``"auto"`` the registry's pick.
 
@@ -256,20 +305,61 @@ def choose(spec: GroupSpec, pref: str = "auto") -> str:
       ValueError: the chosen engine's ``requires`` refuses the group, or ``auto``
         finds no engine that applies.
     """
-    if pref == "auto":
-        fits = [e for e in _REGISTRY.values() if e.applies is not None and e.applies(spec)]
-        if not fits:
-            raise ValueError(
-                f"{spec.fn}: no registered engine applies to group {list(spec.ranks)} "
-                f"(backend {spec.backend!r}); name one of {engines()}."
-            )
-        pref = max(fits, key=lambda e: e.priority).name
-    reason = _REGISTRY[pref].requires(spec) if _REGISTRY[pref].requires else None
-    if reason:
-        raise ValueError(reason)
-    return pref
+    return _choose(_REGISTRY, "engine", spec, pref)
 
 
 def make_engine(spec: GroupSpec, pref: str = "auto") -> Engine:
     """The engine of ``spec``'s group, chosen by :func:`choose` and built by its factory."""
     return _REGISTRY[choose(spec, pref)].factory(spec)
+
+
+def register_pair_engine(
+    name: str,
+    factory: Callable[[GroupSpec], PairEngine],
+    *,
+    applies: Callable[[GroupSpec], bool] | None = None,
+    requires: Callable[[GroupSpec], str | None] | None = None,
+    priority: int = 0,
+) -> None:
+    """Make ``name`` a pair engine: what runs ``send``/``recv`` between two ranks.
+
+    The arguments are :func:`register_engine`'s; ``factory`` gets the pair's
+    :class:`GroupSpec` (two members) and returns a :class:`PairEngine`. Every
+    point-to-point call takes the applicable pair engine of the highest priority.
+
+    Raises:
+      ValueError: ``name`` is ``"auto"`` or already registered as a pair engine.
+    """
+    if name == "auto" or name in _PAIRS:
+        raise ValueError(
+            f"register_pair_engine: name={name!r} is "
+            + ("reserved" if name == "auto" else "already registered")
+            + f"; registered: {pair_engines()}."
+        )
+    _PAIRS[name] = EngineEntry(name, factory, applies, requires, priority)  # type: ignore[arg-type]
+
+
+def pair_engines() -> tuple[str, ...]:
+    """The registered pair engines' names, sorted.
+
+    Example:
+      >>> pair_engines()
+      ('host', 'xla')
+    """
+    return tuple(sorted(_PAIRS))
+
+
+def choose_pair(spec: GroupSpec, pref: str = "auto") -> str:
+    """The pair engine that runs ``spec``'s pair: ``pref``, or for ``"auto"`` the pick.
+
+    Example:
+      >>> pair = GroupSpec("p", (0, 1), 0, 5.0, ("cpu0", "cpu1"), ("h", "h"))
+      >>> choose_pair(pair), choose_pair(dataclasses.replace(pair, devices=(None, None)))
+      ('xla', 'host')
+    """
+    return _choose(_PAIRS, "pair engine", spec, pref)
+
+
+def make_pair_engine(spec: GroupSpec, pref: str = "auto") -> PairEngine:
+    """The pair engine of ``spec``'s pair, chosen by :func:`choose_pair`, built by its factory."""
+    return _PAIRS[choose_pair(spec, pref)].factory(spec)  # type: ignore[return-value]

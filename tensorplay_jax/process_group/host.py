@@ -29,8 +29,9 @@ def on_host(method: Callable[..., np.ndarray | None]) -> Callable[..., jax.Array
 
     The wrapped method's ``self`` has a ``device``; its host result comes back as a
     ``jax.Array`` on that device, aliasing the (aligned) host buffer. A method that
-    returns ``None`` (a broadcast's src) means ``x`` itself. ``__wrapped__`` is the
-    numpy method, for an engine that calls another's on host arrays.
+    returns ``None`` (a broadcast's src) means ``x`` itself. An engine that offers
+    its collectives on host arrays to another engine does so by a public method
+    (``ShmEngine.reduce_scatter_host``), not through ``__wrapped__``.
 
     Example:
       >>> class Twice:

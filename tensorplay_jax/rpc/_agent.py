@@ -2,9 +2,8 @@
 
 Message kinds and envelopes: see ``_protocol``. A dynamic group (``world_size=None``):
 ``_membership``. Transports (``rpc/transports``): the agent holds an ordered list of them
-(``GrpcRpcBackendOptions(transports=...)``, by default the same-host socket
-``_local``, the TCP link ``_tcp`` and the gRPC stream ``_grpc``; with TLS on,
-only those that carry it) and reaches each peer through the first that
+(``GrpcRpcBackendOptions(transports=...)``, by default ``transports.default_transports()``;
+with TLS on, only those that carry it) and reaches each peer through the first that
 reaches it, trying the next when a connection fails. It holds every
 connection as a ``_link.Link`` and hands every transport one ``Inbound``
 (the dispatcher's ``on_message`` and ``on_malformed``, its own ``_on_closed``).
@@ -15,8 +14,10 @@ connecting, the calling side (``call``, timeouts, calls failed by a lost
 link) and ``stop``. It holds the rest as objects, each given what it works
 on: ``_dispatch.Dispatcher`` what arrives (replies, serving requests),
 ``_shutdown.ShutdownBarrier`` the graceful barrier and leaving the store,
-``_rref_table.RRefTable`` the RRef bookkeeping (``agent.rrefs``), and
-``_inflight.InFlight`` the calls and served requests they share.
+``_rref_table.RRefTable`` the RRef bookkeeping (``agent.rrefs``),
+``_inflight.InFlight`` the calls and served requests they share, and
+``_peers.Peers`` the workers it knows and its links to them (``agent.peers``),
+whose lock is the agent's one lock.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ import time
 import warnings
 from typing import Any
 
-# _grpc, _local and _tcp register the built-in transports ("grpc", "local", "tcp").
-from tensorplay_jax.rpc import _call_hooks, _codec, _grpc, _local, _objref, _tcp  # noqa: F401
+from tensorplay_jax.rpc import _call_hooks, _codec, _objref
 from tensorplay_jax.rpc._connections import Connections
 from tensorplay_jax.rpc._current import current_agent, get_agent, set_current
 from tensorplay_jax.rpc._deadlines import Deadlines
@@ -46,16 +46,21 @@ from tensorplay_jax.rpc._errors import (
     not_initialized,
 )
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._grpc import TlsConfig
 from tensorplay_jax.rpc._inflight import InFlight, Pending
 from tensorplay_jax.rpc._link import Inbound, Link
-from tensorplay_jax.rpc._membership import Membership, claim_fixed_size, store_client
+from tensorplay_jax.rpc._membership import (
+    Membership,
+    check_dynamic_options,
+    claim_fixed_size,
+    store_client,
+)
+from tensorplay_jax.rpc._peers import Peers
 from tensorplay_jax.rpc._protocol import CALL, FETCH, KIND_NAMES, REMOTE, TRACE_NAMES
 from tensorplay_jax.rpc._rendezvous import StoreAborted, StoreClient, StoreServer
 from tensorplay_jax.rpc._rref_table import RRefTable
 from tensorplay_jax.rpc._shutdown import ShutdownBarrier
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
-from tensorplay_jax.rpc.transports import Site, default_transports
+from tensorplay_jax.rpc.transports import Site, TlsConfig, default_transports
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.address import local_address, store_bind_host
 from tensorplay_jax.runtime.init_method import resolve_init
@@ -81,17 +86,12 @@ class Agent:
         )
         self.membership: Membership | None = None  # a dynamic group's (world_size None)
         self.me = WorkerInfo(name, self.rank)
-        self._store_addr, self.main = (host, port), None
-        self.address = ""  # how the peers reach this worker (its gRPC address, if served)
-        self.workers: dict[str, WorkerInfo] = {}
-        self.by_id: dict[int, WorkerInfo] = {}
-        self._addresses: dict[int, str] = {}
-        # Workers that run this worker's main script: its functions go to them by name.
-        self.same_main: set[str] = set()
-        self._flight = InFlight()
-        self._lock = self._flight.lock
-        self.connections = Connections(self._lock)  # the transports, a link per peer
-        self._pending = self._flight.pending
+        self._store_addr = (host, port)
+        self.address = ""  # how the peers reach this worker (see Connections.address)
+        # The workers known and the links to them; its lock is the agent's one lock.
+        self.peers = Peers(self.me)
+        self._flight = InFlight(self.peers.lock)
+        self.connections = Connections(self.peers)  # the transports, connecting to the peers
         self._ids = itertools.count(1)
         self.stopped = False
         self._store_server: StoreServer | None = None
@@ -107,8 +107,8 @@ class Agent:
                 options.tls_require_client_auth,
             )
         self._executor = _Pool(options.num_worker_threads, "tpj-rpc-worker")
-        self._deadlines = Deadlines(self._expire, self._pending)
-        self.rrefs = RRefTable(self)
+        self._deadlines = Deadlines(self._expire, self._flight.pending)
+        self.rrefs = RRefTable(self.me, options, self.call)
         # Where arrays land on each peer; checked and completed at start-up.
         self.device_maps = DeviceMaps(name, options.device_maps or {}, options.devices)
         self.dispatch = Dispatcher(
@@ -118,8 +118,7 @@ class Agent:
             inflight=self._flight,
             rrefs=self.rrefs,
             executor=self._executor,
-            workers=self.workers,
-            same_main=self.same_main,
+            peers=self.peers,
             device_maps=self.device_maps,
         )
         # What every link reports to: one bundle for every transport (see _link).
@@ -169,7 +168,14 @@ class Agent:
         if self.rank == 0:  # the group's kind is the store's from the start
             mode = "static" if self.world_size is not None else "dynamic"
             self._store_server = StoreServer(store_bind_host(host), port, secret, mode)
-        self.store = store_client(self, host, port, secret)
+        self.store = store_client(
+            host,
+            port,
+            secret,
+            me=self.me,
+            world_size=self.world_size,
+            init_timeout=opts.init_timeout,
+        )
         self.barrier = ShutdownBarrier(
             name=self.name,
             rank=self.rank,
@@ -183,13 +189,22 @@ class Agent:
         )
         self._serve(secret, host, port)
         nonce = secrets.token_hex(8)
-        main = self.main = _objref.main_identity()
+        main = self.peers.main = _objref.main_identity()
         mine = {"name": self.name, "addr": self.address, "nonce": nonce, "main": main}
         mine.update(self.connections.advertised(), **self.device_maps.advertised())
         t1 = time.time_ns()  # start-up phases: kept for the profiler (see runtime.trace)
         trace.startup("init_rpc: store and servers", t0, t1, worker=self.name)
         if self.world_size is None:  # a dynamic group
-            self.membership = Membership(self, host, port, secret).join(mine, opts.init_timeout)
+            check_dynamic_options(opts)
+            self.membership = Membership(
+                peers=self.peers,
+                inflight=self._flight,
+                rrefs=self.rrefs,
+                store=self.store,
+                barrier=self.barrier,
+                call=self.call,
+                where=(host, port, secret),
+            ).join(mine, opts.init_timeout)
             return
         claim_fixed_size(self.store)
         got = self.store.setnx(f"rank/{self.rank}", mine)
@@ -222,15 +237,10 @@ class Agent:
         if dead:
             raise RpcPeerError(f"init_rpc: ranks {dead} exited during the rendezvous")
         trace.startup("init_rpc: rendezvous", t1, time.time_ns(), world_size=self.world_size)
-        for r in range(self.world_size):
-            ent = table[f"rank/{r}"]
-            info = WorkerInfo(ent["name"], r)
-            self.workers[info.name] = info
-            self.by_id[r] = info
-            self._addresses[r] = ent["addr"]
-            self.connections.add_peer(r, ent)
-            if r == self.rank or (main is not None and ent.get("main") == main):
-                self.same_main.add(info.name)
+        with self.peers.lock:
+            for r in range(self.world_size):
+                ent = table[f"rank/{r}"]
+                self.peers.add(WorkerInfo(ent["name"], r), ent)
         self.device_maps.agree(
             {table[f"rank/{r}"]["name"]: table[f"rank/{r}"] for r in names.values()},
             lambda err: self.store.all_gather("devices", err, self.world_size, opts.init_timeout),
@@ -261,27 +271,27 @@ class Agent:
         )
         names = default_transports() if opts.transports is None else opts.transports
         self.connections.serve(site, names)
-        grpc = self.connections.get("grpc")
-        self.address = grpc.advertise() if grpc is not None else adv
+        self.address = self.connections.address(adv)
 
     # ------------------------------------------------------------------ lookups
 
     def debug_counters(self) -> dict[str, int]:
         """``rpc.get_debug_info``'s counters: pending calls, served calls in flight, owned RRefs."""
         return {
-            "num_pending_requests": len(self._pending),
+            "num_pending_requests": len(self._flight.pending),
             "num_inflight_served": self._flight.serving,
             "num_owner_rrefs": len(self.rrefs.owned_ids()),
         }
 
     def resolve(self, to: Any, what: str) -> WorkerInfo:
+        peers = self.peers
         if isinstance(to, WorkerInfo):
-            info, key = self.by_id.get(to.id), f"{to!r}"
+            info, key = peers.by_id.get(to.id), f"{to!r}"
             info = info if info is not None and info.name == to.name else None
         elif isinstance(to, str):
-            info, key = self.workers.get(to), f"name {to!r}"
+            info, key = peers.workers.get(to), f"name {to!r}"
         elif isinstance(to, int) and not isinstance(to, bool):
-            info, key = self.by_id.get(to), f"rank {to}"
+            info, key = peers.by_id.get(to), f"rank {to}"
         else:
             raise DestinationTypeError(
                 f"{what}: to={to!r} must be a worker name, a rank (int) or a WorkerInfo"
@@ -296,7 +306,8 @@ class Agent:
         return info
 
     def _known(self) -> str:
-        return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in self.by_id.values())
+        known = self.peers.by_id.values()
+        return "known workers: " + ", ".join(f"{w.name} (rank {w.id})" for w in known)
 
     # ------------------------------------------------------------------ calling
 
@@ -335,7 +346,7 @@ class Agent:
                 args, kwargs = h.on_send_request(info, args, kwargs)
             enc = _codec.encode(  # a list at the top, not a tuple: one msgpack level less
                 [func, list(args), kwargs],
-                main=to.name in self.same_main,
+                main=to.name in self.peers.same_main,
                 place=self.device_maps.for_request(to.name),
                 to=to.name,  # an RRef in it records ``to`` as its fork's holder
             )
@@ -348,14 +359,14 @@ class Agent:
         fut: Future = Future(callback_executor=self._executor)
         pend = Pending(fut, to, info, timeout)
         made = self.connections.premade(to)
-        with self._lock:
+        with self.peers.lock:
             if self.stopped:
                 if made is not None:
                     made.close()
                 raise not_initialized(info.kind)
             link = self.connections.link_for(to, made)
             pend.link = link
-            self._pending[mid] = pend
+            self._flight.pending[mid] = pend
             self._flight.handled += 1
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
@@ -374,8 +385,8 @@ class Agent:
         return trace.begin(f"send {name}", "rpc", t0=t0)
 
     def _expire(self, mid: int) -> None:
-        with self._lock:
-            pend = self._pending.pop(mid, None)
+        with self.peers.lock:
+            pend = self._flight.pending.pop(mid, None)
         if pend is not None:
             pend.fut._try_set_exception(
                 RpcTimeoutError(
@@ -386,11 +397,10 @@ class Agent:
             )
 
     def _on_closed(self, link: Link, reason: str) -> None:
-        with self._lock:
+        with self.peers.lock:
             self.connections.forget(link)
             self._flight.link_closed(link)  # what it asked for is no one's to wait for now
-            dead = [m for m, p in self._pending.items() if p.link is link]
-            pends = [self._pending.pop(m) for m in dead]
+            pends = self._flight.take(lambda p: p.link is link)
         self.rrefs.requester_gone(link)  # fetches it parked here: no one left to answer
         for p in pends:
             if self.stopped:
@@ -399,7 +409,7 @@ class Agent:
                 msg = (
                     f"{p.info.kind} to worker {p.to.name!r} (rank {p.to.id}) running "
                     f"{p.info.func_name or '-'} failed: lost the connection to {p.to.name!r} at "
-                    f"{self._addresses.get(p.to.id)} ({reason}); the worker may have exited or "
+                    f"{self.peers.address(p.to.id)} ({reason}); the worker may have exited or "
                     "been killed"
                 )
             p.fut._try_set_exception(RpcPeerError(msg))
@@ -422,7 +432,7 @@ class Agent:
                 return most
             return min(most, max(deadline - time.monotonic(), 0.0))
 
-        with self._lock:
+        with self.peers.lock:
             self.stopped = True
         self.dispatch.close()  # release requests held for init_rpc (they get an error)
         if self.membership is not None:

@@ -73,7 +73,7 @@ def _all_gather(obj: Any, worker_names: Iterable[str] | None = None, timeout: fl
         ``timeout`` seconds ("timed out in _all_gather after T seconds").
     """
     agent = _agent.get_agent("_all_gather")
-    names = sorted(worker_names or [w.name for w in agent.workers.values()])
+    names = sorted(worker_names or [w.name for w in agent.peers.workers.values()])
     key = tuple(names)
     with _lock:
         number = _sequence.get(key, 0)

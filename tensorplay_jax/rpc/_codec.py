@@ -20,7 +20,7 @@ those of the main script go by name when the receiver runs the same script
 cloudpickle. Pickled records are only ever decoded
 after the transport has authenticated the peer (see ``_grpc``).
 
-Other packages teach it their types with :func:`register_type` (see ``_registry``).
+Other packages teach it their types with :func:`register_type` (see ``_wire_types``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
-from tensorplay_jax.rpc import _objref, _registry
+from tensorplay_jax.rpc import _objref, _wire_types
 from tensorplay_jax.rpc._exceptions import exception_record, rebuild_exception
-from tensorplay_jax.rpc._registry import DecodeError, current_peer, register_type
+from tensorplay_jax.rpc._wire_types import DecodeError, current_peer, register_type
 from tensorplay_jax.runtime.device import resolve_device, to_device
 
 __all__ = [
@@ -182,7 +182,7 @@ def encode(obj: Any, *, main: bool = False, place: Any = None, to: str | None = 
         classes go by name (else by value).
       place: ``place(jax_array)``: the receiver's device name for that array (None: its
         default device); it raises for an array that may not go (see ``_device_maps``).
-      to: the receiver's name, for the encoders that ask ``_registry.encoding_to`` (RRefs).
+      to: the receiver's name, for the encoders that ask ``_wire_types.encoding_to`` (RRefs).
 
     Returns:
       The :class:`Encoded` message; its buffers alias the arrays' memory.
@@ -194,13 +194,13 @@ def encode(obj: Any, *, main: bool = False, place: Any = None, to: str | None = 
       [12]
     """
     buffers: list[memoryview] = []
-    token = _registry.destination.set(to)
+    token = _wire_types.destination.set(to)
     try:
         header = msgpack.packb(
             obj, default=_Hook(_default, buffers, main, place), strict_types=True, use_bin_type=True
         )
     finally:
-        _registry.destination.reset(token)
+        _wire_types.destination.reset(token)
     return Encoded(header, buffers)
 
 
@@ -232,7 +232,7 @@ def _pack(o: Any, default: Callable[[Any], Any]) -> bytes:
 
 def _default(o: Any, buffers: list[memoryview], default: _Hook) -> Any:
     t = type(o)
-    entry = _registry.lookup(t)
+    entry = _wire_types.lookup(t)
     if entry is not None:
         value = entry.encode(o)
         if entry.array:
@@ -356,7 +356,7 @@ def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: 
     else:
         header, buffers = message, buffers or []
 
-    token = _registry.peer.set(peer)
+    token = _wire_types.peer.set(peer)
     try:
         return msgpack.unpackb(
             header, ext_hook=_Hook(_ext, buffers), raw=False, strict_map_key=False
@@ -366,7 +366,7 @@ def decode(message: Encoded | bytes, buffers: list[Any] | None = None, *, peer: 
     except Exception as e:
         raise DecodeError(f"malformed message ({type(e).__name__}: {e})") from e
     finally:
-        _registry.peer.reset(token)
+        _wire_types.peer.reset(token)
 
 
 def _unpack(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
@@ -379,12 +379,12 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
     if code == _EXT_REGISTERED_ARRAY:
         name, _, dtype_name, shape, index, extra, *dest = msgpack.unpackb(data)
         arr = _host_array(dtype_name, shape, buffers[index])
-        return _registry.registered(name).decode((_placed(arr, dest) if dest else arr, extra))
+        return _wire_types.registered(name).decode((_placed(arr, dest) if dest else arr, extra))
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:
         name, value = _unpack(data, ext_hook)
-        entry = _registry.registered(name)
+        entry = _wire_types.registered(name)
         if entry.array:
             value = tuple(value)
         return entry.decode(value)

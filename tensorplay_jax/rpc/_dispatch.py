@@ -51,6 +51,7 @@ from tensorplay_jax.runtime import pending, trace
 
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._inflight import InFlight
+    from tensorplay_jax.rpc._peers import Peers
     from tensorplay_jax.rpc._rref_table import RRefTable
 
 __all__ = ["Dispatcher", "func_name"]
@@ -139,8 +140,8 @@ class Dispatcher:
       inflight: the agent's calls and served requests (``_inflight``).
       rrefs: the agent's RRef table (the RRef requests are its business).
       executor: the pool that serves what a link's reading thread does not.
-      workers: the job's workers by name (filled at rendezvous).
-      same_main: the workers that run this worker's main script (see ``_objref``).
+      peers: the workers this worker knows (who a caller is; which of them run this
+        worker's main script, see ``_objref``).
       device_maps: where a reply's arrays land on the caller (see ``_device_maps``).
     """
 
@@ -153,8 +154,7 @@ class Dispatcher:
         inflight: InFlight,
         rrefs: RRefTable,
         executor: concurrent.futures.Executor,
-        workers: dict[str, WorkerInfo],
-        same_main: set[str],
+        peers: Peers,
         device_maps: DeviceMaps,
     ) -> None:
         self.name, self.rank = name, rank
@@ -162,8 +162,7 @@ class Dispatcher:
         self._flight = inflight
         self._rrefs = rrefs
         self._executor = executor
-        self._workers = workers
-        self._same_main = same_main
+        self._peers = peers
         self._device_maps = device_maps
         # Set once init_rpc has made the agent current (a peer that finished the
         # rendezvous first may call in before this worker's init_rpc returns), or stopped.
@@ -191,7 +190,7 @@ class Dispatcher:
         )
 
     def _peer_info(self, name: str) -> WorkerInfo:
-        return self._workers.get(name) or WorkerInfo(name, -1)
+        return self._peers.workers.get(name) or WorkerInfo(name, -1)
 
     def on_message(self, link: Link, msg: Message) -> None:
         try:
@@ -414,7 +413,8 @@ class Dispatcher:
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
         t0 = trace.now() if trace.RECORDING else 0
         place = self._device_maps.for_reply(link.peer)
-        enc = _codec.encode(result, main=link.peer in self._same_main, place=place, to=link.peer)
+        main = link.peer in self._peers.same_main
+        enc = _codec.encode(result, main=main, place=place, to=link.peer)
         span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
         try:
             link.send(_codec.dumps_small([OK, mid, meta]), enc.header, enc.buffers)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensorplay_jax.rpc import _objref
-from tensorplay_jax.rpc._registry import register_type
+from tensorplay_jax.rpc._wire_types import register_type
 
 __all__ = ["exception_record", "rebuild_exception"]
 

@@ -23,7 +23,6 @@ connection through them fails.
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import logging
 import secrets
@@ -37,7 +36,7 @@ import grpc
 
 from tensorplay_jax.rpc._framing import FramingError, Inbox, Outbox
 from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
-from tensorplay_jax.rpc.transports import Site, register_transport
+from tensorplay_jax.rpc._transport import Site, TlsConfig
 from tensorplay_jax.runtime.secret import mac
 from tensorplay_jax.runtime.settings import RPC_STREAM_AUTH_WINDOW_S
 
@@ -46,7 +45,6 @@ __all__ = [
     "GrpcTransport",
     "Link",
     "Server",
-    "TlsConfig",
     "auth_metadata",
     "connect",
 ]
@@ -135,25 +133,6 @@ def _read(x: bytes | str | Path | None) -> bytes | None:
     if x is None or isinstance(x, bytes):
         return x
     return Path(x).read_bytes()
-
-
-@dataclasses.dataclass(frozen=True)
-class TlsConfig:
-    """TLS material (PEM bytes or file paths).
-
-    Attributes:
-      cert_chain: this worker's certificate chain (server side, and client side for mutual TLS).
-      private_key: the key for ``cert_chain``.
-      root_certs: CA certificates that sign the peers' certificates.
-      server_name: the name to check in the server certificate, when it is not the address.
-      require_client_auth: servers also demand a client certificate (mutual TLS).
-    """
-
-    cert_chain: bytes | str | Path
-    private_key: bytes | str | Path
-    root_certs: bytes | str | Path
-    server_name: str | None = None
-    require_client_auth: bool = False
 
 
 class Link:
@@ -402,6 +381,3 @@ class GrpcTransport:
     def stop(self, grace: float = 0.0) -> None:
         if self.server is not None:
             self.server.stop(grace)
-
-
-register_transport("grpc", GrpcTransport)

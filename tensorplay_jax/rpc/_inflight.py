@@ -3,12 +3,14 @@
 One :class:`InFlight` per agent, shared by its parts: the calling side
 (``_agent``) adds pending calls, the receiving side (``_dispatch``) completes
 them and counts the requests it serves, and the shutdown barrier
-(``_shutdown``) waits until nothing is left. Its lock is the agent's lock.
+(``_shutdown``) waits until nothing is left. Its lock is the agent's, made and
+owned by ``_peers.Peers`` (calls are recorded with the links they go on).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,8 +36,11 @@ class Pending:
 class InFlight:
     """The calls and served requests of one agent (see the module docstring).
 
+    Args:
+      lock: the agent's lock (``Peers.lock``); hold it to read or change anything here.
+
     Attributes:
-      lock: the agent's lock; hold it to read or change anything here.
+      lock: that lock.
       pending: message id -> the :class:`Pending` call it answers.
       serving: requests being served now (their replies not sent yet).
       orphaned: those of them whose caller's link closed (their replies go nowhere):
@@ -44,13 +49,13 @@ class InFlight:
         between rounds to see whether anything moved.
 
     Example:
-      >>> f = InFlight()
+      >>> f = InFlight(threading.Lock())
       >>> f.outstanding(), f.detail()
       (0, '0 call(s) waiting for a reply, 0 request(s) being served')
     """
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
         self.pending: dict[int, Pending] = {}
         self.serving = 0
         self.orphaned = 0
@@ -80,6 +85,11 @@ class InFlight:
         if n:
             self._orphans[link] = n
             self.orphaned += n
+
+    def take(self, which: Callable[[Pending], bool]) -> list[Pending]:
+        """Remove and return the pending calls ``which`` selects (hold the lock)."""
+        mids = [m for m, p in self.pending.items() if which(p)]
+        return [self.pending.pop(m) for m in mids]
 
     def outstanding(self) -> int:
         """Calls waiting for a reply plus requests being served for callers still there."""

@@ -60,13 +60,24 @@ from typing import TYPE_CHECKING, Any
 from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._current import current_agent
 from tensorplay_jax.rpc._errors import MixedGroupError, RpcPeerError
+from tensorplay_jax.rpc._peers import Peers
+from tensorplay_jax.rpc._protocol import CALL
 from tensorplay_jax.rpc._rendezvous import StoreClient
-from tensorplay_jax.rpc._types import WorkerInfo
+from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 
 if TYPE_CHECKING:
-    from tensorplay_jax.rpc._agent import Agent
+    from tensorplay_jax.rpc._futures import Future
+    from tensorplay_jax.rpc._inflight import InFlight
+    from tensorplay_jax.rpc._rref_table import RRefTable
+    from tensorplay_jax.rpc._shutdown import ShutdownBarrier
 
-__all__ = ["Membership", "claim_fixed_size", "on_worker_gone", "store_client"]
+__all__ = [
+    "Membership",
+    "check_dynamic_options",
+    "claim_fixed_size",
+    "on_worker_gone",
+    "store_client",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,31 +103,52 @@ def on_worker_gone(hook: Callable[[WorkerInfo, str], None]) -> None:
     _gone_hooks.append(hook)
 
 
-def store_client(agent: Agent, host: str, port: int, secret: str) -> StoreClient:
-    """``agent``'s connection to the rendezvous store at ``host:port``.
+def store_client(
+    host: str,
+    port: int,
+    secret: str,
+    *,
+    me: WorkerInfo,
+    world_size: int | None,
+    init_timeout: float,
+) -> StoreClient:
+    """Worker ``me``'s connection to the rendezvous store at ``host:port``.
 
-    A worker of a fixed-size group waits for it up to ``init_timeout`` (rank 0 may
-    start last). A dynamic group lives in the store its rank 0 hosts from
-    ``init_rpc`` to ``shutdown()``, so a joiner waits at most ``JOIN_CONNECT_S``.
+    A worker of a fixed-size group (a ``world_size``) waits for it up to
+    ``init_timeout`` (rank 0 may start last). A dynamic group lives in the store
+    its rank 0 hosts from ``init_rpc`` to ``shutdown()``, so a joiner waits at
+    most ``JOIN_CONNECT_S``.
 
     Raises:
       TimeoutError: (a joiner) no store answered in time: rank 0 has not started,
         or has shut the group down.
     """
-    opts = agent.options
-    if agent.world_size is not None or agent.rank == 0:
-        return StoreClient(host, port, agent.rank, opts.init_timeout, secret)
-    wait = min(opts.init_timeout, JOIN_CONNECT_S)
+    if world_size is not None or me.id == 0:
+        return StoreClient(host, port, me.id, init_timeout, secret)
+    wait = min(init_timeout, JOIN_CONNECT_S)
     try:
-        return StoreClient(host, port, agent.rank, wait, secret)
+        return StoreClient(host, port, me.id, wait, secret)
     except TimeoutError:
         raise TimeoutError(
-            f"init_rpc: worker {agent.name!r} (rank {agent.rank}) found no dynamic group to "
+            f"init_rpc: worker {me.name!r} (rank {me.id}) found no dynamic group to "
             f"join at {host}:{port}: no rendezvous store answered within {wait:g} s. A dynamic "
             "group (world_size=None) lives in the store its rank 0 hosts from init_rpc until "
             "its shutdown(): start rank 0 first (with the same MASTER_ADDR/MASTER_PORT); if it "
             "has shut down, that group is gone and a new rank 0 must host a new one"
         ) from None
+
+
+def check_dynamic_options(options: GrpcRpcBackendOptions) -> None:
+    """Refuse what a dynamic group cannot honour in ``options``.
+
+    Raises:
+      ValueError: device maps or devices were given.
+    """
+    if options.device_maps or options.devices is not None:
+        raise ValueError(
+            "init_rpc: device_maps and devices need a fixed world_size (a dynamic group, "
+            "world_size=None, has none, as in tensorplay)"
+        )
 
 
 def claim_fixed_size(store: StoreClient) -> None:
@@ -144,11 +176,33 @@ def _applied(version: int) -> bool:
 
 
 class Membership:
-    """One agent's view of its dynamic group, kept in step with the store's log."""
+    """One worker's view of its dynamic group, kept in step with the store's log.
 
-    def __init__(self, agent: Agent, host: str, port: int, secret: str) -> None:
-        self._agent = agent
-        self._where = (host, port, secret)
+    Args:
+      peers: the workers this worker knows: members are added and removed there.
+      inflight: the calls in flight (a dead member's pending calls fail).
+      rrefs: the RRef table (a gone member's forks are released; a leaver
+        releases its user RRefs).
+      store: this worker's connection to the rendezvous store.
+      barrier: the shutdown barrier (how much of this worker's work is left).
+      call: the agent's ``call`` (members confirm that they applied a change).
+      where: the store's host, port and the job secret (the watch connection).
+    """
+
+    def __init__(
+        self,
+        *,
+        peers: Peers,
+        inflight: InFlight,
+        rrefs: RRefTable,
+        store: StoreClient,
+        barrier: ShutdownBarrier,
+        call: Callable[..., Future],
+        where: tuple[str, int, str],
+    ) -> None:
+        self._peers, self._flight, self._rrefs = peers, inflight, rrefs
+        self._store, self._barrier, self._call = store, barrier, call
+        self._where = where
         self.nonces: dict[str, str] = {}  # member name -> the incarnation this worker knows
         self.gone: dict[str, tuple[WorkerInfo, str]] = {}  # removed members and why
         self.version = 0
@@ -168,18 +222,12 @@ class Membership:
           ValueError: a live member has this name or rank, or the store serves a
             fixed-size group.
         """
-        agent = self._agent
-        if agent.options.device_maps or agent.options.devices is not None:
-            raise ValueError(
-                "init_rpc: device_maps and devices need a fixed world_size (a dynamic group, "
-                "world_size=None, has none, as in tensorplay)"
-            )
-        assert agent.store is not None
-        entry = {**entry, "rank": agent.rank}
-        rep = agent.store.group("join", entry=entry)
+        me = self._peers.me
+        entry = {**entry, "rank": me.id}
+        rep = self._store.group("join", entry=entry)
         if "err" in rep:
             raise (MixedGroupError if rep.get("mixed") else ValueError)(
-                f"init_rpc: worker {agent.name!r} (rank {agent.rank}) cannot join the dynamic "
+                f"init_rpc: worker {me.name!r} (rank {me.id}) cannot join the dynamic "
                 f"group: {rep['err']}"
             )
         for ent in rep["members"]:
@@ -187,7 +235,7 @@ class Membership:
         with self._cond:
             self.version = rep["version"]
         host, port, secret = self._where
-        self._watch = StoreClient(host, port, agent.rank, timeout, secret)
+        self._watch = StoreClient(host, port, me.id, timeout, secret)
         threading.Thread(target=self._follow, name="tpj-rpc-membership", daemon=True).start()
         return self
 
@@ -196,14 +244,11 @@ class Membership:
         self._sync_members(self.version)
 
     def _sync_members(self, version: int) -> None:
-        agent = self._agent
-        from tensorplay_jax.rpc._protocol import CALL
-
         futs = []
-        for info in list(agent.workers.values()):
-            if info.name != agent.name:
+        for info in list(self._peers.workers.values()):
+            if info.name != self._peers.me.name:
                 try:
-                    futs.append(agent.call(info, CALL, _applied, (version,), {}, SYNC_S))
+                    futs.append(self._call(info, CALL, _applied, (version,), {}, SYNC_S))
                 except Exception as e:  # gone meanwhile: nothing to confirm
                     log.debug("rpc: %s did not confirm version %d: %s", info.name, version, e)
         for fut in futs:
@@ -246,40 +291,29 @@ class Membership:
                 self._cond.notify_all()
 
     def _add(self, ent: dict[str, Any]) -> None:
-        agent, name = self._agent, ent["name"]
+        peers, name = self._peers, ent["name"]
         old = self.nonces.get(name)
         if old == ent["nonce"]:
             return
         if old is not None:  # the log says the old one went first; be safe all the same
             self._remove(name, old, DIED)
-        info = agent.me if name == agent.name else WorkerInfo(name, ent["rank"])
-        with agent._lock:
-            agent.workers[name] = info
-            agent.by_id[info.id] = info
-            agent._addresses[info.id] = ent["addr"]
-            agent.connections.add_peer(info.id, ent)
+        info = peers.me if name == peers.me.name else WorkerInfo(name, ent["rank"])
+        with peers.lock:
+            peers.add(info, ent)
             self.nonces[name] = ent["nonce"]
-            if name == agent.name or (ent.get("main") and ent.get("main") == agent.main):
-                agent.same_main.add(name)
 
     def _remove(self, name: str, nonce: str, why: str) -> None:
         """Remove member ``name`` (incarnation ``nonce``): fail what waits on it, tell the hooks."""
-        agent = self._agent
-        with agent._lock:
-            if self.nonces.get(name) != nonce or name == agent.name:
+        peers = self._peers
+        with peers.lock:
+            if self.nonces.get(name) != nonce or name == peers.me.name:
                 return
             del self.nonces[name]
-            info = agent.workers.pop(name)
-            if agent.by_id.get(info.id) is info:
-                del agent.by_id[info.id]
-                agent._addresses.pop(info.id, None)
-            link = agent.connections.links.pop(info.id, None)
-            agent.same_main.discard(name)
+            info, link = peers.remove(name)
             self.gone[name] = (info, why)
             # A worker that left answered what it served before leaving (its replies may
             # still be on the way; its link's closing fails the rest): only a death fails them.
-            dead = [m for m, p in agent._pending.items() if p.to == info and why == DIED]
-            pends = [agent._pending.pop(m) for m in dead]
+            pends = self._flight.take(lambda p: p.to == info) if why == DIED else []
         for p in pends:
             p.fut._try_set_exception(
                 RpcPeerError(
@@ -290,7 +324,7 @@ class Membership:
         if link is not None and why == DIED:
             link.close()
         msg = f"worker {name!r} (rank {info.id}) {why}"
-        agent.rrefs.holder_gone(name, msg)
+        self._rrefs.holder_gone(name, msg)
         for hook in list(_gone_hooks):
             try:
                 hook(info, msg)
@@ -305,12 +339,13 @@ class Membership:
 
     def gone_error(self, what: str, to: WorkerInfo) -> RpcPeerError | None:
         """The error for a call to ``to`` if it is no longer in the group, else None."""
-        if self._agent.workers.get(to.name) is to:
+        workers = self._peers.workers
+        if workers.get(to.name) is to:
             return None
         info, why = self.gone.get(to.name, (to, "is not in the group"))
         later = (
             f"; {to.name!r} now names a worker that joined later, not this one"
-            if to.name in self._agent.workers
+            if to.name in workers
             else ""
         )
         return RpcPeerError(f"{what}: worker {to.name!r} (rank {info.id}) {why}{later}")
@@ -326,23 +361,23 @@ class Membership:
         Raises:
           TimeoutError: the work (or, on rank 0, the others) did not finish in time.
         """
-        agent = self._agent
+        me, barrier, store = self._peers.me, self._barrier, self._store
         deadline = None if not timeout or timeout < 0 else time.monotonic() + timeout
-        self._until(lambda: not agent.barrier.outstanding(), deadline, "its own calls")
-        agent.rrefs.release_users()
-        self._until(lambda: not agent.barrier.outstanding(), deadline, "its RRef releases")
-        assert agent.store is not None
-        if agent.rank == 0:  # no one may join a group whose store is about to go
-            agent.store.group("close", why=f"its rank 0 ({agent.name!r}) is shutting it down")
-            self._until(lambda: len(agent.workers) <= 1, deadline, "the other members to leave")
-        self._sync_members(agent.store.group("leave")["version"])
+        self._until(lambda: not barrier.outstanding(), deadline, "its own calls")
+        self._rrefs.release_users()
+        self._until(lambda: not barrier.outstanding(), deadline, "its RRef releases")
+        if me.id == 0:  # no one may join a group whose store is about to go
+            store.group("close", why=f"its rank 0 ({me.name!r}) is shutting it down")
+            workers = self._peers.workers
+            self._until(lambda: len(workers) <= 1, deadline, "the other members to leave")
+        self._sync_members(store.group("leave")["version"])
 
     def _until(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:
         while not done():
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"shutdown: worker {self._agent.name!r} waited for {what} past its timeout "
-                    f"({self._agent.barrier._outstanding_detail()}); pass a larger timeout="
+                    f"shutdown: worker {self._peers.me.name!r} waited for {what} past its "
+                    f"timeout ({self._barrier.outstanding_detail()}); pass a larger timeout="
                 )
             time.sleep(0.005)
 

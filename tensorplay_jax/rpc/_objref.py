@@ -36,7 +36,7 @@ from typing import Any
 
 import cloudpickle
 
-from tensorplay_jax.rpc._registry import DecodeError
+from tensorplay_jax.rpc._wire_types import DecodeError
 from tensorplay_jax.runtime import pickling
 
 _FUNC_CACHE_SIZE = 256

@@ -20,8 +20,8 @@ use of the RRef with an ``RpcTimeoutError`` naming the owner, the function and
 ``t``. A use that finds the creation still pending goes ahead, but its result
 (``to_here``'s fetch, a proxy call, an RPC the RRef is passed to, a new RRef)
 fails all the same if the creation fails before that result comes
-(:func:`guard`; while any creation is awaited, ``api`` collects the RRefs an
-outgoing call carries with :func:`collect_pending` / :func:`take_pending`).
+(``_sending.guard``; while any creation is awaited, sending a call collects
+the RRefs it carries with their creation pending).
 The owner's value is counted as any other: it is freed when the user drops
 the RRef.
 
@@ -30,15 +30,14 @@ the RRef.
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tensorplay_jax.rpc import _codec, _current, _registry
+from tensorplay_jax.rpc import _codec, _current, _sending, _wire_types
 from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
-from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD
+from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD, REMOTE
 from tensorplay_jax.rpc._rref_proxy import Proxy, value_type
 from tensorplay_jax.rpc._rref_table import _OwnerRecord
 from tensorplay_jax.rpc._types import WorkerInfo
@@ -141,6 +140,48 @@ class RRef(Generic[T]):
         r = cls.__new__(cls)
         r._setup(agent, owner, rref_id, fork, record, created)
         return r
+
+    @classmethod
+    def _remote(
+        cls,
+        agent: Any,
+        dest: WorkerInfo,
+        func: Any,
+        args: Any,
+        kwargs: Any,
+        timeout: float,
+        what: str = "remote",
+    ) -> RRef[Any]:
+        """``remote()``'s core (``api.remote`` and the proxies' ``rref.remote().m()``): run
+        ``func`` on ``dest`` (resolved by ``agent``), keep the result there, return its RRef.
+        """
+        rref_id, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
+        extra = (rref_id, fork)
+        if dest.name != agent.name:
+            created = _sending.send(agent, dest, REMOTE, func, args, kwargs, timeout, extra, what)
+            _sending.track_creation(created)
+            return cls._make(agent, dest, rref_id, fork, None, created)
+        # Naming this worker: an owner RRef whose value the served call sets. The call
+        # still goes through this worker's own serving side (as any call to itself), which
+        # fills the record registered here: the RRef holds the value the function
+        # returned, not a copy. The creation's fork is released once the call is
+        # answered; a failure or a timeout before the value is set becomes the value's
+        # error (``to_here`` and ``local_value`` raise it).
+        rec = agent.rrefs.own_remote(rref_id)
+        try:
+            created = _sending.send(agent, dest, REMOTE, func, args, kwargs, timeout, extra, what)
+        except BaseException:
+            agent.rrefs.drop_owned(rec)
+            raise
+
+        def settle(f: Future[Any]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                rec.value._try_set_exception(exc)
+            agent.rrefs.del_fork(rref_id, fork)
+
+        created.add_done_callback(settle)
+        return cls._make(agent, dest, rref_id, None, rec)
 
     def __del__(self) -> None:
         try:
@@ -248,7 +289,7 @@ class RRef(Generic[T]):
         self._check_created("to_here")
         agent = self._live_agent("to_here")
         fetched = agent.call(self._owner, FETCH, timeout=timeout, extra=(self._id,))
-        value = guard(fetched, [self], "to_here").wait()
+        value = _sending.guard(fetched, [self], "to_here").wait()
         self._confirmed = True
         return value
 
@@ -365,78 +406,6 @@ def _fork_registered(rref_id: int, fork: int) -> bool:
     return _agent_for("confirmed_by_owner").rrefs.wait_fork(rref_id, fork)
 
 
-# ------------------------------------------------------------- pending creations
-
-
-_carried = threading.local()  # .pending: the RRefs with pending creations a call carries
-_carried.pending = None
-# remote() creations this process still waits for: while none, calls skip the collecting.
-creations_waited = 0
-_count_lock = threading.Lock()
-
-
-def track_creation(created: Future[Any]) -> None:
-    """Count ``created`` (a ``remote()``'s creation) in ``creations_waited`` until it is done."""
-    global creations_waited
-    with _count_lock:
-        creations_waited += 1
-    created.add_done_callback(_creation_done)
-
-
-def _creation_done(_: Future[Any]) -> None:
-    global creations_waited
-    with _count_lock:
-        creations_waited -= 1
-
-
-def collect_pending() -> None:
-    """Start collecting the RRefs, with their creation pending, that this thread encodes."""
-    _carried.pending = []
-
-
-def take_pending() -> list[RRef[Any]] | None:
-    """Stop collecting; the RRefs collected since :func:`collect_pending` (None: none)."""
-    pending = getattr(_carried, "pending", None)
-    _carried.pending = None
-    return pending or None
-
-
-def guard(fut: Future[Any], rrefs: list[RRef[Any]], what: str) -> Future[Any]:
-    """``fut``'s outcome, unless the creation of one of ``rrefs`` fails before it comes.
-
-    Example:
-        >>> f = Future()
-        >>> guard(f, [], "use") is f
-        True
-    """
-    for r in rrefs:
-        r._creation_error(what)  # settles those whose creation has been confirmed
-    pending = [r for r in rrefs if r._created is not None and not r._confirmed]
-    if not pending:
-        return fut
-    out: Future[Any] = Future(callback_executor=fut._executor)
-
-    def failed() -> bool:
-        for r in pending:
-            exc = r._creation_error(what)
-            if exc is not None:
-                out._try_set_exception(exc)
-                return True
-        return False
-
-    def on_created(_: Future[Any]) -> None:
-        failed()
-
-    def on_done(f: Future[Any]) -> None:
-        if not failed():
-            out._copy_from(f)
-
-    for r in pending:
-        r._created.add_done_callback(on_created)  # type: ignore[union-attr]
-    fut.add_done_callback(on_done)
-    return out
-
-
 # ---------------------------------------------------------------- wire format
 
 
@@ -444,11 +413,9 @@ def _encode_rref(r: RRef[Any]) -> list[Any]:
     agent = r._live_agent("sending an RRef")
     if r._created is not None and not r._confirmed:
         r._check_created("passing an RRef on")
-        pending = getattr(_carried, "pending", None)
-        if pending is not None and not r._created.done():
-            pending.append(r)
+        _sending.carry(r)
     fork = agent.rrefs.new_id()
-    holder = _registry.encoding_to()  # the receiver holds the fork: released if it goes
+    holder = _wire_types.encoding_to()  # the receiver holds the fork: released if it goes
     if r._record is not None:
         agent.rrefs.add_fork(r._id, fork, r._record, holder=holder)
     else:
@@ -470,7 +437,7 @@ def _decode_rref(v: list[Any]) -> RRef[Any]:
         r = RRef._make(agent, agent.me, rref_id, None, rec)
         agent.rrefs.del_fork(rref_id, fork, sender)
         return r
-    owner = agent.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
+    owner = agent.peers.by_id.get(owner_id) or WorkerInfo(owner_name, owner_id)
     r = RRef._make(agent, owner, rref_id, fork, None)
     sender = _codec.current_peer()
     # The owner registered the fork before it sent the RRef: confirmed.

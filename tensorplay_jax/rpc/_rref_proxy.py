@@ -10,12 +10,17 @@ attribute ``m``, so that a missing one raises ``AttributeError`` at the call
 
 :func:`value_type` answers ``rref._get_type()``: the value's type, asked of the owner
 once (it waits there for a pending creation) and kept.
+
+Both send through ``_sending``, as ``rpc_sync``, ``rpc_async`` and ``remote``
+do (a proxy's ``remote()`` makes its RRef with ``RRef._remote``), so this
+module imports neither ``api`` nor ``_rref``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tensorplay_jax.rpc import _sending
 from tensorplay_jax.rpc._call_hooks import internal_target
 from tensorplay_jax.rpc._futures import Future
 
@@ -60,8 +65,6 @@ def _type_on_owner(rref: RRef[Any]) -> type:
 
 def value_type(rref: RRef[Any], timeout: float, blocking: bool) -> Any:
     """``rref._get_type(timeout, blocking)``: the value's type, or a Future of it."""
-    from tensorplay_jax.rpc import api
-
     known = rref._type
     if known is None and rref.is_owner():
         known = rref._type = type(rref.local_value())
@@ -71,7 +74,7 @@ def value_type(rref: RRef[Any], timeout: float, blocking: bool) -> Any:
         done: Future[Any] = Future()
         done.set_result(known)
         return done
-    fut = api.rpc_async(rref.owner(), _type_on_owner, args=(rref,), timeout=timeout)
+    fut = _sending.call(rref.owner(), _type_on_owner, (rref,), None, timeout, "rpc_async")
     typed: Future[Any] = Future()
 
     def keep(f: Future[Any]) -> None:
@@ -98,10 +101,8 @@ class Proxy:
         return {"sync": "rpc_sync", "async": "rpc_async", "remote": "remote"}[self._mode]
 
     def __getattr__(self, method: str) -> Any:
-        from tensorplay_jax.rpc import api
-
-        call = {"sync": api.rpc_sync, "async": api.rpc_async, "remote": api.remote}[self._mode]
-        rref, timeout = self._rref, self._timeout
+        rref, timeout, mode = self._rref, self._timeout, self._mode
+        what = self._mode_name()
 
         def invoke(*args: Any, **kwargs: Any) -> Any:
             rref._check_created(f"rref.{self._mode_name()}().{method}")
@@ -110,10 +111,16 @@ class Proxy:
                 if rref._record is not None:
                     _has_attribute(rref, method)
                 else:
-                    api.rpc_sync(rref.owner(), _has_attribute, args=(rref, method), timeout=timeout)
+                    owner, attr_args = rref.owner(), (rref, method)
+                    _sending.call(
+                        owner, _has_attribute, attr_args, None, timeout, "rpc_sync"
+                    ).wait()
                 rref._methods = (rref._methods or set()) | {method}
-            return call(
-                rref.owner(), _invoke_on_rref, args=(rref, method, args, kwargs), timeout=timeout
-            )
+            call_args = (rref, method, args, kwargs)
+            if mode == "remote":
+                agent, dest = _sending.destination(rref.owner(), _invoke_on_rref, what)
+                return rref._remote(agent, dest, _invoke_on_rref, call_args, None, timeout)
+            fut = _sending.call(rref.owner(), _invoke_on_rref, call_args, None, timeout, what)
+            return fut.wait() if mode == "sync" else fut
 
         return invoke

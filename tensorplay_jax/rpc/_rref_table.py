@@ -47,6 +47,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc import _codec
@@ -54,7 +55,7 @@ from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import FORK_DEL
-from tensorplay_jax.rpc._types import WorkerInfo
+from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 from tensorplay_jax.runtime.ids import RREF_ID
 from tensorplay_jax.runtime.settings import DEFAULT_RPC_TIMEOUT_S
 
@@ -88,10 +89,19 @@ class _ParkedFetch:
 
 
 class RRefTable:
-    """A worker's RRef bookkeeping: owned records, parked deletes, live users, the deleter."""
+    """A worker's RRef bookkeeping: owned records, parked deletes, live users, the deleter.
 
-    def __init__(self, agent: Any) -> None:
-        self._agent = agent
+    Args:
+      me: this worker (its rank is in every RRef id it makes).
+      options: the agent's options: ``rpc_timeout`` (read at each use: it may change)
+        bounds placeholders and parked releases.
+      call: the agent's ``call``, which sends the FORK_DELs.
+    """
+
+    def __init__(
+        self, me: WorkerInfo, options: GrpcRpcBackendOptions, call: Callable[..., Future]
+    ) -> None:
+        self._me, self._options, self._call = me, options, call
         self._owners: dict[int, _OwnerRecord] = {}
         # FORK_DELs that came before their FORK_ADD: (rref id, fork) -> deadline key (0: none).
         self._parked: dict[tuple[int, int], int] = {}
@@ -114,7 +124,7 @@ class RRefTable:
         threading.Thread(target=self._deleter, name="tpj-rpc-rref-deleter", daemon=True).start()
 
     def new_id(self) -> int:
-        return RREF_ID.pack(self._agent.rank, next(self._ids))
+        return RREF_ID.pack(self._me.id, next(self._ids))
 
     # owner side
     def add_fork(
@@ -201,7 +211,7 @@ class RRefTable:
     def wait_fork(self, rref_id: int, fork: int) -> bool:
         """True once ``fork`` of ``rref_id`` is registered here (its FORK_ADD has come);
         False if it is not within ``rpc_timeout`` (with none, the default's)."""
-        timeout = self._agent.options.rpc_timeout
+        timeout = self._options.rpc_timeout
         end = time.monotonic() + (timeout if timeout > 0 else DEFAULT_RPC_TIMEOUT_S)
         pause = 0.0005
         while True:
@@ -243,7 +253,7 @@ class RRefTable:
         """A record for a value not created yet, dropped after ``rpc_timeout`` unless its
         ``remote()`` comes. The caller holds the lock."""
         rec = self._owners[rref_id] = _OwnerRecord(rref_id, Future())
-        timeout = self._agent.options.rpc_timeout
+        timeout = self._options.rpc_timeout
         if timeout > 0:
             rec.origin = (what, sender, timeout)
             rec.expiry = key = next(self._keys)
@@ -256,7 +266,7 @@ class RRefTable:
         holds the lock."""
         if (rref_id, fork) in self._parked:
             return
-        timeout = self._agent.options.rpc_timeout
+        timeout = self._options.rpc_timeout
         key = next(self._keys) if timeout > 0 else 0
         self._parked[(rref_id, fork)] = key
         if key:
@@ -278,11 +288,11 @@ class RRefTable:
                     del self._owners[item.id]
             elif item is not None and self._parked.get(item[:2]) == key:
                 del self._parked[item[:2]]
-        me = self._agent
+        me = self._me
         if isinstance(item, _OwnerRecord):
             what, sender, timeout = item.origin  # type: ignore[misc]
             msg = (
-                f"RRef {item.id:#x} was never created on worker {me.name!r} (rank {me.rank}): "
+                f"RRef {item.id:#x} was never created on worker {me.name!r} (rank {me.id}): "
                 f"{what}{_from(sender)} named it, and no remote() made it within "
                 f"rpc_timeout={timeout:g} s (was it deleted already, or made in another RPC "
                 "session?)"
@@ -342,11 +352,11 @@ class RRefTable:
         with self._lock:
             parked = self._unpark(key, uncreated_only=True)  # a creation under way may run on
         if parked is not None:
-            me = self._agent
+            me = self._me
             parked.answer._try_set_exception(
                 RpcTimeoutError(
                     f"fetch: RRef {parked.record.id:#x} was never created on worker {me.name!r} "
-                    f"(rank {me.rank}): no remote() made it within its "
+                    f"(rank {me.id}): no remote() made it within its "
                     f"rpc_timeout={parked.timeout:g} s (was it deleted already, or made in "
                     "another RPC session?)"
                 )
@@ -404,7 +414,7 @@ class RRefTable:
 
     def _send_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
         try:
-            self._agent.call(owner, FORK_DEL, extra=(rref_id, fork))
+            self._call(owner, FORK_DEL, extra=(rref_id, fork))
         except Exception as e:  # shutting down
             log.debug("rpc: could not release RRef %#x on %s: %s", rref_id, owner.name, e)
 

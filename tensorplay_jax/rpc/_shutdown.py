@@ -75,7 +75,8 @@ class ShutdownBarrier:
         """This worker's work left: calls, served requests and queued RRef releases."""
         return self._flight.outstanding() + self._rrefs.queued_deletes
 
-    def _outstanding_detail(self) -> str:
+    def outstanding_detail(self) -> str:
+        """What :meth:`outstanding` counts, in words."""
         return f"{self._flight.detail()}, {self._rrefs.queued_deletes} RRef release(s) queued"
 
     def wait_for_all_workers(self, timeout: float) -> None:
@@ -110,7 +111,7 @@ class ShutdownBarrier:
                 if deadline is not None and time.monotonic() > deadline:
                     raise RpcTimeoutError(
                         f"shutdown: worker {self.name!r} still has {self.outstanding()} RPCs "
-                        f"outstanding after {timeout:g} s ({self._outstanding_detail()}); "
+                        f"outstanding after {timeout:g} s ({self.outstanding_detail()}); "
                         "pass a larger timeout= to wait longer"
                     )
                 time.sleep(0.002)

@@ -45,7 +45,7 @@ from tensorplay_jax.rpc._link import Inbound, inbound_of
 from tensorplay_jax.rpc._socket.frames import _FRAME, _INLINE, _Reader
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
 from tensorplay_jax.rpc._socket.server import SocketServer, SocketTransport, start_reading
-from tensorplay_jax.rpc.transports import Site, register_transport
+from tensorplay_jax.rpc._transport import Site
 from tensorplay_jax.runtime import handshake
 
 __all__ = ["TcpLink", "TcpServer", "TcpTransport", "connect_tcp"]
@@ -291,6 +291,3 @@ class TcpTransport(SocketTransport):
 
     def connect(self, peer: str, entry: Any) -> TcpLink:
         return connect_tcp(entry[0], entry[1], **self._ends(peer))
-
-
-register_transport("tcp", TcpTransport)

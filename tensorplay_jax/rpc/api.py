@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tensorplay_jax.rpc import _agent, _protocol, _rref
+from tensorplay_jax.rpc import _agent, _sending
 from tensorplay_jax.rpc._all_gather import _all_gather as _all_gather
 from tensorplay_jax.rpc._all_gather import _barrier as _barrier
 from tensorplay_jax.rpc._all_gather import _wait_all_workers as _wait_all_workers
@@ -163,10 +163,7 @@ def rpc_async(
       >>> fut = rpc.rpc_async("worker1", jnp.add, args=(x, 1))  # doctest: +SKIP
       >>> fut.wait()  # doctest: +SKIP
     """
-    agent = _agent.get_agent("rpc_async")
-    dest = agent.resolve(to, "rpc_async")
-    _check_func(func, "rpc_async")
-    return _call(agent, dest, _protocol.CALL, func, args, kwargs, timeout, (), "rpc_async")
+    return _sending.call(to, func, args, kwargs, timeout, "rpc_async")
 
 
 def rpc_sync(
@@ -184,10 +181,7 @@ def rpc_sync(
       >>> rpc.rpc_sync("worker1", jnp.add, args=(jnp.ones(2), 1))  # doctest: +SKIP
       Array([2., 2.], dtype=float32)
     """
-    agent = _agent.get_agent("rpc_sync")
-    dest = agent.resolve(to, "rpc_sync")
-    _check_func(func, "rpc_sync")
-    return _call(agent, dest, _protocol.CALL, func, args, kwargs, timeout, (), "rpc_sync").wait()
+    return _sending.call(to, func, args, kwargs, timeout, "rpc_sync").wait()
 
 
 def remote(
@@ -219,81 +213,8 @@ def remote(
       >>> rref.to_here()  # doctest: +SKIP
       Array([0., 0., 0.], dtype=float32)
     """
-    agent = _agent.get_agent("remote")
-    dest = agent.resolve(to, "remote")
-    _check_func(func, "remote")
-    rref_id, fork = agent.rrefs.new_id(), agent.rrefs.new_id()
-    if dest.name == agent.name:
-        return _remote_to_self(agent, dest, func, args, kwargs, timeout, rref_id, fork)
-    created = _call(
-        agent, dest, _protocol.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
-    )
-    _rref.track_creation(created)
-    return RRef._make(agent, dest, rref_id, fork, None, created)
-
-
-def _remote_to_self(
-    agent: Any,
-    me: WorkerInfo,
-    func: Any,
-    args: Any,
-    kwargs: Any,
-    timeout: float,
-    rref_id: int,
-    fork: int,
-) -> RRef[Any]:
-    """``remote()`` naming this worker: an owner RRef whose value the served call sets.
-
-    The call still goes through this worker's own serving side (as any call to
-    itself), which fills the record registered here: the RRef holds the value the
-    function returned, not a copy. The creation's fork is released once the call
-    is answered; a failure or a timeout before the value is set becomes the value's
-    error (``to_here`` and ``local_value`` raise it).
-    """
-    rec = agent.rrefs.own_remote(rref_id)
-    try:
-        created = _call(
-            agent, me, _protocol.REMOTE, func, args, kwargs, timeout, (rref_id, fork), "remote"
-        )
-    except BaseException:
-        agent.rrefs.drop_owned(rec)
-        raise
-
-    def settle(f: Future[Any]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            rec.value._try_set_exception(exc)
-        agent.rrefs.del_fork(rref_id, fork)
-
-    created.add_done_callback(settle)
-    return RRef._make(agent, me, rref_id, None, rec)
-
-
-def _call(
-    agent: Any,
-    dest: WorkerInfo,
-    kind: int,
-    func: Any,
-    args: Any,
-    kwargs: Any,
-    timeout: float,
-    extra: tuple,
-    what: str,
-) -> Future[Any]:
-    """``agent.call``; its Future fails if an RRef argument's creation fails first."""
-    if not _rref.creations_waited:  # no RRef here awaits its creation: nothing to watch
-        return agent.call(dest, kind, func, tuple(args or ()), kwargs, timeout, extra=extra)
-    _rref.collect_pending()
-    try:
-        fut = agent.call(dest, kind, func, tuple(args or ()), kwargs, timeout, extra=extra)
-    finally:
-        pending = _rref.take_pending()
-    return fut if pending is None else _rref.guard(fut, pending, what)
-
-
-def _check_func(func: Any, what: str) -> None:
-    if not callable(func):
-        raise TypeError(f"{what}: func={func!r} is not callable")
+    agent, dest = _sending.destination(to, func, "remote")
+    return RRef._remote(agent, dest, func, args, kwargs, timeout)
 
 
 def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
@@ -321,7 +242,7 @@ def get_worker_infos() -> list[WorkerInfo]:
       [WorkerInfo(name='ps', id=0), WorkerInfo(name='trainer1', id=1)]
     """
     agent = _agent.get_agent("get_worker_infos")
-    return sorted(list(agent.workers.values()), key=lambda w: w.id)
+    return sorted(list(agent.peers.workers.values()), key=lambda w: w.id)
 
 
 def get_debug_info() -> dict[str, Any]:

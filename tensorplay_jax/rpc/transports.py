@@ -1,4 +1,4 @@
-"""RPC transports as plug-ins: the ``Transport`` protocol and the registry of transports by name.
+"""RPC transports as plug-ins: the registry of transports by name, and the built-in ones.
 
 Modelled on torch's ``distributed/rpc/backend_registry``. A transport is one
 way for the agent to reach a peer worker; the agent holds an ordered list of
@@ -16,6 +16,13 @@ The list is ``GrpcRpcBackendOptions(transports=[...])`` (names), by default
 :func:`default_transports`: all three, less ``"local"`` with
 ``TENSORPLAY_JAX_RPC_LOCAL=0`` and ``"tcp"`` with ``TENSORPLAY_JAX_RPC_TCP=0``.
 With TLS on the agent keeps only the transports that carry it (``tls``).
+
+The built-in transports are registered at the bottom of this module, from
+:data:`BUILTIN_TRANSPORTS`, the one table that names them, by
+:func:`register_transport`, as a plug-in is; nothing else in the package names
+a particular transport. ``Site`` and the ``Transport`` protocol live in
+``rpc/_transport`` (re-exported here), so that the transports need not import
+this module.
 
 The life of a transport in a worker (see :class:`Transport`): the agent makes
 it (its factory, with no arguments), has it ``serve`` (start accepting),
@@ -42,17 +49,23 @@ made in every worker before ``init_rpc``::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
-from tensorplay_jax.rpc._link import Inbound, Link
+from tensorplay_jax.rpc._grpc import GrpcTransport
+from tensorplay_jax.rpc._local.server import LocalTransport
+from tensorplay_jax.rpc._tcp import TcpTransport
+from tensorplay_jax.rpc._transport import Site as Site
+from tensorplay_jax.rpc._transport import TlsConfig as TlsConfig
+from tensorplay_jax.rpc._transport import Transport as Transport
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.settings import LOCAL_TRANSPORT_ENV, TCP_TRANSPORT_ENV
 
 __all__ = [
+    "BUILTIN_TRANSPORTS",
     "Site",
+    "TlsConfig",
     "Transport",
+    "carrying_tls",
     "check_transports",
     "default_transports",
     "make_transports",
@@ -60,78 +73,6 @@ __all__ = [
     "registered_transport",
     "registered_transports",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class Site:
-    """What a transport needs to serve and connect: this worker's side of every link.
-
-    Attributes:
-      me: this worker's name (it authenticates as that to the peers).
-      secret: the job secret every connection proves before it is read.
-      inbound: where every link reports what arrives (the agent's callbacks).
-      max_threads: the most reading threads a socket link may use.
-      listen: the address servers bind.
-      advertise: the host the other workers reach this one by.
-      port: the port the gRPC server binds (0: any free one).
-      max_streams: the most gRPC streams served at once.
-      tls: the TLS material (``rpc/_grpc.TlsConfig``), or None.
-
-    Example:
-      >>> site = Site(me="w0", secret="s3cret", inbound=None, max_threads=17,
-      ...             listen="0.0.0.0", advertise="10.0.0.2")
-      >>> site.port, site.tls is None
-      (0, True)
-    """
-
-    me: str
-    secret: str
-    inbound: Inbound
-    max_threads: int
-    listen: str
-    advertise: str
-    port: int = 0
-    max_streams: int = 16
-    tls: Any = None
-
-
-class Transport(Protocol):
-    """One way to reach peers (see the module docstring for its life in a worker).
-
-    Attributes:
-      tls: whether it carries TLS (with TLS on, the agent keeps only these).
-      slow_connect: whether ``connect`` may wait on the network (a round trip,
-        or a timeout if the peer's host is gone): the agent then connects
-        before it takes its lock.
-    """
-
-    tls: bool
-    slow_connect: bool
-
-    def serve(self, site: Site) -> bool:
-        """Start accepting connections; False where this transport cannot work here."""
-        ...
-
-    def advertise(self) -> Any:
-        """What the peers need to connect (a JSON value for the rendezvous entry)."""
-        ...
-
-    def reaches(self, entry: Any) -> bool:
-        """Whether a peer that advertised ``entry`` (None: nothing) can be reached this way."""
-        ...
-
-    def connect(self, peer: str, entry: Any) -> Link:
-        """A new authenticated link to worker ``peer``, reading its replies.
-
-        Raises:
-          OSError: the connection failed (the agent tries the next transport).
-        """
-        ...
-
-    def stop(self, grace: float) -> None:
-        """Accept no more connections and close those this transport accepted, giving open
-        streams at most ``grace`` seconds to finish (a transport may close them at once)."""
-        ...
 
 
 _REGISTRY: dict[str, Callable[[], Transport]] = {}
@@ -144,8 +85,7 @@ def register_transport(name: str, factory: Callable[[], Transport]) -> None:
       ValueError: ``name`` is taken.
 
     Example:
-      >>> from tensorplay_jax.rpc._tcp import TcpTransport
-      >>> register_transport("tcp", TcpTransport)
+      >>> register_transport("tcp", registered_transport("tcp"))
       Traceback (most recent call last):
       ...
       ValueError: register_transport: a transport named 'tcp' is registered already
@@ -181,19 +121,17 @@ def registered_transports() -> list[str]:
 
 
 def default_transports() -> list[str]:
-    """The transport list when the options name none: ``local``, ``tcp``, ``grpc``, less
-    those turned off (``TENSORPLAY_JAX_RPC_LOCAL=0``, ``TENSORPLAY_JAX_RPC_TCP=0``).
+    """The transport list when the options name none: the built-in ones, in the order of
+    :data:`BUILTIN_TRANSPORTS` (``local``, ``tcp``, ``grpc``), less those turned off
+    (``TENSORPLAY_JAX_RPC_LOCAL=0``, ``TENSORPLAY_JAX_RPC_TCP=0``).
 
     Example:
       >>> default_transports()[-1]
       'grpc'
     """
-    names = []
-    if settings.get_str(LOCAL_TRANSPORT_ENV) != "0":
-        names.append("local")
-    if settings.get_str(TCP_TRANSPORT_ENV) != "0":
-        names.append("tcp")
-    return [*names, "grpc"]
+    return [
+        name for name, _, off in BUILTIN_TRANSPORTS if off is None or settings.get_str(off) != "0"
+    ]
 
 
 def check_transports(names: Sequence[str], what: str) -> list[str]:
@@ -236,3 +174,27 @@ def make_transports(names: Sequence[str]) -> list[tuple[str, Transport]]:
       [('tcp', 'TcpTransport'), ('grpc', 'GrpcTransport')]
     """
     return [(name, _REGISTRY[name]()) for name in check_transports(names, "init_rpc")]
+
+
+def carrying_tls() -> list[str]:
+    """The registered transports whose factory says they carry TLS (a ``tls`` attribute).
+
+    Example:
+      >>> carrying_tls()
+      ['grpc']
+    """
+    return [name for name, factory in _REGISTRY.items() if getattr(factory, "tls", False)]
+
+
+# ------------------------------------------------------------ the built-in transports
+
+# The one table of the built-in transports, in the order of the default list: each
+# name, its factory and the environment variable that turns it off (None: always on).
+BUILTIN_TRANSPORTS: tuple[tuple[str, Callable[[], Transport], str | None], ...] = (
+    ("local", LocalTransport, LOCAL_TRANSPORT_ENV),  # same host: a Unix socket, shared memory
+    ("tcp", TcpTransport, TCP_TRANSPORT_ENV),  # any host: an authenticated TCP connection
+    ("grpc", GrpcTransport, None),  # a gRPC stream: carries TLS; the last resort
+)
+
+for _name, _factory, _ in BUILTIN_TRANSPORTS:
+    register_transport(_name, _factory)

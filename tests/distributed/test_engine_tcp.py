@@ -108,3 +108,37 @@ def test_all_reduce_result_held_by_the_caller_survives_the_next_call(hierarchica
     for r, got in enumerate(hierarchical):
         for key, scale in (("held/first", 1), ("held/second", 2), ("held/third", 3)):
             np.testing.assert_array_equal(got[key], scale * total, err_msg=f"rank {r} {key}")
+
+
+def _address(a: np.ndarray) -> int:
+    """Where ``a``'s data starts (``a.ctypes`` would tie ``a`` into a reference cycle)."""
+    return a.__array_interface__["data"][0]
+
+
+class _PoolOnly:
+    """What ``TcpEngine._result`` reads and writes of an engine: its pool."""
+
+    def __init__(self) -> None:
+        self.pool: list = []
+
+
+def test_a_pooled_result_buffer_is_lent_again_only_once_its_result_is_dropped():
+    import gc
+
+    import jax
+
+    from tensorplay_jax.process_group._engine_tcp import TcpEngine
+    from tensorplay_jax.runtime.device import to_device
+
+    eng, shape, f32 = _PoolOnly(), (1 << 19,), np.dtype(np.float32)
+    first = TcpEngine._result(eng, shape, f32)
+    first_at = _address(first)
+    held = to_device(first, jax.devices("cpu")[0])  # a jax.Array that may alias it
+    del first
+    second = TcpEngine._result(eng, shape, f32)
+    assert _address(second) != first_at  # the first result is still held
+    del held
+    gc.collect()  # jax lets go of a host buffer it aliased once its array is collected
+    third = TcpEngine._result(eng, shape, f32)
+    assert _address(third) == first_at  # dropped: its buffer serves again
+    assert not np.shares_memory(second, third)

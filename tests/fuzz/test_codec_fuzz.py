@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorplay_jax.rpc import _codec
-from tensorplay_jax.rpc._registry import DecodeError
+from tensorplay_jax.rpc._wire_types import DecodeError
 from tests.fuzz._fuzz import fuzz
 
 _CODES = list(range(0, 16))

@@ -185,7 +185,7 @@ def test_a_peer_whose_message_was_unreadable_fails_its_pending_calls_at_once(vic
     # w1 has imported the function (an import would hold up its answer to the garbage).
     assert rpc.rpc_sync("w1", _targets.sleep, args=(0.0,), timeout=ANSWER_S) == 0.0
     fut = rpc.rpc_async("w1", _targets.sleep, args=(2.0,), timeout=60)
-    link = agent.connections.links[agent.resolve("w1", "test").id]
+    link = agent.peers.links[agent.resolve("w1", "test").id]
     t0 = time.monotonic()
     _garbage_on(link, transport)
     with pytest.raises(rpc.RpcPeerError) as info:

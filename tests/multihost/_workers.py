@@ -63,7 +63,7 @@ def sleep(seconds: float) -> float:
 def _link_kind(peer: int) -> str:
     from tensorplay_jax.rpc import _agent
 
-    link = _agent.current_agent().connections.links[peer]
+    link = _agent.current_agent().peers.links[peer]
     kinds = {"LocalLink": "socket", "TcpLink": "tcp"}
     return kinds.get(type(link).__name__, "grpc")
 

@@ -45,7 +45,7 @@ def counted_calls() -> None:
     sums = [rpc.rpc_sync(other, T.add, args=(rank, i)) for i in range(5)]
     big = np.arange(1 << 18, dtype=np.float32)  # larger than a socket read buffer
     back = rpc.rpc_async(other, T.identity, args=(big,)).wait()
-    link = agent.connections.links[1 - rank]
+    link = agent.peers.links[1 - rank]
     seen = {
         "sums": sums,
         "big_back": bool(np.array_equal(back, big)),

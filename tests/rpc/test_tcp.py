@@ -115,7 +115,7 @@ def _same(a: np.ndarray, b: object) -> bool:
 
 def test_workers_on_loopback_pair_over_the_tcp_link(job):
     assert rpc.rpc_sync("w1", T.add, args=(1, 2)) == 3
-    assert type(_agent.current_agent().connections.links[1]).__name__ == "TcpLink"
+    assert type(_agent.current_agent().peers.links[1]).__name__ == "TcpLink"
 
 
 def test_large_arrays_of_several_dtypes_round_trip_exactly(job):

@@ -102,7 +102,7 @@ def test_tls_with_a_self_signed_certificate(tmp_path):
             x = np.arange(3 << 18, dtype=np.float32)  # large enough to be chunked
             np.testing.assert_array_equal(rpc.rpc_sync("w1", T.identity, args=(x,)), x)
             assert rpc.remote("w1", T.add, args=(1, 2)).to_here() == 3
-            peer = _agent.current_agent()._addresses[1]
+            peer = _agent.current_agent().peers.address(1)
             stream = grpc.insecure_channel(peer).stream_stream(_grpc.METHOD_PATH)
             with pytest.raises(grpc.RpcError) as e:  # plaintext cannot talk to a TLS server
                 next(iter(stream(iter([b"\x01"]), timeout=5)))

@@ -75,7 +75,7 @@ def rref_ids_never_created() -> None:
     extra: dict[str, Any] = {}
     if rank == 1:
         agent = _agent.current_agent()
-        w0 = agent.by_id[0]
+        w0 = agent.peers.by_id[0]
         t0 = time.monotonic()
         agent.call(w0, _protocol.FORK_ADD, extra=(ADD_ID, FORK)).wait(timeout=CALL_WAIT_S)
         agent.call(w0, _protocol.FORK_DEL, extra=(DEL_ID, FORK + 1)).wait(timeout=CALL_WAIT_S)

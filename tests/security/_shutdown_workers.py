@@ -102,10 +102,10 @@ def _raw_link(to: int) -> Any:
         "on_closed": lambda link, reason: None,
     }
     secret = agent.connections.site.secret
-    local = agent.connections._entries[to].get("local")
+    local = agent.peers.entry(to).get("local")
     if agent.connections.get("local") is not None and local is not None:
         return _local.connect_local(local[1], peer=f"w{to}", secret=secret, me="raw", **cbs)
-    return _grpc.connect(agent._addresses[to], peer=f"w{to}", secret=secret, me="raw", **cbs)
+    return _grpc.connect(agent.peers.address(to), peer=f"w{to}", secret=secret, me="raw", **cbs)
 
 
 def fetch_then_disconnect() -> None:
@@ -129,7 +129,7 @@ def fetch_never_created() -> None:
         agent = _agent.current_agent()
         assert agent is not None
         t0 = time.monotonic()
-        fut = agent.call(agent.by_id[0], _protocol.FETCH, timeout=0, extra=(NEVER_CREATED,))
+        fut = agent.call(agent.peers.by_id[0], _protocol.FETCH, timeout=0, extra=(NEVER_CREATED,))
         try:
             fut.wait(timeout=float(os.environ["TPJ_FETCH_WAIT"]))
             extra["fetch"] = "returned"

@@ -24,7 +24,7 @@ from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.rpc._local.frames import _ANC
 from tensorplay_jax.rpc._local.link import LocalLink
 from tensorplay_jax.rpc._socket.server import SocketServer, SocketTransport, start_reading
-from tensorplay_jax.rpc.transports import Site, register_transport
+from tensorplay_jax.rpc._transport import Site
 from tensorplay_jax.runtime.address import net_namespace
 
 
@@ -142,6 +142,3 @@ class LocalTransport(SocketTransport):
 
     def connect(self, peer: str, entry: Any) -> LocalLink:
         return connect_local(entry[1], **self._ends(peer))
-
-
-register_transport("local", LocalTransport)

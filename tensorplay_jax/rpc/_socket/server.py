@@ -21,7 +21,7 @@ from tensorplay_jax.rpc._socket.link import SocketLink
 from tensorplay_jax.runtime import handshake
 
 if TYPE_CHECKING:
-    from tensorplay_jax.rpc.transports import Site
+    from tensorplay_jax.rpc._transport import Site
 
 __all__ = ["SocketServer", "SocketTransport", "start_reading"]
 
