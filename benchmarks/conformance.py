@@ -74,6 +74,15 @@ DIFFERENCES = {
         "we differ: asserts is_contiguous() is False for a transposed Tensor; JAX arrays have "
         "no strides, so every Tensor is contiguous here"
     ),
+    "RpcTest.test_user_rref_backward": (
+        "we differ: asserts that a user RRef's backward() without a context id raises; here it "
+        "runs the local backward on the owner (docs/porting.md)"
+    ),
+    "TensorPipeAgentRpcTest.test_dynamic_rpc_init_rpc": (
+        "we differ: every rank starts a dynamic group and shuts down at once; here rank 0 hosts "
+        "the group's store, so a rank that comes after rank 0 left is refused (tensorplay's "
+        "file store outlives its creator)"
+    ),
     "TensorPipeAgentRpcTest.test_op_with_invalid_args": (
         "we differ: matches the C++ dispatcher's schema error; operators here are Python "
         "functions, and a call with missing arguments raises Python's TypeError"

@@ -195,3 +195,15 @@ def test_the_rpc_api_module_has_tensorplays_name():
 def test_the_options_derive_from_rpc_backend_options():
     assert isinstance(rpc.GrpcRpcBackendOptions(), rpc.RpcBackendOptions)
     assert issubclass(rpc.TensorPipeRpcBackendOptions, rpc.RpcBackendOptions)
+
+
+def test_dist_autograd_debug_info_counts_contexts_and_passes(job):
+    before = dist_autograd._get_debug_info()
+    assert set(before) == {"num_current_backward_passes", "num_autograd_contexts"}
+    with dist_autograd.context() as cid:
+        t = tp.ones(2, requires_grad=True)
+        y = rpc.rpc_sync("w1", tp.mul, args=(t, 2.0))
+        during = dist_autograd._get_debug_info()
+        dist_autograd.backward(cid, [y.sum()])
+    assert int(during["num_autograd_contexts"]) == int(before["num_autograd_contexts"]) + 1
+    wait_until(lambda: dist_autograd._get_debug_info() == before)  # released, no pass running

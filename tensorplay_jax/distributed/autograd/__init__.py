@@ -63,6 +63,7 @@ from tensorplay_jax.distributed.autograd._engine import backward as backward
 from tensorplay_jax.distributed.autograd._functional import context_id_array as context_id_array
 from tensorplay_jax.distributed.autograd._functional import differentiable_rpc as differentiable_rpc
 from tensorplay_jax.distributed.autograd.api import _current_context as _current_context
+from tensorplay_jax.distributed.autograd.api import _get_debug_info as _get_debug_info
 from tensorplay_jax.distributed.autograd.api import _get_max_id as _get_max_id
 from tensorplay_jax.distributed.autograd.api import _retrieve_context as _retrieve_context
 from tensorplay_jax.distributed.autograd.api import get_gradients as get_gradients

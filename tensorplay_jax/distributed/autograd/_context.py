@@ -56,6 +56,7 @@ __all__ = [
     "carry",
     "context",
     "current_id",
+    "live_contexts",
     "lookup",
     "new_context_id",
     "release_carried",
@@ -243,6 +244,12 @@ def lookup(context_id: int, *, create: bool = False) -> DistAutogradContext | No
             if ctx is None:
                 ctx = _contexts[context_id] = DistAutogradContext(context_id)
     return ctx
+
+
+def live_contexts() -> int:
+    """How many contexts are alive on this worker (made here, or reached by a call)."""
+    with _contexts_lock:
+        return len(_contexts)
 
 
 def retrieve(context_id: int) -> DistAutogradContext:

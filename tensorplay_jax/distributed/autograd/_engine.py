@@ -70,7 +70,7 @@ from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.ids import CONTEXT_ID, PASS_ID
 from tensorplay_jax.tensors import Tensor
 
-__all__ = ["backward", "filled_array", "run_pass", "send_from_recv"]
+__all__ = ["backward", "current_backward_passes", "filled_array", "run_pass", "send_from_recv"]
 
 Item = list[Any]  # [message key, [one cotangent per sent Tensor]]
 
@@ -94,6 +94,15 @@ class _Run:
         self.task = task
         self.local: list[Item] = []
         self.dests: set[int] = set()
+
+
+# This worker's shares of backward passes still running (``current_backward_passes``).
+_running: set[Future[Any]] = set()
+
+
+def current_backward_passes() -> int:
+    """How many backward passes have a share running on this worker now."""
+    return len(_running)
 
 
 def node_error(rank: int, name: str, e: BaseException) -> RuntimeError:
@@ -123,6 +132,8 @@ class _Task:
         me = get_worker_info()
         self.me, self.me_name = me.id, me.name
         self.done: Future[list[Item]] = Future()
+        _running.add(self.done)  # counted until its share of the pass is over
+        self.done.add_done_callback(_running.discard)
         self._serial = serial_for(ctx)
         self._lock = threading.Lock()
         self._pending = 1  # the first local run

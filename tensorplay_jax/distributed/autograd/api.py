@@ -7,8 +7,10 @@ import jax
 from tensorplay_jax.distributed.autograd._context import (
     DistAutogradContext,
     current_id,
+    live_contexts,
     retrieve,
 )
+from tensorplay_jax.distributed.autograd._engine import current_backward_passes
 from tensorplay_jax.rpc import get_worker_info as _rpc_worker_info
 from tensorplay_jax.rpc import is_initialized as _rpc_is_initialized
 from tensorplay_jax.runtime.ids import CONTEXT_ID
@@ -94,6 +96,16 @@ def _current_context() -> DistAutogradContext:
 def _retrieve_context(context_id: int) -> DistAutogradContext:
     """The context ``context_id`` of this worker (tensorplay spelling)."""
     return retrieve(context_id)
+
+
+def _get_debug_info() -> dict[str, str]:
+    """tensorplay's private counters of this worker's distributed autograd, as text:
+    ``num_current_backward_passes`` (passes with a share running here) and
+    ``num_autograd_contexts`` (contexts alive here)."""
+    return {
+        "num_current_backward_passes": str(current_backward_passes()),
+        "num_autograd_contexts": str(live_contexts()),
+    }
 
 
 def _get_max_id() -> int:
