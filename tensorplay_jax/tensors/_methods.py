@@ -147,6 +147,7 @@ _METHODS: dict[str, Any] = {
     "clamp": _ops.clamp,
     "clone": _ops.clone,
     "bmm": _ops.bmm,
+    "mm": _ops.mm,
     "equal": _ops.equal,
     "nonzero": _indexing.nonzero,
     # autograd and layout
