@@ -22,6 +22,8 @@ This module sits in ``autograd`` because the tape itself adds sparse gradients
 
 Example:
     >>> import numpy as np
+
+from tensorplay_jax.runtime.device import to_device
     >>> m = from_coo(np.array([[0, 0], [1, 1]]), np.array([1.0, 2.0]), (2, 2))
     >>> c = coalesce(m)
     >>> c.indices.tolist(), c.data.tolist(), is_coalesced(c)
@@ -30,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -37,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
     from jax.experimental.sparse import BCOO
@@ -124,20 +129,35 @@ def _rows(keys: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.stack(np.unravel_index(keys, shape), axis=1).astype(dtype)
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def _segment_sum(data: jax.Array, segments: jax.Array, count: int) -> jax.Array:
+    return jax.ops.segment_sum(data, segments, num_segments=count)
+
+
+@jax.jit
+def _take_where(data: jax.Array, pos: jax.Array, found: jax.Array) -> jax.Array:
+    vals = data[pos]
+    keep = found.reshape((-1,) + (1,) * (vals.ndim - 1))
+    return jnp.where(keep, vals, jnp.zeros((), vals.dtype))
+
+
 def coalesce(m: BCOO) -> BCOO:
     """Indices sorted row-major and unique, the values of repeated indices summed."""
     if is_coalesced(m):
         return m
     idx = np.asarray(m.indices)
     sshape = tuple(m.shape[: idx.shape[1]])
-    uniq, inverse = np.unique(keys(idx, sshape), return_inverse=True)
-    data = jax.ops.segment_sum(m.data, jnp.asarray(inverse.reshape(-1)), num_segments=len(uniq))
-    return bcoo_class()(
-        (data, jnp.asarray(_rows(uniq, sshape, idx.dtype))),
-        shape=m.shape,
-        indices_sorted=True,
-        unique_indices=True,
-    )
+    uniq, first, inverse = np.unique(keys(idx, sshape), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if len(uniq) == len(inverse):  # no repeats: only the order may change
+        if np.array_equal(first, np.arange(len(first))):
+            data, rows = m.data, m.indices
+        else:
+            data, rows = m.data[jnp.asarray(first)], jnp.asarray(idx[first])
+    else:
+        data = _segment_sum(m.data, to_device(inverse.astype(np.int32)), len(uniq))
+        rows = to_device(_rows(uniq, sshape, idx.dtype))
+    return bcoo_class()((data, rows), shape=m.shape, indices_sorted=True, unique_indices=True)
 
 
 def values_at(g: Any, idx: np.ndarray) -> jax.Array:
@@ -150,13 +170,12 @@ def values_at(g: Any, idx: np.ndarray) -> jax.Array:
     sshape = tuple(g.shape[: idx.shape[1]])
     have = keys(np.asarray(gc.indices), sshape)
     want = keys(np.asarray(idx), sshape)
-    pos = np.clip(np.searchsorted(have, want), 0, max(len(have) - 1, 0))
-    found = (have[pos] == want) if len(have) else np.zeros(len(want), bool)
     if not len(have):
         return jnp.zeros((len(want), *gc.data.shape[1:]), gc.data.dtype)
-    vals = gc.data[jnp.asarray(pos)]
-    keep = jnp.asarray(found).reshape((-1,) + (1,) * (vals.ndim - 1))
-    return jnp.where(keep, vals, jnp.zeros((), vals.dtype))
+    pos = np.clip(np.searchsorted(have, want), 0, len(have) - 1)
+    if np.array_equal(have, want):
+        return gc.data
+    return _take_where(gc.data, to_device(pos.astype(np.int32)), to_device(have[pos] == want))
 
 
 def mask(g: Any, like: BCOO) -> BCOO:
@@ -180,10 +199,12 @@ def add(a: Any, b: Any) -> Any:
                 f"adding sparse tensors of different shapes: {tuple(a.shape)} and "
                 f"{tuple(b.shape)}; sparse addition needs equal shapes"
             )
+        # On the host: the stored count grows with every sum, and jnp.concatenate would
+        # compile a program for each new count (the gradients of many passes of a context).
         dtype = jnp.result_type(a.data.dtype, b.data.dtype)
-        data = jnp.concatenate([a.data.astype(dtype), b.data.astype(dtype)])
-        idx = jnp.concatenate([a.indices, b.indices.astype(a.indices.dtype)])
-        return bcoo_class()((data, idx), shape=a.shape)
+        data = np.concatenate([np.asarray(a.data, dtype), np.asarray(b.data, dtype)])
+        idx = np.concatenate([np.asarray(a.indices), np.asarray(b.indices, a.indices.dtype)])
+        return bcoo_class()((to_device(data), to_device(idx)), shape=a.shape)
     sparse, dense = (a, b) if is_sparse_array(a) else (b, a)
     dense = jnp.asarray(dense)
     dtype = jnp.result_type(dense.dtype, sparse.data.dtype)

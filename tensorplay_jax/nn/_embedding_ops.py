@@ -30,6 +30,11 @@ __all__ = ["embedding_bag", "sparse_embedding"]
 _MODES = ("sum", "mean", "max")
 
 
+def _is_int(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and bool(np.issubdtype(dtype, np.integer))
+
+
 def _host_ints(x: Any, what: str) -> np.ndarray:
     arr = np.asarray(x._value if isinstance(x, Tensor) else x)
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
@@ -170,6 +175,8 @@ def embedding_bag(
         tensor([[4., 6.],
                 [2., 3.]])
     """
+    if _is_int(weight) and not _is_int(input):
+        input, weight = weight, input  # torch accepts the old order (weight, input) too
     if mode not in _MODES:
         raise ValueError(f"embedding_bag: mode={mode!r} must be one of {_MODES}")
     if max_norm is not None or scale_grad_by_freq:
