@@ -65,9 +65,11 @@ def sparse_embedding(input: Any, weight: Tensor, padding_idx: int | None) -> Ten
     flat = idx.reshape(-1)
     keep = flat != padding_idx if padding_idx is not None else np.ones(flat.shape, bool)
 
+    shape = tuple(w.shape)  # not the array: an optimizer may take its buffer donated
+
     def back(grads: tuple[Any, ...]) -> list[Any]:
         (g,) = grads
-        return [_sparse_rows(jnp.reshape(g, (flat.size, w.shape[1])), flat, keep, w.shape)]
+        return [_sparse_rows(jnp.reshape(g, (flat.size, shape[1])), flat, keep, shape)]
 
     return _record("EmbeddingBackward", out, [weight], back)
 

@@ -40,3 +40,23 @@ def kept_gradient(context_id: int) -> Any:
 
 def use_rref(rref: Any, other: Any) -> Any:
     return rref.local_value() + other
+
+
+def make_embedding() -> Any:
+    """A sparse-gradient table kept here (rows ``arange(15).reshape(5, 3) / 10``); its weight."""
+    emb = tp.nn.Embedding(5, 3, sparse=True)
+    emb.weight.data = tp.arange(15.0).reshape(5, 3) / 10
+    KEPT["emb"] = emb
+    return emb.weight
+
+
+def lookup(idx: Any) -> Any:
+    return KEPT["emb"](idx)
+
+
+def table() -> Any:
+    return KEPT["emb"].weight.detach()
+
+
+def table_gradient(context_id: int) -> Any:
+    return dist_autograd.get_gradients(context_id)[KEPT["emb"].weight]

@@ -12,7 +12,9 @@ import pytest
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
+from tensorplay_jax import optim
 from tensorplay_jax.distributed import rpc
+from tensorplay_jax.distributed.optim import DistributedOptimizer
 from tensorplay_jax.testing import Workers
 from tests.distributed.autograd import _sparse_targets as T
 
@@ -68,3 +70,19 @@ def test_remote_sparse_leaf_gets_a_sparse_gradient_on_its_owner(job) -> None:
     assert owner.is_sparse and mine.is_sparse
     np.testing.assert_allclose(owner.to_dense().numpy(), 2 * PATTERN)
     np.testing.assert_allclose(mine.to_dense().numpy(), 2 * PATTERN)
+
+
+def test_distributed_sgd_steps_the_rows_of_a_remote_sparse_table(job) -> None:
+    weight = rpc.remote("w1", T.make_embedding)
+    opt = DistributedOptimizer(optim.SGD, [weight], lr=0.5)
+    with dist_autograd.context() as cid:
+        out = rpc.rpc_sync("w1", T.lookup, args=(tp.tensor([1, 3, 1]),))
+        dist_autograd.backward(cid, [(out * tp.arange(9.0).reshape(3, 3)).sum()])
+        grad = rpc.rpc_sync("w1", T.table_gradient, args=(cid,))
+        opt.step(cid)
+    assert grad.is_sparse and grad._indices().tolist() == [[1, 3, 1]]
+    # torch: row 1 gets both looked-up cotangent rows, row 3 one, the others nothing
+    want = np.arange(15, dtype=np.float32).reshape(5, 3) / 10
+    want[1] -= 0.5 * np.array([6.0, 8.0, 10.0])
+    want[3] -= 0.5 * np.array([3.0, 4.0, 5.0])
+    np.testing.assert_allclose(rpc.rpc_sync("w1", T.table).numpy(), want, rtol=1e-6)
