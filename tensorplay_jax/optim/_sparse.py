@@ -22,8 +22,11 @@ Example:
     >>> opt = optim.SparseAdam(emb.parameters(), lr=0.1)
     >>> emb(tp.tensor([1])).sum().backward()
     >>> opt.step()
-    >>> emb.weight.tolist()
-    [[0.0, 0.0], [-0.1, -0.1], [0.0, 0.0], [0.0, 0.0]]
+    >>> print(emb.weight.numpy().round(4))   # only row 1 moved, by lr
+    [[ 0.   0. ]
+     [-0.1 -0.1]
+     [ 0.   0. ]
+     [ 0.   0. ]]
 """
 
 from __future__ import annotations

@@ -144,6 +144,12 @@ class SparseTensor(Tensor):
     def numpy(self) -> np.ndarray:
         raise TypeError(_dense_only("numpy()"))
 
+    def data_ptr(self) -> int:
+        raise RuntimeError(
+            "Cannot access data pointer of Tensor that doesn't have storage; use "
+            "_values().data_ptr()"
+        )
+
     def tolist(self) -> Any:
         raise TypeError(_dense_only("tolist()"))
 

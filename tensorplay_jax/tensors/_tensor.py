@@ -354,6 +354,11 @@ class Tensor(metaclass=_TensorMeta):
         """Number of elements."""
         return int(self._value.size)
 
+    def data_ptr(self) -> int:
+        """The address of the value's buffer (torch's ``data_ptr``): equal for Tensors over
+        one array."""
+        return int(self.value.unsafe_buffer_pointer())
+
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (read-only view where possible; no gradient)."""
         return np.asarray(self._value)

@@ -258,3 +258,10 @@ def test_import_loads_no_jax_sparse_until_a_sparse_tensor_is_made() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_data_ptr_is_the_values_buffer_and_refused_on_the_sparse_tensor() -> None:
+    x = build()
+    assert x._values().data_ptr() == x._values().data_ptr() != 0
+    with pytest.raises(RuntimeError, match="doesn't have storage"):
+        x.data_ptr()
