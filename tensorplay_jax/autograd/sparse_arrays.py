@@ -32,7 +32,6 @@ from tensorplay_jax.runtime.device import to_device
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -129,33 +128,29 @@ def _rows(keys: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.stack(np.unravel_index(keys, shape), axis=1).astype(dtype)
 
 
-@functools.partial(jax.jit, static_argnums=2)
-def _segment_sum(data: jax.Array, segments: jax.Array, count: int) -> jax.Array:
-    return jax.ops.segment_sum(data, segments, num_segments=count)
-
-
-@jax.jit
-def _take_where(data: jax.Array, pos: jax.Array, found: jax.Array) -> jax.Array:
-    vals = data[pos]
-    keep = found.reshape((-1,) + (1,) * (vals.ndim - 1))
-    return jnp.where(keep, vals, jnp.zeros((), vals.dtype))
-
-
 def coalesce(m: BCOO) -> BCOO:
-    """Indices sorted row-major and unique, the values of repeated indices summed."""
+    """Indices sorted row-major and unique, the values of repeated indices summed.
+
+    All on the host (NumPy): the stored count is data-dependent, and a compiled
+    ``segment_sum`` or gather would compile anew for each count.
+    """
     if is_coalesced(m):
         return m
     idx = np.asarray(m.indices)
     sshape = tuple(m.shape[: idx.shape[1]])
-    uniq, first, inverse = np.unique(keys(idx, sshape), return_index=True, return_inverse=True)
+    uniq, first, inverse, counts = np.unique(
+        keys(idx, sshape), return_index=True, return_inverse=True, return_counts=True
+    )
     inverse = inverse.reshape(-1)
     if len(uniq) == len(inverse):  # no repeats: only the order may change
         if np.array_equal(first, np.arange(len(first))):
             data, rows = m.data, m.indices
         else:
-            data, rows = m.data[jnp.asarray(first)], jnp.asarray(idx[first])
+            data, rows = to_device(np.asarray(m.data)[first]), to_device(idx[first])
     else:
-        data = _segment_sum(m.data, to_device(inverse.astype(np.int32)), len(uniq))
+        order = np.argsort(inverse, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        data = to_device(np.add.reduceat(np.asarray(m.data)[order], starts, axis=0))
         rows = to_device(_rows(uniq, sshape, idx.dtype))
     return bcoo_class()((data, rows), shape=m.shape, indices_sorted=True, unique_indices=True)
 
@@ -170,12 +165,15 @@ def values_at(g: Any, idx: np.ndarray) -> jax.Array:
     sshape = tuple(g.shape[: idx.shape[1]])
     have = keys(np.asarray(gc.indices), sshape)
     want = keys(np.asarray(idx), sshape)
-    if not len(have):
-        return jnp.zeros((len(want), *gc.data.shape[1:]), gc.data.dtype)
-    pos = np.clip(np.searchsorted(have, want), 0, len(have) - 1)
     if np.array_equal(have, want):
         return gc.data
-    return _take_where(gc.data, to_device(pos.astype(np.int32)), to_device(have[pos] == want))
+    data = np.asarray(gc.data)
+    out = np.zeros((len(want), *data.shape[1:]), data.dtype)
+    if len(have):
+        pos = np.clip(np.searchsorted(have, want), 0, len(have) - 1)
+        found = have[pos] == want
+        out[found] = data[pos[found]]
+    return to_device(out)
 
 
 def mask(g: Any, like: BCOO) -> BCOO:

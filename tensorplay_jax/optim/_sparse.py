@@ -42,19 +42,29 @@ import numpy as np
 from tensorplay_jax.autograd import sparse_arrays as sa
 from tensorplay_jax.optim._optimizer import Optimizer
 from tensorplay_jax.runtime import xla_options
+from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["SparseAdam", "sgd_rows"]
 
 
 def _rows(g: Any) -> tuple[jax.Array, jax.Array]:
-    """The coalesced gradient's index rows and values."""
+    """The coalesced gradient's index rows and values, padded to a power of two rows (at
+    least 8) so that the step compiles once per size class, not per count of distinct
+    rows; a padding row's index is past the end, which the step's gathers read as zeros
+    and its scatters drop."""
     c = sa.coalesce(g)
-    return c.indices, c.data
+    idx, values = np.asarray(c.indices), np.asarray(c.data)
+    n = idx.shape[0]
+    size = max(8, 1 << max(n - 1, 0).bit_length())
+    if size != n:
+        idx = np.concatenate([idx, np.full((size - n, idx.shape[1]), g.shape[0], idx.dtype)])
+        values = np.concatenate([values, np.zeros((size - n, *values.shape[1:]), values.dtype)])
+    return to_device(idx), to_device(values)
 
 
 def _add_rows(p: jax.Array, idx: jax.Array, values: jax.Array, scale: jax.Array) -> jax.Array:
-    return p.at[tuple(idx.T)].add((scale * values).astype(p.dtype))
+    return p.at[tuple(idx.T)].add((scale * values).astype(p.dtype), mode="drop")
 
 
 _ADD_ROWS = (xla_options.jit(_add_rows), xla_options.jit(_add_rows, donate_argnums=0))
@@ -81,12 +91,13 @@ def _adam_rows(
     step_size, b1, b2, eps = hp
     rows = tuple(idx.T)
     g = g.astype(p.dtype)
-    old_m, old_v = m[rows], v[rows]
+    old_m = m.at[rows].get(mode="fill", fill_value=0)
+    old_v = v.at[rows].get(mode="fill", fill_value=0)
     dm, dv = (g - old_m) * (1 - b1), (g * g - old_v) * (1 - b2)
-    m = m.at[rows].add(dm)
-    v = v.at[rows].add(dv)
+    m = m.at[rows].add(dm, mode="drop")
+    v = v.at[rows].add(dv, mode="drop")
     update = -step_size * (dm + old_m) / (jnp.sqrt(dv + old_v) + eps)
-    return p.at[rows].add(update.astype(p.dtype)), m, v
+    return p.at[rows].add(update.astype(p.dtype), mode="drop"), m, v
 
 
 # the moments are the optimizer's own: always donated; the parameter where the step may
@@ -153,9 +164,9 @@ class SparseAdam(Optimizer):
             zeros = np.zeros(value.shape, value.dtype)
             state = {"step": jnp.zeros((), jnp.float32), "exp_avg": jnp.asarray(zeros)}
             state["exp_avg_sq"] = jnp.asarray(zeros)
-        idx, values = _rows(g)
-        if idx.shape[0] == 0:
+        if g.nse == 0:  # nothing touched: nothing moves (torch skips it too)
             return value
+        idx, values = _rows(g)
         if group["maximize"]:
             values = -values
         step = float(state["step"]) + 1

@@ -107,3 +107,13 @@ def test_sgd_with_momentum_refuses_a_sparse_gradient() -> None:
     e(tp.tensor([1])).sum().backward()
     with pytest.raises(NotImplementedError, match="without momentum and weight_decay"):
         opt.step()
+
+
+def test_a_row_touched_before_stays_put_when_a_later_step_misses_it() -> None:
+    e = _emb()
+    opt = optim.SparseAdam(e.parameters(), lr=0.1)
+    _train(e, opt, ([4],))
+    row, moment = e.weight.numpy()[4].copy(), opt.state[e.weight]["exp_avg"].numpy()[4].copy()
+    _train(e, opt, ([1],))  # the last row is where a padded step would clamp to
+    np.testing.assert_array_equal(e.weight.numpy()[4], row)
+    np.testing.assert_array_equal(opt.state[e.weight]["exp_avg"].numpy()[4], moment)
