@@ -84,6 +84,11 @@ class TorchTestCase(unittest.TestCase):
         rtol: float | None = None,
         **_: Any,
     ) -> None:
+        sparse = [getattr(v, "is_sparse", False) is True for v in (first, second)]
+        if any(sparse):  # torch compares layouts, then the (coalesced) contents
+            if not all(sparse):
+                raise self.failureException(msg or f"layouts differ:\n{first}\n!=\n{second}")
+            first, second = first.to_dense(), second.to_dense()
         a, b = _as_array(first), _as_array(second)
         tensors = isinstance(first, tp.Tensor) or isinstance(second, tp.Tensor)
         if a is not None and b is not None and (tensors or a.ndim or b.ndim):

@@ -34,6 +34,7 @@ from tensorplay_jax.tensors import *  # noqa: F403  (the tensor library's __all_
 # ``import tensorplay_jax.linalg`` / ``from tensorplay_jax.linalg import norm``, as with
 # torch.linalg: the module lives in the tensor library (tensors/linalg.py).
 _sys.modules[__name__ + ".linalg"] = tensors.linalg
+_sys.modules[__name__ + ".sparse"] = tensors.sparse
 
 # dtypes, as tensorplay spells them (JAX/NumPy dtype objects)
 float16 = _jnp.float16

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd import _cache, _host_eval
+from tensorplay_jax.autograd import _cache, _host_eval, sparse_arrays
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.runtime import xla_options
 
@@ -55,12 +55,16 @@ def add_gradients(a: Any, b: Any, *, donate: bool = False) -> jax.Array:
     (``runtime.xla_options``); small ones on the CPU with NumPy (``_host_eval``: a
     distributed context sums each parameter's gradients, a program per shape).
     ``donate=True``: ``a`` is the caller's alone, and its buffer takes the sum.
+    A sparse gradient (a BCOO) follows torch's rule: sparse + sparse stays sparse,
+    sparse + dense is dense (``sparse_arrays.add``).
 
     Example:
         >>> import jax.numpy as jnp
         >>> add_gradients(jnp.ones(2), jnp.ones(2)).tolist()
         [2.0, 2.0]
     """
+    if sparse_arrays.is_sparse_array(a) or sparse_arrays.is_sparse_array(b):
+        return sparse_arrays.add(a, b)
     out = _host_eval.run(_GRADIENT_SUM, (a, b))
     if out is not NotImplemented:
         return out
@@ -160,7 +164,9 @@ class _IntoGrad(Accumulator):
 
     def take(self, leaf: Tensor) -> tuple[Any, bool]:
         grad = leaf._grad
-        return (None if grad is None else grad._value), False
+        if grad is None or sparse_arrays.is_sparse_array(grad._value):
+            return None, False  # a sparse .grad is summed by add_gradients, not in a program
+        return grad._value, False
 
     def put(self, leaf: Tensor, held: Any, donated: bool, grad: Any, total: Any) -> None:
         if total is not None:

@@ -23,6 +23,7 @@ import numpy as np
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import FunctionNode, GradientEdge, Grads
+from tensorplay_jax.autograd.sparse_arrays import is_sparse_array
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -97,7 +98,7 @@ def attach_outputs(
     for i, v in enumerate(values):
         if isinstance(v, _tc.Tensor):
             v = v._value
-        elif not isinstance(v, np.ndarray | jax.Array | jax.core.Tracer):
+        elif not isinstance(v, np.ndarray | jax.Array | jax.core.Tracer) and not is_sparse_array(v):
             v = jnp.asarray(v)
         # A NumPy array stays on the host until used (as a Tensor that arrived over RPC).
         outs.append(_tc.Tensor._wrap_output(v, node, i) if record else _tc.Tensor._wrap(v))

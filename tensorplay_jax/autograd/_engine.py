@@ -41,6 +41,7 @@ from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradients
 from tensorplay_jax.autograd._cache import ones_like
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
+from tensorplay_jax.autograd.sparse_arrays import is_sparse_array
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -61,8 +62,9 @@ def as_array(x: Any, dtype: Any = None) -> jax.Array:
 
 def as_cotangent(x: Any) -> Any:
     """A gradient as the tape takes it: a ``jax.Array``, or a host NumPy array as it
-    arrived over RPC (node backwards are jitted and take either; no transfer first)."""
-    if isinstance(x, np.ndarray | jax.Array):
+    arrived over RPC (node backwards are jitted and take either; no transfer first), or
+    a sparse gradient (a BCOO) as it is."""
+    if isinstance(x, np.ndarray | jax.Array) or is_sparse_array(x):
         return x
     return jnp.asarray(x)
 

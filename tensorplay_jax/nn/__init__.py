@@ -37,6 +37,7 @@ from tensorplay_jax.nn._normalization import LayerNorm as LayerNorm
 from tensorplay_jax.nn._parameter import Parameter as Parameter
 from tensorplay_jax.nn._recurrent import LSTM as LSTM
 from tensorplay_jax.nn._sparse import Embedding as Embedding
+from tensorplay_jax.nn._sparse import EmbeddingBag as EmbeddingBag
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -46,6 +47,7 @@ __all__ = [
     "Dropout",
     "Dropout2d",
     "Embedding",
+    "EmbeddingBag",
     "Flatten",
     "Identity",
     "L1Loss",

@@ -14,7 +14,7 @@ import numpy as np
 
 from tensorplay_jax import tensors as _tensors
 from tensorplay_jax.autograd import apply, assign_value, call_rule
-from tensorplay_jax.nn import _jax_impl
+from tensorplay_jax.nn import _embedding_ops, _jax_impl
 from tensorplay_jax.tensors import Tensor, in_key_scope, next_key
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "dropout",
     "dropout2d",
     "embedding",
+    "embedding_bag",
     "layer_norm",
     "l1_loss",
     "linear",
@@ -67,11 +68,33 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     return apply(_jax_impl.linear, input, weight, bias)
 
 
-def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor:
-    """Rows of ``weight`` at the integer ``input`` indices (``padding_idx`` gets no gradient)."""
+def embedding(
+    input: Any,
+    weight: Any,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of ``weight`` at the integer ``input`` indices (``padding_idx`` gets no gradient).
+
+    With ``sparse=True`` the gradient of ``weight`` is a sparse COO tensor of the rows
+    looked up (torch's layout). ``max_norm`` and ``scale_grad_by_freq`` are not
+    supported (leave them unset).
+    """
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError(
+            "embedding: max_norm and scale_grad_by_freq are not supported; leave them unset"
+        )
     if padding_idx is not None:
         padding_idx = int(padding_idx) % weight.shape[0]
+    if sparse:
+        return _embedding_ops.sparse_embedding(input, weight, padding_idx)
     return apply(_jax_impl.embedding, input, weight, padding_idx)
+
+
+embedding_bag = _embedding_ops.embedding_bag
 
 
 def _pair(name: str, v: Any) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """``tensorplay_jax.optim``: torch's local optimizers (``torch.optim``), rules as optax transforms.
 
-``SGD``, ``Adam``, ``AdamW``, ``RMSprop`` and ``Adagrad`` take the arguments of
+``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad`` and ``SparseAdam`` take the arguments of
 their torch namesakes and follow torch's documented algorithms; each is an
 ``Optimizer`` (param groups, ``step``, ``zero_grad``, ``state_dict``) over an
 update rule that is an ``optax.GradientTransformation`` (``sgd_rule``,
@@ -35,6 +35,7 @@ from tensorplay_jax.optim._rmsprop import RMSprop as RMSprop
 from tensorplay_jax.optim._rmsprop import rmsprop_rule as rmsprop_rule
 from tensorplay_jax.optim._sgd import SGD as SGD
 from tensorplay_jax.optim._sgd import sgd_rule as sgd_rule
+from tensorplay_jax.optim._sparse import SparseAdam as SparseAdam
 
 __all__ = [
     "SGD",
@@ -43,6 +44,7 @@ __all__ = [
     "AdamW",
     "Optimizer",
     "RMSprop",
+    "SparseAdam",
     "adagrad_rule",
     "adam_rule",
     "lr_scheduler",

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import jax
 import optax
 
-from tensorplay_jax.autograd import enable_grad, no_grad
+from tensorplay_jax.autograd import enable_grad, no_grad, sparse_arrays
 from tensorplay_jax.optim import _state_dict
 from tensorplay_jax.optim.updates import update_each
 from tensorplay_jax.runtime import xla_options
@@ -57,6 +57,12 @@ def _array_on(g: Any, where: Any, dtype: Any) -> Any:
     if where is None or (isinstance(g, jax.Array) and g.sharding == where):
         return g
     return jax.device_put(g, where)
+
+
+def _sparse_value(g: Any) -> Any:
+    """``g``'s sparse array (BCOO) when it is a sparse gradient, else None."""
+    value = g._value if isinstance(g, Tensor) else g
+    return value if sparse_arrays.is_sparse_array(value) else None
 
 
 def _number(v: Any) -> Any:
@@ -270,6 +276,23 @@ class Optimizer:
             params = [p for p in group["params"] if p in grads]
             if not params:
                 continue
+            sparse = {p: g for p in params if (g := _sparse_value(grads[p])) is not None}
+            if sparse:  # sparse gradients: their rows only (see optim._sparse)
+                for p, g in sparse.items():
+                    if tuple(g.shape) != p.shape:
+                        raise ValueError(
+                            f"{type(self).__name__}.step: a sparse gradient has shape "
+                            f"{tuple(g.shape)} but its parameter has shape {p.shape}"
+                        )
+                    new = self._sparse_step(group, p, g, stale_check)
+                    if stale_check:
+                        overwrite(p, new)
+                    else:
+                        p.data = new
+                done += len(sparse)
+                params = [p for p in params if p not in sparse]
+                if not params:
+                    continue
             flags = tuple(sorted(self._flags(group).items()))
             hp = {k: _number(group[k]) for k in self.defaults if k not in self._STATIC}
             by_place: dict[Any, list[Tensor]] = {}
@@ -299,6 +322,16 @@ class Optimizer:
                     self._state[p] = s
             done += len(params)
         return done
+
+    def _sparse_step(self, group: dict[str, Any], p: Tensor, g: Any, donate: bool) -> jax.Array:
+        """The new value of ``p`` for the sparse gradient ``g`` (a BCOO), in ``p``'s buffer
+        when ``donate``; an optimizer that steps sparse gradients overrides this."""
+        name = type(self).__name__
+        raise RuntimeError(
+            f"{name} does not support sparse gradients, please consider SparseAdam instead "
+            "(or SGD without momentum and weight decay), or give the parameter a dense "
+            "gradient (e.g. nn.Embedding(..., sparse=False))"
+        )
 
     def _init(self, flags: tuple, hp: dict, value: jax.Array) -> dict[str, jax.Array]:
         return type(self)._RULE(**hp, **dict(flags)).init(value)

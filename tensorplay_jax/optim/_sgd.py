@@ -8,6 +8,7 @@ from typing import Any
 import optax
 
 from tensorplay_jax.optim._optimizer import Optimizer
+from tensorplay_jax.optim._sparse import sgd_rows
 
 __all__ = ["SGD", "sgd_rule"]
 
@@ -121,6 +122,17 @@ class SGD(Optimizer):
 
     def _flags(self, group: dict[str, Any]) -> dict[str, Any]:
         return {**super()._flags(group), "momentum_on": group["momentum"] != 0}
+
+    def _sparse_step(self, group: dict[str, Any], p: Any, g: Any, donate: bool) -> Any:
+        """A sparse gradient moves only its rows (``optim._sparse``); torch's momentum and
+        weight decay would make the update dense, and are refused for one here."""
+        if group["momentum"] != 0 or group["weight_decay"] != 0:
+            raise NotImplementedError(
+                "SGD: a sparse gradient is stepped without momentum and weight_decay here "
+                f"(got momentum={group['momentum']!r}, weight_decay={group['weight_decay']!r}); "
+                "set both to 0, or use optim.SparseAdam, or a dense gradient"
+            )
+        return sgd_rows(p.value, g, float(group["lr"]), group["maximize"], donate)
 
     def _check(self, group: dict[str, Any]) -> None:
         self._nonnegative(group, "lr", "momentum", "weight_decay")

@@ -13,6 +13,8 @@ What it owns
 * Factories (``tensor``, ``randn``, ``zeros`` ... in ``_factories``), the
   process-wide random state (``manual_seed``) in ``_random`` and the
   ``Generator`` (a random state of its own, ``generator=``) in ``_generator``.
+* Sparse COO tensors: ``SparseTensor`` and ``sparse_coo_tensor`` (``_sparse``), their
+  operations (``_sparse_ops``) and ``tp.sparse`` (``sparse``, public-named).
 * ``linalg`` (``tp.linalg``: ``multi_dot``, norms, ``inv``, ``solve``, ``det``) and
   ``serialization`` (``tp.save``/``tp.load``), public-named modules.
 
@@ -42,6 +44,7 @@ Example:
 from tensorplay_jax.autograd import set_tensor_class as _set_tensor_class
 from tensorplay_jax.tensors import _interop as _interop
 from tensorplay_jax.tensors import linalg as linalg
+from tensorplay_jax.tensors import sparse as sparse
 from tensorplay_jax.tensors._factories import arange as arange
 from tensorplay_jax.tensors._factories import empty as empty
 from tensorplay_jax.tensors._factories import eye as eye
@@ -79,6 +82,7 @@ from tensorplay_jax.tensors._ops import lt as lt
 from tensorplay_jax.tensors._ops import matmul as matmul
 from tensorplay_jax.tensors._ops import maximum as maximum
 from tensorplay_jax.tensors._ops import minimum as minimum
+from tensorplay_jax.tensors._ops import mm as mm
 from tensorplay_jax.tensors._ops import mul as mul
 from tensorplay_jax.tensors._ops import ne as ne
 from tensorplay_jax.tensors._ops import neg as neg
@@ -123,6 +127,8 @@ from tensorplay_jax.tensors._shape_ops import transpose as transpose
 from tensorplay_jax.tensors._shape_ops import unbind as unbind
 from tensorplay_jax.tensors._shape_ops import unsqueeze as unsqueeze
 from tensorplay_jax.tensors._shape_ops import view as view
+from tensorplay_jax.tensors._sparse import SparseTensor as SparseTensor
+from tensorplay_jax.tensors._sparse import sparse_coo_tensor as sparse_coo_tensor
 from tensorplay_jax.tensors._tensor import Tensor as Tensor
 from tensorplay_jax.tensors._views import overwrite as overwrite
 from tensorplay_jax.tensors.serialization import load as load
@@ -133,6 +139,7 @@ _set_tensor_class(Tensor)
 
 __all__ = [
     "Generator",
+    "SparseTensor",
     "Tensor",
     "abs",
     "add",
@@ -173,6 +180,7 @@ __all__ = [
     "maximum",
     "mean",
     "min",
+    "mm",
     "minimum",
     "mul",
     "narrow",
@@ -195,6 +203,8 @@ __all__ = [
     "sigmoid",
     "sin",
     "softmax",
+    "sparse",
+    "sparse_coo_tensor",
     "split",
     "sqrt",
     "square",

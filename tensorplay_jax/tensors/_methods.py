@@ -81,7 +81,7 @@ def _is_contiguous(self: Tensor, memory_format: Any = None) -> bool:
 
 
 def _is_sparse(self: Tensor) -> bool:
-    """False: a Tensor here is dense."""
+    """False for a dense Tensor (a sparse COO tensor is a ``SparseTensor``, where it is True)."""
     return False
 
 
@@ -147,6 +147,7 @@ _METHODS: dict[str, Any] = {
     "clamp": _ops.clamp,
     "clone": _ops.clone,
     "bmm": _ops.bmm,
+    "mm": _ops.mm,
     "equal": _ops.equal,
     "nonzero": _indexing.nonzero,
     # autograd and layout

@@ -21,6 +21,8 @@ import numpy as np
 
 from tensorplay_jax.autograd import call_op
 from tensorplay_jax.runtime.x64 import check_dtype
+from tensorplay_jax.tensors import _sparse_ops
+from tensorplay_jax.tensors._sparse import SparseTensor, _dense_only
 from tensorplay_jax.tensors._tensor import Tensor
 
 _SCALARS = (int, float, complex, bool, np.generic)
@@ -44,10 +46,16 @@ def _operand(x: Any, fn: str) -> Any:
 
 
 def _binary(fn: Any, name: str, a: Any, b: Any, saves: bool = True) -> Tensor:
+    if type(a) is SparseTensor or type(b) is SparseTensor:
+        return _sparse_ops.binary(fn, name, a, b)
     return call_op(fn, name, (_operand(a, name), _operand(b, name)), saves=saves)
 
 
 def _unary(fn: Any, name: str, x: Any, saves: bool = True) -> Tensor:
+    if type(x) is SparseTensor:
+        if fn is jnp.negative:
+            return _sparse_ops.neg(x)
+        raise TypeError(_dense_only(f"tp.{name.removesuffix('Backward').lower()}"))
     return call_op(fn, name, (_operand(x, name),), saves=saves)
 
 
@@ -129,6 +137,19 @@ def matmul(input: Any, other: Any) -> Tensor:
         (2, 4)
     """
     return _binary(jnp.matmul, "MatmulBackward", input, other)
+
+
+def mm(input: Any, mat2: Any) -> Tensor:
+    """Product of two matrices (torch's ``mm``); a sparse ``input`` gives a dense result.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.mm(tp.ones((2, 3)), tp.ones((3, 4))).shape
+        (2, 4)
+    """
+    if type(input) is SparseTensor:
+        return _sparse_ops.mm(input, mat2)
+    return _binary(jnp.matmul, "MmBackward", input, mat2)
 
 
 def bmm(input: Any, mat2: Any) -> Tensor:

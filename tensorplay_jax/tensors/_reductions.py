@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import call_op
-from tensorplay_jax.tensors import _ops
+from tensorplay_jax.tensors import _ops, _sparse_ops
+from tensorplay_jax.tensors._sparse import SparseTensor
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -54,6 +55,10 @@ def sum(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None)
         >>> tp.sum(tp.ones((2, 3)), dim=1)
         tensor([3., 3.])
     """
+    if type(input) is SparseTensor:
+        if keepdim:
+            raise TypeError("sum: keepdim=True is not supported for sparse tensors")
+        return _sparse_ops.sum(input, dim if axis is None else axis)
     return _reduce(jnp.sum, "SumBackward", input, _dims("sum", dim, axis), keepdim)
 
 

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
-from tensorplay_jax.tensors import _indexing, _views
+from tensorplay_jax.tensors import _indexing, _sparse_ops, _views
+from tensorplay_jax.tensors._sparse import SparseTensor
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -201,6 +202,8 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ValueError("tp.stack: expected a non-empty sequence of Tensors")
+    if type(tensors[0]) is SparseTensor:
+        return _sparse_ops.stack(tensors, dim)
     d = _norm_dim("stack", dim, _ndim(tensors[0]) + 1)
     return call_op(_stack, "StackBackward", tensors, (("axis", d),), saves=False)
 

@@ -50,6 +50,11 @@ _PLAIN_JNP_MSG = (
 )
 
 
+# [the BCOO class, SparseTensor]: a value of that class is wrapped as a SparseTensor. Set by
+# ``_sparse`` once a sparse array exists (``autograd.sparse_arrays.on_load``).
+SPARSE: list[Any] = [None, None]
+
+
 def _is_float(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
@@ -131,7 +136,8 @@ class Tensor(metaclass=_TensorMeta):
     def _wrap(cls, value: Any) -> Tensor:
         # ``value`` is a jax.Array, a tracer, or a host NumPy array that arrived over RPC:
         # operations take it as it is (jit moves it), ``.value`` places it on the device.
-        t = cls.__new__(cls)
+        # A sparse array (a BCOO) makes a SparseTensor (``_sparse``).
+        t = cls.__new__(SPARSE[1] if type(value) is SPARSE[0] else cls)
         t._value = value
         t._grad = None
         t._grad_fn = None
@@ -347,6 +353,11 @@ class Tensor(metaclass=_TensorMeta):
     def numel(self) -> int:
         """Number of elements."""
         return int(self._value.size)
+
+    def data_ptr(self) -> int:
+        """The address of the value's buffer (torch's ``data_ptr``): equal for Tensors over
+        one array."""
+        return int(self.value.unsafe_buffer_pointer())
 
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (read-only view where possible; no gradient)."""

@@ -54,6 +54,7 @@ from tensorplay_jax.autograd import (
     leaf_gradient,
     run_backward,
 )
+from tensorplay_jax.autograd.sparse_arrays import is_sparse_array
 from tensorplay_jax.distributed.autograd import _context
 from tensorplay_jax.distributed.autograd._context import DistAutogradContext, retrieve
 from tensorplay_jax.distributed.autograd._serial import serial_for
@@ -167,6 +168,7 @@ class _Task:
             for edge, g in zip(edges, gs, strict=True):
                 if edge is None or g is None:
                     continue
+                g = _cotangent(g)
                 if isinstance(edge.node, AccumulateGrad):  # a leaf was sent: no tape to run
                     leaf = edge.node.variable  # its gradient after its hooks (register_hook)
                     self.accumulate(leaf, leaf_gradient(leaf, as_cotangent(g)))
@@ -196,7 +198,7 @@ class _Task:
                 for edge, g in zip(self.ctx.send_edges(key), gs, strict=True):
                     if edge is not None and g is not None:
                         roots.append(edge)
-                        grads.append(g)
+                        grads.append(_cotangent(g))
             if not roots:
                 return
 
@@ -292,8 +294,19 @@ def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
         )
     # Host arrays: the codec sends their bytes either way, and the receiver then
     # feeds them to its jitted backward as they are, with no device_put first.
-    host = [None if g is None else np.asarray(g) for g in grads]
+    # A sparse gradient travels as a SparseTensor (indices and values, never densified).
+    host = [None if g is None else _on_wire(g) for g in grads]
     run.task.emit(run, dest, [key, host])  # a list: one msgpack level less
+
+
+def _on_wire(g: Any) -> Any:
+    """A gradient as it is sent: a host array, or a sparse one as a SparseTensor."""
+    return Tensor._wrap(g) if is_sparse_array(g) else np.asarray(g)
+
+
+def _cotangent(g: Any) -> Any:
+    """A gradient as it arrived (``_on_wire``) as the tape takes it."""
+    return g._value if isinstance(g, Tensor) else g
 
 
 @internal_target

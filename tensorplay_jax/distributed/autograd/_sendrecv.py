@@ -32,8 +32,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-from tensorplay_jax.autograd import attach_outputs, make_node
+from tensorplay_jax.autograd import attach_outputs, make_node, sparse_arrays
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import CallInfo, RpcHooks, is_internal_target
@@ -117,12 +118,12 @@ def _recv_node(
     ctx: _context.DistAutogradContext, key: int, sender: int, tensors: list[Tensor]
 ) -> list[Tensor]:
     """Replace received leaves by outputs of one recv node whose backward answers ``sender``."""
-    meta = [(t._value.shape, t._value.dtype) for t in tensors]
+    meta = [(t._value.shape, t._value.dtype, t.is_sparse) for t in tensors]
 
     def recv_backward(grads: tuple[jax.Array | None, ...]) -> tuple[()]:
         filled = [
-            g if g is not None else _engine.filled_array(0, shape, dtype)
-            for g, (shape, dtype) in zip(grads, meta, strict=True)
+            g if g is not None else _zeros(shape, dtype, sparse)
+            for g, (shape, dtype, sparse) in zip(grads, meta, strict=True)
         ]
         _engine.send_from_recv(sender, key, filled)
         return ()
@@ -130,6 +131,14 @@ def _recv_node(
     node = make_node(recv_backward, (), num_outputs=len(tensors), name="RecvRpcBackward")
     ctx.add_recv(key, node)
     return list(attach_outputs(node, [t._value for t in tensors]))
+
+
+def _zeros(shape: tuple[int, ...], dtype: Any, sparse: bool) -> Any:
+    """The gradient sent for a Tensor none reached: zeros, stored as nothing for a sparse one."""
+    if not sparse:
+        return _engine.filled_array(0, shape, dtype)
+    empty = (jnp.zeros((0,), dtype), jnp.zeros((0, len(shape)), jnp.int32))  # nothing stored
+    return sparse_arrays.bcoo_class()(empty, shape=tuple(shape))
 
 
 def _attach(ctx: _context.DistAutogradContext, key: int, sender: int, value: Any) -> Any:

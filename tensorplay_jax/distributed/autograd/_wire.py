@@ -1,4 +1,6 @@
-"""The RPC wire type of ``Tensor``: its array (zero-copy) and its ``requires_grad`` flag.
+"""The RPC wire types of ``Tensor`` (its array, zero-copy, and its ``requires_grad`` flag)
+and of ``SparseTensor`` (its indices and values, each an out-of-band buffer, never
+densified; its shape, coalesced flag and ``requires_grad``).
 
 Registered when :mod:`tensorplay_jax.distributed.autograd` is imported, which
 ``tensorplay_jax/__init__.py`` does, so a worker that imports only
@@ -26,12 +28,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.autograd import sparse_arrays
 from tensorplay_jax.rpc import register_type
-from tensorplay_jax.tensors import Tensor
+from tensorplay_jax.runtime.device import to_device
+from tensorplay_jax.tensors import SparseTensor, Tensor
 
-__all__ = ["WIRE_NAME", "register"]
+__all__ = ["SPARSE_WIRE_NAME", "WIRE_NAME", "register"]
 
 WIRE_NAME = "tensorplay_jax.Tensor"
+SPARSE_WIRE_NAME = "tensorplay_jax.SparseTensor"
 
 
 def _encode(t: Tensor) -> tuple[Any, bool]:
@@ -48,6 +53,25 @@ def _decode(rec: tuple[Any, bool]) -> Tensor:
     return t
 
 
+def _encode_sparse(t: SparseTensor) -> list[Any]:
+    m = t._value  # the two arrays travel as buffers of their own (the codec's array records)
+    return [m.data, m.indices, list(m.shape), sparse_arrays.is_coalesced(m), t._requires_grad]
+
+
+def _decode_sparse(rec: list[Any]) -> SparseTensor:
+    data, indices, shape, coalesced, requires_grad = rec
+    m = sparse_arrays.bcoo_class()(
+        (to_device(np.asarray(data)), to_device(np.asarray(indices))),
+        shape=tuple(shape),
+        indices_sorted=bool(coalesced),
+        unique_indices=bool(coalesced),
+    )
+    t = Tensor._wrap(m)
+    t._requires_grad = bool(requires_grad)
+    return t  # type: ignore[return-value]
+
+
 def register() -> None:
-    """Teach the RPC codec to carry Tensors (idempotent)."""
+    """Teach the RPC codec to carry Tensors and sparse Tensors (idempotent)."""
     register_type(Tensor, _encode, _decode, name=WIRE_NAME, subclasses=True, array=True)
+    register_type(SparseTensor, _encode_sparse, _decode_sparse, name=SPARSE_WIRE_NAME)
