@@ -45,6 +45,18 @@ def _dense_only(name: str) -> str:
     )
 
 
+# The sparse operations (``_sparse_ops``) import this module, so this one cannot import
+# them: they register themselves here when imported (:func:`register_ops`; the package
+# imports them with the operations), and the methods below reach them through it.
+_OPS: Any = None
+
+
+def register_ops(ops: Any) -> None:
+    """Give the methods of :class:`SparseTensor` the sparse operations (``_sparse_ops``)."""
+    global _OPS
+    _OPS = ops
+
+
 class SparseTensor(Tensor):
     """A sparse COO tensor (torch's ``layout=torch.sparse_coo``), on the local tape.
 
@@ -107,9 +119,7 @@ class SparseTensor(Tensor):
     def values(self) -> Tensor:
         """The values of a coalesced tensor; differentiable (the gradient is sparse)."""
         self._need_coalesced("values")
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return _sparse_ops.values(self)
+        return _OPS.values(self)
 
     def _need_coalesced(self, what: str) -> None:
         if not self.is_coalesced():
@@ -120,15 +130,11 @@ class SparseTensor(Tensor):
     # ----------------------------------------------------------------- conversions
     def to_dense(self) -> Tensor:
         """The dense tensor (differentiable: the gradient is sparse, on this pattern)."""
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return _sparse_ops.to_dense(self)
+        return _OPS.to_dense(self)
 
     def coalesce(self) -> SparseTensor:
         """Sorted unique indices, repeated ones summed (``self`` if already coalesced)."""
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return _sparse_ops.coalesce(self)
+        return _OPS.coalesce(self)
 
     def detach(self) -> SparseTensor:
         """A new leaf with the same indices and values, cut from the graph."""
@@ -137,9 +143,7 @@ class SparseTensor(Tensor):
     def clone(self) -> SparseTensor:
         """A copy (values are immutable arrays: the same ones); recorded like ``detach``
         is not: gradients pass through."""
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return _sparse_ops.mul(self, 1)
+        return _OPS.mul(self, 1)
 
     def numpy(self) -> np.ndarray:
         raise TypeError(_dense_only("numpy()"))
@@ -178,19 +182,13 @@ class SparseTensor(Tensor):
         return self
 
     def __imul__(self, other: Any) -> SparseTensor:
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return self._write(_sparse_ops.mul(self, other), "mul_")
+        return self._write(_OPS.mul(self, other), "mul_")
 
     def __itruediv__(self, other: Any) -> SparseTensor:
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return self._write(_sparse_ops.div(self, other), "div_")
+        return self._write(_OPS.div(self, other), "div_")
 
     def __iadd__(self, other: Any) -> SparseTensor:
-        from tensorplay_jax.tensors import _sparse_ops
-
-        return self._write(_sparse_ops.add(self, other), "add_")
+        return self._write(_OPS.add(self, other), "add_")
 
     mul_ = __imul__
     div_ = __itruediv__

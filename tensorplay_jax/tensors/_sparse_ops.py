@@ -26,6 +26,7 @@ Index work runs on the host (``autograd.sparse_arrays``); values stay JAX arrays
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
 from tensorplay_jax.autograd import sparse_arrays as sa
+from tensorplay_jax.tensors import _sparse
 from tensorplay_jax.tensors._sparse import SparseTensor, _dense_only
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -194,9 +196,7 @@ def sub(a: Any, b: Any) -> Tensor:
 
 
 def _negated(x: Any) -> Any:
-    from tensorplay_jax.tensors import _ops
-
-    return _ops.neg(x)
+    return -x  # a dense Tensor's or a number's own negation
 
 
 def _scalar(x: Any) -> bool:
@@ -266,9 +266,7 @@ def div(a: Any, b: Any) -> Tensor:
             "div: a sparse tensor divides by a scalar only here; call .to_dense() first"
         )
     if isinstance(b, Tensor):
-        from tensorplay_jax.tensors import _ops
-
-        return mul(a, _ops.div(1.0, b))
+        return mul(a, 1.0 / b)
     m = a._value
     data = m.data / b
     out = _bcoo(data, m.indices, m.shape, sa.is_coalesced(m))
@@ -348,3 +346,6 @@ def binary(fn: Any, name: str, a: Any, b: Any) -> Tensor:
             return mm(a, b)
         raise TypeError(_dense_only(f"tp.{name.removesuffix('Backward').lower()}"))
     return op(a, b)
+
+
+_sparse.register_ops(sys.modules[__name__])
