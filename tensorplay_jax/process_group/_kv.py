@@ -27,6 +27,7 @@ import contextlib
 import functools
 import hmac
 from collections.abc import Sequence
+from typing import Any
 
 from jax._src import distributed as _jax_distributed
 
@@ -101,6 +102,36 @@ def runtime_rank_and_size() -> tuple[int, int]:
     return state.process_id, state.num_processes
 
 
+def _connect(
+    address: str,
+    bind: str,
+    rank: int,
+    world_size: int,
+    init_timeout_s: int,
+    heartbeat_s: int,
+    shutdown_timeout_s: int,
+) -> Any:
+    """Rank 0 starts the coordination service (``_coordinator``); every rank connects a
+    client to it at ``address`` (waiting at most ``init_timeout_s`` for all of them)."""
+    from jax._src.lib import _jax
+
+    from tensorplay_jax.process_group import _coordinator
+
+    global _COORDINATOR
+    if rank == 0:
+        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
+    client = _jax.get_distributed_runtime_client(
+        address,
+        rank,
+        init_timeout=init_timeout_s,
+        heartbeat_timeout=heartbeat_s,
+        shutdown_timeout=shutdown_timeout_s,
+        use_compression=True,
+    )
+    client.connect()
+    return client
+
+
 def start_runtime(
     address: str,
     bind: str,
@@ -128,8 +159,6 @@ def start_runtime(
     from jax._src import config, xla_bridge
     from jax._src.lib import _jax
 
-    from tensorplay_jax.process_group import _coordinator
-
     if xla_bridge.backends_are_initialized():
         raise RuntimeError(
             "init_process_group: JAX already ran a computation in this process; call "
@@ -137,21 +166,13 @@ def start_runtime(
         )
     global _COORDINATOR
     state = _jax_distributed.global_state
-    if rank == 0:
-        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
     if local_device_ids:
         visible = ",".join(str(i) for i in local_device_ids)
         config.update("jax_cuda_visible_devices", visible)
         config.update("jax_rocm_visible_devices", visible)
-    client = _jax.get_distributed_runtime_client(
-        address,
-        rank,
-        init_timeout=init_timeout_s,
-        heartbeat_timeout=heartbeat_s,
-        shutdown_timeout=shutdown_timeout_s,
-        use_compression=True,
+    client = _connect(
+        address, bind, rank, world_size, init_timeout_s, heartbeat_s, shutdown_timeout_s
     )
-    client.connect()
     if gloo_address is not None:
         gloo = _jax.make_gloo_tcp_collectives(distributed_client=client, hostname=gloo_address)
         xla_bridge.register_backend_factory(
@@ -187,22 +208,11 @@ def start_store(
       RuntimeError: the service could not start, or not every rank connected
         within ``init_timeout_s``.
     """
-    from jax._src.lib import _jax
 
-    from tensorplay_jax.process_group import _coordinator
-
-    global _COORDINATOR, _STORE
-    if rank == 0:
-        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
-    client = _jax.get_distributed_runtime_client(
-        address,
-        rank,
-        init_timeout=init_timeout_s,
-        heartbeat_timeout=heartbeat_s,
-        shutdown_timeout=shutdown_timeout_s,
-        use_compression=True,
+    global _STORE
+    client = _connect(
+        address, bind, rank, world_size, init_timeout_s, heartbeat_s, shutdown_timeout_s
     )
-    client.connect()
     _STORE = (client, rank, world_size)
     atexit.register(_leave_store)
 
