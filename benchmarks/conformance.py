@@ -167,14 +167,14 @@ class _Suite:
 
 
 def _self_calls(node: ast.AST) -> set[str]:
-    """Names of ``self.<name>(...)`` called inside ``node``."""
+    """Names of the test class's members ``node`` reaches: ``self.<name>`` (called or
+    passed on, as to an RPC) and ``SomeTest.<name>``."""
     return {
-        n.func.attr
+        n.attr
         for n in ast.walk(node)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and isinstance(n.func.value, ast.Name)
-        and n.func.value.id == "self"
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and (n.value.id == "self" or n.value.id.endswith(("Test", "TestCommon")))
     }
 
 
@@ -231,19 +231,28 @@ def collect(suite: str, directory: Path) -> list[Case]:
         for name, fn in table.items():
             if not name.startswith("test"):
                 continue
+            reach = _reach(fn, table, info)
             reason = (
                 OTHER_CLASSES.get(klass)
                 or DIFFERENCES.get(f"{klass}.{name}")
-                or _reason(fn, table, info)
+                or _reason(reach, info)
             )
-            x64 = bool(_FLOAT64.search(_segment(source, fn)))
+            x64 = bool(_FLOAT64.search(reach.own) or _FLOAT64.search(reach.helpers))
             cases.append(Case(suite, path, klass, name, reason, x64))
     return cases
 
 
-def _reason(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suite) -> str | None:
-    """Why ``fn`` is not applicable, from its own code, the helpers it calls and the
-    module-level functions and classes it names (those only for private APIs)."""
+@dataclasses.dataclass
+class _Reach:
+    """What a test runs: its own code and its ``self._helpers`` (``own``), and the
+    module-level functions and classes those name (``helpers``)."""
+
+    own: str
+    helpers: str
+    named: set[str]
+
+
+def _reach(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suite) -> _Reach:
     seen, todo, text, named = set(), [fn], [], set()
     while todo:
         node = todo.pop()
@@ -253,14 +262,19 @@ def _reason(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suit
         text.append(_segment(suite.lines, node))
         todo.extend(table[m] for m in _self_calls(node) if m in table and m not in seen)
         named |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    if named & suite.scripted:
+    helpers = "\n".join(_segment(suite.lines, suite.defs[n]) for n in named & suite.defs.keys())
+    return _Reach("\n".join(text), helpers, named)
+
+
+def _reason(reach: _Reach, suite: _Suite) -> str | None:
+    """Why a test is not applicable, from its own code and helpers (the module-level
+    ones it names count only for private APIs)."""
+    if reach.named & suite.scripted:
         return "TorchScript"
-    joined = "\n".join(text)
-    found = next((why for why, pattern in NOT_APPLICABLE if pattern.search(joined)), None)
+    found = next((why for why, pattern in NOT_APPLICABLE if pattern.search(reach.own)), None)
     if found is None:
-        helpers = "\n".join(_segment(suite.lines, suite.defs[n]) for n in named & suite.defs.keys())
         private = NOT_APPLICABLE[-1]
-        found = private[0] if private[1].search(helpers) else None
+        found = private[0] if private[1].search(reach.helpers) else None
     return found
 
 

@@ -44,9 +44,11 @@ float64 = _jnp.float64
 double = _jnp.float64  # float64 needs JAX's 64-bit mode: see tensorplay_jax.runtime.x64
 int32 = _jnp.int32
 int64 = _jnp.int64
+long = _jnp.int64  # int64 too: JAX keeps 64-bit integers in its 64-bit mode only
 bool_ = _jnp.bool_
 
 __version__ = "0.1.0"
+_BUILTIN_NAMED_DTYPES = {"float": _jnp.float32, "int": _jnp.int32}
 
 
 def __getattr__(name: str) -> object:
@@ -56,6 +58,10 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module("tensorplay_jax.optim")
+    # tensorplay's ``tp.float`` / ``tp.int`` (float32 / int32), served here so that the
+    # builtins keep their names inside this module
+    if name in _BUILTIN_NAMED_DTYPES:
+        return _BUILTIN_NAMED_DTYPES[name]
     raise AttributeError(f"module 'tensorplay_jax' has no attribute {name!r}")
 
 
@@ -80,6 +86,7 @@ __all__ = [
     "int32",
     "int64",
     "is_grad_enabled",
+    "long",
     "nn",
     "no_grad",
     "optim",  # noqa: F405  (loaded on first use by __getattr__)
