@@ -113,7 +113,7 @@ NOT_APPLICABLE = (
             r"|mock\.patch|_delete_all_user_and_unforked_owner_rrefs|_set_rpc_backend"
             r"|backend_registry|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
             r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable|_init_rpc_backend"
-            r"|internal\.serialize"
+            r"|internal\.serialize|_get_default_store"
         ),
     ),
 )

@@ -45,6 +45,8 @@ from tensorplay_jax.autograd import set_tensor_class as _set_tensor_class
 from tensorplay_jax.tensors import _interop as _interop
 from tensorplay_jax.tensors import linalg as linalg
 from tensorplay_jax.tensors import sparse as sparse
+from tensorplay_jax.tensors._factories import FloatTensor as FloatTensor
+from tensorplay_jax.tensors._factories import LongTensor as LongTensor
 from tensorplay_jax.tensors._factories import arange as arange
 from tensorplay_jax.tensors._factories import empty as empty
 from tensorplay_jax.tensors._factories import eye as eye
@@ -138,7 +140,9 @@ _attach_methods(Tensor)
 _set_tensor_class(Tensor)
 
 __all__ = [
+    "FloatTensor",
     "Generator",
+    "LongTensor",
     "SparseTensor",
     "Tensor",
     "abs",

@@ -338,3 +338,27 @@ def randn_like(
         "normal", _random.next_key(), input.shape, _float_dtype("randn_like", dtype or input.dtype)
     )
     return _leaf(value, requires_grad, device, "randn_like")
+
+
+def _typed_tensor(kind: str, dtype: Any) -> Any:
+    def make(data: Any = None, *sizes: int) -> Tensor:
+        if isinstance(data, int) and not isinstance(data, bool):
+            raise TypeError(
+                f"tp.{kind}({', '.join(map(str, (data, *sizes)))}): an uninitialized tensor of "
+                f"that size does not exist here (JAX has no uninitialized memory); use "
+                f"tp.zeros(..., dtype=tp.{dtype.__name__}) or tp.randint(...)"
+            )
+        return tensor([] if data is None else data, dtype=dtype)
+
+    make.__name__ = make.__qualname__ = kind
+    make.__doc__ = (
+        f"``tp.{kind}(data)``: tensorplay's legacy constructor, ``tp.tensor(data, "
+        f"dtype=tp.{dtype.__name__})``. Sizes (an uninitialized tensor) are refused.\n\n"
+        f"Example:\n  >>> import tensorplay_jax as tp\n  >>> tp.{kind}([1, 2]).tolist()\n"
+        f"  [1{'.0' if 'Float' in kind else ''}, 2{'.0' if 'Float' in kind else ''}]\n"
+    )
+    return make
+
+
+LongTensor = _typed_tensor("LongTensor", jnp.int64)
+FloatTensor = _typed_tensor("FloatTensor", jnp.float32)

@@ -52,3 +52,12 @@ def test_layout_predicates():
     # JAX arrays have no strides: every Tensor is contiguous (torch says False for a narrow)
     assert view.is_contiguous() and view.contiguous().is_contiguous()
     assert t.is_sparse is False
+
+
+def test_legacy_typed_constructors_take_data_and_refuse_sizes():
+    assert tp.LongTensor([1, 2, 4]).tolist() == [1, 2, 4]
+    assert np.issubdtype(tp.LongTensor([1]).dtype, np.integer)
+    assert tp.FloatTensor([1, 2]).dtype == np.float32
+    with pytest.raises(TypeError, match="uninitialized tensor"):
+        tp.LongTensor(2, 3)
+    assert tp.long is tp.int64 and tp.float is tp.float32 and tp.int is tp.int32
