@@ -334,8 +334,13 @@ def _rref_context_get_debug_info() -> dict[str, str]:
     the owner has not answered yet.
     """
     rrefs = _agent.get_agent("_rref_context_get_debug_info").rrefs
-    owned = [r for r in map(rrefs.lookup, rrefs.owned_ids()) if r is not None]
-    users = [u for u in list(rrefs._users) if not u.is_owner()]
+    records = {r.id: r for r in map(rrefs.lookup, rrefs.owned_ids()) if r is not None}
+    held = list(rrefs._users)
+    for u in held:  # a remote() to this worker itself: its RRef holds the owner's record
+        if u._record is not None:
+            records.setdefault(u._record.id, u._record)
+    owned = list(records.values())
+    users = [u for u in held if not u.is_owner()]
     return {
         "num_owner_rrefs": str(len(owned)),
         "num_forks": str(sum(len(r.forks) for r in owned)),
