@@ -10,20 +10,17 @@ and the CPU seconds (user + system, all processes) of each.
 
 Two columns are ours:
 
-- ``ours``: every run starts with no compiled code, as a first run does: the
-  workers an ``rpc.spawn`` starts share one compilation cache that the spawning
-  process makes (``runtime.compile_cache``): a program one worker (or an earlier
-  spawn) compiled is loaded by the others, and only workers that meet it at the
-  same moment compile it each (the parameter server tutorial starts its ranks as
-  separate commands, which share nothing);
-- ``ours, cache``: JAX's persistent compilation cache on, in a directory this
-  script makes and fills with one untimed run first (what every run after a
-  user's first one sees with ``JAX_COMPILATION_CACHE_DIR`` set and
-  ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0``).
+- ``ours, first``: every run starts with no compiled code, as a first run
+  does: the per-user compilation cache (``runtime.compile_cache``) is an empty
+  folder made for the run, which its processes then share, so a program one
+  worker compiled is loaded by the others (only workers that meet it at the
+  same moment compile it each);
+- ``ours, rerun``: the per-user cache as a user's second run of the same
+  program finds it, filled by one untimed run first.
 
-``--job-cache-off`` adds the column ``ours, off``: ours with that shared cache
-turned off (``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0``), every process compiling
-everything it runs, interleaved with the others.
+``--cache-off`` adds the column ``ours, off``: both caches turned off
+(``TENSORPLAY_JAX_COMPILATION_CACHE=0``, ``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0``),
+every process compiling everything it runs, interleaved with the others.
 
 ``--compile-seconds`` instead runs each tutorial once on ours with JAX's
 ``JAX_LOG_COMPILES=1`` and sums, over all its processes, the seconds JAX reports
@@ -37,7 +34,7 @@ Usage::
 
     python benchmarks/tutorials.py                        # all five, 3 repetitions
     python benchmarks/tutorials.py --reps 5 --only rl,rnn
-    python benchmarks/tutorials.py --no-cache             # skip the ``ours, cache`` column
+    python benchmarks/tutorials.py --no-rerun             # skip the ``ours, rerun`` column
     python benchmarks/tutorials.py --torch-path /tmp/torchlib
 
 The parameter server runs with one trainer (``--world_size 2``): with two, the
@@ -102,15 +99,21 @@ _COMPILE_LOG = re.compile(
 
 
 def _env(backend: str, torch_path: str, cache: str | None) -> dict[str, str]:
+    """A run's variables; ``cache``: the per-user cache folder of ours (None: both caches off)."""
     env = dict(os.environ, TUTORIAL_BACKEND=backend, JAX_PLATFORMS="cpu")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
+    for k in [k for k in env if k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))]:
+        env.pop(k)
     paths = [str(REPO)] + ([torch_path] if backend == "torch" and torch_path else [])
     env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    if cache is not None:
-        env["JAX_COMPILATION_CACHE_DIR"] = cache
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    if backend == "torch":
+        return env
+    if cache is None:
+        env["TENSORPLAY_JAX_COMPILATION_CACHE"] = "0"
+        env["TENSORPLAY_JAX_JOB_COMPILATION_CACHE"] = "0"
+    else:
+        env["TENSORPLAY_JAX_CACHE_DIR"] = cache
     return env
 
 
@@ -164,8 +167,9 @@ def compile_seconds(names: list[str]) -> None:
     print("|---|---|---|---|---|")
     for name in names:
         outs: list[str] = []
-        env = dict(_env("tensorplay_jax", "", None), JAX_LOG_COMPILES="1")
-        wall, cpu = run_once(name, env, outs)
+        with tempfile.TemporaryDirectory(prefix="tutorials-jax-cache-") as empty:
+            env = dict(_env("tensorplay_jax", "", empty), JAX_LOG_COMPILES="1")
+            wall, cpu = run_once(name, env, outs)
         found = [float(m) for o in outs for m in _COMPILE_LOG.findall(o)]
         n_xla = sum(o.count("Finished XLA compilation") for o in outs)
         print(f"| {name} | {wall:.1f} | {cpu:.1f} | {n_xla} | {sum(found):.1f} |", flush=True)
@@ -176,11 +180,11 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3, help="timed runs of each, per column")
     p.add_argument("--only", default=",".join(CASES), help="comma-separated tutorial names")
     p.add_argument("--torch-path", default="/tmp/torchlib", help="where torch is installed")
-    p.add_argument("--no-cache", action="store_true", help="skip the 'ours, cache' column")
+    p.add_argument("--no-rerun", action="store_true", help="skip the 'ours, rerun' column")
     p.add_argument(
-        "--job-cache-off",
+        "--cache-off",
         action="store_true",
-        help="add the column 'ours, off': ours without the job's shared compilation cache",
+        help="add the column 'ours, off': ours with no compilation cache at all",
     )
     p.add_argument(
         "--compile-seconds", action="store_true", help="only: JAX's compile seconds in one run"
@@ -196,29 +200,33 @@ def main() -> None:
 
     load_before = os.getloadavg()
     started = datetime.datetime.now().isoformat(timespec="seconds")
-    cache_dir = None if args.no_cache else tempfile.mkdtemp(prefix="tutorials-jax-cache-")
+    rerun_dir = None if args.no_rerun else tempfile.mkdtemp(prefix="tutorials-jax-cache-")
     columns = {
-        "ours": _env("tensorplay_jax", args.torch_path, None),
+        "ours, first": _env("tensorplay_jax", args.torch_path, "(a new folder each run)"),
         "torch": _env("torch", args.torch_path, None),
     }
-    if args.job_cache_off:
-        columns["ours, off"] = dict(columns["ours"], TENSORPLAY_JAX_JOB_COMPILATION_CACHE="0")
-    if cache_dir:
-        columns["ours, cache"] = _env("tensorplay_jax", args.torch_path, cache_dir)
+    if args.cache_off:
+        columns["ours, off"] = _env("tensorplay_jax", args.torch_path, None)
+    if rerun_dir:
+        columns["ours, rerun"] = _env("tensorplay_jax", args.torch_path, rerun_dir)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     try:
         for name in names:
-            if cache_dir:
-                run_once(name, columns["ours, cache"])  # fills the cache, untimed
+            if rerun_dir:
+                run_once(name, columns["ours, rerun"])  # fills the cache, untimed
             for rep in range(args.reps):
                 order = list(columns) if rep % 2 == 0 else list(reversed(columns))
                 for col in order:
-                    results.setdefault((name, col), []).append(run_once(name, columns[col]))
+                    with tempfile.TemporaryDirectory(prefix="tutorials-jax-cache-") as empty:
+                        env = columns[col]
+                        if col == "ours, first":
+                            env = dict(env, TENSORPLAY_JAX_CACHE_DIR=empty)
+                        results.setdefault((name, col), []).append(run_once(name, env))
                     w, c = results[(name, col)][-1]
                     print(f"# {name} {col} rep {rep}: {w:.1f} s wall, {c:.1f} s CPU", flush=True)
     finally:
-        if cache_dir:
-            shutil.rmtree(cache_dir, ignore_errors=True)
+        if rerun_dir:
+            shutil.rmtree(rerun_dir, ignore_errors=True)
 
     def med(name: str, col: str, i: int) -> float:
         return statistics.median(r[i] for r in results[(name, col)])
@@ -233,21 +241,14 @@ def main() -> None:
     print(f"# command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"# median of {args.reps} interleaved runs; CPU = user + system of all its processes")
     cols = list(columns)
-    head = ["tutorial", *(f"{c} s" for c in cols), "ours/torch"]
-    if args.job_cache_off:
-        head.append("ours, off/torch")
-    if cache_dir:
-        head.append("ours, cache/torch")
+    ours = [c for c in cols if c != "torch"]
+    head = ["tutorial", *(f"{c} s" for c in cols), *(f"{c}/torch" for c in ours)]
     head += [f"{c} CPU s" for c in cols]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name in names:
         walls = [f"{med(name, c, 0):.1f}" for c in cols]
-        ratios = [f"{med(name, 'ours', 0) / med(name, 'torch', 0):.2f}x"]
-        if args.job_cache_off:
-            ratios.append(f"{med(name, 'ours, off', 0) / med(name, 'torch', 0):.2f}x")
-        if cache_dir:
-            ratios.append(f"{med(name, 'ours, cache', 0) / med(name, 'torch', 0):.2f}x")
+        ratios = [f"{med(name, c, 0) / med(name, 'torch', 0):.2f}x" for c in ours]
         cpus = [f"{med(name, c, 1):.1f}" for c in cols]
         print("| " + " | ".join([name, *walls, *ratios, *cpus]) + " |")
 

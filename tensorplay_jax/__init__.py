@@ -27,6 +27,7 @@ from tensorplay_jax.autograd import set_grad_enabled as set_grad_enabled
 # Tensors and records autograd).
 from tensorplay_jax.distributed import autograd as _distributed_autograd  # noqa: F401
 from tensorplay_jax.runtime import accelerator as accelerator
+from tensorplay_jax.runtime import compile_cache as _compile_cache
 from tensorplay_jax.runtime import cuda as cuda
 from tensorplay_jax.runtime.device import device as device
 from tensorplay_jax.tensors import *  # noqa: F403  (the tensor library's __all__ is tp's)
@@ -94,3 +95,7 @@ __all__ = [
     "tensors",
     *tensors.__all__,
 ]
+
+# The per-user JAX compilation cache (runtime.compile_cache), before this process compiles
+# anything of ours: importing the package compiles nothing.
+_compile_cache.configure()

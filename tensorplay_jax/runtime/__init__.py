@@ -17,7 +17,7 @@ it lists.
 - ``init_method``: ``env://`` / ``tcp://`` / ``file://``, RANK, WORLD_SIZE, SLURM, a world of one.
 - ``file_store``: a key-value store in one locked file (what ``file://`` meets in).
 - ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
-- ``compile_cache``: the JAX compilation cache directory a launcher's workers share.
+- ``compile_cache``: JAX's compilation cache: the per-user folder, and the one a job shares.
 - ``pending``: the boundary at which a thread's deferred work runs (a served RPC call's end).
 - ``trace``: the profiler's recorder (a flag, an event buffer, spans); ``tensorplay_jax.profiler``.
 

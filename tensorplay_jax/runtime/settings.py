@@ -103,6 +103,10 @@ LAUNCHED_NS_ENV = "TENSORPLAY_JAX_LAUNCHED_NS"
 DEVICES_PER_WORKER_ENV = "TENSORPLAY_JAX_DEVICES_PER_WORKER"
 LOCAL_DEVICES_ENV = "TENSORPLAY_JAX_LOCAL_DEVICES"
 JOB_CACHE_ENV = "TENSORPLAY_JAX_JOB_COMPILATION_CACHE"
+USER_CACHE_ENV = "TENSORPLAY_JAX_COMPILATION_CACHE"
+CACHE_DIR_ENV = "TENSORPLAY_JAX_CACHE_DIR"
+USER_CACHE_MAX_MB_ENV = "TENSORPLAY_JAX_COMPILATION_CACHE_MAX_MB"
+XDG_CACHE_ENV = "XDG_CACHE_HOME"
 XLA_DEFAULTS_ENV = "TENSORPLAY_JAX_XLA_DEFAULTS"
 HOST_EAGER_MAX_ENV = "TENSORPLAY_JAX_HOST_EAGER_MAX"
 JAX_CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -214,7 +218,31 @@ SETTINGS: tuple[Setting, ...] = (
         "operation's arithmetic, comparisons, reductions and shape operations, and a recorded "
         "one's forward-with-VJP and its pullback in the backward; 0 turns this off",
     ),
-    # the job's compilation cache (runtime.compile_cache)
+    # the user's and the job's compilation caches (runtime.compile_cache)
+    Setting(
+        USER_CACHE_ENV,
+        "1",
+        str,
+        "1: a process that imports tensorplay_jax keeps JAX's compiled programs in a "
+        f"per-user cache under {CACHE_DIR_ENV}, so a rerun loads them instead of compiling; "
+        f"0: off (the launchers' job cache, {JOB_CACHE_ENV}, then shares one job's programs). "
+        f"Unused when {'JAX_COMPILATION_CACHE_DIR'} is set or JAX's config names a directory",
+    ),
+    Setting(
+        CACHE_DIR_ENV,
+        None,
+        str,
+        f"where the per-user cache lives (default: ${XDG_CACHE_ENV}/tensorplay_jax, or "
+        "~/.cache/tensorplay_jax); one subdirectory per jax/jaxlib version and XLA flags",
+    ),
+    Setting(
+        USER_CACHE_MAX_MB_ENV,
+        "1024",
+        int,
+        "the per-user cache's size bound in MiB: past it, the least recently used entries "
+        "(of every version's subdirectory) are removed when a process starts",
+    ),
+    Setting(XDG_CACHE_ENV, None, str, "the XDG base directory for caches (~/.cache when unset)"),
     Setting(
         JOB_CACHE_ENV,
         "1",
@@ -316,7 +344,8 @@ SETTINGS: tuple[Setting, ...] = (
         "XLA_FLAGS",
         None,
         str,
-        "XLA's; init_process_group adds --xla_cpu_collective_timeout_seconds unless given",
+        "XLA's; init_process_group adds --xla_cpu_collective_timeout_seconds unless given; "
+        "the per-user compilation cache keeps one subdirectory per value",
     ),
 )
 

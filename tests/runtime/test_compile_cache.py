@@ -1,11 +1,13 @@
 """The job's compilation cache: ``spawn``'s workers share one JAX cache directory.
 
-One real script is run (``python script.py``, without the test run's own
-``JAX_COMPILATION_CACHE_DIR``). It spawns two workers that compile the same
-function, rank 1 after rank 0; then one more worker (a later job of the same
-script) that compiles it again; then, with the job cache turned off and after
-setting its own ``jax.config`` cache directory, a worker each that reports the
-cache variable it got. Each worker counts JAX's persistent-cache events with
+The job's cache serves when the per-user cache is off
+(``TENSORPLAY_JAX_COMPILATION_CACHE=0``, as every run here sets; the per-user cache is
+``tests/runtime/test_user_cache.py``'s). One real script is run (``python script.py``,
+without the test run's own ``JAX_COMPILATION_CACHE_DIR``). It spawns two workers that
+compile the same function, rank 1 after rank 0; then one more worker (a later job of the
+same script) that compiles it again; then, with the job cache turned off and after
+setting its own ``jax.config`` cache directory, a worker each that reports the cache
+variable it got. Each worker counts JAX's persistent-cache events with
 ``jax.monitoring`` listeners.
 """
 
@@ -78,6 +80,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["TENSORPLAY_JAX_COMPILATION_CACHE"] = "0"
     proc = subprocess.run(
         [sys.executable, str(script), str(root / "rank0-compiled")],
         capture_output=True,
@@ -137,7 +140,10 @@ def test_a_bad_switch_value_is_named() -> None:
 
 
 def test_the_users_minimum_compile_time_is_kept() -> None:
-    mine = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
+    mine = {
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2",
+        "TENSORPLAY_JAX_COMPILATION_CACHE": "0",
+    }
     env = job_cache_env("spawn", environ=mine)
     assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in env
     assert env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] == "0"
@@ -147,6 +153,7 @@ def test_the_launchers_workers_get_a_cache_removed_at_exit(tmp_path) -> None:
     script = tmp_path / "show.py"
     script.write_text("import os\nprint('cache:', os.environ.get('JAX_COMPILATION_CACHE_DIR'))\n")
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["TENSORPLAY_JAX_COMPILATION_CACHE"] = "0"
     proc = subprocess.run(
         [sys.executable, "-m", "tensorplay_jax.run", "--nproc", "2", str(script)],
         capture_output=True,
