@@ -20,6 +20,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["TPJ_TEST_JAX_CACHE_OWNER"] = str(os.getpid())
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    # A test process that drops the variable above gets the per-user cache
+    # (runtime.compile_cache): kept inside the run's folder, not the user's.
+    os.environ.setdefault(
+        "TENSORPLAY_JAX_CACHE_DIR", os.path.join(os.environ["JAX_COMPILATION_CACHE_DIR"], "user")
+    )
 
 import pytest  # noqa: E402
 
