@@ -22,6 +22,14 @@ Two columns are ours:
 (``TENSORPLAY_JAX_COMPILATION_CACHE=0``, ``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0``),
 every process compiling everything it runs, interleaved with the others.
 
+``--breakdown`` instead runs each tutorial ``--reps`` times per column
+(ours on a first run, ours on a rerun, torch; interleaved) with
+``benchmarks/_phases/sitecustomize.py`` loaded in every process, and prints
+where the seconds go: per phase (start-up, importing the library,
+``init_rpc``, JAX's tracing, lowering, XLA compilation and cache reads,
+``shutdown``, and the rest: the program's own work), summed over the
+program's processes (median of the runs), beside the wall time.
+
 ``--compile-seconds`` instead runs each tutorial once on ours with JAX's
 ``JAX_LOG_COMPILES=1`` and sums, over all its processes, the seconds JAX reports
 for tracing, lowering and XLA compilation: the part of ``ours`` that a warm
@@ -66,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import re
@@ -175,6 +184,56 @@ def compile_seconds(names: list[str]) -> None:
         print(f"| {name} | {wall:.1f} | {cpu:.1f} | {n_xla} | {sum(found):.1f} |", flush=True)
 
 
+PHASES = ["start", "import", "init_rpc", "trace", "lower", "compile", "cache_load", "shutdown"]
+
+
+def _phases_of_run(name: str, env: dict[str, str]) -> tuple[float, list[dict[str, float]]]:
+    """One run of ``name`` with the phase recorder: its wall time and each process's phases."""
+    with tempfile.TemporaryDirectory(prefix="tutorials-phases-") as out:
+        path = os.pathsep.join([str(REPO / "benchmarks" / "_phases"), env["PYTHONPATH"]])
+        wall, _ = run_once(name, dict(env, PYTHONPATH=path, TPJ_PHASES_DIR=out))
+        runs = [json.loads(f.read_text())["seconds"] for f in Path(out).glob("*.json")]
+    for r in runs:
+        r["own work"] = r["total"] - sum(r.get(k, 0.0) for k in PHASES)
+    return wall, sorted(runs, key=lambda r: -r["own work"])
+
+
+def breakdown(names: list[str], reps: int, torch_path: str) -> None:
+    """Print, per tutorial and column, each process's seconds by phase (the median run's)."""
+    print(f"# where the seconds go, {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"# of {reps} interleaved runs per column, the run of median wall time: each process")
+    print("# (busiest first; shutdown includes waiting for the others) and all of them summed")
+    cols = ["ours, first", "ours, rerun", "torch"]
+    keys = ["total", *PHASES, "own work"]
+    print("| tutorial | column | wall | process | " + " | ".join(keys) + " |")
+    print("|" + "---|" * (len(keys) + 4))
+    for name in names:
+        rerun = tempfile.mkdtemp(prefix="tutorials-jax-cache-")
+        try:
+            env = {
+                "ours, first": _env("tensorplay_jax", torch_path, None),
+                "ours, rerun": _env("tensorplay_jax", torch_path, rerun),
+                "torch": _env("torch", torch_path, None),
+            }
+            run_once(name, env["ours, rerun"])  # fills the rerun's cache, untimed
+            got: dict[str, list[tuple[float, list[dict[str, float]]]]] = {c: [] for c in cols}
+            for rep in range(reps):
+                for col in cols if rep % 2 == 0 else cols[::-1]:
+                    with tempfile.TemporaryDirectory(prefix="tutorials-jax-cache-") as empty:
+                        run_env = env[col]
+                        if col == "ours, first":
+                            run_env = _env("tensorplay_jax", torch_path, empty)
+                        got[col].append(_phases_of_run(name, run_env))
+        finally:
+            shutil.rmtree(rerun, ignore_errors=True)
+        for col in cols:
+            wall, procs = sorted(got[col], key=lambda r: r[0])[len(got[col]) // 2]
+            summed = {k: sum(p.get(k, 0.0) for p in procs) for k in keys}
+            for label, p in [*((str(i), p) for i, p in enumerate(procs)), ("all", summed)]:
+                cells = " | ".join(f"{p.get(k, 0.0):.2f}" for k in keys)
+                print(f"| {name} | {col} | {wall:.2f} | {label} | {cells} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--reps", type=int, default=3, help="timed runs of each, per column")
@@ -189,6 +248,9 @@ def main() -> None:
     p.add_argument(
         "--compile-seconds", action="store_true", help="only: JAX's compile seconds in one run"
     )
+    p.add_argument(
+        "--breakdown", action="store_true", help="only: where each run's seconds go, by phase"
+    )
     args = p.parse_args()
     names = [n for n in args.only.split(",") if n]
     unknown = sorted(set(names) - set(CASES))
@@ -196,6 +258,9 @@ def main() -> None:
         p.error(f"--only: unknown tutorial(s) {unknown}; choose from {sorted(CASES)}")
     if args.compile_seconds:
         compile_seconds(names)
+        return
+    if args.breakdown:
+        breakdown(names, args.reps, args.torch_path)
         return
 
     load_before = os.getloadavg()
