@@ -107,7 +107,7 @@ def synthetic_data(n: int, d_in: int, classes: int, seed: int) -> tuple[np.ndarr
     return x, (x @ teacher).argmax(1).astype(np.int32)
 
 
-def master(args: argparse.Namespace) -> bool:
+def master(args: argparse.Namespace) -> dict[str, bool]:
     model = DistNet(args.micro_batch, args.d_in, args.hidden, args.classes, args.seed)
     x, y = synthetic_data(args.batch * 8, args.d_in, args.classes, args.seed)
     probe = tp.tensor(x[: args.batch])
@@ -115,7 +115,6 @@ def master(args: argparse.Namespace) -> bool:
         same = np.allclose(
             model(probe).numpy(), unsplit_forward(model, probe, args).numpy(), rtol=1e-5, atol=1e-5
         )
-    print(f"pipelined forward matches the unsplit model: {same}", flush=True)
     opt = DistributedOptimizer(optax.sgd(args.lr, momentum=0.9), model.parameter_rrefs())
     before = [_snapshot(r) for r in (model.p1_rref, model.p2_rref)]
     losses = []
@@ -135,15 +134,26 @@ def master(args: argparse.Namespace) -> bool:
     trained = [
         any(not np.array_equal(b[k], a[k]) for k in b) for b, a in zip(before, after, strict=True)
     ]
-    print(f"both shards trained: {all(trained)}", flush=True)
-    return same and last < first and all(trained)
+    checks = {
+        "pipelined forward matches the unsplit model": bool(same),
+        "the loss fell": bool(last < first),
+        "both shards trained": all(trained),
+    }
+    for name, ok in checks.items():
+        print(f"{name}: {ok}", flush=True)
+    return checks
 
 
 def _snapshot(shard_rref: rpc.RRef) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in shard_rref.rpc_sync().state_dict().items()}
 
 
-def main() -> int:
+def run(argv: list[str] | None = None) -> dict[str, bool]:
+    """Start this rank, train (rank 0, the master), stop; the master's named checks.
+
+    ``argv``: the command-line arguments (default ``sys.argv[1:]``); the other ranks
+    return no checks.
+    """
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--batch", type=int, default=64)
@@ -153,12 +163,16 @@ def main() -> int:
     p.add_argument("--classes", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     rank = int(os.environ["RANK"])
     rpc.init_rpc("master" if rank == 0 else f"worker{rank}", rank=rank, world_size=3)
-    ok = master(args) if rank == 0 else True
+    checks = master(args) if rank == 0 else {}
     rpc.shutdown()
-    return 0 if ok else 1
+    return checks
+
+
+def main() -> int:
+    return 0 if all(run().values()) else 1
 
 
 if __name__ == "__main__":

@@ -86,8 +86,12 @@ class WorkerResult:
         )
 
 
-def reported(result: WorkerResult) -> dict:
-    """The values a worker handed back with ``tests._worker.report`` (exactly one line)."""
+def reported(result: WorkerResult | subprocess.CompletedProcess) -> dict:
+    """The values a process handed back with ``tests._worker.report`` (exactly one line).
+
+    ``result``: a worker's (:func:`run_workers`) or any process's whose stdout was captured
+    as text.
+    """
     lines = [ln[len(RESULT) :] for ln in result.stdout.splitlines() if ln.startswith(RESULT)]
     assert len(lines) == 1, f"expected one {RESULT.strip()} line\n{result}"
     return json.loads(lines[0])
@@ -98,12 +102,18 @@ def collected(out_dir: Path, results: Sequence[WorkerResult]) -> list[dict]:
 
     The workers ran with ``TPJ_TEST_OUT`` (``tests._worker.OUT_DIR``) set to ``out_dir``.
     """
-    values = []
-    for r in results:
-        path = Path(out_dir) / f"{r.rank}.pkl"
-        assert path.exists(), f"rank {r.rank} handed nothing back\n{r}"
-        values.append(pickle.loads(path.read_bytes()))
-    return values
+    return [handed_back(out_dir, r.rank, str(r)) for r in results]
+
+
+def handed_back(out_dir: Path, rank: int, context: str = "") -> dict:
+    """The values rank ``rank`` handed back with :func:`tests._worker.hand_back` in ``out_dir``.
+
+    For processes that :func:`run_workers` did not start (a launcher's, a script's);
+    ``context`` (their output) goes into the failure message when there is nothing.
+    """
+    path = Path(out_dir) / f"{rank}.pkl"
+    assert path.exists(), f"rank {rank} handed nothing back\n{context}"
+    return pickle.loads(path.read_bytes())
 
 
 def run_and_collect(

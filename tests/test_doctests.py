@@ -26,7 +26,8 @@ import pytest
 
 import tensorplay_jax
 import tensorplay_jax.collectives as C
-from tests._procs import run_workers
+from tests._procs import reported, run_workers
+from tests._worker import report
 
 OPTIONS = doctest.NORMALIZE_WHITESPACE
 
@@ -87,10 +88,8 @@ def run_module_doctests(name: str) -> tuple[doctest.TestResults, int]:
 
 def doctest_worker() -> None:
     """The worker-process side: run the examples of the module named in ``sys.argv[1]``."""
-    name = sys.argv[1]
-    result, found = run_module_doctests(name)
-    print(f"DOCTESTS {name} found={found} failed={result.failed}", flush=True)
-    sys.exit(1 if result.failed or not found else 0)
+    result, found = run_module_doctests(sys.argv[1])
+    report(found=found, failed=result.failed)
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -99,7 +98,8 @@ def test_docstring_examples(name):
         pytest.skip(SKIP[name])
     if _STARTS_A_JOB.search(_source(name)):
         (res,) = run_workers(doctest_worker, 1, args=[name], timeout=180)
-        assert f"DOCTESTS {name} found=" in res.stdout and "failed=0" in res.stdout, res
+        got = reported(res)
+        assert got["found"] > 0 and got["failed"] == 0, res  # res: doctest's report
         return
     result, found = run_module_doctests(name)
     # found: the examples in the source are all on this module's own objects (+SKIP ones too)

@@ -75,15 +75,22 @@ def sparse_embedding(input: Any, weight: Tensor, padding_idx: int | None) -> Ten
 
 
 # ------------------------------------------------------------------ bags
-def _reduce(
-    rows: jax.Array,
+def _bag(
+    weight: jax.Array,
+    idx: jax.Array | None,
     seg: jax.Array,
     keep: jax.Array,
     psw: jax.Array | None,
+    *,
     num_bags: int,
     mode: str,
 ) -> jax.Array:
-    """Each bag's ``mode`` of its kept rows (an empty bag gives zeros)."""
+    """Each bag's ``mode`` of its kept rows (an empty bag gives zeros).
+
+    The rows are ``weight``'s rows ``idx``, or ``weight`` itself when ``idx`` is None
+    (rows already gathered); row ``i`` belongs to bag ``seg[i]``.
+    """
+    rows = weight if idx is None else jnp.take(weight, idx, axis=0)
     k = keep[:, None]
     if mode == "sum":
         weighted = rows if psw is None else rows * psw[:, None].astype(rows.dtype)
@@ -95,19 +102,6 @@ def _reduce(
     low = jnp.array(-jnp.inf, rows.dtype)
     best = jax.ops.segment_max(jnp.where(k, rows, low), seg, num_bags)
     return jnp.where(count > 0, best, 0)
-
-
-def _dense_bag(
-    weight: jax.Array,
-    idx: jax.Array,
-    seg: jax.Array,
-    keep: jax.Array,
-    psw: jax.Array | None,
-    *,
-    num_bags: int,
-    mode: str,
-) -> jax.Array:
-    return _reduce(jnp.take(weight, idx, axis=0), seg, keep, psw, num_bags, mode)
 
 
 def _bags(
@@ -203,9 +197,7 @@ def embedding_bag(
         padding_idx = int(padding_idx) % weight.shape[0]
     keep = flat != padding_idx if padding_idx is not None else np.ones(flat.shape, bool)
     if not (sparse and weight.requires_grad and is_grad_enabled()):
-        return apply(
-            _dense_bag, weight, flat, seg, keep, per_sample_weights, num_bags=num, mode=mode
-        )
+        return apply(_bag, weight, flat, seg, keep, per_sample_weights, num_bags=num, mode=mode)
     psw = per_sample_weights
     rows = jnp.take(weight.value, jnp.asarray(flat), axis=0)
     psw_value = (
@@ -213,7 +205,7 @@ def embedding_bag(
     )
 
     def reduce(r: jax.Array, p: jax.Array | None) -> jax.Array:
-        return _reduce(r, jnp.asarray(seg), jnp.asarray(keep), p, num, mode)
+        return _bag(r, None, jnp.asarray(seg), jnp.asarray(keep), p, num_bags=num, mode=mode)
 
     out, vjp = jax.vjp(reduce, rows, psw_value)
 

@@ -302,14 +302,7 @@ def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
         >>> F.mse_loss(tp.tensor([1.0, 2.0]), tp.tensor([1.0, 4.0]))
         tensor(2.)
     """
-    _jax_impl.check_reduction("mse_loss", reduction)
-    if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(
-            f"mse_loss: input shape {tuple(input.shape)} and target shape "
-            f"{tuple(target.shape)} differ; tensorplay would broadcast with a warning, "
-            "reshape one of them"
-        )
-    return apply(_jax_impl.mse_loss, input, target, reduction)
+    return _elementwise_loss("mse_loss", _jax_impl.mse_loss, input, target, reduction)
 
 
 def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
@@ -318,17 +311,11 @@ def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
     Example:
         >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.nn.functional as F
-        >>> F.l1_loss(tp.tensor([1.0, 2.0]), tp.tensor([1.0, 4.0]))
-        tensor(1.)
+        >>> x, y = tp.tensor([1.0, 2.0]), tp.tensor([1.0, 4.0])
+        >>> F.l1_loss(x, y), F.l1_loss(x, y, reduction="none")
+        (tensor(1.), tensor([0., 2.]))
     """
-    _jax_impl.check_reduction("l1_loss", reduction)
-    if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(
-            f"l1_loss: input shape {tuple(input.shape)} and target shape "
-            f"{tuple(target.shape)} differ; tensorplay would broadcast with a warning, "
-            "reshape one of them"
-        )
-    return apply(_jax_impl.l1_loss, input, target, reduction)
+    return _elementwise_loss("l1_loss", _jax_impl.l1_loss, input, target, reduction)
 
 
 def nll_loss(
@@ -371,6 +358,18 @@ def cross_entropy(
         reduction,
         float(label_smoothing),
     )
+
+
+def _elementwise_loss(name: str, impl: Any, input: Any, target: Any, reduction: str) -> Tensor:
+    """``impl``'s loss of same-shaped ``input`` and ``target``, after checking both."""
+    _jax_impl.check_reduction(name, reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(
+            f"{name}: input shape {tuple(input.shape)} and target shape "
+            f"{tuple(target.shape)} differ; tensorplay would broadcast with a warning, "
+            "reshape one of them"
+        )
+    return apply(impl, input, target, reduction)
 
 
 def _dropout(name: str, impl: Any, input: Any, p: float, training: bool) -> Any:

@@ -137,16 +137,7 @@ class Adam(Optimizer):
 
     def _check(self, group: dict[str, Any]) -> None:
         self._nonnegative(group, "lr", "eps", "weight_decay")
-        betas = group["betas"]
-        if not (
-            isinstance(betas, tuple | list)
-            and len(betas) == 2
-            and all(isinstance(b, int | float) and 0 <= b < 1 for b in betas)
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: invalid betas={betas!r}; it must be two numbers "
-                "in [0, 1), e.g. (0.9, 0.999)"
-            )
+        self._betas(group)
 
 
 class AdamW(Adam):
@@ -154,18 +145,8 @@ class AdamW(Adam):
 
     The parameter shrinks by ``lr * weight_decay`` before the Adam step, instead
     of the penalty entering the gradient (:func:`adam_rule` with ``decoupled``).
-
-    Args:
-      params: parameters, or param groups (dicts).
-      lr: learning rate.
-      betas: decay rates of the first and second moment estimates.
-      eps: added to the denominator.
-      weight_decay: decoupled weight decay.
-      amsgrad: use the maximum of past second moments (AMSGrad).
-      maximize: maximize the objective instead of minimizing it.
-
-    Raises:
-      ValueError: a negative ``lr``, ``eps`` or ``weight_decay``, or a beta outside [0, 1).
+    Its arguments and errors are :class:`Adam`'s, but for ``weight_decay``: the
+    decoupled decay, 1e-2 by default (torch's).
 
     Example:
       >>> import tensorplay_jax as tp

@@ -151,6 +151,19 @@ class Optimizer:
                     f"{type(self).__name__}: invalid {k}={v!r}; it must be a number >= 0"
                 )
 
+    def _betas(self, group: dict[str, Any]) -> None:
+        """Raise ValueError unless ``group["betas"]`` is two numbers in [0, 1) (Adam's)."""
+        betas = group["betas"]
+        if not (
+            isinstance(betas, tuple | list)
+            and len(betas) == 2
+            and all(isinstance(b, int | float) and 0 <= b < 1 for b in betas)
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: invalid betas={betas!r}; it must be two numbers "
+                "in [0, 1), e.g. (0.9, 0.999)"
+            )
+
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group (``{"params": [...], hyper-parameter: value, ...}``); defaults fill in.

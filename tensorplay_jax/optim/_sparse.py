@@ -140,11 +140,7 @@ class SparseAdam(Optimizer):
 
     def _check(self, group: dict[str, Any]) -> None:
         self._nonnegative(group, "lr", "eps")
-        b1, b2 = group["betas"]
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(
-                f"SparseAdam: invalid betas={group['betas']!r}; each must be in [0, 1)"
-            )
+        self._betas(group)
 
     def apply_gradients(self, grads: Mapping[Tensor, Any], *, stale_check: bool = True) -> int:
         """One update from sparse gradients (parameter -> gradient); see ``Optimizer``."""

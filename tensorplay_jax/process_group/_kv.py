@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import hmac
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from tensorplay_jax.runtime import secret as _secret
 __all__ = [
     "ForgedValue",
     "KVTimeout",
+    "Service",
     "backends_started",
     "barrier",
     "delete",
@@ -102,30 +104,51 @@ def runtime_rank_and_size() -> tuple[int, int]:
     return state.process_id, state.num_processes
 
 
-def _connect(
-    address: str,
-    bind: str,
-    rank: int,
-    world_size: int,
-    init_timeout_s: int,
-    heartbeat_s: int,
-    shutdown_timeout_s: int,
-) -> Any:
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """How this process joins the job's coordination service.
+
+    Attributes:
+      address: ``host:port`` every rank connects to.
+      bind: where rank 0 starts the service listening.
+      rank: this process's id.
+      world_size: how many processes join.
+      init_timeout_s: how long to wait for every rank to connect.
+      heartbeat_s: how long a silent client counts as alive.
+      shutdown_timeout_s: how long leaving the service may take.
+    """
+
+    address: str
+    bind: str
+    rank: int
+    world_size: int
+    init_timeout_s: int
+    heartbeat_s: int
+    shutdown_timeout_s: int
+
+
+def _connect(service: Service) -> Any:
     """Rank 0 starts the coordination service (``_coordinator``); every rank connects a
-    client to it at ``address`` (waiting at most ``init_timeout_s`` for all of them)."""
+    client to it (waiting at most ``service.init_timeout_s`` for all of them)."""
     from jax._src.lib import _jax
 
     from tensorplay_jax.process_group import _coordinator
 
     global _COORDINATOR
-    if rank == 0:
-        _COORDINATOR = _coordinator.start(bind, address, world_size, heartbeat_s, init_timeout_s)
+    if service.rank == 0:
+        _COORDINATOR = _coordinator.start(
+            service.bind,
+            service.address,
+            service.world_size,
+            service.heartbeat_s,
+            service.init_timeout_s,
+        )
     client = _jax.get_distributed_runtime_client(
-        address,
-        rank,
-        init_timeout=init_timeout_s,
-        heartbeat_timeout=heartbeat_s,
-        shutdown_timeout=shutdown_timeout_s,
+        service.address,
+        service.rank,
+        init_timeout=service.init_timeout_s,
+        heartbeat_timeout=service.heartbeat_s,
+        shutdown_timeout=service.shutdown_timeout_s,
         use_compression=True,
     )
     client.connect()
@@ -133,24 +156,18 @@ def _connect(
 
 
 def start_runtime(
-    address: str,
-    bind: str,
-    rank: int,
-    world_size: int,
+    service: Service,
     *,
-    init_timeout_s: int,
-    heartbeat_s: int,
-    shutdown_timeout_s: int,
     local_device_ids: list[int] | None = None,
     gloo_address: str | None = None,
 ) -> None:
     """Start JAX's multi-process runtime, as ``jax.distributed.initialize`` would.
 
     Rank 0 first starts the coordination service in its own process, listening on
-    ``bind`` (see ``_coordinator``); every rank then connects to ``address``. With
-    ``gloo_address``, XLA's CPU collectives (gloo) listen on and advertise that
-    address (by default gloo takes the host name's, which on a Debian host is
-    ``127.0.1.1`` and unreachable from other hosts).
+    ``service.bind`` (see ``_coordinator``); every rank then connects to
+    ``service.address``. With ``gloo_address``, XLA's CPU collectives (gloo) listen on
+    and advertise that address (by default gloo takes the host name's, which on a
+    Debian host is ``127.0.1.1`` and unreachable from other hosts).
 
     Raises:
       RuntimeError: JAX already ran a computation in this process, the service
@@ -164,15 +181,12 @@ def start_runtime(
             "init_process_group: JAX already ran a computation in this process; call "
             "init_process_group(...) before any JAX work (jax.distributed needs that)."
         )
-    global _COORDINATOR
     state = _jax_distributed.global_state
     if local_device_ids:
         visible = ",".join(str(i) for i in local_device_ids)
         config.update("jax_cuda_visible_devices", visible)
         config.update("jax_rocm_visible_devices", visible)
-    client = _connect(
-        address, bind, rank, world_size, init_timeout_s, heartbeat_s, shutdown_timeout_s
-    )
+    client = _connect(service)
     if gloo_address is not None:
         gloo = _jax.make_gloo_tcp_collectives(distributed_client=client, hostname=gloo_address)
         xla_bridge.register_backend_factory(
@@ -181,23 +195,14 @@ def start_runtime(
             priority=0,
             fail_quietly=False,
         )
-    state.coordinator_address = address
-    state.process_id = rank
-    state.num_processes = world_size
+    state.coordinator_address = service.address
+    state.process_id = service.rank
+    state.num_processes = service.world_size
     state.client = client
     state.initialize_preemption_sync_manager()
 
 
-def start_store(
-    address: str,
-    bind: str,
-    rank: int,
-    world_size: int,
-    *,
-    init_timeout_s: int,
-    heartbeat_s: int,
-    shutdown_timeout_s: int,
-) -> None:
+def start_store(service: Service) -> None:
     """Connect to the coordination service for its store and barriers only (not JAX's runtime).
 
     As :func:`start_runtime`, rank 0 first starts the service in its own process;
@@ -208,12 +213,8 @@ def start_store(
       RuntimeError: the service could not start, or not every rank connected
         within ``init_timeout_s``.
     """
-
     global _STORE
-    client = _connect(
-        address, bind, rank, world_size, init_timeout_s, heartbeat_s, shutdown_timeout_s
-    )
-    _STORE = (client, rank, world_size)
+    _STORE = (_connect(service), service.rank, service.world_size)
     atexit.register(_leave_store)
 
 

@@ -168,9 +168,7 @@ def start_runtime(
         except ValueError as e:
             raise ValueError(f"init_process_group: {e}") from None
     _kv.start_runtime(
-        **_service(host, port, timeout_s),
-        rank=rank,
-        world_size=world_size,
+        _service(host, port, rank, world_size, timeout_s),
         local_device_ids=local,
         gloo_address=gloo_address,
     )
@@ -228,22 +226,24 @@ def join(
     return devices
 
 
-def _service(host: str, port: int, timeout_s: float) -> dict[str, Any]:
-    """Where the coordination service listens and is reached, and its timeouts."""
+def _service(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> _kv.Service:
+    """How ``rank`` joins the coordination service of a job at ``host:port``."""
     wait_s = max(1, int(timeout_s))
-    return {
-        "address": _hostport(host, coordinator_port(port)),
-        "bind": _bind_address(host, coordinator_port(port)),
-        "init_timeout_s": wait_s,
-        "heartbeat_s": min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
-        "shutdown_timeout_s": wait_s,
-    }
+    return _kv.Service(
+        address=_hostport(host, coordinator_port(port)),
+        bind=_bind_address(host, coordinator_port(port)),
+        rank=rank,
+        world_size=world_size,
+        init_timeout_s=wait_s,
+        heartbeat_s=min(max(wait_s, PG_HEARTBEAT_MIN_S), PG_HEARTBEAT_MAX_S),
+        shutdown_timeout_s=wait_s,
+    )
 
 
 def start_store(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> None:
     """Join (rank 0: and serve) the coordination service of a job at ``host:port``, for
     its store and barriers only: JAX's runtime stays as it is (``_kv.start_store``)."""
-    _kv.start_store(**_service(host, port, timeout_s), rank=rank, world_size=world_size)
+    _kv.start_store(_service(host, port, rank, world_size, timeout_s))
 
 
 def runtime_needed(fn: str, backend: str, engine: str) -> str | None:

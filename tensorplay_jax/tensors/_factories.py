@@ -135,6 +135,20 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     return _leaf(from_host(ndarray, what="tp.from_numpy"), False, None, "from_numpy")
 
 
+def _sample(
+    fn: str,
+    dist: str,
+    size: Sequence[Any],
+    generator: Generator | None,
+    dtype: Any,
+    device: Any,
+    requires_grad: bool,
+) -> Tensor:
+    """``fn``'s float samples of ``dist`` (a ``_random.draw`` name) of shape ``size``."""
+    value = _random.draw(dist, key_for(generator, fn), _size(fn, size), _float_dtype(fn, dtype))
+    return _leaf(value, requires_grad, device, fn)
+
+
 def randn(
     *size: Any,
     generator: Generator | None = None,
@@ -150,10 +164,7 @@ def randn(
         >>> tp.randn(2, 3).shape
         (2, 3)
     """
-    shape = _size("randn", size)
-    key = key_for(generator, "randn")
-    value = _random.draw("normal", key, shape, _float_dtype("randn", dtype))
-    return _leaf(value, requires_grad, device, "randn")
+    return _sample("randn", "normal", size, generator, dtype, device, requires_grad)
 
 
 def rand(
@@ -165,10 +176,7 @@ def rand(
 ) -> Tensor:
     """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state (or
     ``generator``)."""
-    shape = _size("rand", size)
-    key = key_for(generator, "rand")
-    value = _random.draw("uniform", key, shape, _float_dtype("rand", dtype))
-    return _leaf(value, requires_grad, device, "rand")
+    return _sample("rand", "uniform", size, generator, dtype, device, requires_grad)
 
 
 def randint(
@@ -311,33 +319,34 @@ def eye(
     return _leaf(jnp.eye(n, m, dtype=dtype or DEFAULT_FLOAT), requires_grad, device, "eye")
 
 
+def _like(fn: str, input: Tensor, value: jax.Array, device: Any, requires_grad: bool) -> Tensor:
+    """A ``*_like`` result: ``value`` as a leaf on ``device``, by default ``input``'s."""
+    return _leaf(value, requires_grad, device if device is not None else _device_of(input), fn)
+
+
 def zeros_like(
     input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
     """Zeros with ``input``'s shape (and dtype unless given)."""
-    device = device if device is not None else _device_of(input)
     value = _filled(tuple(input.shape), 0, dtype or input.dtype)
-    return _leaf(value, requires_grad, device, "zeros_like")
+    return _like("zeros_like", input, value, device, requires_grad)
 
 
 def ones_like(
     input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
     """Ones with ``input``'s shape (and dtype unless given)."""
-    device = device if device is not None else _device_of(input)
     value = _filled(tuple(input.shape), 1, dtype or input.dtype)
-    return _leaf(value, requires_grad, device, "ones_like")
+    return _like("ones_like", input, value, device, requires_grad)
 
 
 def randn_like(
     input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
     """Standard normal samples with ``input``'s shape (and float dtype unless given)."""
-    device = device if device is not None else _device_of(input)
-    value = _random.draw(
-        "normal", _random.next_key(), input.shape, _float_dtype("randn_like", dtype or input.dtype)
-    )
-    return _leaf(value, requires_grad, device, "randn_like")
+    dtype = _float_dtype("randn_like", dtype or input.dtype)
+    value = _random.draw("normal", _random.next_key(), input.shape, dtype)
+    return _like("randn_like", input, value, device, requires_grad)
 
 
 def _typed_tensor(kind: str, dtype: Any) -> Any:

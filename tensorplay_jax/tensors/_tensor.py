@@ -151,17 +151,14 @@ class Tensor(metaclass=_TensorMeta):
 
     @classmethod
     def _pending(cls, node: Node, output_nr: int) -> Tensor:
-        # Output ``output_nr`` of a deferred operation (``autograd._lazy``): ``_value``
-        # stays unset until its segment runs; reading it runs the segment (__getattr__).
-        t = cls.__new__(cls)
-        t._grad = None
+        # Output ``output_nr`` of a deferred operation (``autograd._lazy``): a wrapped
+        # Tensor whose ``_value`` stays unset until its segment runs; reading it runs the
+        # segment (__getattr__).
+        t = cls._wrap(None)
+        del t._value
         t._grad_fn = node
         t._output_nr = output_nr
-        t._accumulator = None
         t._requires_grad = True
-        t._version = 0
-        t._view = None
-        t._views = None
         return t
 
     def __getattr__(self, name: str) -> Any:

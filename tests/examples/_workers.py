@@ -5,8 +5,11 @@ from __future__ import annotations
 import runpy
 import sys
 
+from tests._worker import report
+
 
 def run_example() -> None:
-    """Run the example script ``sys.argv[1]`` as ``__main__``, with the arguments after it."""
-    sys.argv = [sys.argv[1], *sys.argv[2:]]
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    """Run the example script ``sys.argv[1]``'s ``run`` with the arguments after it, and
+    report the named checks it returns (``checks``)."""
+    example = runpy.run_path(sys.argv[1], run_name="example")
+    report(checks=example["run"](sys.argv[2:]))

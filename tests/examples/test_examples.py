@@ -2,33 +2,41 @@
 
 from __future__ import annotations
 
-from tests._procs import REPO_ROOT
+from tests._procs import REPO_ROOT, reported
 from tests.examples import _workers as W
 
 
-def _run(workers, name: str, nprocs: int, *args: str):
+def _checks(workers, name: str, nprocs: int, rank: int, *args: str) -> dict[str, bool]:
+    """The named checks the example ``name``'s ``run`` returned on ``rank``."""
     path = str(REPO_ROOT / "examples" / name)
-    return workers(W.run_example, nprocs, args=(path, *args), timeout=180)
+    res = workers(W.run_example, nprocs, args=(path, *args), timeout=180)
+    return reported(res[rank])["checks"]
 
 
 def test_pipeline_parallel(workers):
-    out = _run(workers, "pipeline_parallel.py", 3, "--steps", "20")[0].stdout
-    assert "pipelined forward matches the unsplit model: True" in out, out
-    assert "both shards trained: True" in out, out  # and the loss fell (exit status 0)
+    assert _checks(workers, "pipeline_parallel.py", 3, 0, "--steps", "20") == {
+        "pipelined forward matches the unsplit model": True,
+        "the loss fell": True,
+        "both shards trained": True,
+    }
 
 
 def test_rnn_with_remote_embedding_and_decoder(workers):
-    out = _run(workers, "rnn_remote.py", 2, "--steps", "15")[1].stdout
-    assert "trained: embedding (on ps) True, rnn (on trainer) True, decoder (on ps) True" in out
-    assert "step  10" in out, out
+    assert _checks(workers, "rnn_remote.py", 2, 1, "--steps", "15") == {
+        "the loss halved": True,
+        "trained: embedding (on ps)": True,
+        "trained: rnn (on trainer)": True,
+        "trained: decoder (on ps)": True,
+    }
 
 
-def test_the_pytest_example_passes_under_pytest():
+def test_the_pytest_example_passes_under_pytest(tmp_path):
     # The example of the "Testing distributed code" guide, run as a user runs it.
     import importlib.metadata
     import os
     import subprocess
     import sys
+    import xml.etree.ElementTree as ET
 
     installed = importlib.metadata.entry_points(group="pytest11", name="tensorplay_jax")
     plugin = [] if installed else ["-p", "tensorplay_jax_pytest"]
@@ -36,6 +44,11 @@ def test_the_pytest_example_passes_under_pytest():
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
     )
     path = REPO_ROOT / "examples" / "test_dist_grads_example.py"
-    cmd = [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", str(path)]
+    junit = tmp_path / "report.xml"  # pytest's own structured report of the run
+    cmd = [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q",
+           f"--junitxml={junit}", str(path)]  # fmt: skip
     out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
+    suite = ET.parse(junit).getroot().find("testsuite")
+    counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
+    assert counts == {"tests": 3, "failures": 0, "errors": 0, "skipped": 0}, out.stdout

@@ -12,7 +12,8 @@ import sys
 import jax.numpy as jnp
 
 from tests._docs import block
-from tests._procs import free_port
+from tests._procs import free_port, handed_back
+from tests._worker import OUT_DIR
 
 FLAGS = {
     "hyphens": ["--nnodes", "2", "--node-rank", "{k}", "--nproc-per-node", "{p}",
@@ -22,9 +23,11 @@ FLAGS = {
 }  # fmt: skip
 
 
-def _launch(cluster, on_hosts, script: list, spellings: list[str], per_node: int, timeout: float):
-    """Node ``k`` runs the launcher with ``spellings[k]`` on ``script`` (path and arguments);
-    returns each node's output."""
+def _launch(
+    cluster, on_hosts, script: list, spellings: list[str], per_node: int, timeout: float, env=None
+):
+    """Node ``k`` runs the launcher with ``spellings[k]`` on ``script`` (path and arguments),
+    with ``env`` added to its environment; returns each node's output."""
     addr, port = cluster.addresses[0], str(free_port())
     commands = [
         [sys.executable, "-m", "tensorplay_jax.run"]
@@ -32,7 +35,7 @@ def _launch(cluster, on_hosts, script: list, spellings: list[str], per_node: int
         + [str(p) for p in script]
         for k, spelling in enumerate(spellings)
     ]
-    res = on_hosts(None, [0, 1], commands=commands, timeout=timeout)
+    res = on_hosts(None, [0, 1], commands=commands, timeout=timeout, env=env)
     return [r.stdout for r in res]
 
 
@@ -62,6 +65,7 @@ def test_documented_rpc_and_process_group_examples_on_two_nodes(cluster, on_host
 MAIN_SCRIPT = """\
 import os
 import tensorplay_jax.distributed.rpc as rpc
+from tests._worker import hand_back
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -73,7 +77,7 @@ def my_rank():
 
 rpc.init_rpc(f"worker{RANK}", rank=RANK, world_size=WORLD)
 if RANK == 0:
-    print("CALLEE-RANKS", [rpc.rpc_sync(f"worker{r}", my_rank) for r in range(WORLD)])
+    hand_back({"callee_ranks": [rpc.rpc_sync(f"worker{r}", my_rank) for r in range(WORLD)]})
 rpc.shutdown()
 """
 
@@ -81,5 +85,6 @@ rpc.shutdown()
 def test_main_script_function_runs_with_the_callees_globals(cluster, on_hosts, tmp_path):
     script = tmp_path / "main_rank.py"
     script.write_text(MAIN_SCRIPT)
-    out = _launch(cluster, on_hosts, [script], ["underscores", "hyphens"], 1, timeout=120)
-    assert "[rank 0] CALLEE-RANKS [0, 1]" in out[0].splitlines(), out
+    env = {OUT_DIR: str(tmp_path)}
+    out = _launch(cluster, on_hosts, [script], ["underscores", "hyphens"], 1, timeout=120, env=env)
+    assert handed_back(tmp_path, 0, str(out))["callee_ranks"] == [0, 1]  # each its own RANK

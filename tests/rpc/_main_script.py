@@ -7,8 +7,9 @@ the peers run a different script (a copy with another source), so the same
 functions must travel by value, and the one that holds a lock must fail with a
 clear error.
 
-Run: ``python -m tensorplay_jax.run --nproc 2 tests/rpc/_main_script.py``.
-Each rank prints ``ok <check>`` per passing check and ``done`` at the end.
+Run: ``python -m tensorplay_jax.run --nproc 2 tests/rpc/_main_script.py`` with
+``TPJ_TEST_OUT`` set: each rank hands back what each check saw (``tests._worker.hand_back``,
+after ``rpc.shutdown()``) for the test to compare.
 """
 
 import os
@@ -23,6 +24,7 @@ import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.distributed.nn import RemoteModule
+from tests._worker import hand_back
 
 RANK = int(os.environ["RANK"])
 WORLD_SIZE = int(os.environ["WORLD_SIZE"])
@@ -139,17 +141,18 @@ def scale_by_rank(t):
     return t * (RANK + 2.0)
 
 
-def check(name: str, cond: bool, detail: object = "") -> None:
-    if not cond:
-        raise AssertionError(f"rank {RANK}: {name} failed: {detail}")
-    print(f"ok {name}", flush=True)
+SEEN: dict[str, object] = {}  # check name -> what this rank saw (handed back at the end)
+
+
+def see(name: str, value: object) -> None:
+    SEEN[name] = value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def same_script_checks() -> None:
     got = rpc.rpc_sync(PEER, my_rank)
-    check("rank-is-callee", got == PEER_RANK, got)
+    see("rank-is-callee", got)
     counts = [rpc.rpc_sync(PEER, count_call) for _ in range(3)]
-    check("globals-persist", counts == [1, 2, 3], counts)
+    see("globals-persist", counts)
 
     # Both workers are trainers of one server on w0 (w0 reaches itself too).
     ps = rpc.remote("w0", get_parameter_server)
@@ -158,23 +161,23 @@ def same_script_checks() -> None:
     if RANK != 0:
         rpc.rpc_sync("w0", trainer_done)
     else:
-        check("trainers-finished", trainers_done.wait(60))
+        see("trainers-finished", trainers_done.wait(60))
         created, steps, owner = rpc.rpc_sync("w0", server_state)
-        check("one-parameter-server", (created, steps, owner) == (1, 2 * WORLD_SIZE, 0), steps)
+        see("one-parameter-server", [created, steps, owner])
 
     x = np.array([0.5, -2.0, 4.0], np.float32)
     got = rpc.rpc_sync(PEER, clipped_grad_plus_rank, args=(x,))
-    check("custom-vjp-and-jit", np.allclose(got, np.full(3, 10.0) + PEER_RANK), got)
-    check("jit-by-name", np.allclose(rpc.rpc_sync(PEER, scaled, args=(x,)), x * 10.0))
+    see("custom-vjp-and-jit", got)
+    see("jit-by-name", np.asarray(rpc.rpc_sync(PEER, scaled, args=(x,))))
 
     counter = rpc.remote(PEER, Counter, args=(5,))
-    check("remote-class", counter.rpc_sync().add(2) == 7)
+    see("remote-class", counter.rpc_sync().add(2))
     value = counter.to_here()
-    check("class-comes-back", isinstance(value, Counter) and value.rank == PEER_RANK, value)
+    see("class-comes-back", [type(value).__name__, getattr(value, "rank", None)])
 
     module = RemoteModule(f"{PEER}/cpu", Scale, args=(2.0,))
     out = module.forward(tp.ones(3))
-    check("remote-module", np.allclose(np.asarray(out.detach().value), 2.0 + PEER_RANK), out)
+    see("remote-module", np.asarray(out.detach().value))
 
     # Distributed autograd through a script function: d(sum(t * (r + 2)))/dt = r + 2 (callee's r).
     with dist_autograd.context() as ctx_id:
@@ -182,19 +185,18 @@ def same_script_checks() -> None:
         loss = rpc.rpc_sync(PEER, scale_by_rank, args=(t,)).sum()
         dist_autograd.backward(ctx_id, [loss])
         grad = np.asarray(dist_autograd.get_gradients(ctx_id)[t])
-    check("dist-autograd", np.allclose(grad, PEER_RANK + 2.0), grad)
+    see("dist-autograd", grad)
 
 
 def other_script_checks() -> None:
     got = rpc.rpc_sync(PEER, my_rank)
-    check("by-value-rank-is-caller", got == RANK, got)
+    see("by-value-rank-is-caller", got)
     try:
         rpc.rpc_sync(PEER, get_parameter_server)
     except TypeError as e:
-        msg = str(e)
-        check("clear-error", "get_parameter_server" in msg and "same main script" in msg, msg)
+        see("clear-error", str(e))
     else:
-        check("clear-error", False, "no error")
+        see("clear-error", None)
 
 
 def main() -> None:
@@ -203,7 +205,7 @@ def main() -> None:
         same_script_checks() if SAME_SCRIPT else other_script_checks()
     finally:
         rpc.shutdown()
-    print("done", flush=True)
+    hand_back(SEEN)
 
 
 if __name__ == "__main__":

@@ -84,8 +84,10 @@ def transport() -> None:
         time.sleep(0.2)
         rpc.rpc_sync("w1", T.open_gate, timeout=10)
         assert rpc.wait_all(gates) == [True] * 3
-        print("LINK", type(_agent.current_agent().peers.links[1]).__name__)
-        print("SPIN", spinner._SPIN is not None)
+        report(
+            link=type(_agent.current_agent().peers.links[1]).__name__,
+            spins=spinner._SPIN is not None,
+        )
     rpc.shutdown()
 
 

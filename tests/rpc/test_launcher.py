@@ -10,15 +10,19 @@ import time
 from tensorplay_jax.rpc import spawn
 from tensorplay_jax.runtime.init_method import resolve_init, slurm_env
 from tensorplay_jax.runtime.settings import LAUNCH_KILL_GRACE_S
-from tests._procs import REPO_ROOT, free_port
+from tests._procs import REPO_ROOT, free_port, handed_back
+from tests._worker import OUT_DIR
 
 WORKER = """
 import os, sys
 from tensorplay_jax.distributed import rpc
+from tests._worker import hand_back
 rank = int(os.environ["RANK"])
-print("env", os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], sys.argv[1:])
+print("hello from", rank)
+env = [os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")]
 rpc.init_rpc(f"w{rank}", world_size=int(os.environ["WORLD_SIZE"]))
-print("sum", rpc.rpc_sync(f"w{1 - rank}", max, args=(rank, 5)))
+peer_max = rpc.rpc_sync(f"w{1 - rank}", max, args=(rank, 5))
+hand_back({"env": env, "argv": sys.argv[1:], "max": peer_max})
 rpc.shutdown()
 """
 
@@ -33,9 +37,11 @@ time.sleep(120)
 
 
 def _launch(tmp_path, body, *flags, timeout=120):
+    """The launcher on ``body``; its workers may hand back values into ``tmp_path``."""
     path = tmp_path / "script.py"
     path.write_text(body)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
+    env[OUT_DIR] = str(tmp_path)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "tensorplay_jax.run", *flags, str(path), "--lr", "0.1"]
@@ -45,9 +51,13 @@ def _launch(tmp_path, body, *flags, timeout=120):
 def test_launcher_prefixes_output_and_sets_env(tmp_path):
     p = _launch(tmp_path, WORKER, "--nproc", "2")
     assert p.returncode == 0, p.stderr
+    lines = set(p.stdout.splitlines())
+    assert {f"[rank {r}] hello from {r}" for r in (0, 1)} <= lines, p.stdout  # the product
     for r in (0, 1):
-        assert f"[rank {r}] env {r} {r} 2 ['--lr', '0.1']" in p.stdout, p.stdout
-        assert f"[rank {r}] sum 5" in p.stdout, p.stdout
+        got = handed_back(tmp_path, r, p.stderr)
+        assert got["env"] == [str(r), str(r), "2"], got  # RANK, LOCAL_RANK, WORLD_SIZE
+        assert got["argv"] == ["--lr", "0.1"], got
+        assert got["max"] == 5, got  # the two ranks reached each other
 
 
 def test_launcher_accepts_torchrun_flags(tmp_path):
@@ -55,23 +65,28 @@ def test_launcher_accepts_torchrun_flags(tmp_path):
              "--master-addr", "127.0.0.1", "--master-port", str(free_port())]  # fmt: skip
     p = _launch(tmp_path, WORKER, *flags)
     assert p.returncode == 0, p.stderr
-    assert "[rank 1] sum 5" in p.stdout
+    assert [handed_back(tmp_path, r, p.stderr)["max"] for r in (0, 1)] == [5, 5]
 
 
 ADDRESS_ENV = """
 import os
-get = os.environ.get
-print("addr", get("TENSORPLAY_JAX_LISTEN_ADDR"), get("TENSORPLAY_JAX_SOCKET_IFNAME"))
+from tests._worker import hand_back
+listen, ifname = (os.environ.get(f"TENSORPLAY_JAX_{k}") for k in ("LISTEN_ADDR", "SOCKET_IFNAME"))
+hand_back({"listen": listen, "ifname": ifname})
 """
 
 
 def test_launcher_address_flags_reach_the_workers(tmp_path):
     for flag in ("--listen-addr", "--local-addr", "--local_addr"):
-        p = _launch(tmp_path, ADDRESS_ENV, "--nproc", "1", flag, "127.0.0.1", "--ifname", "lo")
+        out = tmp_path / flag
+        out.mkdir()
+        p = _launch(out, ADDRESS_ENV, "--nproc", "1", flag, "127.0.0.1", "--ifname", "lo")
         assert p.returncode == 0, p.stderr
-        assert "[rank 0] addr 127.0.0.1 lo" in p.stdout, p.stdout
-    p = _launch(tmp_path, ADDRESS_ENV, "--nproc", "1")
-    assert "[rank 0] addr None None" in p.stdout, p.stdout
+        assert handed_back(out, 0, p.stderr) == {"listen": "127.0.0.1", "ifname": "lo"}, flag
+    out = tmp_path / "none"
+    out.mkdir()
+    p = _launch(out, ADDRESS_ENV, "--nproc", "1")
+    assert handed_back(out, 0, p.stderr) == {"listen": None, "ifname": None}
 
 
 def test_launcher_stops_the_others_when_one_fails(tmp_path, monkeypatch):

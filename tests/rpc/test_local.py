@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tensorplay_jax.rpc import _codec, _local, _socket
+from tests._procs import reported
 from tests.rpc import _workers as W
 
 pytestmark = pytest.mark.skipif(not _local.available(), reason="needs Linux memfd + Unix sockets")
@@ -125,8 +126,9 @@ def test_same_host_peers_use_the_local_transport_unless_switched_off(
     if spin_us is not None:  # readers sleep at once: the link works the same, only slower
         env["TENSORPLAY_JAX_RPC_SPIN_US"] = spin_us
     res = workers(W.transport, 2, timeout=120, env=env)
-    assert f"LINK {link}\n" in res[0].stdout, res[0]
-    assert f"SPIN {spins}\n" in res[0].stdout, res[0]
+    got = reported(res[0])
+    assert got["link"] == link, res[0]
+    assert got["spins"] is spins, res[0]
 
 
 def test_segments_come_back_for_reuse_once_the_receiver_drops_its_arrays(server):

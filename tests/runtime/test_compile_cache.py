@@ -24,6 +24,8 @@ import pytest
 
 from tensorplay_jax.runtime.compile_cache import job_cache_env
 from tensorplay_jax.runtime.launch import spawn
+from tests._procs import REPO_ROOT, handed_back
+from tests._worker import OUT_DIR
 
 SCRIPT = textwrap.dedent(
     """\
@@ -151,9 +153,13 @@ def test_the_users_minimum_compile_time_is_kept() -> None:
 
 def test_the_launchers_workers_get_a_cache_removed_at_exit(tmp_path) -> None:
     script = tmp_path / "show.py"
-    script.write_text("import os\nprint('cache:', os.environ.get('JAX_COMPILATION_CACHE_DIR'))\n")
+    script.write_text(
+        "import os\nfrom tests._worker import hand_back\n"
+        "hand_back({'cache': os.environ.get('JAX_COMPILATION_CACHE_DIR')})\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["TENSORPLAY_JAX_COMPILATION_CACHE"] = "0"
+    env.update(PYTHONPATH=str(REPO_ROOT), **{OUT_DIR: str(tmp_path)})
     proc = subprocess.run(
         [sys.executable, "-m", "tensorplay_jax.run", "--nproc", "2", str(script)],
         capture_output=True,
@@ -162,8 +168,8 @@ def test_the_launchers_workers_get_a_cache_removed_at_exit(tmp_path) -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    dirs = {line.split("cache: ")[1] for line in proc.stdout.splitlines() if "cache: " in line}
-    assert len(dirs) == 1, proc.stdout  # both workers got the same one
-    (made,) = dirs
+    dirs = [handed_back(tmp_path, rank, proc.stderr)["cache"] for rank in (0, 1)]
+    assert dirs[0] == dirs[1], dirs  # both workers got the same one
+    made = dirs[0]
     assert Path(made).name.startswith("tpj-job-jax-cache-")
     assert not os.path.exists(made)

@@ -1,8 +1,7 @@
 """Worker functions for the process-group security tests (run in real processes by ``run_workers``).
 
 Each reads its rank from ``RANK`` and its case from ``PGX_*`` environment variables, and
-reports by printing tagged lines (``RAISED ...``, ``REFUSED ...``) that the tests parse, or
-hands values back with ``tests._worker.report``.
+hands what it saw back with ``tests._worker.report`` (named fields the tests assert on).
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ import threading
 import time
 
 import numpy as np
+
+from tests._worker import error_text, report
 
 
 def _env(name: str, default: str) -> str:
@@ -31,10 +32,10 @@ def _raw_client():
 def survivor_exit() -> None:
     """Kill rank ``PGX_VICTIM`` (SIGKILL) during all_reduce; the other rank reports and exits.
 
-    The survivor prints ``RAISED <type> call=<s> ...`` when a collective fails (``call``:
-    how long that call ran), then ``DESTROYED at=<unix time>`` after
-    ``destroy_process_group()``, and then exits with ``PGX_EXIT`` (``sys.exit(3)``), or
-    returns normally when ``PGX_EXIT`` is 0.
+    The survivor reports ``raised`` (the failing collective's error type, message and
+    ``call_s``, how long that call ran; None if none failed) and ``destroyed_at`` (the
+    unix time ``destroy_process_group()`` returned), then exits with ``PGX_EXIT``
+    (``sys.exit(3)``), or returns normally when ``PGX_EXIT`` is 0.
     """
     import tensorplay_jax.distributed as dist
 
@@ -57,26 +58,17 @@ def survivor_exit() -> None:
             dist.all_reduce(x)
     except Exception as e:  # PeerDied, TimeoutError or the runtime's error
         took = time.monotonic() - started
-        print(f"RAISED {type(e).__name__} call={took:.2f}: {str(e)[:300]!r}", flush=True)
+        raised = {"type": type(e).__name__, "message": str(e)[:300], "call_s": took}
     else:
-        print("NO-ERROR", flush=True)
+        report(raised=None, destroyed_at=None)
         sys.exit(9)
     dist.destroy_process_group()
-    print(f"DESTROYED at={time.time():.3f}", flush=True)
+    report(raised=raised, destroyed_at=time.time())
     if code:
         sys.exit(code)
 
 
 # ------------------------------------------------------------------ outsiders at the rendezvous
-def _expect_refused(label: str, fn, *args, **kwargs) -> None:
-    try:
-        fn(*args, **kwargs)
-    except Exception as e:
-        print(f"REFUSED {label} {type(e).__name__}: {e}", flush=True)
-        return
-    print(f"ACCEPTED {label}", flush=True)
-
-
 def planted_values() -> None:
     """Values planted in the coordination store without the job secret are refused.
 
@@ -89,7 +81,6 @@ def planted_values() -> None:
     """
     import tensorplay_jax.distributed as dist
     from tensorplay_jax.process_group import _group as pg
-    from tests._worker import error_text, report
 
     rank = int(os.environ["RANK"])
     timeout = float(_env("PGX_TIMEOUT", "10"))
@@ -146,7 +137,7 @@ def different_secrets() -> None:
     """Ranks started with different secrets refuse each other's values at init."""
     import tensorplay_jax.distributed as dist
 
-    _expect_refused("init", dist.init_process_group, "gloo", timeout=10.0)
+    report(init_error=error_text(dist.init_process_group, "gloo", timeout=10.0))
 
 
 def _listening(port: int) -> set[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import sys
 import time
 
 from tensorplay_jax.distributed import rpc
@@ -76,7 +75,7 @@ def two_workers_ping() -> None:
 
 
 def init_expecting_error() -> None:
-    """Call init_rpc; print the error's type and text on one line (the test checks them)."""
+    """Call init_rpc; report what it raised as ``error`` (``"Type: message"``, or None)."""
     rank = _rank()
     opts = rpc.GrpcRpcBackendOptions(init_timeout=float(os.environ.get("TPJ_INIT_TIMEOUT", "60")))
     delay = float(os.environ.get("TPJ_START_DELAY", "0"))
@@ -85,7 +84,7 @@ def init_expecting_error() -> None:
         ws = int(os.environ["WORLD_SIZE"])
         rpc.init_rpc(f"w{rank}", rank=rank, world_size=ws, rpc_backend_options=opts)
     except Exception as e:  # the test reads the message
-        print("INIT-ERROR", type(e).__name__, str(e).replace("\n", " "), flush=True)
-        sys.exit(3)
-    print("INIT-OK", rank, flush=True)
+        report(error=f"{type(e).__name__}: {e}")
+        return
+    report(error=None)
     rpc.shutdown()

@@ -10,11 +10,11 @@ seconds: for a survivor that hosts the coordinator (rank 0) and for one that los
 (rank 1), on both engines.
 """
 
-import re
 import time
 
 import pytest
 
+from tests._procs import reported
 from tests.security import _pg_workers
 
 TIMEOUT_S = 5.0  # the group's timeout in these jobs
@@ -51,14 +51,13 @@ def test_survivor_raises_and_exits_with_its_own_status(workers, victim, code, en
     ended = time.time()
     out = res[survivor]
     assert res[victim].returncode == -9, str(res[victim])
-    raised = re.search(r"RAISED (\w+) call=([\d.]+)", out.stdout)
-    assert raised, str(out)
-    assert float(raised.group(2)) < TIMEOUT_S + 2.0, str(out)  # the failing call's duration
-    destroyed = re.search(r"DESTROYED at=([\d.]+)", out.stdout)
-    assert destroyed, str(out)
+    got = reported(out)
+    assert got["raised"] is not None, str(out)  # a collective failed once the peer died
+    assert got["raised"]["call_s"] < TIMEOUT_S + 2.0, str(out)  # the failing call's duration
+    assert got["destroyed_at"] is not None, str(out)
     assert out.returncode == code, str(out)
     # run_workers returns within 0.05 s of the last process's exit.
-    took = ended - float(destroyed.group(1))
+    took = ended - got["destroyed_at"]
     assert took < TIMEOUT_S + EXIT_SLACK_S, f"exited {took:.1f}s after destroy\n{out}"
     assert "Shutdown barrier" not in out.stderr, str(out)
     assert "Terminating process" not in out.stderr, str(out)

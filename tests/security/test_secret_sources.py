@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.runtime import secret as _secret
-from tests._procs import REPO_ROOT, reported
+from tests._procs import REPO_ROOT, handed_back, reported
+from tests._worker import OUT_DIR
 from tests.security import _rendezvous_workers as W
 
 _SECRET_VARS = (_secret.SECRET_ENV, _secret.SECRET_FILE_ENV, _secret.INSECURE_ENV)
@@ -81,8 +83,7 @@ def test_workers_with_different_secrets_do_not_form_a_job(workers, tmp_path):
         W.init_expecting_error, 2, timeout=120, per_rank_env=env, check=False,
         env={"TPJ_INIT_TIMEOUT": "8"},
     )  # fmt: skip
-    assert res[1].returncode == 3, res[1]
-    assert "refused this worker's job secret" in res[1].stdout, res[1]
+    assert "refused this worker's job secret" in (reported(res[1])["error"] or ""), res[1]
 
 
 def test_insecure_opt_out_warns_at_start_up(workers, tmp_path):
@@ -96,39 +97,46 @@ def test_insecure_opt_out_warns_at_start_up(workers, tmp_path):
     assert not (tmp_path / "cfg").exists()  # the per-user file was not used
 
 
-# A launched worker prints a digest of the secret it got (never the secret). It imports
-# neither JAX nor tensorplay_jax: what is tested is the launcher's environment.
+# A launched worker hands back a digest of the secret it got (never the secret). It
+# imports neither JAX nor tensorplay_jax: what is tested is the launcher's environment.
 DIGEST_SCRIPT = """\
 import hashlib, os
+from tests._worker import hand_back
 secret = os.environ.get("TENSORPLAY_JAX_RPC_SECRET", "")
-print("DIGEST", hashlib.sha256(secret.encode()).hexdigest()[:16], len(secret), flush=True)
+hand_back({"digest": hashlib.sha256(secret.encode()).hexdigest()[:16], "length": len(secret)})
 """
 
 
-def _launch(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    script = tmp_path / "digest.py"
+def _launch(
+    out: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """The launcher on the digest script; its workers hand back into ``out`` (made here)."""
+    out.mkdir()
+    script = out / "digest.py"
     script.write_text(DIGEST_SCRIPT)
     e = {k: v for k, v in os.environ.items() if k not in _SECRET_VARS}
-    e.update(PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu", **(env or {}))
+    e.update(PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu", **{OUT_DIR: str(out)}, **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "tensorplay_jax.run", *args, str(script)],
         env=e, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
 
-def _digests(out: str) -> set[str]:
-    return {line.split("DIGEST ")[1] for line in out.splitlines() if "DIGEST " in line}
+def _secrets_seen(out: Path, env: dict[str, str] | None = None) -> set[tuple[str, int]]:
+    """(digest, length) of the secret each of two launched workers got."""
+    p = _launch(out, "--nproc", "2", env=env)
+    assert p.returncode == 0, p.stderr
+    seen = [handed_back(out, r, p.stderr) for r in (0, 1)]
+    return {(v["digest"], v["length"]) for v in seen}
 
 
 def test_launcher_makes_a_fresh_secret_per_job(tmp_path):
-    a, b = _launch(tmp_path, "--nproc", "2"), _launch(tmp_path, "--nproc", "2")
-    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
-    da, db = _digests(a.stdout), _digests(b.stdout)
-    assert len(da) == 1 and len(db) == 1, (a.stdout, b.stdout)  # one secret per job ...
-    assert da != db  # ... fresh each time
-    assert next(iter(da)).endswith(" 64")
-    given = _launch(tmp_path, "--nproc", "2", env={_secret.SECRET_ENV: "mine"})
-    assert _digests(given.stdout) == {f"{_sha('mine')} 4"}  # the user's secret passes through
+    a, b = _secrets_seen(tmp_path / "a"), _secrets_seen(tmp_path / "b")
+    assert len(a) == 1 and len(b) == 1, (a, b)  # one secret per job ...
+    assert a != b  # ... fresh each time
+    assert next(iter(a))[1] == 64
+    given = _secrets_seen(tmp_path / "given", env={_secret.SECRET_ENV: "mine"})
+    assert given == {(_sha("mine"), 4)}  # the user's secret passes through
 
 
 def _sha(s: str) -> str:
@@ -140,10 +148,10 @@ def _sha(s: str) -> str:
 def test_launcher_refuses_a_multi_node_job_without_a_secret(tmp_path):
     args = ("--nnodes", "2", "--node-rank", "0", "--nproc", "1",
             "--master-addr", "198.18.0.1", "--master-port", "29999")  # fmt: skip
-    r = _launch(tmp_path, *args)
+    r = _launch(tmp_path / "multi", *args)
     assert r.returncode == 2 and "needs the same secret on every node" in r.stderr, r.stderr
     assert "--insecure" in r.stderr and _secret.SECRET_ENV in r.stderr
-    empty = _launch(tmp_path, "--nproc", "1", env={_secret.SECRET_ENV: ""})
+    empty = _launch(tmp_path / "empty", "--nproc", "1", env={_secret.SECRET_ENV: ""})
     assert empty.returncode == 2 and "set but empty" in empty.stderr, empty.stderr
 
 

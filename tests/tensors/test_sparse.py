@@ -6,6 +6,7 @@ dense equivalent restricted to the stored pattern.
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import tensorplay_jax as tp
+from tests._procs import REPO_ROOT, reported
 
 I = [[0, 1, 1], [2, 0, 2]]  # noqa: E741  (torch's tests' name)
 V = [3.2, 4.1, 5.3]
@@ -253,11 +255,15 @@ def test_in_place_product_of_a_leaf_that_requires_grad_is_refused() -> None:
 
 def test_import_loads_no_jax_sparse_until_a_sparse_tensor_is_made() -> None:
     code = (
-        "import sys, tensorplay_jax as tp; a = 'jax.experimental.sparse' in sys.modules; "
-        "tp.sparse_coo_tensor([[0]], [1.0]); print(a, 'jax.experimental.sparse' in sys.modules)"
+        "import sys, tensorplay_jax as tp; from tests._worker import report; "
+        "a = 'jax.experimental.sparse' in sys.modules; tp.sparse_coo_tensor([[0]], [1.0]); "
+        "report(after_import=a, after_first=('jax.experimental.sparse' in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["False", "True"], out.stderr
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert reported(out) == {"after_import": False, "after_first": True}, out.stderr
 
 
 def test_data_ptr_is_the_values_buffer_and_refused_on_the_sparse_tensor() -> None:

@@ -40,9 +40,7 @@ Example (one process, the seed example):
     >>> import tensorplay_jax as tp
     >>> import tensorplay_jax.distributed.autograd as dist_autograd
     >>> from tensorplay_jax.distributed import rpc
-    >>> rpc.init_rpc("worker", rank=0, world_size=1,
-    ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-    ...                  init_method="tcp://127.0.0.1:29574"))
+    >>> rpc.init_rpc("worker", rank=0, world_size=1)
     >>> def remote_double(t):
     ...     return t * 2
     >>> with dist_autograd.context() as ctx_id:

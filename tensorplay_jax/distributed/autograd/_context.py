@@ -345,12 +345,9 @@ class context:  # the tensorplay spelling (a lowercase class)
             autograd context id for this thread").
 
     Example:
-        >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.distributed.autograd as dist_autograd
         >>> from tensorplay_jax.distributed import rpc
-        >>> rpc.init_rpc("ctxdoc", rank=0, world_size=1,
-        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-        ...                  init_method="tcp://127.0.0.1:29571"))
+        >>> rpc.init_rpc("ctxdoc", rank=0, world_size=1)
         >>> with dist_autograd.context() as ctx_id:
         ...     ctx_id >> 48
         0

@@ -360,9 +360,7 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
         >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.distributed.autograd as dist_autograd
         >>> from tensorplay_jax.distributed import rpc
-        >>> rpc.init_rpc("bwdoc", rank=0, world_size=1,
-        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-        ...                  init_method="tcp://127.0.0.1:29572"))
+        >>> rpc.init_rpc("bwdoc", rank=0, world_size=1)
         >>> with dist_autograd.context() as ctx_id:
         ...     t = tp.ones(3, requires_grad=True)
         ...     out = rpc.rpc_sync("bwdoc", tp.mul, args=(t, 3.0))

@@ -196,9 +196,7 @@ def differentiable_rpc(
         >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.distributed.autograd as dist_autograd
         >>> from tensorplay_jax.distributed import rpc
-        >>> rpc.init_rpc("fdoc", rank=0, world_size=1,
-        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-        ...                  init_method="tcp://127.0.0.1:29575"))
+        >>> rpc.init_rpc("fdoc", rank=0, world_size=1)
         >>> def f(w, x):
         ...     return jnp.sum((x @ w) ** 2)
         >>> loss = lambda w, x: dist_autograd.differentiable_rpc("fdoc", f, args=(w, x))

@@ -45,9 +45,7 @@ def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
         >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.distributed.autograd as dist_autograd
         >>> from tensorplay_jax.distributed import rpc
-        >>> rpc.init_rpc("gdoc", rank=0, world_size=1,
-        ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-        ...                  init_method="tcp://127.0.0.1:29573"))
+        >>> rpc.init_rpc("gdoc", rank=0, world_size=1)
         >>> with dist_autograd.context() as ctx_id:
         ...     t = tp.ones(2, requires_grad=True)
         ...     dist_autograd.backward(ctx_id, [(t * t).sum()])

@@ -125,9 +125,7 @@ class DistributedOptimizer:
       >>> import tensorplay_jax.distributed.autograd as dist_autograd
       >>> from tensorplay_jax.distributed import rpc
       >>> from tensorplay_jax.distributed.nn import RemoteModule
-      >>> rpc.init_rpc("ps", rank=0, world_size=1,
-      ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-      ...                  init_method="tcp://127.0.0.1:29588"))
+      >>> rpc.init_rpc("ps", rank=0, world_size=1)
       >>> model = RemoteModule("ps/cpu", tp.nn.Linear, args=(3, 1))
       >>> opt = DistributedOptimizer(optim.SGD, model.remote_parameters(), lr=0.1)
       >>> bias = model.remote_parameters()[1]

@@ -21,20 +21,19 @@ wait_until = functools.partial(_worker.wait_until, timeout=10.0, poll=0.02)
 
 
 def seed() -> None:
-    """Issue 4's seed example in one worker, after the errors before ``init_rpc``."""
-    # before init_rpc: clear errors, no hang
-    try:
-        dist_autograd.context().__enter__()
-        raise AssertionError("context() without RPC did not raise")
-    except rpc.RpcNotInitializedError as e:
-        assert "RPC has not been initialized" in str(e) and "init_rpc" in str(e), e
-    try:
-        dist_autograd.backward(1, [tp.ones(1, requires_grad=True).sum()])
-        raise AssertionError("backward() without RPC did not raise")
-    except rpc.RpcNotInitializedError as e:
-        assert "RPC has not been initialized (dist_autograd.backward)" in str(e), e
-    assert dist_autograd.is_available() and not dist_autograd.is_initialized()
+    """Issue 4's seed example in one worker, after the errors before ``init_rpc``.
 
+    Reports the errors of ``context()`` and ``backward()`` before ``init_rpc``, whether
+    distributed autograd was available / initialized before and after, and ``t``'s gradient.
+    """
+    before = dict(
+        context_error=_worker.error_text(lambda: dist_autograd.context().__enter__()),
+        backward_error=_worker.error_text(
+            dist_autograd.backward, 1, [tp.ones(1, requires_grad=True).sum()]
+        ),
+        available=dist_autograd.is_available(),
+        initialized_before=dist_autograd.is_initialized(),
+    )
     rpc.init_rpc("worker", rank=0, world_size=1)
 
     def remote_double(t):
@@ -46,13 +45,17 @@ def seed() -> None:
         loss = out.sum()
         dist_autograd.backward(ctx_id, [loss])
         grads = dist_autograd.get_gradients(ctx_id)
-        print(grads[t])  # tensor([2., 2., 2., 2.])
     rpc.shutdown()
-    assert not dist_autograd.is_initialized()
+    _worker.report(
+        **before, grad=grads[t].tolist(), initialized_after=dist_autograd.is_initialized()
+    )
 
 
 def seed_multi() -> None:
-    """The seed example along a chain of workers: w0 -> w1 -> ... -> w{ws-1}."""
+    """The seed example along a chain of workers: w0 -> w1 -> ... -> w{ws-1}.
+
+    Rank 0 reports ``t``'s gradient.
+    """
     rank, ws = rank_and_world_size()
     init_rpc("worker")
 
@@ -68,7 +71,7 @@ def seed_multi() -> None:
             loss = out.sum()
             dist_autograd.backward(ctx_id, [loss])
             grads = dist_autograd.get_gradients(ctx_id)
-            print(grads[t])
+            _worker.report(grad=grads[t].tolist())
     rpc.shutdown()
 
 

@@ -105,9 +105,7 @@ class RemoteModule(Module):
 
       >>> import tensorplay_jax as tp
       >>> from tensorplay_jax.distributed import rpc
-      >>> rpc.init_rpc("worker1", rank=0, world_size=1,
-      ...              rpc_backend_options=rpc.GrpcRpcBackendOptions(
-      ...                  init_method="tcp://127.0.0.1:29587"))
+      >>> rpc.init_rpc("worker1", rank=0, world_size=1)
       >>> remote_linear = RemoteModule("worker1/cpu", tp.nn.Linear, args=(16, 8))
       >>> out = remote_linear(tp.randn(4, 16))             # runs on worker1
       >>> out.shape
