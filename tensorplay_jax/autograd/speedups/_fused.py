@@ -217,7 +217,7 @@ def _fresh(order: list[VJPNode]) -> bool:
     pullback; one program for the whole backward compiles in less time and serves
     every later run of its shape. A graph that repeats a segment (a loop over the
     steps of an episode) has few distinct pullbacks for its size: it runs node by
-    node, as before. Each segment counts as fresh for one backward only.
+    node. Each segment counts as fresh for one backward only.
     """
     fresh = STATE.fresh
     new = {(n.origin, n.lazy_index) for n in order if n.origin in fresh}

@@ -4,7 +4,7 @@ A recorded operation (``call_op`` with an input that requires grad) does not run
 at once: it is appended to its thread's *segment*, a small symbolic graph, and
 its outputs are pending Tensors whose shape and dtype are known (inferred once
 per operation, mask and input avals with ``jax.eval_shape`` of the operation's
-forward-with-VJP, so a bad shape raises at the operation, as before). The
+forward-with-VJP, so a bad shape raises at the operation, as it does undeferred). The
 segment runs when a value is needed: reading a pending Tensor's value
 (``.item()``, printing, NumPy conversion, an unrecorded operation on it),
 ``backward()``, or when it reaches ``MAX_OPS`` operations.
