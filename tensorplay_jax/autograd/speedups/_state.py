@@ -40,16 +40,21 @@ class Bounded(dict, Generic[K, V]):  # type: ignore[type-arg]
     def put(self, key: K, value: V) -> V:
         """Store ``value`` under ``key`` (or keep what is there) and return the stored one."""
         value = self.setdefault(key, value)
-        while len(self) > self.maxsize:
-            del self[next(iter(self))]
+        self._trim()
         return value
 
     def hit(self, key: K, value: V) -> None:
         """Store ``value`` under ``key`` as the newest entry (a recently used one stays)."""
         self.pop(key, None)
         self[key] = value
+        self._trim()
+
+    def _trim(self) -> None:
         while len(self) > self.maxsize:
-            del self[next(iter(self))]
+            try:
+                self.pop(next(iter(self)), None)
+            except (StopIteration, RuntimeError):  # another thread changed it meanwhile
+                return
 
 
 class EntryState:
@@ -70,7 +75,9 @@ class LayerState:
     """The speed-up layer's tables and counters; one per process (:data:`STATE`).
 
     Attributes:
-        local: per thread, ``seg``: a weak reference to its open segment (``_lazy``).
+        local: per thread, ``seg``: a weak reference to its open segment (``_lazy``;
+            not learned state: ``clear`` keeps it, so open segments still run at a
+            served call's end).
         entries: per cached operation, its :class:`EntryState`.
         pattern_root: the empty pattern, root of the trie of segment patterns
             (``_pattern``); ``patterns_made`` counts patterns made since it was new.
@@ -88,6 +95,7 @@ class LayerState:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._ids = itertools.count()
+        self.local = threading.local()
         self.clear()
 
     def clear(self) -> None:
@@ -100,7 +108,6 @@ class LayerState:
         from tensorplay_jax.autograd.speedups._pattern import Pattern
 
         with self.lock:
-            self.local = threading.local()
             self.entries: Bounded[Any, EntryState] = Bounded(MAX_ENTRIES)
             self.pattern_root = Pattern((), self.next_id())
             self.patterns_made = 0
