@@ -5,13 +5,14 @@ machine load, the best round of each:
 
 - ``step``: ``w.grad = None; (x @ w).relu().sum().backward()``, x 32x64, w 64x64;
   ours defers the recorded operations, and a recurring step runs its forward
-  and backward as one compiled program (``autograd._lazy``);
-- ``step (deferral off)``: the same step with each operation run at once, one
-  compiled call per operation (``tp.autograd.set_deferred(False)``);
+  and backward as one compiled program (``autograd.speedups``);
+- ``step (deferral off)``: the same step on the reference path, with each
+  operation run at once and the backward node by node, one compiled call per
+  operation (``tp.autograd.set_deferred(False)``: no speed-up layer);
 - the step's pieces: recording ``x @ w``, ``.relu()`` and ``.sum()`` (ours only;
   deferred, and with deferral off); ``record the step``: the step's three
   operations recorded as a recurring step records them (checked against the
-  known pattern, ``_lazy.replay``), the result dropped unrun;
+  known pattern, ``speedups._replay``), the result dropped unrun;
 - ``floor: one jit(value_and_grad) call``: the same step written as one
   ``jax.jit(jax.value_and_grad(f))`` call with the gradient stored in ``w.grad``
   (the least one compiled dispatch a step costs here);

@@ -16,6 +16,10 @@ Two rules from the documentation's Architecture page (``docs/architecture.md``):
 * **No import cycles.** No module of the package is in a run-time import cycle:
   the graph counts every import a module runs, at its top or inside a function
   (but not under ``if TYPE_CHECKING:``).
+* **The tape's core stands alone.** The core modules of ``autograd/`` (:data:`AUTOGRAD_CORE`)
+  import nothing from its speed-up layer (``autograd/speedups/``), which plugs into
+  the core's seams (``autograd/_seams.py``); only ``autograd/__init__`` installs it,
+  and no other folder imports it.
 * **Transports are named in one place.** No module outside the table of built-in
   transports (``rpc/transports.py``) and the transports' own modules imports a
   transport's module or names a built-in transport (a string such as ``"grpc"``).
@@ -380,6 +384,67 @@ def test_no_module_is_in_an_import_cycle() -> None:
         "modules in a run-time import cycle (move what both need into a module they both "
         "import, or pass it in):\n  " + "\n  ".join(lines)
     )
+
+
+# ------------------------------------------------------------------ the tape's core and its layer
+
+# The core tape: every module of autograd/ but its __init__ (which installs the layer) and
+# the speed-up layer (autograd/speedups/).
+AUTOGRAD_CORE = [
+    "_accumulate",
+    "_cache",
+    "_compile",
+    "_custom",
+    "_engine",
+    "_grad",
+    "_grad_mode",
+    "_hooks",
+    "_lift",
+    "_node",
+    "_op_errors",
+    "_seams",
+    "_tensor_class",
+    "function",
+    "sparse_arrays",
+]
+
+
+def test_every_autograd_module_is_core_or_layer() -> None:
+    """A new module of autograd/ says which side it is on (add it above or to speedups/)."""
+    top = {p.stem for p in (PACKAGE / "autograd").glob("*.py")} - {"__init__"}
+    assert top == set(AUTOGRAD_CORE)
+    assert (PACKAGE / "autograd" / "speedups" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("name", AUTOGRAD_CORE)
+def test_the_core_tape_imports_nothing_from_the_speed_up_layer(name: str) -> None:
+    path = PACKAGE / "autograd" / f"{name}.py"
+    bad = [
+        f"autograd/{name}.py:{line}: tensorplay_jax.{'.'.join(target)}"
+        for line, target in _imports(path)
+        if target[:2] == ["autograd", "speedups"]
+    ]
+    assert not bad, (
+        "a core module of the tape imports its speed-up layer (plug the speed-up into a "
+        "seam of autograd/_seams.py instead):\n  " + "\n  ".join(bad)
+    )
+
+
+def test_only_autograd_installs_its_speed_up_layer() -> None:
+    bad = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in MODULES
+        if _own_folder(path) != "autograd"
+        for line, target in _imports(path)
+        if target[:2] == ["autograd", "speedups"]
+    ]
+    assert not bad, "modules outside autograd/ import autograd.speedups:\n  " + "\n  ".join(bad)
+
+
+def test_the_core_scan_sees_the_layer() -> None:
+    """The scan itself: autograd/__init__ is seen importing the layer it installs."""
+    found = [t for _, t in _imports(PACKAGE / "autograd" / "__init__.py")]
+    assert ["autograd", "speedups"] in found
 
 
 # ------------------------------------------------------------------ transports named once

@@ -26,8 +26,7 @@ How it works
 * ``run_backward`` counts dependencies with an iterative walk and runs nodes
   in topological order (Kahn's algorithm, latest-created first), so graph
   depth is limited by memory only. ``retain_graph=False`` frees each node's
-  residuals after use; a second pass then raises. A graph shape that recurs
-  (a training step) runs its whole backward as one compiled call (``_fused``).
+  residuals after use; a second pass then raises.
 * A node remembers the ``_version`` of each input it saved; a backward after
   one of them was written in place raises torch's "modified by an inplace
   operation" error (``call_op(..., saves=False)`` for operations whose
@@ -63,12 +62,21 @@ Hooks for distributed autograd
     Free every node reachable from roots after passes with ``retain_graph=True``
     (``Node.release()`` frees one node; ``Node.released`` tells).
 
+The core and its speed-up layer
+-------------------------------
+The modules here are the core tape: each recorded operation runs at once with its
+compiled forward-with-VJP, each backward node by node (the reference path). The
+speed-up layer (``autograd.speedups``) plugs into the two seams of ``_seams``, a
+recording strategy asked by ``call_op`` and a backward planner asked by
+``run_backward``, and is installed once, below. With it a recorded operation is
+deferred: its output is pending until a value is needed or ``backward()`` runs, so
+a recurring training step runs its forward and backward as one compiled program.
+
 ``is_pending(t)``, ``pending_aval(t)``, ``materialize(t)``, ``set_deferred(flag)``
-    A recorded operation is deferred (``_lazy``): its output is pending until a
-    value is needed or ``backward()`` runs, so a recurring training step runs its
-    forward and backward as one compiled program. ``set_deferred(False)`` runs
-    each operation at once. ``assign_value(dst, src)`` gives a leaf a pending
-    value without recording (``take_assigned`` takes it on first read).
+    Whether a Tensor's value is held back, its shape and dtype meanwhile, give
+    it its value; ``set_deferred(False)`` unplugs the layer (the reference path)
+    for work recorded from then on. ``assign_value(dst, src)`` gives a leaf a
+    pending value without recording (taken on first read).
 
 Engine runs are independent (no global state), so several threads may run
 backward at once; grad mode is thread-local. Gradients are ``jax.Array`` s in
@@ -80,11 +88,10 @@ from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
 from tensorplay_jax.autograd import function as function
+from tensorplay_jax.autograd import speedups as speedups
 from tensorplay_jax.autograd._accumulate import Accumulator as Accumulator
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad as accumulate_into_grad
 from tensorplay_jax.autograd._accumulate import add_gradients as add_gradients
-from tensorplay_jax.autograd._assign import assign as assign_value
-from tensorplay_jax.autograd._assign import take_assigned as take_assigned
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
 from tensorplay_jax.autograd._compile import compile as compile
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
@@ -102,10 +109,6 @@ from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enab
 from tensorplay_jax.autograd._hooks import RemovableHandle as RemovableHandle
 from tensorplay_jax.autograd._hooks import leaf_gradient as leaf_gradient
 from tensorplay_jax.autograd._hooks import register_hook as register_hook
-from tensorplay_jax.autograd._lazy import aval as pending_aval
-from tensorplay_jax.autograd._lazy import is_pending as is_pending
-from tensorplay_jax.autograd._lazy import materialize as materialize
-from tensorplay_jax.autograd._lazy import set_enabled as set_deferred
 from tensorplay_jax.autograd._lift import apply as apply
 from tensorplay_jax.autograd._lift import call_op as call_op
 from tensorplay_jax.autograd._lift import call_rule as call_rule
@@ -115,9 +118,16 @@ from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
 from tensorplay_jax.autograd._node import GradientEdge as GradientEdge
 from tensorplay_jax.autograd._node import Node as Node
 from tensorplay_jax.autograd._node import VJPNode as VJPNode
+from tensorplay_jax.autograd._seams import assign_value as assign_value
+from tensorplay_jax.autograd._seams import is_pending as is_pending
+from tensorplay_jax.autograd._seams import materialize as materialize
+from tensorplay_jax.autograd._seams import pending_aval as pending_aval
+from tensorplay_jax.autograd._seams import set_deferred as set_deferred
 from tensorplay_jax.autograd._tensor_class import set_tensor_class as set_tensor_class
 from tensorplay_jax.autograd.function import Function as Function
 from tensorplay_jax.autograd.function import once_differentiable as once_differentiable
+
+speedups.install()  # the one place the speed-up layer plugs into the core's seams
 
 __all__ = [
     "AccumulateGrad",
@@ -149,7 +159,6 @@ __all__ = [
     "make_node",
     "assign_value",
     "materialize",
-    "take_assigned",
     "no_grad",
     "once_differentiable",
     "pending_aval",

@@ -1,8 +1,8 @@
 """Where a backward pass puts each leaf's gradient: the ``accumulate`` seam of ``run_backward``.
 
 ``run_backward(..., accumulate=f)`` calls ``f(leaf, grad)`` once per reached leaf, and
-any callable will do. An :class:`Accumulator` also tells the fused backward
-(``_fused``, ``_known``) what it already holds for each leaf (:meth:`~Accumulator.take`),
+any callable will do. An :class:`Accumulator` also tells a compiled backward (the
+speed-up layer's ``_fused``, ``_known``) what it holds for each leaf (:meth:`~Accumulator.take`),
 so that the compiled backward returns the sum ``held + grad`` (only the sum, for an
 accumulator whose ``sums_only`` is set; :meth:`~Accumulator.put` stores it): a loop
 of micro-batches accumulates each parameter's gradient without a compiled call or a
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd import _cache, _host_eval, sparse_arrays
+from tensorplay_jax.autograd import _cache, _seams, sparse_arrays
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.runtime import xla_options
 
@@ -52,8 +52,9 @@ _GRADIENT_SUM = _cache._Entry("GradientSum", operator.add)
 
 def add_gradients(a: Any, b: Any, *, donate: bool = False) -> jax.Array:
     """``a + b`` for two gradients of one tensor, compiled as our own programs are
-    (``runtime.xla_options``); small ones on the CPU with NumPy (``_host_eval``: a
-    distributed context sums each parameter's gradients, a program per shape).
+    (``runtime.xla_options``), or by the installed execution backend
+    (``_seams.strategy``: small ones on the CPU with NumPy, where a distributed
+    context sums each parameter's gradients, a program per shape otherwise).
     ``donate=True``: ``a`` is the caller's alone, and its buffer takes the sum.
     A sparse gradient (a BCOO) follows torch's rule: sparse + sparse stays sparse,
     sparse + dense is dense (``sparse_arrays.add``).
@@ -65,9 +66,11 @@ def add_gradients(a: Any, b: Any, *, donate: bool = False) -> jax.Array:
     """
     if sparse_arrays.is_sparse_array(a) or sparse_arrays.is_sparse_array(b):
         return sparse_arrays.add(a, b)
-    out = _host_eval.run(_GRADIENT_SUM, (a, b))
-    if out is not NotImplemented:
-        return out
+    strategy = _seams.strategy
+    if strategy is not None:
+        out = strategy.run(_GRADIENT_SUM, (a, b))
+        if out is not NotImplemented:
+            return out
     if donate and type(a) is type(b) and a.shape == b.shape and a.dtype == b.dtype:
         return _add_donated(a, b)
     return _add_program(a, b)

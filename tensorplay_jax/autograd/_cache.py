@@ -11,7 +11,10 @@ structure is the same object on every hit of a cached forward, so the backward
 of an operation is also traced once per shape/dtype, never per call.
 
 ``trace_counts()`` reports how many times each operation was traced (tests use
-it to prove that a second call does not retrace).
+it to prove that a second call does not retrace). All of it is one bounded object,
+``CACHE`` (:class:`CompileCache`). A speed-up layer's execution backend
+(``_seams.strategy``) may run a forward-with-VJP or a pullback instead of its
+compiled program.
 """
 
 from __future__ import annotations
@@ -26,50 +29,80 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _host_eval
+from tensorplay_jax.autograd import _seams
 from tensorplay_jax.runtime import xla_options
 from tensorplay_jax.runtime.device import to_device
 
 MAX_CACHED_OPERATIONS = 4096
+MAX_ONES = 1024  # implicit root gradients kept (one per shape and dtype)
+MAX_RULES = 4096  # call_rule pullbacks bound to a mask
 
-_lock = threading.Lock()
-_entries: collections.OrderedDict[Hashable, _Entry] = collections.OrderedDict()
-_trace_counts: collections.Counter[str] = collections.Counter()
+
+class CompileCache:
+    """The core tape's caches, one per process (``CACHE``); each is bounded.
+
+    Attributes:
+        entries: operation key -> ``_Entry`` (least recently made dropped first,
+            ``MAX_CACHED_OPERATIONS``).
+        trace_counts: operation name -> times traced (one counter per name).
+        ones: (shape, dtype) -> a ones array, the implicit gradient of a root.
+        rules: (pullback function, mask) -> the pullback bound to the mask.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: collections.OrderedDict[Hashable, _Entry] = collections.OrderedDict()
+        self.trace_counts: collections.Counter[str] = collections.Counter()
+        self.ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}
+        self.rules: dict[tuple[Callable[..., Any], tuple[bool, ...]], Callable[..., Any]] = {}
+
+    def clear(self) -> None:
+        """Drop every cached operation, ones array and bound rule (frees compiled
+        executables; the trace counts stay, so tests can compare before and after)."""
+        with self.lock:
+            self.entries.clear()
+            self.ones.clear()
+            self.rules.clear()
+
+
+CACHE = CompileCache()
+
+
+def _bounded_put(table: dict[Any, Any], key: Any, value: Any, limit: int) -> Any:
+    with CACHE.lock:
+        value = table.setdefault(key, value)
+        while len(table) > limit:
+            del table[next(iter(table))]
+    return value
 
 
 def trace_counts() -> dict[str, int]:
     """How many times each operation name was traced (forward, vjp and backward together)."""
-    return dict(_trace_counts)
+    return dict(CACHE.trace_counts)
 
 
 def clear() -> None:
     """Drop every cached operation (tests; frees compiled executables)."""
-    with _lock:
-        _entries.clear()
+    CACHE.clear()
 
 
 class _Entry:
     """The jitted forward and per-differentiation-mask forward-with-VJP of one operation."""
 
-    __slots__ = ("_vjps", "avals", "flat_fn", "forward", "host", "name", "plain", "seen")
+    __slots__ = ("_vjps", "flat_fn", "forward", "name", "plain")
 
     def __init__(self, name: str, flat_fn: Callable[..., Any]) -> None:
         self.name = name
+        counts = CACHE.trace_counts
 
         def counted(*args: Any) -> Any:
-            _trace_counts[name] += 1
+            counts[name] += 1
             return flat_fn(*args)
 
         self.flat_fn = counted
-        self.plain = flat_fn  # traced by ``_host_eval`` (not a compilation: not counted)
+        self.plain = flat_fn  # traced by an execution backend (not a compilation: not counted)
         self.forward = xla_options.jit(counted)
         self._vjps: dict[tuple[bool, ...], Callable[..., Any]] = {}
-        # (mask, input avals) -> (output tree, output structs), or None: not deferrable
-        self.avals: dict[Hashable, Any] = {}
-        # (mask, input avals) of the runs in a segment so far (``_lazy``: first sights)
-        self.seen: set[Hashable] = set()
-        # input avals -> NumPy program of an unrecorded run, or None (``_host_eval``)
-        self.host: dict[Hashable, Any] = {}
 
     def forward_vjp(self, mask: tuple[bool, ...]) -> Callable[..., Any]:
         """``jit(f(diff_values, other_values) -> (outputs, pullback))`` for this mask."""
@@ -95,15 +128,28 @@ def _forward_vjp(
 
 def lookup(key: Hashable, name: str, make_flat_fn: Callable[[], Callable[..., Any]]) -> _Entry:
     """The cache entry for ``key``, building it with ``make_flat_fn()`` on a miss."""
+    entries = CACHE.entries
     try:
-        entry = _entries[key]
+        entry = entries[key]
     except KeyError:
         entry = _Entry(name, make_flat_fn())
-        with _lock:
-            entry = _entries.setdefault(key, entry)
-            while len(_entries) > MAX_CACHED_OPERATIONS:
-                _entries.popitem(last=False)
+        with CACHE.lock:
+            entry = entries.setdefault(key, entry)
+            while len(entries) > MAX_CACHED_OPERATIONS:
+                entries.popitem(last=False)
     return entry
+
+
+def rule_for(pullback: Callable[..., Any], mask: tuple[bool, ...]) -> Callable[..., Any]:
+    """``pullback`` bound to ``mask``, one object per pair (the backward's jit cache key).
+
+    Keyed by the function itself (the key keeps it alive, so the pair cannot be
+    mistaken for another function's)."""
+    key = (pullback, mask)
+    fn = CACHE.rules.get(key)
+    if fn is None:
+        fn = _bounded_put(CACHE.rules, key, functools.partial(pullback, mask), MAX_RULES)
+    return fn
 
 
 OutInfo = tuple[Any, tuple[tuple[tuple[int, ...], Any], ...]]
@@ -115,16 +161,14 @@ def out_info_of(leaves: list[Any], treedef: Any) -> OutInfo:
     return treedef, tuple((tuple(x.shape), x.dtype) for x in leaves)
 
 
-_ones: dict[tuple[tuple[int, ...], Any], jax.Array] = {}  # implicit root gradients, reused
-
-
 def ones_like(value: Any) -> jax.Array:
     """``ones(value.shape, value.dtype)``, made once per shape and dtype (arrays are immutable)
     and filled on the host (``jnp.ones`` would compile a program per shape)."""
     key = (value.shape, value.dtype)
-    ones = _ones.get(key)
+    ones = CACHE.ones.get(key)
     if ones is None:
-        ones = _ones[key] = to_device(np.ones(value.shape, value.dtype))
+        made = to_device(np.ones(value.shape, value.dtype))
+        ones = _bounded_put(CACHE.ones, key, made, MAX_ONES)
     return ones
 
 
@@ -146,39 +190,40 @@ def pullback_body(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any
 
 @functools.partial(xla_options.jit, static_argnums=2)
 def _apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> Any:
-    _trace_counts["<backward>"] += 1
+    CACHE.trace_counts["<backward>"] += 1
     return pullback_body(pullback, cts, out_info)
 
 
 def apply_vjp(pullback: Any, cts: tuple[Any, ...], out_info: OutInfo) -> tuple[Any, ...]:
     """Run a cached pullback on output cotangents (``None`` = zero); one gradient per diff input.
 
-    Small ones on the CPU run with NumPy (``_host_eval``): no program per shape.
+    The installed execution backend (``_seams.strategy``) may run it; else it runs compiled.
     """
-    out = _host_eval.run_pullback(pullback_body, pullback, tuple(cts), out_info)
+    cts = tuple(cts)
+    strategy = _seams.strategy
+    out = NotImplemented if strategy is None else strategy.run_pullback(pullback, cts, out_info)
     if out is NotImplemented:
-        out = _apply_vjp(pullback, tuple(cts), out_info)
+        out = _apply_vjp(pullback, cts, out_info)
     return tuple(out)
 
 
-def host_covers(
-    entry: _Entry, mask: tuple[bool, ...], keys: tuple[Hashable, ...], rule: Any
-) -> bool:
-    """Whether a recorded run of ``entry`` on inputs of aval keys ``keys`` (``_lazy.aval_key``)
-    runs with NumPy (``_host_eval``) rather than compiling a program of its own."""
-    if rule is not None:
-        return _host_eval.covers(entry.host, keys, entry.plain, None)
-    fn = functools.partial(_forward_vjp, entry.plain, mask)
-    return _host_eval.covers(entry.host, keys, fn, mask, entry.forward_vjp(mask).eval_shape)
+def forward(entry: _Entry, values: Any) -> Any:
+    """``entry``'s outputs on ``values`` (an unrecorded call): by the installed execution
+    backend (``_seams.strategy``) if it takes them, else by the compiled forward."""
+    strategy = _seams.strategy
+    out = NotImplemented if strategy is None else strategy.run(entry, values)
+    if out is NotImplemented:
+        out = entry.forward(*values)
+    return out
 
 
 def forward_vjp(
     entry: _Entry, mask: tuple[bool, ...], diff: tuple[Any, ...], other: tuple[Any, ...]
 ) -> tuple[Any, Any]:
-    """``entry``'s outputs and pullback: small ones on the CPU with NumPy (``_host_eval``),
-    others by the operation's compiled forward-with-VJP."""
-    fn = functools.partial(_forward_vjp, entry.plain, mask)
-    out = _host_eval.run_vjp(entry, mask, fn, diff, other, entry.forward_vjp(mask).eval_shape)
+    """``entry``'s outputs and pullback: by the installed execution backend
+    (``_seams.strategy``) if it takes them, else by the compiled forward-with-VJP."""
+    strategy = _seams.strategy
+    out = NotImplemented if strategy is None else strategy.run_vjp(entry, mask, diff, other)
     if out is NotImplemented:
         out = entry.forward_vjp(mask)(diff, other)
     return out

@@ -15,10 +15,13 @@
 5. A leaf sink hands its summed gradient to ``accumulate(leaf, grad)`` once per
    call; the default adds it into ``leaf.grad``.
 
-When the graph reaches a Tensor with a ``register_hook`` hook (``_hooks``), each
-node's summed output gradients go through their Tensors' hooks before it runs
-(a leaf's before it accumulates), and the fused and known compiled passes
-(``_fused``, ``_known``), which call no Python between nodes, are not tried.
+Before step 3 the installed backward planner (``_seams.planner``: the speed-up
+layer's compiled backwards) may run the whole pass another way; it is asked once
+from a lone one-element root before the walk (``run_root``) and once with the
+walked graph (``run_graph``). When the graph reaches a Tensor with a
+``register_hook`` hook (``_hooks``), each node's summed output gradients go
+through their Tensors' hooks before it runs (a leaf's before it accumulates), and
+the planner, whose passes call no Python between nodes, is not asked.
 
 Nothing is global: each call keeps its own buffers, so threads may run
 backward concurrently on disjoint (or retained) graphs.
@@ -36,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _fused, _hooks, _known
+from tensorplay_jax.autograd import _hooks, _seams
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradients
 from tensorplay_jax.autograd._cache import ones_like
@@ -50,11 +53,8 @@ Accumulate = Callable[["Tensor", jax.Array], None]
 
 
 def as_array(x: Any, dtype: Any = None) -> jax.Array:
-    """``jnp.asarray(x, dtype)``, free when ``x`` already is a ``jax.Array`` of that dtype.
-
-    ``jnp.asarray`` dispatches a conversion even then; the backward passes of
-    distributed autograd call this per message.
-    """
+    """``jnp.asarray(x, dtype)``, with no conversion dispatched when ``x`` already is a
+    ``jax.Array`` of that dtype (distributed autograd calls this per message)."""
     if isinstance(x, jax.Array) and (dtype is None or x.dtype == dtype):
         return x
     return jnp.asarray(x, dtype)
@@ -178,13 +178,15 @@ def run_backward(
     if len(grads_in) != len(roots):
         raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
     accumulate = accumulate or accumulate_into_grad
+    planner = _seams.planner
     if (
-        len(roots) == 1
+        planner is not None
+        and len(roots) == 1
         and grads_in[0] is None
         and not retain_graph
         and isinstance(roots[0], _tc.Tensor)
         and not _hooks.active()
-        and _known.try_pending(roots[0], accumulate)
+        and planner.run_root(roots[0], accumulate)
     ):
         return
 
@@ -201,7 +203,11 @@ def run_backward(
 
     deps = _dependencies(starts)
     hooked = _hooks.active() and _hooks.reaches(itertools.chain(starts, deps))
-    if not hooked and _fused.try_fused(starts, buffers, deps, retain_graph, accumulate):
+    if (
+        not hooked
+        and planner is not None
+        and planner.run_graph(starts, buffers, deps, retain_graph, accumulate)
+    ):
         return
     ready = [(-n.seq, id(n), n) for n in starts if deps.get(n, 0) == 0]
     heapq.heapify(ready)

@@ -8,9 +8,10 @@ flattens pytrees: Tensor and array leaves are dynamic, every other leaf
 (ints, floats, strings, None, callables) is static and part of the cache key.
 
 Either way the operation becomes ONE node whose backward is the cached VJP of
-the whole function (see ``_cache``). A recorded operation (an input requires
-grad, grad mode on, no JAX trace around) is deferred: its node and pending
-outputs are made now, its computation runs with its thread's segment (``_lazy``).
+the whole function (see ``_cache``). The installed recording strategy
+(``_seams.strategy``; the speed-up layer's defers a recorded operation into its
+thread's segment) is asked first; without one, or when it declines, the operation
+runs here at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _cache, _host_eval, _lazy, _replay
+from tensorplay_jax.autograd import _cache, _seams
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled
 from tensorplay_jax.autograd._node import VJPNode
@@ -37,12 +38,14 @@ _DYNAMIC_TYPES = (jax.Array, np.ndarray, np.generic)
 # A Tensor that arrived over RPC holds a host NumPy array; operations pass a small one
 # to jit as it is (cheaper than a device_put first) and place a larger one once.
 HOST_VALUE_BYTES = 1 << 16
+_PENDING = _seams.PENDING
+_entries = _cache.CACHE.entries  # (cleared in place, never replaced)
 
 
 def _operand_value(t: Tensor) -> Any:
     node = t._grad_fn
     if node is not None and node.lazy is not None:
-        return _lazy.PENDING  # computed by its segment (``_lazy``), or by ``_concrete``
+        return _PENDING  # computed by its strategy, or by ``_concrete``
     v = t._value
     if type(v) is np.ndarray and v.nbytes > HOST_VALUE_BYTES:
         v = t.value  # a large host value: place it once, not on every use
@@ -70,9 +73,9 @@ def _operands(args: Sequence[Any]) -> tuple[list[Any], list[Tensor | None]]:
 def _concrete(values: Sequence[Any], tensors: Sequence[Tensor | None]) -> Sequence[Any]:
     """``values`` with each pending one computed (its segment runs)."""
     for v in values:
-        if v is _lazy.PENDING:
+        if v is _PENDING:
             return [
-                t._value if v is _lazy.PENDING else v  # type: ignore[union-attr]
+                t._value if v is _PENDING else v  # type: ignore[union-attr]
                 for v, t in zip(values, tensors, strict=True)
             ]
     return values
@@ -97,16 +100,14 @@ def _run(
         # Inside a JAX transformation (e.g. nn.functional_call under jax.grad): JAX owns
         # differentiation there, and a node holding tracers would outlive its trace.
         record = False
-    if record and _lazy.enabled:
-        out = _lazy.record(entry, values, tensors, mask, saves)
+    strategy = _seams.strategy
+    if record and strategy is not None:
+        out = strategy.record(entry, values, tensors, mask, saves)
         if out is not NotImplemented:
             return out
     values = _concrete(values, tensors)
     if not record:
-        out = _host_eval.run(entry, values)  # a small CPU operation: no program per shape
-        if out is NotImplemented:
-            out = entry.forward(*values)
-        return jax.tree_util.tree_map(_tc.Tensor._wrap, out)
+        return jax.tree_util.tree_map(_tc.Tensor._wrap, _cache.forward(entry, values))
     diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
     other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
     out, pullback = _cache.forward_vjp(entry, mask, diff, other)
@@ -145,30 +146,19 @@ def call_op(
     # id(fn): some functions hash slowly (jnp ufuncs, ~5 us); the entry holds fn, so the
     # id cannot be reused while the entry exists.
     key = (id(fn), static)
-    entry = _cache._entries.get(key)  # a hit costs no closure and no call
+    entry = _entries.get(key)  # a hit costs no closure and no call
     if entry is None:
         entry = _cache.lookup(key, name, lambda: functools.partial(fn, **dict(static)))
     try:
-        if _lazy.enabled:  # the operation a recurring step records here: checked, appended
-            out = _replay.replay(entry, args, saves)
+        strategy = _seams.strategy
+        if strategy is not None:  # e.g. the operation a recurring step records here
+            out = strategy.replay(entry, args, saves)
             if out is not NotImplemented:
                 return out
         values, tensors = _operands(args)
         return _run(entry, values, tensors, saves)
     except (TypeError, ValueError) as e:  # operands that do not fit: see _op_errors
         raise op_error(e)  # noqa: B904  (op_error sets __cause__ when it turns e)
-
-
-_RULES: dict[tuple[int, tuple[bool, ...]], Callable[..., Any]] = {}
-
-
-def _rule_for(pullback: Callable[..., Any], mask: tuple[bool, ...]) -> Callable[..., Any]:
-    """``pullback`` bound to ``mask``, one object per pair (the backward's jit cache key)."""
-    key = (id(pullback), mask)
-    fn = _RULES.get(key)
-    if fn is None:
-        fn = _RULES.setdefault(key, functools.partial(pullback, mask))
-    return fn
 
 
 def call_rule(
@@ -224,17 +214,16 @@ def _call_rule(
     values, tensors = _operands(args)
     mask = tuple(t is not None and t._requires_grad for t in tensors)
     record = any(mask) and is_grad_enabled()
-    if record and _lazy.enabled and not any(isinstance(v, jax.core.Tracer) for v in values):
-        out = _lazy.record(entry, values, tensors, mask, True, _rule_for(pullback, mask))
+    strategy = _seams.strategy
+    if record and strategy is not None and not any(isinstance(v, jax.core.Tracer) for v in values):
+        out = strategy.record(entry, values, tensors, mask, True, _cache.rule_for(pullback, mask))
         if out is not NotImplemented:
             return out
     values = _concrete(values, tensors)
-    out = _host_eval.run(entry, values)  # a small CPU operation: no program per shape
-    if out is NotImplemented:
-        out = entry.forward(*values)
+    out = _cache.forward(entry, values)
     if not record or any(isinstance(v, jax.core.Tracer) for v in values):
         return _tc.Tensor._wrap(out)
-    vjp = jax.tree_util.Partial(_rule_for(pullback, mask), *values)
+    vjp = jax.tree_util.Partial(_cache.rule_for(pullback, mask), *values)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple((t, t._version) for t in tensors if t is not None)
     info = (_cache.LEAF, ((out.shape, out.dtype),))

@@ -88,7 +88,9 @@ class Node:
 
     __slots__ = ("__weakref__", "_released", "name", "next_edges", "num_outputs", "seq")
 
-    lazy: Any = None  # a VJPNode's pending segment (see ``_lazy``); None once it ran
+    # A VJPNode whose forward a recording strategy holds back: a handle with ``flush()``
+    # and ``aval(node, output_nr)`` (see ``_seams``); None once it ran, or never held.
+    lazy: Any = None
 
     def __init__(
         self, name: str, next_edges: Sequence[GradientEdge | None], num_outputs: int
@@ -166,10 +168,11 @@ class VJPNode(Node):
         self.vjp = vjp
         self.out_info = out_info
         self.saved = saved  # (input Tensor, its _version when recorded)
-        self.lazy: Any = None  # the segment this node waits in, while its forward is pending
+        self.lazy: Any = None  # the pending handle (``_seams``) while the forward is held back
+        # the strategy's own: where the node sits in its pending work, what it runs
         self.lazy_index = 0
         self.lazy_op: Any = None
-        self.origin: Any = None  # the fused program ``vjp`` came from (None: its own)
+        self.origin: Any = None  # the program ``vjp`` came from (None: its operation's own)
 
     def check_saved(self) -> None:
         """Raise torch's error if an input this node saved was written in place since."""

@@ -1,14 +1,15 @@
 """Work a thread holds back, and the call that runs it at a boundary.
 
-The tape defers recorded operations (``autograd._lazy``) until a value is needed.
+The tape's speed-up layer defers recorded operations (``autograd.speedups``) until
+a value is needed.
 A served RPC call is a boundary a lower layer knows of but cannot see into: when
 the user function returns, the work it recorded belongs to that call (its span,
 its errors, its lock), so the dispatcher calls :func:`run_deferred` there. Without
 it, the next call served by the same thread would join the same pending work, and
 how many calls join would vary from step to step.
 
-The tape registers its runner when it is imported; until then there is nothing
-to run.
+The layer registers its runner when ``tensorplay_jax.autograd`` installs it
+(``speedups.install``); until then there is nothing to run.
 
 Example:
     >>> from tensorplay_jax.runtime import pending

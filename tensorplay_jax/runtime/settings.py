@@ -208,15 +208,17 @@ SETTINGS: tuple[Setting, ...] = (
         "XLA's default options; 0: with runtime.xla_options.compiler_options() (on jaxlib 0.10, "
         "XLA's CPU loop emitter instead of its slower-compiling fusion emitters)",
     ),
-    # unrecorded operations on small CPU arrays (autograd._host_eval)
+    # operations on small CPU arrays run with NumPy (autograd.speedups._host_eval)
     Setting(
         HOST_EAGER_MAX_ENV,
         "4096",
         int,
-        "on the CPU backend, an operation whose inputs hold at most this many values runs "
-        "with NumPy instead of compiling a program for each new input shape: an unrecorded "
-        "operation's arithmetic, comparisons, reductions and shape operations, and a recorded "
-        "one's forward-with-VJP and its pullback in the backward; 0 turns this off",
+        "on the CPU backend, while the tape's speed-up layer is on (autograd.set_deferred), a "
+        "call whose inputs hold at most this many values runs with NumPy instead of compiling "
+        "a program for each new input shape, when its primitives are arithmetic, comparisons, "
+        "reductions or shape operations: an unrecorded operation's forward, a recorded one's "
+        "forward-with-VJP, a node's pullback in the backward and a sum of two gradients; "
+        "0 turns this off",
     ),
     # the user's and the job's compilation caches (runtime.compile_cache)
     Setting(

@@ -26,11 +26,9 @@ from tensorplay_jax.autograd import (
     GradientEdge,
     Node,
     is_grad_enabled,
-    is_pending,
     materialize,
     pending_aval,
     run_backward,
-    take_assigned,
 )
 from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _views
@@ -151,9 +149,8 @@ class Tensor(metaclass=_TensorMeta):
 
     @classmethod
     def _pending(cls, node: Node, output_nr: int) -> Tensor:
-        # Output ``output_nr`` of a deferred operation (``autograd._lazy``): a wrapped
-        # Tensor whose ``_value`` stays unset until its segment runs; reading it runs the
-        # segment (__getattr__).
+        # Output ``output_nr`` of an operation the tape holds back: ``_value`` stays
+        # unset until it runs; reading it runs it (__getattr__: autograd.materialize).
         t = cls._wrap(None)
         del t._value
         t._grad_fn = node
@@ -163,20 +160,15 @@ class Tensor(metaclass=_TensorMeta):
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes not set: ``_value`` of a pending Tensor, or of
-        # one given a pending value without recording (``autograd._lazy.assign``).
-        if name == "_value" and (is_pending(self) or take_assigned(self)):
-            materialize(self)
+        # one given a pending value without recording (``autograd.assign_value``).
+        if name == "_value" and materialize(self):
             return self._value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     def _aval(self) -> Any:
         """The value, or a pending Tensor's ShapeDtypeStruct (no computation)."""
-        node = self._grad_fn
-        if node is not None and node.lazy is not None:
-            s = pending_aval(self)
-            if s is not None:
-                return s
-        return self._value
+        s = pending_aval(self)
+        return self._value if s is None else s
 
     @classmethod
     def _wrap_output(cls, value: Any, node: Node, output_nr: int) -> Tensor:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import _fused, _known, trace_counts
+from tensorplay_jax.autograd import trace_counts
+from tensorplay_jax.autograd.speedups import _fused
+from tensorplay_jax.autograd.speedups._state import STATE
 
 
 def _fused_compiles() -> int:
@@ -33,8 +35,8 @@ def test_recurring_graph_fuses_with_the_same_gradient():
 
 
 def test_graphs_of_new_shapes_never_compile_fused():
-    _fused._seen.clear()  # every shape below is new to this process, whatever ran before
-    _known._pending_plans.clear()
+    STATE.seen_shapes.clear()  # every shape below is new to this process, whatever ran before
+    STATE.known.clear()
     before = _fused_compiles()
     x = tp.ones(3, requires_grad=True)
     for n in range(1, 8):  # a chain of n multiplications: a new shape each time

@@ -1,4 +1,4 @@
-"""Unrecorded operations on small CPU arrays run with NumPy (``autograd._host_eval``):
+"""Unrecorded operations on small CPU arrays run with NumPy (``autograd.speedups._host_eval``):
 no XLA program per input shape, the values of the compiled program, its dtypes and errors."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import _cache, _host_eval
+from tensorplay_jax.autograd import _cache
+from tensorplay_jax.autograd.speedups import _host_eval
+from tensorplay_jax.autograd.speedups._state import STATE
 from tests._procs import REPO_ROOT, reported
 
 _compiles: list[float] = []
@@ -86,12 +88,12 @@ def test_values_and_dtypes_match_the_compiled_program(name, op):
     a = rng.standard_normal((3, 5)).astype(np.float32)
     b = rng.standard_normal((3, 5)).astype(np.float32)
     got = op(tp.tensor(a), tp.tensor(b))
-    old = _host_eval._limit
-    _host_eval._limit = 0  # the compiled program (XLA), as without this module
+    old = STATE.host_limit
+    STATE.host_limit = 0  # the compiled program (XLA), as without this module
     try:
         want = op(tp.tensor(a), tp.tensor(b))
     finally:
-        _host_eval._limit = old
+        STATE.host_limit = old
     assert got.dtype == want.dtype and got.shape == want.shape, name
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-7, atol=0, err_msg=name)
 

@@ -1,4 +1,4 @@
-"""Deferred recording (``autograd._lazy``): pending values, errors at the op, one program a step."""
+"""Deferred recording (``speedups._lazy``): pending values, errors at the op, one program a step."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import _lazy, trace_counts
-from tensorplay_jax.autograd._fused import FUSE_AFTER
+from tensorplay_jax.autograd import is_pending, set_deferred, trace_counts
+from tensorplay_jax.autograd.speedups import _lazy
+from tensorplay_jax.autograd.speedups._fused import FUSE_AFTER
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -45,11 +46,11 @@ def test_a_recorded_output_is_pending_and_knows_its_shape():
     xn, wn = _data()
     w = tp.tensor(wn, requires_grad=True)
     y = tp.tensor(xn) @ w
-    assert _lazy.is_pending(y)
+    assert is_pending(y)
     assert (y.shape, y.dtype, y.ndim) == ((6, 4), np.dtype("float32"), 2)
-    assert _lazy.is_pending(y)  # shape and dtype did not run it
+    assert is_pending(y)  # shape and dtype did not run it
     np.testing.assert_allclose(y.numpy(), xn @ wn, rtol=1e-5)
-    assert not _lazy.is_pending(y)
+    assert not is_pending(y)
 
 
 def test_dropout_in_training_keeps_its_pending_input_pending():
@@ -57,7 +58,7 @@ def test_dropout_in_training_keeps_its_pending_input_pending():
     w = tp.ones((5, 4), requires_grad=True)
     h = tp.ones((6, 5)) @ w
     y = tp.nn.functional.dropout(h, p=0.5, training=True)
-    assert _lazy.is_pending(h) and _lazy.is_pending(y)
+    assert is_pending(h) and is_pending(y)
     kept = y.numpy() != 0
     np.testing.assert_allclose(y.numpy()[kept], 10.0)  # 5 ones summed, scaled by 1 / (1 - p)
 
@@ -124,7 +125,7 @@ def test_a_graph_recorded_in_one_thread_runs_backward_in_another():
     xn, wn = _data()
     w = tp.tensor(wn, requires_grad=True)
     loss = (tp.tensor(xn) @ w).relu().sum()
-    assert _lazy.is_pending(loss)
+    assert is_pending(loss)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -141,12 +142,12 @@ def test_a_graph_recorded_in_one_thread_runs_backward_in_another():
 
 
 def test_deferral_off_runs_each_operation_at_once():
-    old = _lazy.set_enabled(False)
+    old = set_deferred(False)
     try:
         y = tp.ones(3, requires_grad=True) * 2.0
-        assert not _lazy.is_pending(y)
+        assert not is_pending(y)
     finally:
-        _lazy.set_enabled(old)
+        set_deferred(old)
 
 
 def test_a_leaf_input_replaced_by_a_computed_one_takes_the_full_path():
@@ -207,11 +208,11 @@ def test_a_fused_segments_pullbacks_reuse_the_per_operation_backward_programs():
         t = np.tanh(xn * w.numpy().sum(0))
         return np.broadcast_to(((1 - t**2) * xn).sum(0), (3, 3))
 
-    was = _lazy.set_enabled(False)
+    was = set_deferred(False)
     try:
         np.testing.assert_allclose(step(), oracle(), rtol=1e-5)
     finally:
-        _lazy.set_enabled(was)
+        set_deferred(was)
     before = trace_counts()
     for _ in range(_lazy.FUSE_AFTER + 1):
         np.testing.assert_allclose(step(), oracle(), rtol=1e-5)

@@ -7,7 +7,7 @@ import pytest
 
 import tensorplay_jax as tp
 from tensorplay_jax.autograd import trace_counts
-from tensorplay_jax.autograd._fused import FUSE_AFTER
+from tensorplay_jax.autograd.speedups._fused import FUSE_AFTER
 
 
 def _block(params, x, *, scale):

@@ -1,4 +1,4 @@
-"""A recurring step recorded through its known pattern (``_lazy.replay``): a step that differs
+"""A recurring step recorded through its known pattern (``speedups._replay``): a step that differs
 from the last one (a shape, an operation, an input, a value read mid-step) still gets its own
 gradient, checked against NumPy by hand or plain ``jax.grad``."""
 
@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import _pattern, trace_counts
-from tensorplay_jax.autograd._fused import FUSE_AFTER
+from tensorplay_jax.autograd import trace_counts
+from tensorplay_jax.autograd.speedups import _pattern
+from tensorplay_jax.autograd.speedups._fused import FUSE_AFTER
+from tensorplay_jax.autograd.speedups._state import STATE
 
 WARM = FUSE_AFTER + 2  # steps after which a step runs as one program, recorded by replay
 
@@ -177,7 +179,7 @@ def test_steps_stay_right_across_a_trie_that_starts_afresh(monkeypatch):
     monkeypatch.setattr(_pattern, "MAX_PATTERNS", 4)  # a few new sequences start a new trie
     xn, wn = _data()
     x, w = tp.tensor(xn), tp.tensor(wn, requires_grad=True)
-    first_root = _pattern.root()
+    first_root = _pattern.root(STATE)
     for step in range(3 * WARM):
         w.grad = None
         h = x @ w
@@ -185,4 +187,4 @@ def test_steps_stay_right_across_a_trie_that_starts_afresh(monkeypatch):
             h = h * 1.0
         h.relu().sum().backward()
         np.testing.assert_allclose(w.grad.numpy(), _relu_grad(xn, wn), rtol=1e-5, atol=1e-6)
-    assert _pattern.root() is not first_root
+    assert _pattern.root(STATE) is not first_root

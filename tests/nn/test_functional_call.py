@@ -165,7 +165,7 @@ def test_each_layer_forward_is_one_node():
 
 def test_module_training_step_does_not_retrace():
     from tensorplay_jax.autograd import trace_counts
-    from tensorplay_jax.autograd._fused import FUSE_AFTER
+    from tensorplay_jax.autograd.speedups._fused import FUSE_AFTER
 
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.LayerNorm(8), nn.Linear(8, 3))
     x, y = _data(16)

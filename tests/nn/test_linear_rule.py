@@ -58,7 +58,7 @@ def test_linear_node_keeps_the_operands_themselves():
     x = tp.randn(8, 4, requires_grad=True)
     layer = tp.nn.Linear(4, 3)
     y = layer(x)
-    y.numpy()  # runs the deferred forward (autograd._lazy): the node gets its pullback
+    y.numpy()  # runs the deferred forward (autograd.speedups._lazy): the node gets its pullback
     kept = y.grad_fn.vjp.args  # the pullback's residuals
     assert kept[0] is x._value and kept[1] is layer.weight._value
     assert kept[2] is layer.bias._value

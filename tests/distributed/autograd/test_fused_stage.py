@@ -1,4 +1,4 @@
-"""A stage's backward runs as one compiled program up to its recv node (``autograd._fused``).
+"""A stage's backward runs as one compiled program up to its recv node (``speedups._fused``).
 
 Two processes: this one (the driver, w0) and w1 (the stage). The driver sends ``x`` to
 w1, whose graph then ends at the recv node that sends ``x``'s gradient back. Since the

@@ -20,7 +20,7 @@ node with inputs) or a freed node runs node by node, which also raises the
 usual errors.
 
 A backward through segments whose program was compiled at their first run
-(``_pattern.FRESH``: their operations were new) is fused at its first run too:
+(``STATE.fresh``: their operations were new) is fused at its first run too:
 node by node it would compile a program per pullback.
 
 Nodes whose forward is still pending (``_lazy``) and wait in one segment run
@@ -31,17 +31,18 @@ backward from one pending root whose whole graph lies in its segment is kept
 
 from __future__ import annotations
 
-import collections
 import functools
 import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.autograd import _kept_inputs, _known, _lazy, _pattern
 from tensorplay_jax.autograd._accumulate import accumulator, fold_mode, give_back, split, take_all
-from tensorplay_jax.autograd._cache import _trace_counts
-from tensorplay_jax.autograd._known import Plan, backward_body, finish, known_shape
+from tensorplay_jax.autograd._cache import CACHE
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
+from tensorplay_jax.autograd.speedups import _known, _lazy
+from tensorplay_jax.autograd.speedups._kept_inputs import Layout
+from tensorplay_jax.autograd.speedups._known import Plan, backward_body, finish, known_shape
+from tensorplay_jax.autograd.speedups._state import STATE
 from tensorplay_jax.runtime import xla_options
 
 if TYPE_CHECKING:
@@ -49,9 +50,6 @@ if TYPE_CHECKING:
 
 FUSE_AFTER = 3  # runs of one graph shape before its backward is compiled as one call
 MAX_FUSED_NODES = 256  # larger graphs run node by node (compile time grows with size)
-_MAX_SHAPES = 1024
-
-_seen: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
 
 
 @functools.partial(xla_options.jit, static_argnums=(0, 5), donate_argnums=4)
@@ -66,33 +64,47 @@ def _fused_backward(
     """Each reached leaf's gradient, and its sum with what the accumulator held for the
     leaf (``held``, or ``donated``: an array whose buffer the sum may take; None where
     nothing), so accumulating costs no call of its own."""
-    _trace_counts["<fused backward>"] += 1
+    CACHE.trace_counts["<fused backward>"] += 1
     return backward_body(plan, pullbacks, root_cts, held, donated, sums_only)
 
 
-@functools.partial(xla_options.jit, static_argnums=(0, 1, 2, 3, 9), donate_argnums=8)
 def _forward_backward(
-    segment: tuple[Any, ...],
+    segment: Any,
     plan: Plan,
     sources: tuple[int, ...],
     want_pullbacks: bool,
+    sums_only: bool,
+    layout: Layout,
     inputs: tuple[Any, ...],
     given: tuple[Any, ...],
     root_cts: tuple[Any, ...],
     held: tuple[Any, ...],
     donated: tuple[Any, ...],
-    sums_only: bool,
 ) -> Any:
     """A pending segment's forward (``_lazy``) and the backward through it, as one program:
     the segment's outputs (and its pullbacks, if wanted), then ``_fused_backward``'s result.
     ``sources[k]`` is the segment op of the k-th backward node, or -1: ``given[k]``."""
-    _trace_counts["<fused forward-backward>"] += 1
+    CACHE.trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
     grads = backward_body(plan, pullbacks, root_cts, held, donated, sums_only)
-    if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
-        pbs = _kept_inputs.strip_inputs((segment, plan, sources), pbs, inputs)
+    if want_pullbacks:  # without the inputs they keep (``layout.restore`` adds them)
+        pbs = layout.strip(pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
+
+
+def _forward_backward_program(key: tuple[Any, ...]) -> tuple[Any, Layout]:
+    """The compiled ``_forward_backward`` for ``key`` (its static arguments) and the
+    layout of its pullbacks, made once per key (``STATE.programs``)."""
+    made = STATE.programs.get(key)
+    if made is None:
+        layout = Layout()
+        program = xla_options.jit(
+            functools.partial(_forward_backward, *key, layout),
+            donate_argnums=4,  # the accumulator's donated arrays
+        )
+        made = STATE.programs.put(key, (program, layout))
+    return made
 
 
 def _pending_segment(order: list[VJPNode]) -> _lazy.Segment | None:
@@ -123,12 +135,13 @@ def _with_forward(
                 sources = tuple(n.lazy_index if n.lazy is seg else -1 for n in order)
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
-                key, inputs = (seg.pattern, plan, sources), tuple(seg.inputs)
-                outs, pbs, grads = _forward_backward(
-                    *key, want, inputs, given, root_cts, held, donated, sums_only
+                inputs = tuple(seg.inputs)
+                program, layout = _forward_backward_program(
+                    (seg.pattern, plan, sources, want, sums_only)
                 )
+                outs, pbs, grads = program(inputs, given, root_cts, held, donated)
                 if want:
-                    pbs = _kept_inputs.with_inputs(key, pbs, inputs)
+                    pbs = layout.restore(pbs, inputs)
                 seg.finish(outs, pbs)
                 return grads
     for n in order:
@@ -198,17 +211,18 @@ def _schedule(
 
 def _fresh(order: list[VJPNode]) -> bool:
     """Whether most of ``order``'s pullbacks are distinct and new: a backward through
-    segments whose program was compiled at their first run (``_pattern.FRESH``).
+    segments whose program was compiled at their first run (``STATE.fresh``).
 
     Node by node, such a backward would compile a program for each distinct
     pullback; one program for the whole backward compiles in less time and serves
     every later run of its shape. A graph that repeats a segment (a loop over the
     steps of an episode) has few distinct pullbacks for its size: it runs node by
-    node, as before. Each segment counts as fresh for one backward only.
+    node. Each segment counts as fresh for one backward only.
     """
-    fresh = _pattern.FRESH
+    fresh = STATE.fresh
     new = {(n.origin, n.lazy_index) for n in order if n.origin in fresh}
-    fresh.difference_update([n.origin for n in order])
+    for n in order:
+        fresh.pop(n.origin, None)
     return 2 * len(new) >= len(order)
 
 
@@ -278,12 +292,11 @@ def try_fused(
         tuple(n.name for n in sinks),
         seg.pattern if seg is not None else None,
     )
-    count = _seen.pop(shape_key, 0) + 1
-    _seen[shape_key] = count
-    while len(_seen) > _MAX_SHAPES:
-        _seen.popitem(last=False)
+    seen = STATE.seen_shapes
+    count = seen.get(shape_key, 0) + 1
+    seen.hit(shape_key, count)
     if count == 1 and _fresh(order):
-        count = _seen[shape_key] = FUSE_AFTER
+        count = seen[shape_key] = FUSE_AFTER
     if count < FUSE_AFTER:
         return False
     for node in order:

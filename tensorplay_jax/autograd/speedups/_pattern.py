@@ -11,34 +11,30 @@ segment and forward-backward programs, the run count and the known backward
 are looked up with no tuple to build or hash.
 
 Each pattern remembers the child most recently taken (``expect``). A training
-loop records the same sequence every step, so ``_lazy.replay`` checks the next
+loop records the same sequence every step, so ``_replay.replay`` checks the next
 operation against that child's last ``Spec`` (same entry, same input avals,
 inputs from the same places) instead of building its key again.
 
+The trie's root and its counters live in the layer's state (``_state.STATE``).
+
 Example:
-    >>> from tensorplay_jax.autograd import _pattern
-    >>> root = _pattern.root()
-    >>> root.ops
+    >>> from tensorplay_jax.autograd.speedups import _pattern
+    >>> from tensorplay_jax.autograd.speedups._state import STATE
+    >>> _pattern.root(STATE).ops
     ()
 """
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.autograd._cache import _Entry
 
-MAX_PATTERNS = 8192  # patterns made before the trie starts afresh (bounds its memory)
+if TYPE_CHECKING:
+    from tensorplay_jax.autograd.speedups._state import LayerState
 
-_ids = itertools.count()
-_lock = threading.Lock()
-# The numbers of the patterns whose program was compiled at their first run
-# (``_lazy._mostly_new``): their operations' pullbacks are new too, so a backward
-# through them compiles either way (``_fused`` then compiles it as one program).
-FRESH: set[int] = set()
+MAX_PATTERNS = 8192  # patterns made before the trie starts afresh (bounds its memory)
 
 
 class Spec:
@@ -84,46 +80,55 @@ class Pattern:
     Hashed and compared by identity: the trie makes one object per sequence.
     """
 
-    __slots__ = ("__weakref__", "children", "expect", "fused", "number", "ops", "runs")
+    __slots__ = (
+        "__weakref__",
+        "children",
+        "expect",
+        "fused",
+        "number",
+        "ops",
+        "program",
+        "runs",
+    )
 
-    def __init__(self, ops: tuple[Spec, ...]) -> None:
+    def __init__(self, ops: tuple[Spec, ...], number: int) -> None:
         self.ops = ops
         self.children: dict[Hashable, Pattern] = {}
         self.expect: Pattern | None = None  # the child taken last (replay's guess)
-        self.number = next(_ids)  # names the pattern (a fused pullback's origin)
+        self.number = number  # names the pattern (a fused pullback's origin)
         self.runs = 0  # segments of this pattern that ran (``count``)
         self.fused = False  # its segments run as one compiled program (``_lazy``)
+        self.program: Any = None  # that program (``_lazy``), made at its first run
 
     def __repr__(self) -> str:
         return f"<Pattern {self.number}: {len(self.ops)} ops>"
 
 
-_made = 0
-_root = Pattern(())
-
-
-def root() -> Pattern:
+def root(state: LayerState) -> Pattern:
     """The empty pattern (a new segment's)."""
-    return _root
+    return state.pattern_root
 
 
-def child(pattern: Pattern, key: Hashable, make: Any) -> Pattern:
+def child(state: LayerState, pattern: Pattern, key: Hashable, make: Any) -> Pattern:
     """``pattern`` followed by the operation ``key`` (``make()`` builds its ``Spec``)."""
-    global _made, _root
     nxt = pattern.children.get(key)
     if nxt is None:
         spec = make()
-        with _lock:
-            nxt = pattern.children.setdefault(key, Pattern((*pattern.ops, spec)))
-            _made += 1
-            if _made > MAX_PATTERNS:  # later segments start a new trie; live ones keep theirs
-                _made, _root = 0, Pattern(())
+        with state.lock:
+            nxt = pattern.children.get(key)
+            if nxt is None:
+                nxt = pattern.children[key] = Pattern((*pattern.ops, spec), state.next_id())
+            state.patterns_made += 1
+            if state.patterns_made > MAX_PATTERNS:
+                # later segments start a new trie; live ones keep theirs
+                state.patterns_made = 0
+                state.pattern_root = Pattern((), state.next_id())
     pattern.expect = nxt
     return nxt
 
 
-def count(pattern: Pattern) -> int:
+def count(state: LayerState, pattern: Pattern) -> int:
     """One more run of ``pattern``: how many runs it has had."""
-    with _lock:
+    with state.lock:
         pattern.runs += 1
         return pattern.runs

@@ -3,21 +3,21 @@
 When ``_fused.try_fused`` fuses a backward from one pending root whose whole graph
 lies in the root's segment (``_lazy``), what it worked out (the nodes' op indices
 in run order, the leaves' segment input indices, the backward plan) is kept here,
-keyed by the segment's pattern and the root (``_pending_plans``). The next
+keyed by the segment's pattern and the root (``STATE.known``). The next
 backward from the same root of the same pattern (``try_pending``) checks that the
 leaves are still leaves and that no saved input was written in place, and runs
 the segment's forward and the backward as one compiled call.
 
 Only what can still be seen comes back from that call: the values of the
-segment's outputs that are alive and held by more than the nodes this backward
-releases (an intermediate saved by the next operation dies with it), and the
-pullbacks only when a node off the backward's graph is alive. The programs are
+segment's outputs that are still alive once the nodes this backward releases
+have dropped what they saved (an intermediate saved only by the next operation
+dies with it), and the pullbacks only when a node off the backward's graph is
+alive. The programs are
 compiled once per (live outputs, pullbacks wanted), with no static arguments to
 hash per call.
 
 Example:
     >>> import tensorplay_jax as tp
-    >>> from tensorplay_jax.autograd import _known
     >>> w = tp.ones(3, requires_grad=True)
     >>> for _ in range(5):  # the later steps run as one known program
     ...     w.grad = None
@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tensorplay_jax.autograd import _kept_inputs, _lazy
 from tensorplay_jax.autograd._accumulate import (
     Accumulator,
     accumulator,
@@ -46,8 +43,11 @@ from tensorplay_jax.autograd._accumulate import (
     split,
     take_all,
 )
-from tensorplay_jax.autograd._cache import _trace_counts, ones_like, zero_cotangent
+from tensorplay_jax.autograd._cache import CACHE, ones_like, zero_cotangent
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
+from tensorplay_jax.autograd.speedups import _lazy
+from tensorplay_jax.autograd.speedups._kept_inputs import Layout
+from tensorplay_jax.autograd.speedups._state import STATE
 from tensorplay_jax.runtime import xla_options
 
 if TYPE_CHECKING:
@@ -56,8 +56,6 @@ if TYPE_CHECKING:
 # plan = (steps, roots, n_leaves): steps[k] = (out_info, targets) for the k-th node run,
 # targets[j] = (is_leaf, index, output_nr) for its j-th input; roots[i] = (k, output_nr).
 Plan = tuple[Any, ...]
-
-_MAX_KNOWN = 1024
 
 
 def backward_body(
@@ -145,12 +143,13 @@ class _Known:
         self.inside = tuple(k in op_indices for k in range(n_ops))  # on the backward's graph
         self.ct = ct
         # the live outputs (bit p: the p-th output of the segment, in op order) times 2,
-        # plus 1 when the pullbacks are wanted -> the compiled forward-backward
-        self.programs: dict[int, Callable[..., Any]] = {}
+        # plus 1 when the pullbacks are wanted -> (the compiled forward-backward, its
+        # pullbacks' layout)
+        self.programs: dict[int, tuple[Callable[..., Any], Layout]] = {}
 
 
-# (the segment's pattern, the root's op and output, the accumulator's fold_mode) -> _Known
-_pending_plans: dict[Hashable, _Known] = {}
+# STATE.known: (the segment's pattern, the root's op and output, the accumulator's
+# fold_mode) -> _Known
 _MAX_PROGRAMS = 64  # per known backward (a new set of live outputs compiles one more)
 
 
@@ -162,7 +161,7 @@ def known_shape(
     plan: Plan,
     folds: bool | None,
 ) -> tuple[Hashable, _Known] | None:
-    """The ``_pending_plans`` entry for this backward, if its whole graph is in ``seg``."""
+    """The ``STATE.known`` entry for this backward, if its whole graph is in ``seg``."""
     if seg is None or seg.closed or len(starts) != 1 or len(plan[1]) != 1:
         return None
     if any(n.lazy is not seg for n in order):
@@ -182,23 +181,6 @@ def known_shape(
     return key, known
 
 
-def _own_refs() -> int:
-    """What ``sys.getrefcount`` counts for an object read from a weak reference into a
-    local name, beyond the references held elsewhere (as ``_run_known`` reads outputs)."""
-    holder = [_Probe()]  # one reference held elsewhere
-    for ref in (weakref.ref(holder[0]),):
-        t = ref()
-        return sys.getrefcount(t) - 1
-    raise AssertionError  # unreachable
-
-
-class _Probe:
-    __slots__ = ("__weakref__",)
-
-
-_REFS = _own_refs()
-
-
 def _pending_program(
     pattern: _lazy.Pattern,
     plan: Plan,
@@ -206,6 +188,7 @@ def _pending_program(
     want_pullbacks: bool,
     where: tuple[tuple[int, int], ...],
     sums_only: bool,
+    layout: Layout,
     inputs: tuple[Any, ...],
     root_ct: Any,
     held: tuple[Any, ...],
@@ -213,17 +196,17 @@ def _pending_program(
 ) -> Any:
     """``_forward_backward`` for ``try_pending``: only the outputs at ``where`` (the live
     Tensors') come back, and the pullbacks only if wanted."""
-    _trace_counts["<fused forward-backward>"] += 1
+    CACHE.trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(pattern, inputs)
     grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held, donated, sums_only)
-    if want_pullbacks:  # without the inputs they keep (``_kept_inputs.with_inputs`` adds them)
-        pbs = _kept_inputs.strip_inputs((pattern, plan, sources), pbs, inputs)
+    if want_pullbacks:  # without the inputs they keep (``layout.restore`` adds them)
+        pbs = layout.strip(pbs, inputs)
     return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
 
 
 def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool:
     """``root.backward()`` as one compiled call when ``root`` (one element) is pending in a
-    segment whose backward from ``root`` ran before (``_pending_plans``): no graph walk
+    segment whose backward from ``root`` ran before (``STATE.known``): no graph walk
     (False: not so)."""
     node = root._grad_fn
     seg = None if node is None else node.lazy
@@ -231,7 +214,7 @@ def try_pending(root: Tensor, accumulate: Callable[[Tensor, Any], None]) -> bool
         return False
     acc = accumulator(accumulate)
     with seg.lock:
-        known = _pending_plans.get((seg.pattern, node.lazy_index, root._output_nr, fold_mode(acc)))
+        known = STATE.known.get((seg.pattern, node.lazy_index, root._output_nr, fold_mode(acc)))
         if known is None or known.ct is None:
             return False
         ran = _run_known(seg, known, known.ct, acc)
@@ -250,9 +233,7 @@ def run_remembered(
     """Keep ``known_shape``'s entry (the first one kept for its key: it holds the compiled
     programs) and run it from ``root_ct`` (False: it cannot run; take the general path)."""
     key, entry = known
-    entry = _pending_plans.setdefault(key, entry)
-    while len(_pending_plans) > _MAX_KNOWN:
-        del _pending_plans[next(iter(_pending_plans))]
+    entry = STATE.known.put(key, entry)
     with seg.lock:
         ran = _run_known(seg, entry, root_ct, accumulator(accumulate))
     if ran is None:
@@ -275,30 +256,31 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, acc: Accumulator
         return None  # an input that was a leaf now has a producer: a larger graph
     nodes = [ref() for ref in seg.nodes]
     want = False
-    by_nodes: dict[int, int] = {}  # Tensor id -> references from the nodes released here
     for n, inside in zip(nodes, known.inside, strict=True):
-        if not inside:
+        if inside:
+            n.check_saved()  # type: ignore[union-attr]  # raises torch's error
+        else:
             want = want or n is not None
-            continue
-        for t, version in n.saved:  # type: ignore[union-attr]
-            if t._version != version:
-                n.check_saved()  # type: ignore[union-attr]  # raises torch's error
-            by_nodes[id(t)] = by_nodes.get(id(t), 0) + 1
-    # an output held only by nodes this backward releases (an input they saved) dies with
-    # them: its value is not handed back
+    # The nodes this backward releases drop what they saved now (they would after the
+    # call): an output that only they held (an intermediate the next operation saved)
+    # dies here, and only the outputs still alive get their values back.
+    for n, inside in zip(nodes, known.inside, strict=True):
+        if inside:
+            n.saved = ()  # type: ignore[union-attr]
     live = []
     bits, p = 0, 1
     for refs in seg.outs:
         for ref in refs:
             t = ref()
-            if t is not None and sys.getrefcount(t) - _REFS > by_nodes.get(id(t), 0):
+            if t is not None:
                 live.append(t)
                 bits |= p
             p <<= 1
     fkey = bits << 1 | want
-    program = known.programs.get(fkey)
-    if program is None:
-        program = _program(seg, known, fkey)
+    made = known.programs.get(fkey)
+    if made is None:
+        made = _program(seg, known, fkey)
+    program, layout = made
     seg.closed = True
     args = tuple(seg.inputs)
     taken = take_all(acc, leaves)
@@ -308,7 +290,7 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, acc: Accumulator
         give_back(acc, leaves, taken)
         raise
     if pbs is not None:
-        pbs = _kept_inputs.with_inputs((seg.pattern, known.plan, known.op_indices), pbs, args)
+        pbs = layout.restore(pbs, args)
     for t, v in zip(live, values, strict=True):
         t._value = v
     for k, (n, inside) in enumerate(zip(nodes, known.inside, strict=True)):
@@ -322,12 +304,14 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, acc: Accumulator
     return (), leaves, taken, grads, summed
 
 
-def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]:
-    """The compiled forward-backward for ``_run_known``'s ``fkey``, made once."""
+def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> tuple[Callable[..., Any], Layout]:
+    """The compiled forward-backward for ``_run_known``'s ``fkey`` and the layout of the
+    pullbacks it returns, made once."""
     if len(known.programs) >= _MAX_PROGRAMS:
         known.programs.clear()
     places = [(k, i) for k, refs in enumerate(seg.outs) for i in range(len(refs))]
     where = tuple(at for p, at in enumerate(places) if fkey >> (p + 1) & 1)
+    layout = Layout()
     program = xla_options.jit(
         functools.partial(
             _pending_program,
@@ -337,8 +321,9 @@ def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> Callable[..., Any]
             bool(fkey & 1),
             where,
             known.sums_only,
+            layout,
         ),
         donate_argnums=3,  # the accumulator's donated arrays
     )
-    known.programs[fkey] = program
-    return program
+    known.programs[fkey] = (program, layout)
+    return program, layout

@@ -9,7 +9,6 @@ it, without building the operation's key. A step that differs anywhere takes
 
 Example:
     >>> import tensorplay_jax as tp
-    >>> from tensorplay_jax.autograd import _lazy
     >>> w = tp.ones(3, requires_grad=True)
     >>> ys = [(w * 2.0).sum() for _ in range(2)]  # the second is replayed
     >>> ys[0]._grad_fn.lazy.pattern is ys[1]._grad_fn.lazy.pattern
@@ -25,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _lazy, _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import _Entry
 from tensorplay_jax.autograd._grad_mode import _state as _grad_state
 from tensorplay_jax.autograd._node import GradientEdge
+from tensorplay_jax.autograd.speedups import _lazy, _pattern
+from tensorplay_jax.autograd.speedups._state import STATE
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -49,15 +49,16 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
     Grad mode must be on and no input traced. Returns ``NotImplemented`` otherwise
     (the caller takes the full path, which also records this sequence).
     """
-    ref = getattr(_lazy._local, "seg", None)
+    local = STATE.local
+    ref = getattr(local, "seg", None)
     seg = None if ref is None else ref()
     if seg is None or seg.closed:
-        pat = _pattern.root()
+        pat = _pattern.root(STATE)
         nxt = pat.expect
         if nxt is None or nxt.ops[-1].entry is not entry:
             return NotImplemented
         seg = _lazy.Segment()
-        _lazy._local.seg = weakref.ref(seg)
+        local.seg = weakref.ref(seg)
     else:
         pat = seg.pattern
         nxt = pat.expect

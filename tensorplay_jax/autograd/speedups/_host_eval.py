@@ -1,15 +1,16 @@
 """Operations on small CPU arrays, evaluated with NumPy: no XLA program per input shape.
 
-Each operation runs as a cached ``jax.jit`` program (its forward, its
-forward-with-VJP when recorded, its pullback in the backward), and XLA compiles each
-program once per input shape (``docs/benchmarks.md`` has the cost), which an eager
+The speed-up layer's CPU execution backend. Each operation runs as a cached
+``jax.jit`` program (its forward, its forward-with-VJP when recorded, its pullback in
+the backward), and XLA compiles each program once per input shape, which an eager
 loop whose lengths change (an RL episode's returns and log-probabilities, a batch of
 variable size) pays every time it meets a new length. On the CPU backend, a call
 whose inputs hold at most ``HOST_EAGER_MAX`` values runs here instead: its jaxpr
-(traced once per input shape, about a millisecond) is evaluated equation by equation
+(traced once per input shape) is evaluated equation by equation
 with NumPy, and the results are put on the device without a program (:func:`run` for
 an unrecorded forward, :func:`run_vjp` for a recorded one, whose pullback's
-residuals come back as arrays, :func:`run_pullback` for a node's backward). An input
+residuals come back as arrays, :func:`run_pullback` for a node's backward, and a
+gradient sum). An input
 shape met ``COMPILE_AFTER`` times takes its compiled program from then on: a
 dispatch of a compiled call costs less than this evaluation.
 
@@ -24,7 +25,8 @@ multiply and an add into one rounding, adds a sum in its own order and divides b
 constant as a multiplication. Anything else (``exp``, ``dot_general``, ``gather``,
 a half-precision type, a committed or non-CPU array, a tracer) runs the compiled
 program, and that answer is remembered per input shape.
-``TENSORPLAY_JAX_HOST_EAGER_MAX=0`` turns this off.
+``TENSORPLAY_JAX_HOST_EAGER_MAX=0`` turns this off. The programs live in the
+layer's state (``_state.STATE``).
 
 Example:
     >>> import numpy as np
@@ -45,14 +47,16 @@ import jax
 import numpy as np
 from jax.extend.core import Literal
 
-from tensorplay_jax.autograd._numpy_prims import CALLS, IMPL, Fallback, qualifies
+from tensorplay_jax.autograd._cache import _forward_vjp, pullback_body
+from tensorplay_jax.autograd.speedups._numpy_prims import CALLS, IMPL, Fallback, qualifies
+from tensorplay_jax.autograd.speedups._state import STATE
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
     from tensorplay_jax.autograd._cache import _Entry
 
-__all__ = ["run", "run_pullback", "run_vjp"]
+__all__ = ["covers_vjp", "run", "run_pullback", "run_vjp"]
 
 _DTYPES = frozenset(
     np.dtype(t)
@@ -74,19 +78,17 @@ _SCALARS = (int, float, bool)
 _MISSING = object()
 COMPILE_AFTER = 100  # runs of one input shape here before it takes its compiled program
 _MAX_PROGRAMS = 4096  # programs (and refusals) kept per operation, and for pullbacks
-_limit: int | None = None  # values an operation may hold to run here (0: off); set at first use
 
 
 def _max_values() -> int:
-    global _limit, _ARRAY
-    if _limit is None:
+    """Values an operation may hold to run here (0: off), read once into the state, with
+    JAX's concrete array type (at first use: the backends are up by then)."""
+    limit = STATE.host_limit
+    if limit is None:
         value = settings.get_int(settings.HOST_EAGER_MAX_ENV) or 0
-        _limit = value if jax.default_backend() == "cpu" else 0
-        _ARRAY = type(jax.device_put(np.zeros((), np.float32)))
-    return _limit
-
-
-_ARRAY: type | None = None  # JAX's concrete array type (set at first use: backends are up)
+        STATE.host_array = type(jax.device_put(np.zeros((), np.float32)))
+        limit = STATE.host_limit = value if jax.default_backend() == "cpu" else 0
+    return limit
 
 
 def _key(values: Sequence[Any], limit: int) -> tuple[Hashable, ...] | None:
@@ -94,9 +96,10 @@ def _key(values: Sequence[Any], limit: int) -> tuple[Hashable, ...] | None:
     ``isinstance`` against ``jax.Array`` costs a microsecond an input here)."""
     keys: list[Hashable] = []
     size = 0
+    array = STATE.host_array
     for v in values:
         kind = type(v)
-        if kind is _ARRAY:
+        if kind is array:
             shape, dtype = v.shape, v.dtype
             if dtype not in _DTYPES or v.committed:
                 return None
@@ -122,22 +125,18 @@ def run(entry: _Entry, values: Sequence[Any]) -> Any:
     key = _key(values, limit)
     if key is None:
         return NotImplemented
-    return _call(entry.host, key, entry.plain, values, values, visible=True)
+    return _call(STATE.entry(entry).host, key, entry.plain, values, values, visible=True)
 
 
 def run_vjp(
-    entry: _Entry,
-    mask: tuple[bool, ...],
-    fn: Callable[..., Any],
-    diff: tuple[Any, ...],
-    other: tuple[Any, ...],
-    like: Callable[..., Any] | None = None,
+    entry: _Entry, mask: tuple[bool, ...], diff: tuple[Any, ...], other: tuple[Any, ...]
 ) -> Any:
-    """``fn(diff, other)`` (``entry``'s outputs and pullback for ``mask``) with NumPy, or
+    """``entry``'s outputs and pullback for ``mask`` on ``(diff, other)`` with NumPy, or
     ``NotImplemented``.
 
-    The pullback's residuals come back as arrays in the pytree ``fn`` returns, so the
-    pullback runs later as any other (:func:`run_pullback`, or compiled).
+    The pullback's residuals come back as arrays in the pytree that the operation's
+    compiled forward-with-VJP returns, so the pullback runs later as any other
+    (:func:`run_pullback`, or compiled).
     """
     limit = _max_values()
     if not limit:
@@ -146,7 +145,23 @@ def run_vjp(
     key = _key(leaves, limit)
     if key is None:
         return NotImplemented
-    return _call(entry.host, ("vjp", mask, key), fn, (diff, other), leaves, False, like)
+    fn = functools.partial(_forward_vjp, entry.plain, mask)
+    like = entry.forward_vjp(mask).eval_shape
+    host = STATE.entry(entry).host
+    return _call(host, ("vjp", mask, key), fn, (diff, other), leaves, False, like)
+
+
+def covers_vjp(
+    entry: _Entry, mask: tuple[bool, ...], keys: tuple[Hashable, ...], rule: Any
+) -> bool:
+    """Whether a recorded run of ``entry`` on inputs of aval keys ``keys`` (``_lazy.aval_key``)
+    runs here rather than compiling a program of its own (``rule``: a ``call_rule``
+    pullback, whose forward is the unrecorded one)."""
+    host = STATE.entry(entry).host
+    if rule is not None:
+        return covers(host, keys, entry.plain, None)
+    fn = functools.partial(_forward_vjp, entry.plain, mask)
+    return covers(host, keys, fn, mask, entry.forward_vjp(mask).eval_shape)
 
 
 def covers(
@@ -191,13 +206,9 @@ def covers(
     return program is not None and program.runs < COMPILE_AFTER
 
 
-_pullbacks: dict[Hashable, Any] = {}
-
-
-def run_pullback(
-    body: Callable[..., Any], pullback: Any, cts: tuple[Any, ...], out_info: Any
-) -> Any:
-    """``body(pullback, cts, out_info)`` (one node's backward) with NumPy, or ``NotImplemented``."""
+def run_pullback(pullback: Any, cts: tuple[Any, ...], out_info: Any) -> Any:
+    """``pullback_body(pullback, cts, out_info)`` (one node's backward) with NumPy, or
+    ``NotImplemented``."""
     limit = _max_values()
     if not limit:
         return NotImplemented
@@ -207,8 +218,8 @@ def run_pullback(
     if key is None:
         return NotImplemented
     key = (treedef, tuple(c is None for c in cts), out_info, key)
-    fn = functools.partial(body, out_info=out_info)
-    return _call(_pullbacks, key, fn, (pullback, cts), (*leaves, *given), visible=False)
+    fn = functools.partial(pullback_body, out_info=out_info)
+    return _call(STATE.host_pullbacks, key, fn, (pullback, cts), (*leaves, *given), visible=False)
 
 
 def _call(

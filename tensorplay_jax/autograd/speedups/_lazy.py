@@ -4,7 +4,7 @@ A recorded operation (``call_op`` with an input that requires grad) does not run
 at once: it is appended to its thread's *segment*, a small symbolic graph, and
 its outputs are pending Tensors whose shape and dtype are known (inferred once
 per operation, mask and input avals with ``jax.eval_shape`` of the operation's
-forward-with-VJP, so a bad shape raises at the operation, as before). The
+forward-with-VJP, so a bad shape raises at the operation, as it does undeferred). The
 segment runs when a value is needed: reading a pending Tensor's value
 (``.item()``, printing, NumPy conversion, an unrecorded operation on it),
 ``backward()``, or when it reaches ``MAX_OPS`` operations.
@@ -25,14 +25,17 @@ time: ``_replay`` checks it against that operation's ``Spec`` (same entry, input
 avals and input places) and appends it without building its key; anything else
 takes ``record``'s full path.
 
+A node waiting in a segment has ``node.lazy`` set to it: the core runs it through
+``Segment.flush`` and reads an output's shape through ``Segment.aval``
+(``autograd._seams``).
+
 Example:
     >>> import tensorplay_jax as tp
-    >>> from tensorplay_jax.autograd import _lazy
     >>> w = tp.ones(3, requires_grad=True)
     >>> y = (w * 2).sum()
-    >>> _lazy.is_pending(y), y.shape
+    >>> tp.autograd.is_pending(y), y.shape
     (True, ())
-    >>> y.item(), _lazy.is_pending(y)
+    >>> y.item(), tp.autograd.is_pending(y)
     (6.0, False)
 """
 
@@ -47,20 +50,22 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import _assign, _host_eval, _kept_inputs, _pattern
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._cache import (
+    CACHE,
     LEAF,
     _Entry,
     _forward_vjp,
-    _trace_counts,
     forward_vjp,
-    host_covers,
     out_info_of,
 )
 from tensorplay_jax.autograd._node import GradientEdge, VJPNode
-from tensorplay_jax.autograd._pattern import Pattern, Spec
-from tensorplay_jax.runtime import pending, xla_options
+from tensorplay_jax.autograd._seams import PENDING
+from tensorplay_jax.autograd.speedups import _host_eval, _pattern
+from tensorplay_jax.autograd.speedups._kept_inputs import Layout
+from tensorplay_jax.autograd.speedups._pattern import Pattern, Spec
+from tensorplay_jax.autograd.speedups._state import STATE
+from tensorplay_jax.runtime import xla_options
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -68,22 +73,7 @@ if TYPE_CHECKING:
 FUSE_AFTER = 3  # runs of one segment pattern before it runs as one compiled program
 MAX_OPS = 64  # a segment this long runs at once (bounds what pending values hold alive)
 
-PENDING: Any = type("Pending", (), {"__repr__": lambda self: "<pending value>"})()
 _SCALARS = (int, float, complex, bool)
-
-_local = threading.local()
-enabled = True  # tests and benchmarks may switch deferral off (set_enabled)
-
-
-def set_enabled(flag: bool) -> bool:
-    """Turn deferred recording on or off for operations recorded from now on.
-
-    Returns:
-        The previous setting.
-    """
-    global enabled
-    old, enabled = enabled, bool(flag)
-    return old
 
 
 class Segment:
@@ -107,7 +97,7 @@ class Segment:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.pattern: Pattern = _pattern.root()
+        self.pattern: Pattern = _pattern.root(STATE)
         # weak: a segment whose Tensors and nodes all died is freed with what it holds
         self.nodes: list[weakref.ref[VJPNode]] = []
         self.outs: list[list[weakref.ref[Tensor]]] = []
@@ -124,7 +114,7 @@ class Segment:
             self.closed = True
             pattern = self.pattern
             if not pattern.fused:
-                runs = _pattern.count(pattern)
+                runs = _pattern.count(STATE, pattern)
                 pattern.fused = runs >= FUSE_AFTER or (runs == 1 and _mostly_new(pattern))
             if not pattern.fused:
                 outs, pbs = _run_plan(pattern.ops, self.inputs, fused=False)
@@ -133,6 +123,10 @@ class Segment:
                 outs, pbs = _segment_program(pattern, tuple(self.inputs))
                 origin = pattern.number
             self.finish(outs, pbs, origin)
+
+    def aval(self, node: VJPNode, output_nr: int) -> Any:
+        """The ``jax.ShapeDtypeStruct`` of output ``output_nr`` of ``node`` (pending here)."""
+        return node.lazy_op.structs[output_nr]
 
     def finish(
         self, outs: Sequence[Sequence[Any]], pbs: Sequence[Any] | None, origin: Any = None
@@ -167,7 +161,7 @@ class Segment:
 
 def _mostly_new(pattern: Pattern) -> bool:
     """Whether at least half of ``pattern``'s operations never ran before (marks them run;
-    such a pattern goes in ``_pattern.FRESH``).
+    such a pattern goes in ``STATE.fresh``).
 
     Run by operation, such a segment would compile those operations' own programs,
     then its own program from its ``FUSE_AFTER``-th run: the same maths twice. A
@@ -177,12 +171,13 @@ def _mostly_new(pattern: Pattern) -> bool:
     new = 0
     for spec in pattern.ops:
         key = (spec.mask, spec.keys)
-        if key not in spec.entry.seen:
-            spec.entry.seen.add(key)
-            new += not host_covers(spec.entry, spec.mask, spec.keys, spec.rule)
+        seen = STATE.entry(spec.entry).seen
+        if key not in seen:
+            seen.add(key)
+            new += not _host_eval.covers_vjp(spec.entry, spec.mask, spec.keys, spec.rule)
     if 2 * new < len(pattern.ops):
         return False
-    _pattern.FRESH.add(pattern.number)
+    STATE.fresh.put(pattern.number, None)
     return True
 
 
@@ -242,17 +237,29 @@ def _as_operations_pullback(
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-@functools.partial(xla_options.jit, static_argnums=0)
-def _segment_body(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, list[Any]]:
-    _trace_counts["<fused forward>"] += 1
-    outs, pbs = _run_plan(pattern.ops, inputs, fused=True)
-    return outs, _kept_inputs.strip_inputs(pattern, pbs, inputs)
+class _SegmentProgram:
+    """A pattern's segment as one compiled call (one per pattern, held by it)."""
+
+    __slots__ = ("jitted", "layout")
+
+    def __init__(self, pattern: Pattern) -> None:
+        self.layout = Layout()
+        self.jitted = xla_options.jit(functools.partial(self._body, pattern.ops, self.layout))
+
+    @staticmethod
+    def _body(ops: Sequence[Spec], layout: Layout, inputs: tuple[Any, ...]) -> Any:
+        CACHE.trace_counts["<fused forward>"] += 1
+        outs, pbs = _run_plan(ops, inputs, fused=True)
+        return outs, layout.strip(pbs, inputs)
 
 
 def _segment_program(pattern: Pattern, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
     """The segment as one compiled call: its outputs and its pullbacks."""
-    outs, computed = _segment_body(pattern, inputs)
-    return outs, _kept_inputs.with_inputs(pattern, computed, inputs)
+    program = pattern.program
+    if program is None:
+        program = pattern.program = _SegmentProgram(pattern)
+    outs, computed = program.jitted(inputs)
+    return outs, program.layout.restore(computed, inputs)
 
 
 def run_plan_traced(pattern: Pattern, inputs: Sequence[Any]) -> tuple[Any, Any]:
@@ -260,40 +267,13 @@ def run_plan_traced(pattern: Pattern, inputs: Sequence[Any]) -> tuple[Any, Any]:
     return _run_plan(pattern.ops, inputs, fused=True)
 
 
-def is_pending(t: Tensor) -> bool:
-    """Whether ``t``'s value is not computed yet (its segment has not run)."""
-    node = t._grad_fn
-    return node is not None and node.lazy is not None
-
-
-def aval(t: Tensor) -> Any:
-    """A pending Tensor's ``jax.ShapeDtypeStruct`` (None once it has a value)."""
-    node = t._grad_fn
-    spec = node.lazy_op
-    if node.lazy is None or spec is None:
-        return None
-    return spec.structs[t._output_nr]
-
-
-def materialize(t: Tensor) -> None:
-    """Run the segment that ``t`` is pending in (no-op once it has run)."""
-    node = t._grad_fn
-    seg = None if node is None else node.lazy
-    if seg is not None:
-        seg.flush()
-    else:
-        _assign.take_assigned(t)
-
-
 def flush_current() -> None:
-    """Run this thread's pending operations."""
-    ref = getattr(_local, "seg", None)
+    """Run this thread's pending operations (``runtime.pending``'s runner, installed by
+    ``speedups.install``: a served RPC call's recorded work runs before its reply)."""
+    ref = getattr(STATE.local, "seg", None)
     seg = None if ref is None else ref()
     if seg is not None:
         seg.flush()
-
-
-pending.register(flush_current)  # a served RPC call's recorded work runs before its reply
 
 
 def aval_key(v: Any) -> Hashable | None:
@@ -355,11 +335,12 @@ def record(
 
 def _current() -> Segment:
     """This thread's open segment (held weakly: its pending Tensors keep it alive)."""
-    ref = getattr(_local, "seg", None)
+    local = STATE.local
+    ref = getattr(local, "seg", None)
     seg = None if ref is None else ref()
     if seg is None or seg.closed:
         seg = Segment()
-        _local.seg = weakref.ref(seg)
+        local.seg = weakref.ref(seg)
     return seg
 
 
@@ -398,13 +379,15 @@ def _append(
         keys.append(key)
         structs.append(v)
     akey = (mask, tuple(keys))
-    info = entry.avals.get(akey, _NOT_DEFERRED)
+    avals = STATE.entry(entry).avals
+    info = avals.get(akey, _NOT_DEFERRED)
     if info is _NOT_DEFERRED:
-        info = entry.avals[akey] = _infer(entry, mask, structs, rule)
+        info = avals[akey] = _infer(entry, mask, structs, rule)
     if info is None:
         return NotImplemented
     tkeys, trefs = tuple(keys), tuple(refs)
     pattern = _pattern.child(
+        STATE,
         seg.pattern,
         (entry, mask, tkeys, trefs, rule),
         lambda: Spec(entry, mask, trefs, tkeys, info, rule),

@@ -4,7 +4,8 @@
 batch's: an unrecorded write of a value that the deferred tape (``_lazy``) has not
 computed yet. Running the segment there would cut a model's forward at every
 BatchNorm; instead the leaf holds the pending Tensor and takes its value on first
-read (``Tensor.__getattr__`` for a missing ``_value``, or ``_lazy.materialize``).
+read (``Tensor.__getattr__`` for a missing ``_value``: ``autograd.materialize``).
+The table of such leaves is the layer's (``STATE.assigned``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ import functools
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from tensorplay_jax.autograd.speedups._state import STATE
+
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
 
-# id of a Tensor given another's pending value by ``assign`` -> (a weak reference to
-# it, that other Tensor: holding it keeps it live, so every way its segment runs
-# hands it a value). Keyed by id: Tensor equality is elementwise.
-_assigned: dict[int, tuple[weakref.ref[Tensor], Tensor]] = {}
+# STATE.assigned: id of a Tensor given another's pending value by ``assign`` -> (a weak
+# reference to it, that other Tensor: holding it keeps it live, so every way its
+# segment runs hands it a value). Keyed by id, with the weak reference checked on
+# every read (an id is reused only after its Tensor died, whose callback removed it).
 
 
-def _forget(ref: weakref.ref[Tensor], key: int, table: dict[int, Any] = _assigned) -> None:
-    # ``table`` bound at definition: this may run while the interpreter shuts down
+def _forget(ref: weakref.ref[Tensor], key: int, table: dict[int, Any]) -> None:
+    # ``table`` bound when assigned: this may run while the interpreter shuts down
     entry = table.get(key)
     if entry is not None and entry[0] is ref:
         del table[key]
@@ -40,22 +43,22 @@ def assign(dst: Tensor, src: Tensor) -> None:
 
     Example:
         >>> import tensorplay_jax as tp
-        >>> from tensorplay_jax.autograd import _assign, _lazy
         >>> w, stat = tp.ones(2, requires_grad=True), tp.zeros(2)
         >>> y = w * 3
-        >>> _assign.assign(stat, y)
-        >>> _lazy.is_pending(y)
+        >>> assign(stat, y)
+        >>> tp.autograd.is_pending(y)
         True
         >>> stat
         tensor([3., 3.])
     """
     key = id(dst)
+    table = STATE.assigned
     node = src._grad_fn
     if node is None or node.lazy is None:  # not pending: take the value now
-        _assigned.pop(key, None)
+        table.pop(key, None)
         dst._value = src._value
         return
-    _assigned[key] = (weakref.ref(dst, functools.partial(_forget, key=key)), src)
+    table[key] = (weakref.ref(dst, functools.partial(_forget, key=key, table=table)), src)
     with contextlib.suppress(AttributeError):  # else an earlier assign not read yet
         del dst._value
 
@@ -66,9 +69,10 @@ def take_assigned(dst: Tensor) -> bool:
     Returns:
         Whether ``dst`` had such a value to take.
     """
-    entry = _assigned.get(id(dst))
+    table = STATE.assigned
+    entry = table.get(id(dst))
     if entry is None or entry[0]() is not dst:
         return False
-    del _assigned[id(dst)]
+    del table[id(dst)]
     dst._value = entry[1]._value
     return True
