@@ -143,7 +143,7 @@ def call_op(
     ``saves=False`` for operations whose backward needs no input value (``add``,
     reshapes, indexing ...): writing their inputs in place later is no error.
     """
-    # id(fn): some functions hash slowly (jnp ufuncs, ~5 us); the entry holds fn, so the
+    # id(fn): some functions hash slowly (jnp ufuncs); the entry holds fn, so the
     # id cannot be reused while the entry exists.
     key = (id(fn), static)
     entry = _entries.get(key)  # a hit costs no closure and no call
