@@ -36,7 +36,8 @@ How it works
 * torch's front-end names: ``Function`` / ``once_differentiable`` (the module
   ``function``: a custom operation whose backward is a Python static method, one
   node the engine runs node by node), ``backward`` (``autograd.backward``),
-  ``register_hook`` (``Tensor.register_hook``, ``_hooks``) and
+  ``register_hook`` (``Tensor.register_hook``, ``_hooks``),
+  ``register_post_accumulate_grad_hook`` and ``queue_callback`` (``_hooks``) and
   ``Node.next_functions``. ``lift`` is ``@tp.function`` (a JAX function as one node).
 
 Hooks for distributed autograd
@@ -108,7 +109,11 @@ from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
 from tensorplay_jax.autograd._hooks import RemovableHandle as RemovableHandle
 from tensorplay_jax.autograd._hooks import leaf_gradient as leaf_gradient
+from tensorplay_jax.autograd._hooks import queue_callback as queue_callback
 from tensorplay_jax.autograd._hooks import register_hook as register_hook
+from tensorplay_jax.autograd._hooks import (
+    register_post_accumulate_grad_hook as register_post_accumulate_grad_hook,
+)
 from tensorplay_jax.autograd._lift import apply as apply
 from tensorplay_jax.autograd._lift import call_op as call_op
 from tensorplay_jax.autograd._lift import call_rule as call_rule
@@ -162,7 +167,9 @@ __all__ = [
     "no_grad",
     "once_differentiable",
     "pending_aval",
+    "queue_callback",
     "register_hook",
+    "register_post_accumulate_grad_hook",
     "release_graph",
     "run_backward",
     "set_deferred",

@@ -21,7 +21,9 @@ from a lone one-element root before the walk (``run_root``) and once with the
 walked graph (``run_graph``). When the graph reaches a Tensor with a
 ``register_hook`` hook (``_hooks``), each node's summed output gradients go
 through their Tensors' hooks before it runs (a leaf's before it accumulates), and
-the planner, whose passes call no Python between nodes, is not asked.
+the planner, whose passes call no Python between nodes, is not asked; a leaf's
+post-accumulate-grad hooks run right after it accumulates, and the callbacks hooks
+queued (``queue_callback``) run once every node has run.
 
 Nothing is global: each call keeps its own buffers, so threads may run
 backward concurrently on disjoint (or retained) graphs.
@@ -211,34 +213,37 @@ def run_backward(
         return
     ready = [(-n.seq, id(n), n) for n in starts if deps.get(n, 0) == 0]
     heapq.heapify(ready)
-    while ready:
-        _, _, node = heapq.heappop(ready)
-        grads = buffers.pop(node)
-        if hooked:  # Tensor.register_hook: each output's gradient through its hooks
-            grads = _hooks.before_node(node, grads)
-        if isinstance(node, AccumulateGrad):
-            if grads[0] is not None:
-                accumulate(node.variable, grads[0])
-            continue
-        if all(g is None for g in grads) and not getattr(node, "run_without_grads", False):
-            in_grads: tuple[Any, ...] = (None,) * len(node.next_edges)
-        else:
-            in_grads = node.apply(tuple(grads))
-            if not retain_graph:
-                node.release()
-        for edge, g in zip(node.next_edges, in_grads, strict=True):
-            if edge is None:
+    with _hooks.final_callbacks(hooked):  # queue_callback: run after every node
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            grads = buffers.pop(node)
+            if hooked:  # Tensor.register_hook: each output's gradient through its hooks
+                grads = _hooks.before_node(node, grads)
+            if isinstance(node, AccumulateGrad):
+                if grads[0] is not None:
+                    accumulate(node.variable, grads[0])
+                    if hooked:  # Tensor.register_post_accumulate_grad_hook
+                        _hooks.after_accumulate(node.variable)
                 continue
-            nxt = edge.node
-            buf = buffers.get(nxt)
-            if buf is None:
-                buf = buffers[nxt] = [None] * nxt.num_outputs
-            if g is not None:
-                buf[edge.output_nr] = _add(buf[edge.output_nr], g)
-            left = deps[nxt] - 1
-            deps[nxt] = left
-            if left == 0:
-                heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
+            if all(g is None for g in grads) and not getattr(node, "run_without_grads", False):
+                in_grads: tuple[Any, ...] = (None,) * len(node.next_edges)
+            else:
+                in_grads = node.apply(tuple(grads))
+                if not retain_graph:
+                    node.release()
+            for edge, g in zip(node.next_edges, in_grads, strict=True):
+                if edge is None:
+                    continue
+                nxt = edge.node
+                buf = buffers.get(nxt)
+                if buf is None:
+                    buf = buffers[nxt] = [None] * nxt.num_outputs
+                if g is not None:
+                    buf[edge.output_nr] = _add(buf[edge.output_nr], g)
+                left = deps[nxt] - 1
+                deps[nxt] = left
+                if left == 0:
+                    heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
 
 
 def release_graph(roots: Sequence[Tensor | GradientEdge | Node]) -> int:

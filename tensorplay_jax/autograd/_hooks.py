@@ -8,6 +8,15 @@ gradient before the node's backward. Hooks run in registration order; each
 gets the gradient as a Tensor and may return a replacement of the same shape
 (``None`` keeps it).
 
+A **post-accumulate-grad hook** (``Tensor.register_post_accumulate_grad_hook``,
+leaves only) runs with the leaf itself right after the backward pass has
+accumulated the leaf's gradient (into ``.grad``, or the ``accumulate`` a
+distributed autograd context passes); it returns nothing. Data parallel
+training hooks here to launch a bucket's all-reduce as soon as its last
+gradient is in. ``queue_callback(fn)``, called from a hook during a backward
+pass, runs ``fn()`` once when that pass has run every node (torch's
+``Variable._execution_engine.queue_callback``).
+
 While any hook is registered the engine runs backward node by node
 (``active``/``reaches``): the compiled fused and known backward passes
 (``_fused``, ``_known``) never call Python between nodes, so they are skipped
@@ -40,6 +49,7 @@ if TYPE_CHECKING:
 Hook = Callable[["Tensor"], Any]
 
 _LEAF_ATTR = "_grad_hooks"  # a leaf's hooks: a dict (handle id -> hook) in its __dict__
+_POST_ATTR = "_post_accumulate_grad_hooks"  # the same, for post-accumulate-grad hooks
 _node_hooks: weakref.WeakKeyDictionary[Node, dict[int, dict[int, Hook]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -87,7 +97,6 @@ def register_hook(tensor: Tensor, hook: Hook) -> RemovableHandle:
         RuntimeError: ``tensor`` does not require grad.
         TypeError: ``hook`` is not callable.
     """
-    global _live_leaves
     if not callable(hook):
         raise TypeError(
             f"register_hook: hook must be callable (a function of the gradient), got "
@@ -102,16 +111,130 @@ def register_hook(tensor: Tensor, hook: Hook) -> RemovableHandle:
     node = tensor.grad_fn
     with _lock:
         if node is None:
-            table = tensor.__dict__.get(_LEAF_ATTR)
-            if table is None:
-                table = tensor.__dict__[_LEAF_ATTR] = {}
-                _live_leaves += 1
-                weakref.finalize(tensor, _leaf_died)
+            table = _leaf_table(tensor, _LEAF_ATTR)
         else:
             per_node = _node_hooks.setdefault(node, {})
             table = per_node.setdefault(tensor.output_nr, {})
         table[hook_id] = hook
     return RemovableHandle(table, hook_id)
+
+
+def _leaf_table(leaf: Tensor, attr: str) -> dict[int, Hook]:
+    """``leaf``'s hook table ``attr``, made (and counted live) on first use; under ``_lock``."""
+    global _live_leaves
+    table = leaf.__dict__.get(attr)
+    if table is None:
+        table = leaf.__dict__[attr] = {}
+        _live_leaves += 1
+        weakref.finalize(leaf, _leaf_died)
+    return table
+
+
+def register_post_accumulate_grad_hook(
+    tensor: Tensor, hook: Callable[[Tensor], None]
+) -> RemovableHandle:
+    """Register ``hook(tensor)`` to run after a backward pass accumulates ``tensor``'s gradient.
+
+    Args:
+        tensor: a leaf Tensor that requires grad.
+        hook: called with ``tensor`` itself once per backward pass that reached it,
+            after its gradient was accumulated; its return value is ignored.
+
+    Returns:
+        A handle whose ``remove()`` unregisters the hook.
+
+    Raises:
+        RuntimeError: ``tensor`` is not a leaf, or does not require grad.
+        TypeError: ``hook`` is not callable.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> w = tp.ones(2, requires_grad=True)
+        >>> seen = []
+        >>> h = w.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))
+        >>> (w * 3).sum().backward()
+        >>> seen
+        [[3.0, 3.0]]
+    """
+    if not callable(hook):
+        raise TypeError(
+            "register_post_accumulate_grad_hook: hook must be callable (a function of the "
+            f"Tensor), got {type(hook).__name__}"
+        )
+    if not tensor.requires_grad:
+        raise RuntimeError(
+            "cannot register a hook on a tensor that doesn't require gradient; set "
+            "requires_grad=True on the leaf first"
+        )
+    if tensor.grad_fn is not None:
+        raise RuntimeError(
+            "post accumulate grad hooks cannot be registered on non-leaf tensors; register "
+            "it on the leaf the gradient accumulates into, or use register_hook"
+        )
+    hook_id = next(_ids)
+    with _lock:
+        table = _leaf_table(tensor, _POST_ATTR)
+        table[hook_id] = hook
+    return RemovableHandle(table, hook_id)
+
+
+def after_accumulate(leaf: Tensor) -> None:
+    """Run ``leaf``'s post-accumulate-grad hooks (the engine calls this after accumulating)."""
+    table = leaf.__dict__.get(_POST_ATTR)
+    if table:
+        for hook in list(table.values()):
+            hook(leaf)
+
+
+_callbacks = threading.local()  # .queue: the running backward pass's final callbacks
+
+
+def queue_callback(callback: Callable[[], None]) -> None:
+    """Run ``callback()`` once when the backward pass now running in this thread ends.
+
+    Called from a hook during a backward pass (torch's
+    ``Variable._execution_engine.queue_callback``); callbacks run in the order queued,
+    after every node of the pass, in the thread that ran it, and are not run when the
+    pass fails. A callback may queue another, which runs in the same pass.
+
+    Raises:
+        RuntimeError: no backward pass with hooks is running in this thread.
+    """
+    queue = getattr(_callbacks, "queue", None)
+    if queue is None:
+        raise RuntimeError(
+            "Final callbacks can only be installed during backward pass: call "
+            "queue_callback from a gradient hook while backward runs"
+        )
+    queue.append(callback)
+
+
+class final_callbacks:  # lowercase: used like a function, ``with final_callbacks(on):``
+    """Around a backward pass's node loop: collect its ``queue_callback`` s (when ``on``, a
+    pass with hooks) and run them in order on a clean exit (one may queue more); the
+    queue of a pass it runs inside is restored either way."""
+
+    __slots__ = ("_on", "_prev")
+
+    def __init__(self, on: bool) -> None:
+        self._on = on
+
+    def __enter__(self) -> None:
+        if self._on:
+            self._prev = getattr(_callbacks, "queue", None)
+            _callbacks.queue = []
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if not self._on:
+            return
+        queue = _callbacks.queue
+        try:
+            i = 0
+            while exc_type is None and i < len(queue):
+                queue[i]()
+                i += 1
+        finally:
+            _callbacks.queue = self._prev
 
 
 def active() -> bool:
@@ -121,7 +244,8 @@ def active() -> bool:
 
 def _hooked(node: Node) -> bool:
     if isinstance(node, AccumulateGrad):
-        return bool(node.variable.__dict__.get(_LEAF_ATTR))
+        d = node.variable.__dict__
+        return bool(d.get(_LEAF_ATTR)) or bool(d.get(_POST_ATTR))
     per_node = _node_hooks.get(node)
     return per_node is not None and any(per_node.values())
 

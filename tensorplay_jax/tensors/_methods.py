@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd import register_hook
+from tensorplay_jax.autograd import register_hook, register_post_accumulate_grad_hook
 from tensorplay_jax.tensors import _device, _indexing, _inplace, _ops, _reductions, _shape_ops
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -152,6 +152,7 @@ _METHODS: dict[str, Any] = {
     "nonzero": _indexing.nonzero,
     # autograd and layout
     "register_hook": register_hook,
+    "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     "is_contiguous": _is_contiguous,
     "is_sparse": property(_is_sparse),
     # device and dtype conversions

@@ -146,3 +146,53 @@ def test_next_functions_of_an_operation():
     # t2 needs no grad: a built-in operation keeps no edge for it (torch lists (None, 0))
     ((leaf, _),) = mul.next_functions
     assert leaf.variable is t1
+
+
+# ---------------------------------------------------- register_post_accumulate_grad_hook
+def test_post_accumulate_hook_sees_the_accumulated_grad(deferred):
+    w = tp.ones(2, requires_grad=True)
+    w.grad = tp.ones(2)  # what is there already: the hook sees the sum
+    seen = []
+    w.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.numpy().copy()))
+    (w * 3).sum().backward()
+    assert len(seen) == 1
+    _close(seen[0], np.full(2, 4.0))
+
+
+def test_post_accumulate_hooks_run_once_per_leaf_on_every_step(deferred):
+    a, b = tp.ones(2, requires_grad=True), tp.ones(2, requires_grad=True)
+    order = []
+    for _ in range(4):  # past the steps where a compiled pass would take over
+        a.grad = b.grad = None
+        ha = a.register_post_accumulate_grad_hook(lambda t: order.append("a"))
+        hb = b.register_post_accumulate_grad_hook(lambda t: order.append("b"))
+        ((b * 2) * a).sum().backward()
+        ha.remove()
+        hb.remove()
+    assert sorted(order) == ["a"] * 4 + ["b"] * 4
+
+
+def test_post_accumulate_hook_on_a_non_leaf_is_torchs_error():
+    x = tp.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="cannot be registered on non-leaf tensors"):
+        (x * 2).register_post_accumulate_grad_hook(lambda t: None)
+
+
+def test_queued_callback_runs_once_after_every_node():
+    a, b = tp.ones(2, requires_grad=True), tp.ones(2, requires_grad=True)
+    events = []
+
+    def hook(t):
+        events.append("leaf")
+        if len(events) == 1:
+            tp.autograd.queue_callback(lambda: events.append("end"))
+
+    a.register_post_accumulate_grad_hook(hook)
+    b.register_post_accumulate_grad_hook(hook)
+    (a * b).sum().backward()
+    assert events == ["leaf", "leaf", "end"]
+
+
+def test_queue_callback_outside_backward_is_torchs_error():
+    with pytest.raises(RuntimeError, match="Final callbacks can only be installed during backward"):
+        tp.autograd.queue_callback(lambda: None)
