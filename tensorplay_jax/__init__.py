@@ -26,6 +26,10 @@ from tensorplay_jax.autograd import set_grad_enabled as set_grad_enabled
 # whatever that worker imported itself (a callee that only imported rpc still decodes
 # Tensors and records autograd).
 from tensorplay_jax.distributed import autograd as _distributed_autograd  # noqa: F401
+
+# ``tensorplay_jax.nn.parallel`` (torch.nn.parallel): DDP stands on process groups, a
+# layer above nn/, so it lives in distributed/parallel and is served under nn here.
+from tensorplay_jax.distributed import parallel as _parallel
 from tensorplay_jax.runtime import accelerator as accelerator
 from tensorplay_jax.runtime import compile_cache as _compile_cache
 from tensorplay_jax.runtime import cuda as cuda
@@ -36,6 +40,8 @@ from tensorplay_jax.tensors import *  # noqa: F403  (the tensor library's __all_
 # torch.linalg: the module lives in the tensor library (tensors/linalg.py).
 _sys.modules[__name__ + ".linalg"] = tensors.linalg
 _sys.modules[__name__ + ".sparse"] = tensors.sparse
+_sys.modules[__name__ + ".nn.parallel"] = _parallel
+nn.parallel = _parallel
 
 # dtypes, as tensorplay spells them (JAX/NumPy dtype objects)
 float16 = _jnp.float16

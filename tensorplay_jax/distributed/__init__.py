@@ -1,5 +1,7 @@
 """tensorplay-shaped namespaces: process groups and their collectives here; rpc, autograd,
-nn and optim as subpackages (imported on first use).
+nn, optim, algorithms (``Join``, DDP communication hooks) and parallel
+(``DistributedDataParallel``, served as ``tensorplay_jax.nn.parallel``) as
+subpackages (imported on first use).
 
 The process-group names (``init_process_group``, the collectives, ``Work``...) are
 ``tensorplay_jax.process_group``'s ``__all__``, re-exported here as they stand.
@@ -17,7 +19,7 @@ import importlib
 from tensorplay_jax import process_group as _process_group
 from tensorplay_jax.process_group import *  # noqa: F403  (process_group's __all__ is ours)
 
-_SUBPACKAGES = ("rpc", "autograd", "nn", "optim")
+_SUBPACKAGES = ("rpc", "autograd", "nn", "optim", "algorithms", "parallel")
 
 
 def __getattr__(name: str):
@@ -25,6 +27,8 @@ def __getattr__(name: str):
     # (or where) one of them is absent; ``import tensorplay_jax.distributed.rpc`` works as usual.
     if name in _SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "GradBucket":  # torch.distributed.GradBucket (DDP's communication hooks)
+        return importlib.import_module(f"{__name__}.parallel").GradBucket
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -71,7 +71,14 @@ from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.ids import CONTEXT_ID, PASS_ID
 from tensorplay_jax.tensors import Tensor
 
-__all__ = ["backward", "current_backward_passes", "filled_array", "run_pass", "send_from_recv"]
+__all__ = [
+    "backward",
+    "current_accumulator",
+    "current_backward_passes",
+    "filled_array",
+    "run_pass",
+    "send_from_recv",
+]
 
 Item = list[Any]  # [message key, [one cotangent per sent Tensor]]
 
@@ -104,6 +111,14 @@ _running: set[Future[Any]] = set()
 def current_backward_passes() -> int:
     """How many backward passes have a share running on this worker now."""
     return len(_running)
+
+
+def current_accumulator() -> Callable[[Tensor, jax.Array], None] | None:
+    """Where the distributed backward pass running in this thread puts leaf gradients (its
+    context's gradients), or None outside one; a leaf's post-accumulate-grad hook reads
+    the gradient there (data parallel training under distributed autograd)."""
+    run: _Run | None = getattr(_tls, "run", None)
+    return None if run is None else run.task.accumulate
 
 
 def node_error(rank: int, name: str, e: BaseException) -> RuntimeError:

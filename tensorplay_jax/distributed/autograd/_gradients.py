@@ -73,6 +73,18 @@ class ContextGradients(Accumulator):
                     return
         self(leaf, grad if total is None else total)  # another run stored one meanwhile
 
+    def get(self, leaf: Tensor) -> Any:
+        """The gradient held for ``leaf`` (None: none yet)."""
+        with self._lock:
+            return self._grads.get(leaf)
+
+    def replace(self, leaf: Tensor, grad: Any) -> None:
+        """Hold ``grad`` as ``leaf``'s gradient in place of what was summed (data parallel
+        training writes the averaged gradient back here)."""
+        with self._lock:
+            self._grads[leaf] = grad
+            self._owned.discard(leaf)
+
     def hand_out(self) -> dict[Tensor, jax.Array]:
         """A new leaf -> gradient map, as ``jax.Array`` s; none of them is reused later."""
         with self._lock:
