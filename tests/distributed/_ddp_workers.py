@@ -1,0 +1,229 @@
+"""Worker code for the DDP tests: one job runs every scenario and hands back what it saw.
+
+``scenarios`` runs in 4 ranks: data parallel gradients on the shm and tcp engines at 4
+ranks (the default group, a tcp group) and at 2 (groups of ranks 0 and 1), the
+overlap of buckets with the backward pass, ``no_sync``, ``find_unused_parameters``
+both ways, ``broadcast_buffers``, the fp16 hook, ``join`` with uneven inputs, and
+DDP under distributed autograd.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
+
+import tensorplay_jax as tp
+import tensorplay_jax.distributed as dist
+from tensorplay_jax.distributed import autograd as dist_autograd
+from tensorplay_jax.distributed import rpc
+from tensorplay_jax.distributed.algorithms.ddp_comm_hooks import default_hooks
+from tests._worker import error_text, hand_back, npa, rank_and_world_size
+from tests.distributed import _ddp_cases as C
+
+TIMEOUT = 60
+
+
+def _mlp() -> tp.nn.Module:
+    return tp.nn.Sequential(
+        tp.nn.Linear(C.D_IN, C.D_HID), tp.nn.Tanh(), tp.nn.Linear(C.D_HID, C.D_OUT)
+    )
+
+
+def _loss(model, x, y):
+    return ((model(tp.tensor(x)) - tp.tensor(y)) ** 2).mean()
+
+
+def _params(model) -> dict[str, np.ndarray]:
+    return {n: npa(p) for n, p in model.named_parameters()}
+
+
+def _grads(model) -> dict[str, np.ndarray | None]:
+    return {n: None if p.grad is None else npa(p.grad) for n, p in model.named_parameters()}
+
+
+def _equal_grads(got: dict, tag: str, group) -> None:
+    """One synced backward on an MLP of rank-seeded weights: the start and the grads."""
+    rank = dist.get_rank()
+    tp.manual_seed(rank)  # different weights on each rank: DDP must broadcast rank 0's
+    model = _mlp()
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.0002, timeout=TIMEOUT)
+    got[f"{tag}/buckets"] = len(ddp.reducer.buckets)
+    got[f"{tag}/params"] = _params(model)
+    x, y = C.batch(rank)
+    _loss(ddp, x, y).backward()
+    got[f"{tag}/grads"] = _grads(model)
+
+
+def _overlap(got: dict) -> None:
+    """Four big layers, a bucket each: when is each bucket's hook called, when is the
+    first layer's weight gradient (the last one of the pass) computed, when does
+    backward return."""
+    tp.manual_seed(0)
+    layers = [tp.nn.Linear(C.BIG, C.BIG) for _ in range(4)]
+    model = tp.nn.Sequential(*[m for layer in layers for m in (layer, tp.nn.Tanh())])
+    ddp = DDP(model, bucket_cap_mb=4, timeout=TIMEOUT)
+    events: list[tuple[str, float]] = []
+
+    def hook(state, bucket):
+        events.append((f"bucket{bucket.index()}", time.perf_counter()))
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+
+    def computed(t):  # the first layer's gradient is the last one computed
+        t.grad.value.block_until_ready()
+        events.append(("layer0", time.perf_counter()))
+
+    layers[0].weight.register_post_accumulate_grad_hook(computed)
+    rs = np.random.RandomState(dist.get_rank())
+    x = tp.tensor(rs.randn(C.BIG_BATCH, C.BIG).astype(np.float32))
+    for _ in range(3):  # the last pass counts (the first ones compile)
+        events.clear()
+        ddp(x).sum().backward()
+        events.append(("end", time.perf_counter()))
+    got["overlap/events"] = list(events)
+    got["overlap/buckets"] = len(ddp.reducer.buckets)
+
+
+def _no_sync(got: dict) -> None:
+    rank = dist.get_rank()
+    model = _mlp()
+    ddp = DDP(model, bucket_cap_mb=0.0002, timeout=TIMEOUT)
+    got["no_sync/params"] = _params(model)
+    with ddp.no_sync():
+        _loss(ddp, *C.batch(rank, 1)).backward()
+    got["no_sync/local"] = _grads(model)
+    _loss(ddp, *C.batch(rank, 2)).backward()
+    got["no_sync/synced"] = _grads(model)
+
+
+class _Branches(tp.nn.Module):
+    """``a`` always; ``b`` only on ranks listed in ``b_on``; ``c`` never."""
+
+    def __init__(self, b_on: tuple[int, ...]) -> None:
+        super().__init__()
+        self.a = tp.nn.Linear(C.D_IN, C.D_OUT)
+        self.b = tp.nn.Linear(C.D_IN, C.D_OUT)
+        self.c = tp.nn.Linear(C.D_IN, C.D_OUT)
+        self.b_on = b_on
+
+    def forward(self, x):
+        out = self.a(x)
+        if dist.get_rank() in self.b_on:
+            out = out + self.b(x)
+        return out
+
+
+def _unused(got: dict) -> None:
+    rank = dist.get_rank()
+    model = _Branches(b_on=(1,))
+    ddp = DDP(model, find_unused_parameters=True, timeout=TIMEOUT)
+    got["unused/params"] = _params(model)
+    _loss(ddp, *C.batch(rank, 3)).backward()
+    got["unused/grads"] = _grads(model)
+    # without find_unused_parameters: the next synced forward raises torch's error
+    plain = DDP(_Branches(b_on=(0, 1, 2, 3)), timeout=TIMEOUT)
+    _loss(plain, *C.batch(rank, 3)).backward()
+    got["unused/error"] = error_text(_loss, plain, *C.batch(rank, 3))
+
+
+class _WithBuffer(tp.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = tp.nn.Linear(C.D_IN, C.D_OUT)
+        self.register_buffer("stat", tp.zeros(3))
+        self.seen: list[np.ndarray] = []
+
+    def forward(self, x):
+        self.seen.append(npa(self.stat))
+        return self.lin(x)
+
+
+def _buffers(got: dict) -> None:
+    rank = dist.get_rank()
+    for flag in (True, False):
+        model = _WithBuffer()
+        ddp = DDP(model, broadcast_buffers=flag, timeout=TIMEOUT)
+        got[f"buffers/{flag}/after_init"] = npa(model.stat)
+        tp.tensors.overwrite(model.stat, tp.full((3,), float(rank + 1)).value)
+        ddp(tp.tensor(C.batch(rank)[0]))
+        got[f"buffers/{flag}/in_forward"] = model.seen[-1]
+
+
+def _fp16(got: dict) -> None:
+    rank = dist.get_rank()
+    model = _mlp()
+    ddp = DDP(model, timeout=TIMEOUT)
+    dtypes = []
+
+    def hook(state, bucket):
+        dtypes.append(str(bucket.buffer().dtype))
+        return default_hooks.fp16_compress_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    got["fp16/params"] = _params(model)
+    _loss(ddp, *C.batch(rank, 4)).backward()
+    got["fp16/grads"] = _grads(model)
+    got["fp16/register_twice"] = error_text(ddp.register_comm_hook, None, hook)
+
+
+def _join(got: dict) -> None:
+    rank = dist.get_rank()
+    model = _mlp()
+    ddp = DDP(model, timeout=TIMEOUT)
+    opt = tp.optim.SGD(model.parameters(), lr=C.LR)
+    got["join/params"] = _params(model)
+    per_step = []
+    t0 = time.monotonic()
+    with ddp.join():
+        for step in range(C.uneven_steps(rank)):
+            opt.zero_grad()
+            _loss(ddp, *C.batch(rank, 10 + step)).backward()
+            per_step.append(_grads(model))
+            opt.step()
+    got["join/seconds"] = time.monotonic() - t0
+    got["join/grads"] = per_step
+    got["join/final_params"] = _params(model)
+
+
+def _dist_autograd(got: dict) -> None:
+    """DDP's gradients under ``dist_autograd.backward`` equal those of a local backward."""
+    rank = dist.get_rank()
+    model = _mlp()
+    ddp = DDP(model, timeout=TIMEOUT)
+    got["dist_autograd/params"] = _params(model)
+    x, y = C.batch(rank, 20)
+    with dist_autograd.context() as cid:
+        dist_autograd.backward(cid, [_loss(ddp, x, y)])
+        grads = dist_autograd.get_gradients(cid)
+        got["dist_autograd/ctx"] = {n: npa(grads[p]) for n, p in model.named_parameters()}
+    got["dist_autograd/grad_is_none"] = all(p.grad is None for p in model.parameters())
+    _loss(ddp, x, y).backward()
+    got["dist_autograd/local"] = _grads(model)
+
+
+def scenarios() -> None:
+    rank, n = rank_and_world_size()
+    dist.init_process_group("gloo", timeout=TIMEOUT, engine="shm")
+    got: dict = {}
+    tcp4 = dist.new_group(engine="tcp")
+    shm2 = dist.new_group([0, 1], engine="shm")
+    tcp2 = dist.new_group([0, 1], engine="tcp")
+    _equal_grads(got, "shm-4", None)
+    _equal_grads(got, "tcp-4", tcp4)
+    if rank < 2:
+        _equal_grads(got, "shm-2", shm2)
+        _equal_grads(got, "tcp-2", tcp2)
+    _overlap(got)
+    _no_sync(got)
+    _unused(got)
+    _buffers(got)
+    _fp16(got)
+    _join(got)
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=n)
+    _dist_autograd(got)
+    rpc.shutdown()
+    dist.destroy_process_group()
+    hand_back(got)

@@ -1,0 +1,213 @@
+"""``DistributedDataParallel`` in 4 real processes, against ``jax.grad`` on the whole batch.
+
+One job (``_ddp_workers.scenarios``) runs every scenario once and hands back what
+each rank saw; each test checks one behaviour. The oracle is the same model written
+in ``jax.numpy``: with equal batch sizes, the average of the ranks' gradients of
+their mean losses is the gradient of the mean loss over the concatenated batch.
+float32 gradients agree to ``rtol=1e-5, atol=1e-6`` (``rtol=1e-4`` after the join test's
+SGD steps); the fp16 hook's to ``2e-3``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests._procs import run_and_collect
+from tests.distributed import _ddp_cases as C
+from tests.distributed import _ddp_workers as W
+
+N = 4
+RTOL, ATOL = 1e-5, 1e-6  # float32
+
+
+@pytest.fixture(scope="module")
+def got(tmp_path_factory) -> list[dict]:
+    return run_and_collect(W.scenarios, N, tmp_path_factory.mktemp("ddp"), timeout=240)
+
+
+# ------------------------------------------------------------------ the oracle
+def _mlp_loss(p: dict, x: np.ndarray, y: np.ndarray) -> jax.Array:
+    h = jnp.tanh(x @ p["0.weight"].T + p["0.bias"])
+    return jnp.mean((h @ p["2.weight"].T + p["2.bias"] - y) ** 2)
+
+
+def _branches_loss(p: dict, x: np.ndarray, y: np.ndarray, use_b: bool) -> jax.Array:
+    out = x @ p["a.weight"].T + p["a.bias"]
+    if use_b:
+        out = out + x @ p["b.weight"].T + p["b.bias"]
+    return jnp.mean((out - y) ** 2)
+
+
+def _grad(loss, params: dict, *args) -> dict[str, np.ndarray]:
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+    return {k: np.asarray(v) for k, v in jax.grad(loss)(p, *args).items()}
+
+
+def _mean(grads: list[dict]) -> dict[str, np.ndarray]:
+    return {k: sum(g[k] for g in grads) / len(grads) for k in grads[0]}
+
+
+def _close(got: dict, want: dict, rtol: float = RTOL, atol: float = ATOL, what: str = "") -> None:
+    assert sorted(got) == sorted(want), what
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=f"{what} {k}")
+
+
+# ------------------------------------------------------------------ gradients
+@pytest.mark.parametrize("tag", ["shm-4", "tcp-4", "shm-2", "tcp-2"])
+def test_gradients_equal_one_process_on_the_concatenated_batch(got, tag):
+    n = int(tag.split("-")[1])
+    params = got[0][f"{tag}/params"]
+    xs = np.concatenate([C.batch(r)[0] for r in range(n)])
+    ys = np.concatenate([C.batch(r)[1] for r in range(n)])
+    want = _grad(_mlp_loss, params, xs, ys)
+    assert got[0][f"{tag}/buckets"] > 1  # several buckets, each reduced on its own
+    for r in range(n):
+        _close(got[r][f"{tag}/params"], params, what=f"rank {r} start")
+        _close(got[r][f"{tag}/grads"], want, what=f"rank {r}")
+
+
+def test_constructor_broadcasts_rank_0s_parameters(got):
+    # each rank seeded its own weights; after DDP() every rank holds rank 0's
+    import tensorplay_jax as tp
+
+    tp.manual_seed(0)
+    fresh = W._mlp()
+    mine = {n: np.asarray(p.detach().value) for n, p in fresh.named_parameters()}
+    for r in range(N):
+        _close(got[r]["shm-4/params"], mine, rtol=0, atol=0, what=f"rank {r}")
+
+
+# ------------------------------------------------------------------ overlap
+def test_first_bucket_is_reduced_before_the_backward_pass_is_done(got):
+    for r in range(N):
+        events = got[r]["overlap/events"]
+        at = dict(events)
+        assert got[r]["overlap/buckets"] == 4
+        names = [e for e, _ in events if e.startswith("bucket")]
+        assert names == ["bucket0", "bucket1", "bucket2", "bucket3"], events
+        # bucket 0 (the last layer) went while the first layer's gradient was still
+        # being computed, and every bucket before backward returned
+        assert at["bucket0"] < at["layer0"], events
+        assert at["bucket3"] < at["end"], events
+
+
+# ------------------------------------------------------------------ no_sync
+def test_no_sync_keeps_gradients_local(got):
+    params = got[0]["no_sync/params"]
+    for r in range(N):
+        want = _grad(_mlp_loss, params, *C.batch(r, 1))
+        _close(got[r]["no_sync/local"], want, what=f"rank {r}")
+
+
+def test_the_next_synced_backward_averages_what_accumulated(got):
+    params = got[0]["no_sync/params"]
+    per_rank = [
+        {
+            k: a + b
+            for (k, a), b in zip(
+                _grad(_mlp_loss, params, *C.batch(r, 1)).items(),
+                _grad(_mlp_loss, params, *C.batch(r, 2)).values(),
+                strict=True,
+            )
+        }
+        for r in range(N)
+    ]
+    want = _mean(per_rank)
+    for r in range(N):
+        _close(got[r]["no_sync/synced"], want, what=f"rank {r}")
+
+
+# ------------------------------------------------------------------ unused parameters
+def test_find_unused_parameters_averages_a_branch_only_some_ranks_use(got):
+    params = got[0]["unused/params"]
+    per_rank = [
+        _grad(
+            lambda p, x, y, r=r: _branches_loss(p, x, y, use_b=r == 1),
+            {k: v for k, v in params.items() if not k.startswith("c.")},
+            *C.batch(r, 3),
+        )
+        for r in range(N)
+    ]
+    want = _mean(per_rank)  # branch b: rank 1's gradient over 4, the others gave zeros
+    for r in range(N):
+        grads = got[r]["unused/grads"]
+        assert grads["c.weight"] is None and grads["c.bias"] is None  # unused everywhere
+        _close({k: v for k, v in grads.items() if v is not None}, want, what=f"rank {r}")
+
+
+def test_without_find_unused_parameters_the_next_forward_names_them(got):
+    for r in range(N):
+        err = got[r]["unused/error"]
+        assert err.startswith("RuntimeError: Expected to have finished reduction in the prior")
+        assert "find_unused_parameters=True" in err
+        assert f"did not receive grad for rank {r}: 4 5" in err
+        assert f"did not receive grad for rank {r}: c.weight, c.bias" in err
+
+
+# ------------------------------------------------------------------ buffers
+def test_broadcast_buffers_gives_every_rank_rank_0s_buffers_at_forward(got):
+    for r in range(N):
+        np.testing.assert_array_equal(got[r]["buffers/True/in_forward"], np.full(3, 1.0))
+
+
+def test_without_broadcast_buffers_each_rank_keeps_its_own(got):
+    for r in range(N):
+        np.testing.assert_array_equal(got[r]["buffers/False/in_forward"], np.full(3, r + 1.0))
+
+
+# ------------------------------------------------------------------ comm hooks
+def test_fp16_compress_hook_averages_in_half_precision(got):
+    params = got[0]["fp16/params"]
+    want = _mean([_grad(_mlp_loss, params, *C.batch(r, 4)) for r in range(N)])
+    for r in range(N):
+        _close(got[r]["fp16/grads"], want, rtol=2e-3, atol=2e-3, what=f"rank {r}")
+
+
+def test_a_second_comm_hook_is_torchs_error(got):
+    assert got[0]["fp16/register_twice"] == (
+        "RuntimeError: register_comm_hook or register_builtin_comm_hook can only be called once."
+    )
+
+
+# ------------------------------------------------------------------ join
+def _join_oracle(params: dict) -> tuple[list[dict], dict]:
+    """Each step's averaged gradients, and the model after the last SGD step."""
+    steps, p = [], dict(params)
+    for s in range(max(C.uneven_steps(q) for q in range(N))):
+        active = [q for q in range(N) if C.uneven_steps(q) > s]
+        local = [_grad(_mlp_loss, p, *C.batch(q, 10 + s)) for q in active]
+        # joined ranks add zeros; the sum is divided by the initial world size
+        grads = {k: sum(g[k] for g in local) / N for k in local[0]}
+        steps.append(grads)
+        p = {k: p[k] - C.LR * grads[k] for k in p}
+    return steps, p
+
+
+def test_join_with_uneven_inputs_averages_over_every_rank(got):
+    want, _ = _join_oracle(got[0]["join/params"])
+    for r in range(N):
+        steps = got[r]["join/grads"]
+        assert len(steps) == C.uneven_steps(r)
+        for s, grads in enumerate(steps):
+            _close(grads, want[s], rtol=1e-4, atol=1e-6, what=f"rank {r} step {s}")
+
+
+def test_join_ends_with_the_last_joiners_model_everywhere(got):
+    _, final = _join_oracle(got[0]["join/params"])
+    for r in range(N):
+        assert got[r]["join/seconds"] < 30  # no hang: every wait has a timeout anyway
+        _close(got[r]["join/final_params"], final, rtol=1e-4, atol=1e-6, what=f"rank {r}")
+
+
+# ------------------------------------------------------------------ distributed autograd
+def test_dist_autograd_context_holds_the_averaged_gradients(got):
+    params = got[0]["dist_autograd/params"]
+    want = _mean([_grad(_mlp_loss, params, *C.batch(r, 20)) for r in range(N)])
+    for r in range(N):
+        assert got[r]["dist_autograd/grad_is_none"]  # into the context, not .grad
+        _close(got[r]["dist_autograd/ctx"], want, what=f"rank {r} context")
+        _close(got[r]["dist_autograd/local"], want, what=f"rank {r} local")
