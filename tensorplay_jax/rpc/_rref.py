@@ -35,7 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from tensorplay_jax.rpc import _codec, _current, _sending, _wire_types
 from tensorplay_jax.rpc._call_hooks import internal_target
-from tensorplay_jax.rpc._errors import RpcTimeoutError
+from tensorplay_jax.rpc._errors import RpcNotInitializedError, RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD, REMOTE
 from tensorplay_jax.rpc._rref_proxy import Proxy, value_type
@@ -104,7 +104,12 @@ class RRef(Generic[T]):
     )
 
     def __init__(self, value: T, type_hint: Any = None) -> None:
-        agent = _agent_for("RRef")
+        agent = _current.current_agent()
+        if agent is None:  # tensorplay's words first, then ours
+            raise RpcNotInitializedError(
+                "Current RPC agent is not set! Did you initialize the RPC framework (e.g. "
+                f"calling `rpc.init_rpc`)? {not_initialized('RRef')}"
+            )
         rec = _OwnerRecord(agent.rrefs.new_id(), Future(), created=True)
         rec.value.set_result(value)
         self._setup(agent, agent.me, rec.id, None, rec, None)

@@ -44,6 +44,12 @@ def test_a_call_before_init_rpc_is_a_clear_error(call):
     expect(RuntimeError, [NOT_INITIALIZED], call, "w0", T.add, args=(1,))
 
 
+def test_an_rref_before_init_rpc_is_torchs_error():
+    # rpc_test.py's test_pg_init_no_rpc_init matches tensorplay's words
+    says = ["Current RPC agent is not set! Did you initialize the RPC framework", NOT_INITIALIZED]
+    expect(RuntimeError, says, rpc.RRef, 1)
+
+
 @pytest.mark.parametrize("name", ["bad name!", "", "a" * 128])
 def test_an_invalid_worker_name_is_refused(master, shut_down, name):
     e = expect(RuntimeError, ["invalid worker name", "Worker name must match"],
