@@ -40,7 +40,7 @@ torch needs to be importable (``--torch-path`` is put first on its
 
 Usage::
 
-    python benchmarks/tutorials.py                        # all five, 3 repetitions
+    python benchmarks/tutorials.py                        # all six, 3 repetitions
     python benchmarks/tutorials.py --reps 5 --only rl,rnn
     python benchmarks/tutorials.py --no-rerun             # skip the ``ours, rerun`` column
     python benchmarks/tutorials.py --torch-path /tmp/torchlib
@@ -48,7 +48,8 @@ Usage::
 The parameter server runs with one trainer (``--world_size 2``): with two, the
 tutorial's trainers race (one's optimizer step writes the parameters in place
 while the other's backward still needs them), which torch reports as an error
-in some runs. The pipeline runs ``--splits 1,4`` (two spawns of three processes).
+in some runs. The pipeline runs ``--splits 1,4`` (two spawns of three processes); the
+DDP + RPC hybrid runs ``--epochs 10`` (two trainers, a parameter server, a master).
 
 Measured tables, with their date, machine and command: ``docs/benchmarks.md``.
 
@@ -67,7 +68,9 @@ backends differ):
   ``DataLoader``, a linear stand-in for ``resnet50``, torchvision's ``Bottleneck``
   and a numpy CartPole (gymnasium's dynamics and API) are written in the files and
   used by both backends; ``.cuda()`` / ``cuda:N`` are the CPU; sizes are small and
-  bounded by flags (``--num_batches``, ``--max-episodes``, ``--splits``).
+  bounded by flags (``--num_batches``, ``--max-episodes``, ``--splits``, ``--epochs``);
+- the DDP + RPC hybrid replays batches drawn once from a seed (upstream draws new
+  ones each epoch) and meets on ``MASTER_PORT`` and ``MASTER_PORT + 2``.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ CASES: dict[str, tuple[str, list[str], int]] = {
     "rl": ("rpc_rl.py", ["--world-size", "3", "--max-episodes", "30"], 0),
     "rnn": ("rpc_rnn.py", [], 0),
     "pipeline": ("rpc_pipeline.py", ["--splits", "1,4"], 0),
+    "ddp_hybrid": ("rpc_ddp_hybrid.py", ["--epochs", "10"], 0),
 }
 TIMEOUT_S = 900.0
 _COMPILE_LOG = re.compile(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed as dist
 from tensorplay_jax.distributed import autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.distributed.algorithms.ddp_comm_hooks import default_hooks
+from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
 from tests._worker import error_text, hand_back, npa, rank_and_world_size
 from tests.distributed import _ddp_cases as C
 

@@ -140,3 +140,20 @@ def test_pipeline_parallel_resnet_through_rrefs():
     # distributed autograd and the optimizer; any failure on a worker fails the run.
     assert all(f"Processing batch {i}" in out for i in range(3)), out
     assert "number of splits = 2, execution time" in out, out
+
+
+def _check_ddp_hybrid(out: str, epochs: int) -> None:
+    for t in ("trainer0", "trainer1"):
+        assert f"{t} dense checksum" in out, out
+    # the DDP replicas of the dense layer stayed equal on both trainers
+    sums = set(re.findall(r"trainer\d dense checksum ([-0-9.]+)", out))
+    assert len(sums) == 1, out
+    losses = [float(v) for v in re.findall(r"Training done for epoch \d+ loss ([0-9.]+)", out)]
+    assert len(losses) == 2 * epochs, out
+    # each trainer replays its own batches: its loss falls from the first epoch to the last
+    first, last = losses[:2], losses[-2:]
+    assert max(last) < min(first), out
+
+
+def test_ddp_with_a_remote_embedding_through_one_distributed_backward():
+    _check_ddp_hybrid(_run_spawned("rpc_ddp_hybrid.py", "--epochs", "3"), 3)
