@@ -29,6 +29,7 @@ from tensorplay_jax.distributed.autograd._gradients import ContextGradients
 from tensorplay_jax.distributed.parallel import _comm
 from tensorplay_jax.distributed.parallel._bucket import Bucket, GradBucket, assign_buckets
 from tensorplay_jax.futures import Future
+from tensorplay_jax.runtime import trace
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["CommHook", "Reducer", "reached_leaves"]
@@ -202,7 +203,17 @@ class Reducer:
         self._futures.append(_comm.submit(functools.partial(self.run_hook, bucket)))
 
     def run_hook(self, bucket: GradBucket) -> Any:
-        """The communication hook on ``bucket`` (on the communication thread): its result."""
+        """The communication hook on ``bucket`` (on the communication thread): its result;
+        while profiling, in a span ``ddp.bucket`` (its index and bytes)."""
+        if not trace.RECORDING:
+            return self._reduce(bucket)
+        span = trace.begin("ddp.bucket", "ddp")
+        try:
+            return self._reduce(bucket)
+        finally:
+            span.end(index=bucket.index(), bytes=int(bucket.buffer().value.nbytes))
+
+    def _reduce(self, bucket: GradBucket) -> Any:
         if self.comm_hook is None:
             reduced = dist.all_reduce(bucket.buffer().value / self.div, group=self.group)
         else:
@@ -227,7 +238,12 @@ class Reducer:
             if self.find_unused and done:
                 local = self._used
                 used = _comm.submit(lambda: dist.all_reduce(local, group=self.group))
-        results = [self._wait(f, k) for k, f in enumerate(futures)]
+        span = trace.begin("ddp.wait", "ddp") if trace.RECORDING else None
+        try:
+            results = [self._wait(f, k) for k, f in enumerate(futures)]
+        finally:
+            if span is not None:
+                span.end(buckets=len(futures))
         if not done:
             return  # torch's error is raised at the next synced forward
         globally_used = None if used is None else np.asarray(self._wait(used, -1)) > 0
