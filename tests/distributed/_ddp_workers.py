@@ -18,6 +18,7 @@ import tensorplay_jax.distributed as dist
 from tensorplay_jax.distributed import autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.distributed.algorithms.ddp_comm_hooks import default_hooks
+from tensorplay_jax.distributed.nn import RemoteModule
 from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
 from tests._worker import error_text, hand_back, npa, rank_and_world_size
 from tests.distributed import _ddp_cases as C
@@ -204,6 +205,55 @@ def _dist_autograd(got: dict) -> None:
     got["dist_autograd/local"] = _grads(model)
 
 
+def _remote_weight(rref) -> np.ndarray:
+    return npa(rref.local_value().weight)
+
+
+def _remote_grad(rref, cid: int) -> np.ndarray:
+    return npa(dist_autograd.get_gradients(cid)[rref.local_value().weight])
+
+
+def _local_vs_remote(got: dict) -> None:
+    """torch's test_ddp_dist_autograd_local_vs_remote: a RemoteModule on w0 feeds a DDP
+    layer; the context's gradients equal a local backward through a local copy."""
+    rank = dist.get_rank()
+    remote1 = RemoteModule("w0/cpu", tp.nn.Linear, args=(10, 5, False))
+    layer1 = tp.nn.Linear(10, 5, bias=False)
+    w1 = rpc.rpc_sync("w0", _remote_weight, args=(remote1.module_rref,))
+    tp.tensors.overwrite(layer1.weight, tp.tensor(w1).value)
+    tp.manual_seed(rank)
+    layer2 = tp.nn.Linear(5, 1)
+    ddp = DDP(layer2, timeout=TIMEOUT)
+    x = tp.tensor(np.random.RandomState(30 + rank).rand(10, 10).astype(np.float32))
+    ddp(layer1(x)).sum().backward()
+    got["remote/local"] = (npa(layer2.weight.grad), npa(layer1.weight.grad))
+    with dist_autograd.context() as cid:
+        dist_autograd.backward(cid, [ddp(remote1(x)).sum()])
+        grads = dist_autograd.get_gradients(cid)
+        dist.barrier()
+        remote = rpc.rpc_sync("w0", _remote_grad, args=(remote1.module_rref, cid))
+        got["remote/ctx"] = (npa(grads[layer2.weight]), remote)
+    got["remote/w1"] = w1
+    got["remote/layer2"] = _params(layer2)
+
+
+def _sparse(got: dict) -> None:
+    """torch's test_ddp_dist_autograd_sparse_grads: an EmbeddingBag(sparse=True) under DDP."""
+    rank = dist.get_rank()
+    model = tp.nn.EmbeddingBag(10, 3, sparse=True)
+    ddp = DDP(model, timeout=TIMEOUT)
+    idx = tp.tensor(np.random.RandomState(40 + rank).randint(0, 10, 10))
+    offsets = tp.tensor(np.array([0, 4]))
+    ddp(idx, offsets).sum().backward()
+    got["sparse/local"] = npa(model.weight.grad.to_dense() if model.weight.grad.is_sparse
+                              else model.weight.grad)  # fmt: skip
+    with dist_autograd.context() as cid:
+        dist_autograd.backward(cid, [ddp(idx, offsets).sum()])
+        grads = dist_autograd.get_gradients(cid)
+        got["sparse/ctx_keys"] = len(grads)
+        got["sparse/ctx"] = npa(grads[model.weight])
+
+
 def scenarios() -> None:
     rank, n = rank_and_world_size()
     dist.init_process_group("gloo", timeout=TIMEOUT, engine="shm")
@@ -224,6 +274,8 @@ def scenarios() -> None:
     _join(got)
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=n)
     _dist_autograd(got)
+    _local_vs_remote(got)
+    _sparse(got)
     rpc.shutdown()
     dist.destroy_process_group()
     hand_back(got)

@@ -211,3 +211,37 @@ def test_dist_autograd_context_holds_the_averaged_gradients(got):
         assert got[r]["dist_autograd/grad_is_none"]  # into the context, not .grad
         _close(got[r]["dist_autograd/ctx"], want, what=f"rank {r} context")
         _close(got[r]["dist_autograd/local"], want, what=f"rank {r} local")
+
+
+def test_a_remote_module_feeding_ddp_gets_local_gradients_and_ddp_averaged_ones(got):
+    # torch's test_ddp_dist_autograd_local_vs_remote, with jax.grad as the oracle; each
+    # rank made its own remote module on w0 (its own weights), and a local copy of it
+    layer2 = got[0]["remote/layer2"]
+
+    def loss(p, x):
+        return jnp.sum((x @ p["w1"].T) @ p["weight"].T + p["bias"])
+
+    xs = [np.random.RandomState(30 + r).rand(10, 10).astype(np.float32) for r in range(N)]
+    per_rank = [_grad(loss, {"w1": got[r]["remote/w1"], **layer2}, x) for r, x in enumerate(xs)]
+    want_w2 = _mean(per_rank)["weight"]  # DDP averages the dense layer
+    for r in range(N):
+        for w2, g1 in (got[r]["remote/local"], got[r]["remote/ctx"]):
+            np.testing.assert_allclose(w2, want_w2, rtol=RTOL, atol=ATOL, err_msg=f"rank {r}")
+            # the remote layer is not under DDP: its gradient is this rank's own
+            np.testing.assert_allclose(g1, per_rank[r]["w1"], rtol=RTOL, atol=ATOL)
+
+
+def test_sparse_embedding_gradients_are_averaged_under_dist_autograd(got):
+    # torch's test_ddp_dist_autograd_sparse_grads: one gradient in the context, the same
+    # as a local backward; here also equal to the average over the ranks of each row's
+    # weight in the bags (mode "mean": bag [0, 4) counts 1/4 a row, bag [4, 10) 1/6)
+    counts = []
+    for r in range(N):
+        idx = np.random.RandomState(40 + r).randint(0, 10, 10)
+        w = np.bincount(idx[:4], minlength=10) / 4 + np.bincount(idx[4:], minlength=10) / 6
+        counts.append(w)
+    want = np.repeat((sum(counts) / N)[:, None], 3, axis=1)
+    for r in range(N):
+        assert got[r]["sparse/ctx_keys"] == 1
+        np.testing.assert_allclose(got[r]["sparse/ctx"], want, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(got[r]["sparse/local"], want, rtol=RTOL, atol=ATOL)
