@@ -1,6 +1,8 @@
 """tensorplay_jax: the tensorplay.distributed family on JAX, RPC over pluggable transports."""
 
+import importlib as _importlib
 import sys as _sys
+import types as _types
 
 import jax.numpy as _jnp
 
@@ -26,10 +28,6 @@ from tensorplay_jax.autograd import set_grad_enabled as set_grad_enabled
 # whatever that worker imported itself (a callee that only imported rpc still decodes
 # Tensors and records autograd).
 from tensorplay_jax.distributed import autograd as _distributed_autograd  # noqa: F401
-
-# ``tensorplay_jax.nn.parallel`` (torch.nn.parallel): DDP stands on process groups, a
-# layer above nn/, so it lives in distributed/parallel and is served under nn here.
-from tensorplay_jax.distributed import parallel as _parallel
 from tensorplay_jax.runtime import accelerator as accelerator
 from tensorplay_jax.runtime import compile_cache as _compile_cache
 from tensorplay_jax.runtime import cuda as cuda
@@ -40,8 +38,25 @@ from tensorplay_jax.tensors import *  # noqa: F403  (the tensor library's __all_
 # torch.linalg: the module lives in the tensor library (tensors/linalg.py).
 _sys.modules[__name__ + ".linalg"] = tensors.linalg
 _sys.modules[__name__ + ".sparse"] = tensors.sparse
-_sys.modules[__name__ + ".nn.parallel"] = _parallel
-nn.parallel = _parallel
+
+
+class _Deferred(_types.ModuleType):
+    """A module name served by another module, imported on first attribute access."""
+
+    def __init__(self, name: str, target: str) -> None:
+        super().__init__(name, f"{target}, under the name {name}")
+        self._target = target
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(_importlib.import_module(self._target), attr)
+
+
+# ``tensorplay_jax.nn.parallel`` (torch.nn.parallel): DDP stands on process groups, a
+# layer above nn/, so it lives in distributed/parallel and is served under nn here
+# (loaded when first used: a worker that never builds a DDP module does not import it).
+nn.parallel = _sys.modules[__name__ + ".nn.parallel"] = _Deferred(
+    __name__ + ".nn.parallel", "tensorplay_jax.distributed.parallel"
+)
 
 # dtypes, as tensorplay spells them (JAX/NumPy dtype objects)
 float16 = _jnp.float16
