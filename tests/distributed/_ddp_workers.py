@@ -168,6 +168,11 @@ def _fp16(got: dict) -> None:
     _loss(ddp, *C.batch(rank, 4)).backward()
     got["fp16/grads"] = _grads(model)
     got["fp16/register_twice"] = error_text(ddp.register_comm_hook, None, hook)
+    got["api/state_dict"] = list(ddp.state_dict())
+    got["api/module_is_the_model"] = ddp.module is model
+    fresh = DDP(_mlp(), timeout=TIMEOUT)
+    got["api/hook_not_callable"] = error_text(fresh.register_comm_hook, None, "allreduce")
+    got["api/two_devices"] = error_text(DDP, _mlp(), device_ids=[0, 1])
 
 
 def _join(got: dict) -> None:

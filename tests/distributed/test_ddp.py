@@ -173,6 +173,39 @@ def test_a_second_comm_hook_is_torchs_error(got):
     )
 
 
+# ------------------------------------------------------------------ the module
+def test_the_wrapped_module_and_state_dict_keys_as_torch_has_them(got):
+    assert got[0]["api/module_is_the_model"]
+    assert got[0]["api/state_dict"] == [
+        "module.0.weight",
+        "module.0.bias",
+        "module.2.weight",
+        "module.2.bias",
+    ]
+
+
+def test_bad_arguments_are_clear_errors(got):
+    assert got[0]["api/hook_not_callable"] == "TypeError: Communication hook must be callable."
+    assert got[0]["api/two_devices"].startswith("ValueError: DistributedDataParallel: device_ids")
+
+
+def test_a_module_without_trainable_parameters_is_torchs_error():
+    import tensorplay_jax as tp
+    from tensorplay_jax.nn.parallel import DistributedDataParallel
+
+    frozen = tp.nn.Linear(2, 2).requires_grad_(False)
+    with pytest.raises(RuntimeError, match="DistributedDataParallel is not needed when a module"):
+        DistributedDataParallel(frozen)
+
+
+def test_without_a_process_group_it_says_to_start_one():
+    import tensorplay_jax as tp
+    from tensorplay_jax.nn.parallel import DistributedDataParallel
+
+    with pytest.raises(RuntimeError, match=r"call tensorplay_jax\.distributed\.init_process_group"):
+        DistributedDataParallel(tp.nn.Linear(2, 2))
+
+
 # ------------------------------------------------------------------ join
 def _join_oracle(params: dict) -> tuple[list[dict], dict]:
     """Each step's averaged gradients, and the model after the last SGD step."""
