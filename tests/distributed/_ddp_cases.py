@@ -11,7 +11,7 @@ import numpy as np
 
 D_IN, D_HID, D_OUT, BATCH = 5, 16, 3, 4
 LR = 0.1  # the join test's SGD step
-BIG, BIG_BATCH = 1024, 256  # the overlap model: layers of BIG x BIG (4 MiB in float32)
+BIG, BIG_BATCH = 1024, 128  # the overlap model: layers of BIG x BIG (4 MiB in float32)
 
 
 def batch(rank: int, step: int = 0) -> tuple[np.ndarray, np.ndarray]:
