@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,6 +60,17 @@ def reached_leaves(outputs: Sequence[Tensor]) -> set[int]:
                 seen.add(edge.node)
                 stack.append(edge.node)
     return leaves
+
+
+def _hook(reducer: weakref.ref[Reducer], i: int, param: Tensor) -> None:
+    live = reducer()
+    if live is not None:
+        live._on_grad(i, param)
+
+
+def _remove_all(handles: list[Any]) -> None:
+    for h in handles:
+        h.remove()
 
 
 class _IntoGrad:
@@ -111,10 +123,12 @@ class Reducer:
         self.started = False  # that pass's first hook has run
         self.unfinished: list[int] | None = None  # params a finished pass never made ready
         self._unused: list[int] = []
+        me = weakref.ref(self)  # the parameters' hooks do not keep this reducer alive
         self._handles = [
-            p.register_post_accumulate_grad_hook(functools.partial(self._on_grad, i))
+            p.register_post_accumulate_grad_hook(functools.partial(_hook, me, i))
             for i, p in enumerate(params)
         ]
+        weakref.finalize(self, _remove_all, list(self._handles))
 
     # ------------------------------------------------------------------ per iteration
     def prepare(self, outputs: Sequence[Tensor]) -> None:
@@ -280,6 +294,5 @@ class Reducer:
             self._wait(f, k)
 
     def remove_hooks(self) -> None:
-        """Unregister every parameter hook (the DDP module is no longer used)."""
-        for h in self._handles:
-            h.remove()
+        """Unregister every parameter hook (done anyway once this reducer is collected)."""
+        _remove_all(self._handles)
