@@ -193,6 +193,13 @@ def _join(got: dict) -> None:
     got["join/grads"] = per_step
     got["join/final_params"] = _params(model)
 
+    def early() -> None:  # rank 0 has one batch, the others two
+        with ddp.join(throw_on_early_termination=True):
+            for step in range(1 if rank == 0 else 2):
+                _loss(ddp, *C.batch(rank, 10 + step)).backward()
+
+    got["join/throw"] = error_text(early)
+
 
 def _dist_autograd(got: dict) -> None:
     """DDP's gradients under ``dist_autograd.backward`` equal those of a local backward."""

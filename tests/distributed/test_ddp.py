@@ -236,6 +236,14 @@ def test_join_ends_with_the_last_joiners_model_everywhere(got):
         _close(got[r]["join/final_params"], final, rtol=1e-4, atol=1e-6, what=f"rank {r}")
 
 
+def test_join_throw_on_early_termination_raises_on_every_rank(got):
+    for r in range(N):
+        assert got[r]["join/throw"] == (
+            "RuntimeError: Detected at least one rank that exhausted inputs. "
+            "Throwing across all ranks."
+        ), r
+
+
 # ------------------------------------------------------------------ distributed autograd
 def test_dist_autograd_context_holds_the_averaged_gradients(got):
     params = got[0]["dist_autograd/params"]
