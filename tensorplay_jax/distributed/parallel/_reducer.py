@@ -196,9 +196,9 @@ class Reducer:
         if self._ready[i]:
             raise RuntimeError(
                 f"Expected to mark a variable ready only once: parameter {self.names[i]!r} "
-                "(index {i}) got its gradient twice in one backward pass. Use of a module "
-                "parameter outside the `forward` function, reentrant backward passes, or "
-                "several forwards before one backward cause this."
+                f"(index {i}) got its gradient twice in one backward pass. Using a module "
+                "parameter outside the `forward` function, or a backward pass started "
+                "from inside another, causes this."
             )
         self._ready[i] = True
         self.bucket_of[i].pending -= 1
