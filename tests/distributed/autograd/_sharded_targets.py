@@ -61,3 +61,20 @@ def parameter_state() -> tuple[np.ndarray, list[str]]:
     """The held parameter's values and its mesh's devices."""
     p = _held["p"]
     return np.asarray(p.value), devices_of(p)
+
+
+def sharded_linear() -> tp.nn.Module:
+    """``tp.nn.Linear(8, 4)`` (seeded) with its weight split by columns and its bias by
+    rows over this worker's ``cpu:4..7`` (axis ``"x"``)."""
+    tp.manual_seed(0)
+    module = tp.nn.Linear(8, 4)
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[4:8]), ("x",))
+    P = jax.sharding.PartitionSpec
+    with tp.no_grad():
+        module.weight.data = jax.device_put(
+            module.weight.value, jax.sharding.NamedSharding(mesh, P(None, "x"))
+        )
+        module.bias.data = jax.device_put(
+            module.bias.value, jax.sharding.NamedSharding(mesh, P("x"))
+        )
+    return module

@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 import tensorplay_jax as tp
 import tensorplay_jax.distributed.autograd as dist_autograd
 from tensorplay_jax.distributed import rpc
+from tensorplay_jax.distributed.nn import RemoteModule
 from tensorplay_jax.distributed.optim import DistributedOptimizer
 from tests.distributed.autograd import _sharded_targets as T
 from tests.rpc._jobs import rpc_job
@@ -127,3 +128,27 @@ def test_differentiable_rpc_under_jit_takes_sharded_arguments(job):
     step = jax.jit(jax.grad(lambda v: dist_autograd.differentiable_rpc("w1", T.jax_stage, (v,))))
     g = step(x)
     np.testing.assert_allclose(np.asarray(g), jax.grad(f)(VALUES), **TOL)
+
+
+def test_a_remote_module_with_sharded_parameters_trains_where_they_are(job):
+    module = RemoteModule("w1/cpu", T.sharded_linear)  # built, and sharded, by the owner
+    w_rref, b_rref = module.remote_parameters()
+    w, b = np.asarray(w_rref.to_here().value), np.asarray(b_rref.to_here().value)
+    spec = [w_rref.to_here().value.sharding.spec, b_rref.to_here().value.sharding.spec]
+    assert spec == [P(None, "x"), P("x")]  # came back sharded (over cpu:1..4: the inverse map)
+    x = VALUES.reshape(1, 8)
+    opt = DistributedOptimizer(optax.sgd(0.5), [w_rref, b_rref])
+    with dist_autograd.context() as cid:
+        y = module(x)
+        dist_autograd.backward(cid, [(y * y).sum()])
+        opt.step(cid)
+
+    def loss(w, b):
+        return jnp.sum((x @ w.T + b) ** 2)
+
+    gw, gb = jax.grad(loss, argnums=(0, 1))(w, b)
+    np.testing.assert_allclose(np.asarray(y.detach().value), x @ w.T + b, rtol=1e-5, atol=1e-5)
+    w2, b2 = w_rref.to_here().value, b_rref.to_here().value
+    assert [w2.sharding.spec, b2.sharding.spec] == spec  # stepped on the owner, still sharded
+    np.testing.assert_allclose(np.asarray(w2), w - 0.5 * gw, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(b2), b - 0.5 * gb, rtol=1e-5, atol=1e-5)
