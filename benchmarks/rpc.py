@@ -20,6 +20,15 @@ Usage::
     python benchmarks/rpc.py --transport tcp    # ours over the cross-host TCP link
     python benchmarks/rpc.py --transport grpc   # ours over gRPC even on one host
     python benchmarks/rpc.py --profile  # the profiler's cost: ours, recording off vs on
+    python benchmarks/rpc.py --sharded  # sharded echo vs unsharded vs gather-and-send
+
+``--sharded`` measures ours only: an echo of a 64 MiB float32 array sharded 4
+ways (``NamedSharding`` over ``cpu:1..4`` of 8 virtual CPU devices, mapped to
+the peer's ``cpu:4..7`` by the device maps: it travels shard by shard and
+comes back sharded), beside the same bytes as one array on one device, and
+beside gathering it to the host (``np.asarray``), sending that, and sharding
+the reply again (``jax.device_put``), in the same two workers, in
+alternating rounds; it prints the best round of each and the ratios.
 
 ``--profile`` measures ours only, with recording off and on in the same two
 workers, in alternating rounds (off/on, then on/off, ...): each "on" round runs
@@ -194,6 +203,83 @@ def worker(
         rpc.shutdown()
 
 
+SHARD_MAP = {f"cpu:{k}": f"cpu:{k + 3}" for k in range(1, 5)}  # w0's cpu:1..4 -> w1's 4..7
+
+
+def sharded_worker(rank: int, port: int, mib: int, repeats: int, out: str) -> None:
+    """One worker of ``--sharded``; rank 0 measures and writes the results to ``out``."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from tensorplay_jax.distributed import rpc
+
+    maps = SHARD_MAP if rank == 0 else {v: k for k, v in SHARD_MAP.items()}
+    opts = rpc.TensorPipeRpcBackendOptions(device_maps={f"w{1 - rank}": maps})
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    if rank == 0:
+        cpus = jax.devices("cpu")
+        sharding = NamedSharding(Mesh(np.array(cpus[1:5]), ("x",)), PartitionSpec("x"))
+        n = mib * (1 << 20) // 4
+        sharded = jax.device_put(np.ones(n, np.float32), sharding)
+        single = jax.device_put(np.ones(n, np.float32), cpus[1])
+
+        def gather_and_send() -> None:
+            back = rpc.rpc_sync("w1", echo, (np.asarray(sharded),))
+            jax.device_put(back, sharding).block_until_ready()
+
+        cases = {
+            "sharded": lambda: rpc.rpc_sync("w1", echo, (sharded,)).block_until_ready(),
+            "unsharded": lambda: rpc.rpc_sync("w1", echo, (single,)).block_until_ready(),
+            "gather_and_send": gather_and_send,
+        }
+        best = dict.fromkeys(cases, float("inf"))
+        for case in cases.values():  # warm up: compile, map segments
+            case()
+        for r in range(repeats):
+            order = list(cases) if r % 2 == 0 else list(reversed(cases))
+            for name in order:
+                t0 = time.perf_counter()
+                cases[name]()
+                best[name] = min(best[name], time.perf_counter() - t0)
+        mb = 2 * mib * (1 << 20) / 1e6  # payload both ways
+        Path(out).write_text(json.dumps({k: mb / v for k, v in best.items()}))
+    rpc.shutdown()
+
+
+def run_sharded(mib: int, repeats: int, transport: str = "auto") -> dict:
+    """``--sharded``: two workers with 8 virtual CPU devices each; the MB/s of each case."""
+    port = _port()
+    out = f"/tmp/tpj-bench-sharded-{os.getpid()}.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+    if transport in ("tcp", "grpc"):
+        env["TENSORPLAY_JAX_RPC_LOCAL"] = "0"
+        env["TENSORPLAY_JAX_RPC_TCP"] = "1" if transport == "tcp" else "0"
+    boot = (
+        "import sys; from benchmarks.rpc import sharded_worker; "
+        "sharded_worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), "
+        "int(sys.argv[4]), sys.argv[5])"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", boot, str(r), str(port), str(mib), str(repeats), out],
+            env=env,
+            cwd=ROOT,
+        )
+        for r in (0, 1)
+    ]
+    for p in procs:
+        if p.wait(timeout=900) != 0:
+            raise SystemExit("sharded benchmark worker failed")
+    res = json.loads(Path(out).read_text())
+    os.unlink(out)
+    return res
+
+
 def run(
     impl: str, sizes: list[int], repeats: int, transport: str = "auto", profile: bool = False
 ) -> dict:
@@ -232,7 +318,24 @@ def main() -> None:
     ap.add_argument(
         "--profile", action="store_true", help="ours with recording off vs on (profiler.trace)"
     )
+    ap.add_argument(
+        "--sharded",
+        action="store_true",
+        help="ours: a sharded echo vs the same bytes unsharded vs gather-to-host-and-send",
+    )
+    ap.add_argument("--sharded-mib", type=int, default=64)
     a = ap.parse_args()
+    if a.sharded:
+        res = run_sharded(a.sharded_mib, a.repeats, a.transport)
+        print(f"echo of {a.sharded_mib} MiB float32, best of {a.repeats} (MB/s, both ways)")
+        for k, v in res.items():
+            print(f"{k:<18}{v:>12,.0f}")
+        print(
+            f"sharded / unsharded {res['sharded'] / res['unsharded']:.2f}x (target >= 1.00x), "
+            f"sharded / gather_and_send {res['sharded'] / res['gather_and_send']:.2f}x "
+            "(target > 1.00x)"
+        )
+        return
     if a.profile:
         res = run("ours", a.sizes, a.repeats, a.transport, True)
         print(

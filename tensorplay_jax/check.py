@@ -12,7 +12,14 @@ an independent answer:
    round trips of a device array and of a host array of the same size;
 3. ``dist autograd``: a gradient through that RPC against ``jax.grad``, on
    the device its forward value came from;
-4. ``process group``: ``all_reduce`` across two new processes on the
+4. ``sharded``: an array sharded 2 ways over this process's ``cpu:2``, ``cpu:3``
+   through that RPC: it arrives sharded over the worker's mapped ``cpu:3``,
+   ``cpu:1`` (the same ``PartitionSpec``), comes back sharded as it went, and
+   its distributed-autograd gradient comes back sharded as it went, equal to
+   ``jax.grad``'s. It runs on the host's virtual CPU devices everywhere (the
+   started worker has one accelerator), so on a GPU or TPU host it does not
+   exercise the accelerators' sharded path;
+5. ``process group``: ``all_reduce`` across two new processes on the
    accelerator engine (NCCL across two GPUs where there are two; gloo on a
    CPU or TPU host, whose chips one process holds); they start first and run
    while the other steps do.
@@ -165,6 +172,18 @@ def _identity(x: Any) -> Any:
     return x
 
 
+def _mesh_devices(x: Any) -> list[str]:
+    from tensorplay_jax.runtime.device import device_name
+
+    value = x._value if hasattr(x, "requires_grad") else x
+    return [device_name(d) for d in value.sharding.mesh.devices.flat]
+
+
+# Step 4's mesh (this process's cpu:2, cpu:3) and where the map sends it (check1's cpu:3,
+# cpu:1): CPU devices that step 2's map leaves free on every kind of host.
+_SHARD_MAP = {"cpu:2": "cpu:3", "cpu:3": "cpu:1"}
+
+
 class _Pair:
     """This process (``check0``) and one started worker (``check1``), with a device map."""
 
@@ -179,11 +198,20 @@ class _Pair:
         self.mine = "cpu:1" if kind == "cpu" else f"{kind}:0"
         self.theirs = "cpu:2" if kind in ("cpu", "tpu") else "cuda:0"
         self.workers: Any = None
+        # Step 4's map, where this process has the CPU devices it names (JAX_PLATFORMS may
+        # leave the CPU platform out; the worker inherits this environment).
+        try:
+            import jax
+
+            enough = len(jax.devices("cpu")) > max(int(d[4:]) for d in _SHARD_MAP.values())
+        except RuntimeError:
+            enough = False
+        self.shard_map = dict(_SHARD_MAP) if enough else {}
 
     def __enter__(self) -> _Pair:
         from tensorplay_jax.testing import Workers
 
-        opts = {"check0": {"device_maps": {"check1": {self.mine: self.theirs}}}}
+        opts = {"check0": {"device_maps": {"check1": {self.mine: self.theirs, **self.shard_map}}}}
         self.workers = Workers(
             2, names=["check0", "check1"], timeout=60, env=self.env, rpc_options=opts
         )
@@ -249,7 +277,48 @@ def check_dist_autograd(pair: _Pair) -> str:
     return f"gradient equals jax.grad's, on {pair.mine}"
 
 
-# ---------------------------------------------------------------- 4. process group
+# ---------------------------------------------------------------- 4. sharded arrays
+def check_sharded(pair: _Pair) -> str:
+    """A 2-way sharded array over RPC keeps its sharding both ways; so does its gradient."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    import tensorplay_jax as tp
+    from tensorplay_jax import rpc
+    from tensorplay_jax.distributed import autograd as dist_autograd
+
+    if not pair.shard_map:
+        return f"skipped: it needs CPU devices {', '.join(_SHARD_MAP)} here (JAX_PLATFORMS?)"
+    cpus = jax.devices("cpu")
+    mine = list(_SHARD_MAP)
+    sharding = NamedSharding(
+        Mesh(np.array([cpus[int(d[4:])] for d in mine]), ("x",)), PartitionSpec("x")
+    )
+    host = np.linspace(-1.0, 1.0, _RPC_BYTES // 4, dtype=np.float32)
+    x = jax.device_put(host, sharding)
+    there = rpc.rpc_sync("check1", _mesh_devices, args=(x,))
+    if there != list(_SHARD_MAP.values()):
+        raise AssertionError(f"the array arrived sharded over {there}, not {_SHARD_MAP}")
+    back = rpc.rpc_sync("check1", _identity, args=(x,))
+    if back.sharding != sharding or not np.array_equal(np.asarray(back), host):
+        raise AssertionError(f"the reply came back as {back.sharding}, not {sharding}")
+    t = tp.tensor(x, requires_grad=True)
+    with dist_autograd.context() as cid:
+        dist_autograd.backward(cid, [rpc.rpc_sync("check1", _square_sum, args=(t,))])
+        g = dist_autograd.get_gradients(cid)[t].value
+    if g.sharding != sharding:
+        raise AssertionError(f"the gradient came back as {g.sharding}, not {sharding}")
+    want = jax.grad(lambda v: (v * v).sum())(host)
+    if not np.allclose(np.asarray(g), np.asarray(want), rtol=1e-6):
+        raise AssertionError("the gradient differs from jax.grad's")
+    return (
+        f"{_RPC_BYTES >> 20} MiB sharded over {', '.join(mine)} -> check1's {', '.join(there)} "
+        "and back, sharded; its gradient sharded as it went, equal to jax.grad's"
+    )
+
+
+# ---------------------------------------------------------------- 5. process group
 def _pg_worker(rank: int, backend: str) -> tuple[list[float], str, float]:
     import jax
     import jax.numpy as jnp
@@ -293,7 +362,7 @@ def check_process_group(started: tuple[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- the table
-STEPS = ("collectives", "rpc", "dist_autograd", "process_group")
+STEPS = ("collectives", "rpc", "dist_autograd", "sharded", "process_group")
 
 
 def run_checks(only: Sequence[str] = STEPS) -> list[tuple[str, bool, str, float]]:
@@ -312,11 +381,12 @@ def run_checks(only: Sequence[str] = STEPS) -> list[tuple[str, bool, str, float]
 
     started = _start_process_group() if "process_group" in only else None
     step("collectives", check_collectives)
-    if "rpc" in only or "dist_autograd" in only:
+    if "rpc" in only or "dist_autograd" in only or "sharded" in only:
         try:
             with _Pair() as pair:
                 step("rpc", check_rpc, pair)
                 step("dist_autograd", check_dist_autograd, pair)
+                step("sharded", check_sharded, pair)
         except Exception as e:
             rows.append(("rpc", False, f"could not start the second process: {e}", 0.0))
     step("process_group", check_process_group, started)

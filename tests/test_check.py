@@ -30,7 +30,7 @@ def report() -> subprocess.CompletedProcess[str]:
 def test_the_check_passes_every_step_on_cpu(report):
     assert report.returncode == 0, report.stdout + report.stderr
     rows = [line.split()[:2] for line in report.stdout.splitlines() if " ok " in f"{line} "]
-    steps = {"collectives", "rpc", "dist_autograd", "process_group"}
+    steps = {"collectives", "rpc", "dist_autograd", "sharded", "process_group"}
     assert steps <= {r[0] for r in rows if r[1] == "ok"}, report.stdout
 
 

@@ -9,6 +9,9 @@ array's memory, so encoding copies no array data (a non-contiguous view is
 made contiguous once). Decoding rebuilds arrays on top of the received buffers.
 Given a ``place`` (the agent's device maps, ``_device_maps``), a JAX array's
 record also names the receiver's device it goes to, and decoding puts it there.
+A JAX array sharded over several devices goes shard by shard, each distinct
+shard its own buffer, and arrives with the same sharding over the receiver's
+mapped devices (``_sharded``).
 
 Built in: None, bool, int (any size), float, complex, str, bytes (bytearray and
 memoryview arrive as bytes), list, tuple, dict, set, frozenset, namedtuples,
@@ -36,7 +39,7 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
-from tensorplay_jax.rpc import _objref, _wire_types
+from tensorplay_jax.rpc import _objref, _sharded, _wire_types
 from tensorplay_jax.rpc._exceptions import exception_record, rebuild_exception
 from tensorplay_jax.rpc._wire_types import DecodeError, current_peer, register_type
 from tensorplay_jax.runtime.device import resolve_device, to_device
@@ -67,6 +70,7 @@ _EXT_OBJREF = 9  # a class or function (by reference or by value)
 _EXT_REGISTERED = 10
 _EXT_PICKLE = 11
 _EXT_REGISTERED_ARRAY = 12  # [name, array kind, dtype, shape, buffer index, extra]
+_EXT_SHARDED = 13  # a multi-device jax.Array, one buffer per distinct shard (``_sharded``)
 
 # Array kinds inside an _EXT_ARRAY record.
 _NUMPY, _JAX, _NUMPY_SCALAR = 0, 1, 2
@@ -147,6 +151,8 @@ def _registered_array_record(
     if type(arr) is np.ndarray:
         kind, host = _NUMPY, arr
     elif isinstance(arr, jax.Array) and not isinstance(arr, jax.core.Tracer):
+        if _sharded.is_sharded(arr):
+            return None  # the generic record: its array goes as an _EXT_SHARDED record
         dest = default.place(arr) if default.place is not None else None
         kind, host = _JAX, np.asarray(arr)
     else:
@@ -264,6 +270,9 @@ def _default(o: Any, buffers: list[memoryview], default: _Hook) -> Any:
                 "jax.jit/jax.grad, or use the differentiable RPC of "
                 "tensorplay_jax.distributed.autograd"
             )
+        if _sharded.is_sharded(o):
+            rec = _sharded.sharded_record(o, default.place, buffers, _host_buffer)
+            return _ext_type(_EXT_SHARDED, msgpack.packb(rec))
         dest = default.place(o) if default.place is not None else None
         return _array_record(np.asarray(o), _JAX, buffers, dest)
     if isinstance(o, np.generic):
@@ -310,14 +319,19 @@ def _host_array(dtype_name: str, shape: list[int], buf: Any) -> np.ndarray:
 _devices: dict[str, Any] = {}
 
 
+def _device(name: str) -> Any:
+    """This process's device ``name`` (cached)."""
+    dev = _devices.get(name)
+    if dev is None:
+        dev = _remember(_devices, name, resolve_device(name, "rpc"))
+    return dev
+
+
 def _placed(arr: np.ndarray, dest: list[Any]) -> Any:
     """``arr`` on the device the sender named (``dest[0]``), or JAX's default device."""
     if not dest:
         return to_device(arr)
-    dev = _devices.get(dest[0])
-    if dev is None:
-        dev = _remember(_devices, dest[0], resolve_device(dest[0], "rpc"))
-    return to_device(arr, dev)
+    return to_device(arr, _device(dest[0]))
 
 
 def _array_from(rec: list[Any], buffers: list[Any]) -> Any:
@@ -380,6 +394,8 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
         name, _, dtype_name, shape, index, extra, *dest = msgpack.unpackb(data)
         arr = _host_array(dtype_name, shape, buffers[index])
         return _wire_types.registered(name).decode((_placed(arr, dest) if dest else arr, extra))
+    if code == _EXT_SHARDED:
+        return _sharded.rebuild(msgpack.unpackb(data), buffers, _host_array, _device)
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:

@@ -15,8 +15,12 @@ array on device ``d`` arrives on ``map[d]``; a reply array on ``d`` arrives
 on the caller's device that maps to ``d``. An array on the host device
 (``cpu:0``) with no entry arrives on the peer's default device, as it would
 without maps. Anything else raises before it is sent: an array on another
-device with no entry, a reply on a device outside ``devices``, or an array
-sharded over several devices (send its shards, or ``jax.device_get`` it).
+device with no entry, or a reply on a device outside ``devices``.
+
+An array sharded over a mesh of several devices follows the same maps device
+by device (:meth:`Placement.mesh`): it arrives sharded the same way over the
+peer's mesh of the mapped devices (its shape and axis names kept; see
+``_sharded``). Every device of its mesh needs an entry, the host's too.
 
 Example:
     >>> maps = normalize_map("w1", {"cpu:1": "gpu:0"}, "set_device_map")
@@ -121,16 +125,63 @@ class Placement:
         devs = x.sharding.device_set
         if len(devs) != 1:
             raise ValueError(
-                f"rpc: cannot send an array sharded over {len(devs)} devices ({x.sharding}) to "
-                f"{self.peer!r}: device maps place single-device arrays; send its shards "
-                "([s.data for s in x.addressable_shards]) or a host copy (jax.device_get(x))"
+                f"rpc: cannot place an array sharded over {len(devs)} devices ({x.sharding}) "
+                f"on one device of {self.peer!r}; it travels shard by shard (Placement.mesh)"
             )
         (dev,) = devs
+        return self._one(dev, x.committed)
+
+    def mesh(self, devices: Iterable[Any]) -> list[str]:
+        """The peer's device for each of a sharded array's mesh ``devices``, in order.
+
+        Every device needs an entry (the host device too: a mesh cannot fall
+        back to the peer's default device). Raises ValueError naming those
+        without one and the ``set_device_map`` call that adds them.
+        """
+        names = [self._name(d) for d in devices]
+        if self.keep:
+            return names
+        out: list[str] = []
+        missing: list[str] = []
+        for name in names:
+            if self.reply and self.allowed is not None and name not in self.allowed:
+                raise ValueError(
+                    f"rpc: the reply to {self.peer!r} holds an array sharded over {names}, and "
+                    f"{name} is not among this worker's devices {sorted(self.allowed)}; shard it "
+                    "over devices the maps name, or add them with options.set_devices([...])"
+                )
+            target = self.mapping.get(name)
+            if target is None:
+                missing.append(name)
+            out.append(target or "")
+        if not missing:
+            return out
+        if self.reply:
+            raise ValueError(
+                f"rpc: the reply to {self.peer!r} holds an array sharded over {names}, and the "
+                f"device map of {self.peer!r} to this worker has no device that maps to "
+                f"{', '.join(missing)}; {self.peer!r} adds them with options.set_device_map("
+                "<this worker>, {<its device>: <this worker's device>, ...}) (a sharded array "
+                "needs an entry for every device of its mesh)"
+            )
+        fix = ", ".join(f"{m!r}: <its device>" for m in missing)
+        raise ValueError(
+            f"rpc: an array sharded over {names} cannot be sent to {self.peer!r}: the device "
+            f"map to {self.peer!r} has no entry for {', '.join(missing)} (a sharded array needs "
+            f"one for every device of its mesh); add them with options.set_device_map("
+            f"{self.peer!r}, {{{fix}}}), or send a host copy (jax.device_get)"
+        )
+
+    def _name(self, dev: Any) -> str:
         name = self._names.get(dev)
         if name is None:
             name = self._names[dev] = device_name(dev)
+        return name
+
+    def _one(self, dev: Any, committed: bool) -> str | None:
+        name = self._name(dev)
         if self.keep:
-            return name if x.committed else None
+            return name if committed else None
         if self.reply and self.allowed is not None and name not in self.allowed:
             if name == HOST_DEVICE and name not in self.mapping:
                 return None

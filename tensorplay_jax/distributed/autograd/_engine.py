@@ -40,6 +40,7 @@ import functools
 import itertools
 import operator
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -69,6 +70,7 @@ from tensorplay_jax.rpc.internal import (
 )
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.ids import CONTEXT_ID, PASS_ID
+from tensorplay_jax.runtime.shards import HostShards, is_sharded
 from tensorplay_jax.tensors import Tensor
 
 __all__ = [
@@ -183,7 +185,7 @@ class _Task:
             for edge, g in zip(edges, gs, strict=True):
                 if edge is None or g is None:
                     continue
-                g = _cotangent(g)
+                g = _cotangent(g, edge)
                 if isinstance(edge.node, AccumulateGrad):  # a leaf was sent: no tape to run
                     leaf = edge.node.variable  # its gradient after its hooks (register_hook)
                     self.accumulate(leaf, leaf_gradient(leaf, as_cotangent(g)))
@@ -213,7 +215,7 @@ class _Task:
                 for edge, g in zip(self.ctx.send_edges(key), gs, strict=True):
                     if edge is not None and g is not None:
                         roots.append(edge)
-                        grads.append(_cotangent(g))
+                        grads.append(_cotangent(g, edge))
             if not roots:
                 return
 
@@ -315,12 +317,24 @@ def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
 
 
 def _on_wire(g: Any) -> Any:
-    """A gradient as it is sent: a host array, or a sparse one as a SparseTensor."""
-    return Tensor._wrap(g) if is_sparse_array(g) else np.asarray(g)
+    """A gradient as it is sent: a host array, a sparse one as a SparseTensor, a sharded
+    one as its host shards (``HostShards``: one buffer each, never gathered)."""
+    if is_sparse_array(g):
+        return Tensor._wrap(g)
+    if isinstance(g, jax.Array) and is_sharded(g):
+        return HostShards.of(g)
+    return np.asarray(g)
 
 
-def _cotangent(g: Any) -> Any:
+# The sharding each send edge's node puts its gradient on (``_sendrecv``): where
+# a sharded gradient (``HostShards``) goes as it arrives.
+placing: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _cotangent(g: Any, edge: Any) -> Any:
     """A gradient as it arrived (``_on_wire``) as the tape takes it."""
+    if isinstance(g, HostShards):
+        return g.on(placing[edge.node])
     return g._value if isinstance(g, Tensor) else g
 
 

@@ -64,6 +64,7 @@ from tensorplay_jax.distributed.autograd._functional_modes import (
 )
 from tensorplay_jax.rpc import WorkerInfo, rpc_sync
 from tensorplay_jax.rpc.internal import calls_run_here
+from tensorplay_jax.runtime.shards import is_sharded
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["context_id_array", "differentiable_rpc"]
@@ -90,11 +91,22 @@ def _device_of(v: Any) -> Any:
     return None
 
 
+def _placement_of(v: Any) -> Any:
+    """Where a committed JAX array is: its device, or its sharding when it has several
+    (else ``None``)."""
+    if isinstance(v, jax.Array) and getattr(v, "committed", False) and is_sharded(v):
+        return v.sharding
+    return _device_of(v)
+
+
 def _on_device_of(g: Any, like: Any) -> Any:
-    """``g`` on ``like``'s device when ``like`` is a committed array: JAX's rule that a
-    gradient lives where its primal does (the callee replies with NumPy)."""
-    device = _device_of(like)
-    return g if device is None else jax.device_put(g, device)
+    """``g`` where ``like`` is when ``like`` is a committed array (on its device, or sharded
+    as it is): JAX's rule that a gradient lives where its primal does (the callee replies
+    with NumPy, or a sharded array by the device maps)."""
+    where = _placement_of(like)
+    if where is None or (isinstance(g, jax.Array) and g.sharding == where):
+        return g
+    return jax.device_put(g, where)
 
 
 def _placed_like(out: Any, vals: Any) -> Any:
@@ -305,7 +317,7 @@ def _custom_vjp(call: Call, strategy: Mode, n_ops: int, made: _Made) -> Callable
         vals, ops = vals[:nd], vals[nd:]
         if not _traced(vals) and not _traced(ops):
             out, handle = forward(vals, ops, True)
-            placed = tuple(v if _device_of(v) is not None else None for v in vals)
+            placed = tuple(v if _placement_of(v) is not None else None for v in vals)
             return _placed_like(arrays(out), vals), (jnp.asarray(handle, jnp.int32), placed)
         specs, tree = _out_specs(call, strategy)
 

@@ -36,6 +36,7 @@ import numpy as np
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import internal_target
 from tensorplay_jax.runtime import xla_options
+from tensorplay_jax.runtime.shards import is_sharded
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["MAX_PENDING", "backward", "drop", "forward", "stats", "tape_call"]
@@ -195,7 +196,7 @@ def forward(
         _pending[handle] = (pullback, shape, [(o.shape, o.dtype) for o in flat], tree)
         while len(_pending) > MAX_PENDING:
             _pending.popitem(last=False)
-    return tree.unflatten([np.asarray(o) for o in flat]), handle
+    return tree.unflatten([_on_wire(o) for o in flat]), handle
 
 
 @internal_target
@@ -222,14 +223,20 @@ def backward(handle: int, cts: list[Any]) -> tuple[Any, ...]:
         else np.broadcast_to(np.asarray(c, dt), o)
         for c, (o, dt) in zip(cts, outs, strict=True)
     ]
-    return tuple(np.asarray(g) for g in _applier(len(shape))(pullback, tree.unflatten(full)))
+    return tuple(_on_wire(g) for g in _applier(len(shape))(pullback, tree.unflatten(full)))
+
+
+def _on_wire(a: Any) -> Any:
+    """An array of the reply: a NumPy view, which travels as NumPy and arrives as NumPy
+    (the caller's host callback copies it into XLA's buffers; a single-device JAX array
+    would be put on the caller's device first), or a sharded array as it is: it travels
+    shard by shard and arrives sharded over the caller's devices (the device maps)."""
+    return a if isinstance(a, jax.Array) and is_sharded(a) else np.asarray(a)
 
 
 def _host(out: Any) -> Any:
-    """``out`` with its arrays as NumPy views: they travel as NumPy and arrive as NumPy,
-    which the caller's host callback copies into XLA's buffers (a JAX array would be put
-    on the caller's device first)."""
-    return jax.tree_util.tree_map(np.asarray, out)
+    """``out`` with its arrays as :func:`_on_wire` sends them."""
+    return jax.tree_util.tree_map(_on_wire, out)
 
 
 def _applier(batch: int) -> Callable[..., Any]:

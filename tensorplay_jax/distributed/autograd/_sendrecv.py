@@ -39,6 +39,7 @@ from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import CallInfo, RpcHooks, is_internal_target
 from tensorplay_jax.runtime import ids
+from tensorplay_jax.runtime.shards import is_sharded
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["AutogradHooks", "message_key"]
@@ -110,6 +111,8 @@ def _placing_edge(t: Tensor) -> Any:
         return (None if g is None else jax.device_put(g, sharding),)
 
     node = make_node(back, [t], name="RpcDeviceBackward")
+    if is_sharded(value):
+        _engine.placing[node] = sharding  # a sharded gradient arrives as shards: put them here
     (placed,) = attach_outputs(node, [value])
     return placed._gradient_edge()
 
@@ -118,12 +121,12 @@ def _recv_node(
     ctx: _context.DistAutogradContext, key: int, sender: int, tensors: list[Tensor]
 ) -> list[Tensor]:
     """Replace received leaves by outputs of one recv node whose backward answers ``sender``."""
-    meta = [(t._value.shape, t._value.dtype, t.is_sparse) for t in tensors]
+    meta = [(t._value.shape, t._value.dtype, t.is_sparse, _sharding(t._value)) for t in tensors]
 
     def recv_backward(grads: tuple[jax.Array | None, ...]) -> tuple[()]:
         filled = [
-            g if g is not None else _zeros(shape, dtype, sparse)
-            for g, (shape, dtype, sparse) in zip(grads, meta, strict=True)
+            _like(g if g is not None else _zeros(shape, dtype, sparse), sharding)
+            for g, (shape, dtype, sparse, sharding) in zip(grads, meta, strict=True)
         ]
         _engine.send_from_recv(sender, key, filled)
         return ()
@@ -131,6 +134,19 @@ def _recv_node(
     node = make_node(recv_backward, (), num_outputs=len(tensors), name="RecvRpcBackward")
     ctx.add_recv(key, node)
     return list(attach_outputs(node, [t._value for t in tensors]))
+
+
+def _sharding(value: Any) -> Any:
+    """The sharding of a sharded received value (None for any other)."""
+    return value.sharding if isinstance(value, jax.Array) and is_sharded(value) else None
+
+
+def _like(g: Any, sharding: Any) -> Any:
+    """Gradient ``g`` sharded as the value it is for arrived (its shards then match the
+    sender's, which puts them on its own devices: ``HostShards``); resharded on device."""
+    if sharding is None or not isinstance(g, jax.Array) or g.sharding == sharding:
+        return g
+    return jax.device_put(g, sharding)
 
 
 def _zeros(shape: tuple[int, ...], dtype: Any, sparse: bool) -> Any:

@@ -1,6 +1,7 @@
 """The RPC wire types of ``Tensor`` (its array, zero-copy, and its ``requires_grad`` flag)
 and of ``SparseTensor`` (its indices and values, each an out-of-band buffer, never
-densified; its shape, coalesced flag and ``requires_grad``).
+densified; its shape, coalesced flag and ``requires_grad``), and of ``HostShards``
+(a sharded gradient on its way back: each distinct shard its own buffer).
 
 Registered when :mod:`tensorplay_jax.distributed.autograd` is imported, which
 ``tensorplay_jax/__init__.py`` does, so a worker that imports only
@@ -31,12 +32,14 @@ import numpy as np
 from tensorplay_jax.autograd import sparse_arrays
 from tensorplay_jax.rpc import register_type
 from tensorplay_jax.runtime.device import to_device
+from tensorplay_jax.runtime.shards import HostShards
 from tensorplay_jax.tensors import SparseTensor, Tensor
 
-__all__ = ["SPARSE_WIRE_NAME", "WIRE_NAME", "register"]
+__all__ = ["SHARDS_WIRE_NAME", "SPARSE_WIRE_NAME", "WIRE_NAME", "register"]
 
 WIRE_NAME = "tensorplay_jax.Tensor"
 SPARSE_WIRE_NAME = "tensorplay_jax.SparseTensor"
+SHARDS_WIRE_NAME = "tensorplay_jax.HostShards"
 
 
 def _encode(t: Tensor) -> tuple[Any, bool]:
@@ -71,7 +74,17 @@ def _decode_sparse(rec: list[Any]) -> SparseTensor:
     return t  # type: ignore[return-value]
 
 
+def _encode_shards(h: HostShards) -> list[Any]:
+    return [list(h.shape), h.dtype.name, [[list(k), v] for k, v in h.pieces.items()]]
+
+
+def _decode_shards(rec: list[Any]) -> HostShards:
+    shape, dtype, pieces = rec
+    return HostShards(tuple(shape), jnp.dtype(dtype), {tuple(k): v for k, v in pieces})
+
+
 def register() -> None:
-    """Teach the RPC codec to carry Tensors and sparse Tensors (idempotent)."""
+    """Teach the RPC codec to carry Tensors, sparse Tensors and sharded gradients (idempotent)."""
     register_type(Tensor, _encode, _decode, name=WIRE_NAME, subclasses=True, array=True)
     register_type(SparseTensor, _encode_sparse, _decode_sparse, name=SPARSE_WIRE_NAME)
+    register_type(HostShards, _encode_shards, _decode_shards, name=SHARDS_WIRE_NAME)

@@ -1,0 +1,205 @@
+"""Sharded ``jax.Array``s across RPC: each shard its own buffer, the sharding rebuilt by the maps.
+
+One job of two workers on the same-host transport (``test_sharded_tcp.py``:
+the same over TCP, for a round trip and the memory bounds). ``w0`` (this
+process) maps its ``cpu:1..4`` to ``w1``'s ``cpu:4..7`` (``cpu:k`` to ``cpu:k+3``),
+and ``w1`` maps them back.
+So an array sharded over a mesh of ``w0``'s ``cpu:1..4`` must arrive on ``w1``
+sharded by the same ``PartitionSpec`` over the mesh of the same shape and axis
+names made of ``cpu:4..7``, and come back on ``cpu:1..4``: the expected devices
+follow from the maps by hand; the expected values are NumPy's.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import tensorplay_jax as tp
+from tensorplay_jax import rpc
+from tensorplay_jax.rpc import _codec
+from tests._worker import expect
+from tests.rpc import _sharded_targets as S
+from tests.rpc._jobs import rpc_job
+
+MAPS = {
+    "w0": {"device_maps": {"w1": {f"cpu:{k}": f"cpu:{k + 3}" for k in range(1, 5)}}},
+    "w1": {"device_maps": {"w0": {f"cpu:{k + 3}": f"cpu:{k}" for k in range(1, 5)}}},
+}
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def job():
+    with rpc_job(2, "local", rpc_options=MAPS) as w:
+        yield w
+
+
+def mesh(*shape: int, axes: tuple[str, ...] = ("x",), first: int = 1) -> Mesh:
+    """A mesh of this process's ``cpu:first`` ... in ``shape``."""
+    n = int(np.prod(shape))
+    return Mesh(np.array(jax.devices("cpu")[first : first + n]).reshape(shape), axes)
+
+
+def sharded(values: np.ndarray, m: Mesh, spec: P) -> jax.Array:
+    return jax.device_put(values, NamedSharding(m, spec))
+
+
+def mapped(m: Mesh) -> list[str]:
+    """The names of ``w1``'s devices that ``m``'s devices map to (``cpu:k`` -> ``cpu:k+3``)."""
+    return [f"cpu:{d.id + 3}" for d in m.devices.flat]
+
+
+def spec_list(spec: P) -> list:
+    return [list(p) if isinstance(p, tuple) else p for p in spec]
+
+
+def values(shape: tuple[int, ...], dtype) -> np.ndarray:
+    n = int(np.prod(shape))
+    if dtype == np.bool_:
+        return (np.arange(n) % 3 == 0).reshape(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (np.arange(n) + 1j * np.arange(n)[::-1]).astype(dtype).reshape(shape)
+    return (np.arange(n) % 100).astype(dtype).reshape(shape)
+
+
+# mesh shape, axis names, spec, array shape, dtype
+CASES = [
+    ((4,), ("x",), P("x"), (8,), np.float32),
+    ((2,), ("x",), P("x", None), (6, 3), np.int32),
+    ((4,), ("x",), P(), (5,), ml_dtypes.bfloat16),  # replicated
+    ((2, 2), ("a", "b"), P("a", "b"), (4, 6), np.float16),
+    ((2, 2), ("a", "b"), P("a", None), (6, 4), np.int8),  # partially replicated over b
+    ((2, 2), ("a", "b"), P(None, "b"), (3, 4), np.bool_),  # odd rows, replicated over a
+    ((2, 2), ("a", "b"), P(("a", "b")), (8,), np.complex64),  # two axes on one dimension
+    ((2, 2), ("a", "b"), P("b", "a"), (2, 6), np.uint8),
+    ((2, 2), ("a", "b"), P("a"), (2, 3), ml_dtypes.float8_e4m3fn),
+]
+IDS = [f"{'x'.join(map(str, c[0]))}-{c[2]}-{np.dtype(c[4]).name}" for c in CASES]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_a_sharded_array_round_trips_with_its_sharding(job, case):
+    mesh_shape, axes, spec, shape, dtype = case
+    m = mesh(*mesh_shape, axes=axes)
+    want = values(shape, dtype)
+    x = sharded(want, m, spec)
+    got, there = rpc.rpc_sync("w1", S.values_and_layout, args=(x,))
+    np.testing.assert_array_equal(got, want)
+    assert there == {
+        "devices": mapped(m),
+        "mesh_shape": list(mesh_shape),
+        "axes": list(axes),
+        "spec": spec_list(spec),
+        "dtype": np.dtype(dtype).name,
+    }
+    back = rpc.rpc_sync("w1", S.echo, args=(x,))
+    assert back.sharding == x.sharding  # the same mesh (cpu:1..4), spec and axis names
+    np.testing.assert_array_equal(np.asarray(back), want)
+
+
+def test_a_replicated_array_sends_one_copy():
+    x = sharded(values((16,), np.float32), mesh(4), P())
+    enc = _codec.encode(x)
+    assert [b.nbytes for b in enc.buffers] == [64]  # one copy of 16 float32
+    y = _codec.decode(enc)
+    assert y.sharding == x.sharding
+
+
+def test_each_distinct_shard_is_its_own_buffer():
+    x = sharded(values((4, 6), np.float32), mesh(2, 2, axes=("a", "b")), P("a", None))
+    enc = _codec.encode(x)
+    assert [b.nbytes for b in enc.buffers] == [48, 48]  # two row blocks of 2 x 6 float32
+
+
+def test_rpc_async_remote_and_to_here_keep_the_sharding(job):
+    m = mesh(4)
+    x = sharded(values((8,), np.float32), m, P("x"))
+    assert rpc.rpc_async("w1", S.layout, args=(x,)).wait()["devices"] == mapped(m)
+    rref = rpc.remote("w1", S.double, args=(x,))
+    here = rref.to_here()
+    assert here.sharding == x.sharding
+    np.testing.assert_array_equal(np.asarray(here), 2 * values((8,), np.float32))
+
+
+def test_an_rref_proxy_carries_sharded_arrays(job):
+    m = mesh(2, 2, axes=("a", "b"))
+    x = sharded(values((4, 4), np.float32), m, P("b", "a"))
+    rref = rpc.remote("w1", S.Scaler, args=(3.0,))
+    assert rref.rpc_sync().layout_of(x)["devices"] == mapped(m)
+    y = rref.rpc_async().scale(x).wait()
+    assert y.sharding == x.sharding
+    np.testing.assert_array_equal(np.asarray(y), 3 * values((4, 4), np.float32))
+
+
+def test_a_tensor_keeps_its_sharding(job):
+    x = sharded(values((8,), np.float32), mesh(4), P("x"))
+    back = rpc.rpc_sync("w1", S.double, args=(tp.tensor(x),))
+    assert isinstance(back, tp.Tensor) and back.value.sharding == x.sharding
+    np.testing.assert_array_equal(np.asarray(back.value), 2 * values((8,), np.float32))
+
+
+def test_the_callee_sends_by_its_own_map(job):
+    there = job.run("w1", S.send_made, "w0", ["cpu:4", "cpu:5", "cpu:6", "cpu:7"], ["a", "b"],
+                    [4, 2], ["a", "b"])  # fmt: skip
+    assert there["devices"] == ["cpu:1", "cpu:2", "cpu:3", "cpu:4"]  # w1's map: cpu:k+3 -> cpu:k
+    assert there["mesh_shape"] == [2, 2] and there["spec"] == ["a", "b"]
+
+
+def test_a_call_to_this_worker_keeps_the_sharding(job):
+    x = sharded(values((8,), np.float32), mesh(4, first=4), P("x"))  # cpu:4..7: no map needed
+    back = rpc.rpc_sync("w0", S.echo, args=(x,))
+    assert back.sharding == x.sharding
+
+
+def test_a_mesh_with_an_unmapped_device_is_refused_then_the_next_call_succeeds(job):
+    x = sharded(values((4,), np.float32), mesh(2, first=5), P("x"))  # cpu:5, cpu:6: no map
+    expect(ValueError, ["'w1'", "cpu:5, cpu:6", "set_device_map('w1', {'cpu:5': <its device>"],
+           rpc.rpc_sync, "w1", S.layout, args=(x,))  # fmt: skip
+    y = sharded(values((4,), np.float32), mesh(2), P("x"))
+    assert rpc.rpc_sync("w1", S.layout, args=(y,))["devices"] == ["cpu:4", "cpu:5"]
+
+
+def test_a_reply_sharded_outside_the_maps_fails_the_future_then_the_next_call_succeeds(job):
+    fut = rpc.rpc_async("w1", S.make_sharded, args=(["cpu:0", "cpu:1"], ["x"], [4], ["x"]))
+    expect(ValueError, ["reply to 'w0'", "cpu:0", "set_devices"], fut.wait)
+    y = rpc.rpc_sync("w1", S.make_sharded, args=(["cpu:4", "cpu:5"], ["x"], [4], ["x"]))
+    assert [d.id for d in y.sharding.mesh.devices.flat] == [1, 2]  # back by w0's map
+    np.testing.assert_array_equal(np.asarray(y), np.arange(4.0))
+
+
+def test_a_sharding_other_than_named_is_refused_with_what_to_do():
+    from jax._src.sharding_impls import GSPMDSharding
+
+    devs = jax.devices("cpu")[1:3]
+    x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh(2), P("x")))
+    gspmd = GSPMDSharding(devs, x.sharding._to_xla_hlo_sharding(1))
+    y = jax.device_put(jnp.arange(4.0), gspmd)
+    expect(ValueError, ["GSPMDSharding", "NamedSharding(mesh, spec)", "jax.device_get"],
+           _codec.encode, y)  # fmt: skip
+
+
+# ------------------------------------------------------------------------- memory
+# 256 MiB of float32 sharded 4 ways. A gather (the whole array in one host
+# buffer, on top of the shards) would raise the peak by another 256 MiB.
+BIG = 256 * MIB
+
+
+def test_the_receiver_holds_the_shards_and_no_gathered_copy(job):
+    m = mesh(4)
+    x = jax.jit(lambda: jnp.ones(BIG // 4, jnp.float32), out_shardings=NamedSharding(m, P("x")))()
+    rpc.rpc_sync("w1", S.reset_peak)
+    rise = rpc.rpc_sync("w1", S.peak_rise, args=(x,))
+    # The received bytes (its buffers, which the shards then alias or replace one at a
+    # time), plus one shard and some slack; a gather would be 2 x BIG.
+    assert rise < BIG + BIG // 4 + 32 * MIB, rise / MIB
+
+
+def test_the_sender_makes_no_gathered_copy(job):
+    rise = job.run("w1", S.send_sharded, "w0", BIG, ["cpu:4", "cpu:5", "cpu:6", "cpu:7"])
+    assert rise < BIG // 4 + 32 * MIB, rise / MIB  # at most a shard's worth of staging
