@@ -13,10 +13,8 @@ or copied the table would show the table's size in that growth and a time that
 grows with the rows.
 
 ``--optimizer local`` steps with an ``optim.SGD`` on the server instead, from the
-context's gradients (``apply_gradients``, as ``step()``: the table's buffer is
-donated and its version bumped), beside ``DistributedOptimizer``, which keeps the
-old table for graphs recorded before the step and so writes a new one
-(``optim._sparse``).
+context's gradients (``apply_gradients``, as ``step()``). Both write the touched rows
+in the table's donated buffer (``optim._sparse``).
 
 Usage::
 

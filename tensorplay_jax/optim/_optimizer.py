@@ -275,11 +275,18 @@ class Optimizer:
         parameter server), and since a graph keeps the values its forward used
         (immutable arrays), its backward stays correct after a step.
 
+        A sparse gradient steps its parameter in place either way (its rows written
+        in the parameter's donated buffer, its version bumped, as ``step`` does):
+        copying a table of millions of rows a step is what sparse gradients exist to
+        avoid, and the lookups that make them keep no value of the table for their
+        backward. A graph that saved the table itself before the step (a dense use)
+        then refuses to run backward, as torch's in-place step makes it.
+
         Args:
           grads: a gradient (Tensor or array, the parameter's shape) per parameter.
           stale_check: bump each parameter's version (as ``step`` does), so a graph
-            recorded before the step refuses to run backward; False writes as
-            ``p.data = new`` does (version and views unchanged).
+            recorded before the step refuses to run backward; False writes dense
+            updates as ``p.data = new`` does (version and views unchanged).
 
         Returns:
           How many parameters were updated.
@@ -297,11 +304,7 @@ class Optimizer:
                             f"{type(self).__name__}.step: a sparse gradient has shape "
                             f"{tuple(g.shape)} but its parameter has shape {p.shape}"
                         )
-                    new = self._sparse_step(group, p, g, stale_check)
-                    if stale_check:
-                        overwrite(p, new)
-                    else:
-                        p.data = new
+                    overwrite(p, self._sparse_step(group, p, g, True))
                 done += len(sparse)
                 params = [p for p in params if p not in sparse]
                 if not params:

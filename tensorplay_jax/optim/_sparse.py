@@ -6,13 +6,12 @@ only those rows of the parameter (and of the optimizer's state), on buffers it
 takes *donated* (``jax.jit(donate_argnums=...)``): XLA then updates them where they
 are, so a step costs time proportional to the rows touched, not to the table.
 
-What is donated: the optimizer's own state (SparseAdam's moments) always; the
-parameter's array in ``step()`` (which bumps the version, so no recorded graph
-may use the old value anyway). Tensors (the parameter, its views, ``detach()``)
-see the new rows, as torch's in-place update shows them; an array taken with
-``p.value`` before the step is deleted by it. ``DistributedOptimizer`` keeps the
-old array (trainers' graphs recorded before a step still run backward on it), so
-there the step copies the table once.
+What is donated: the optimizer's own state (SparseAdam's moments) and the
+parameter's array, in ``step()`` and in ``DistributedOptimizer``'s step alike
+(each bumps the version, so no recorded graph may use the old value anyway; an
+embedding lookup's backward needs none of it). Tensors (the parameter, its
+views, ``detach()``) see the new rows, as torch's in-place update shows them; an
+array taken with ``p.value`` before the step is deleted by it.
 
 Example:
     >>> import tensorplay_jax as tp

@@ -186,7 +186,11 @@ class RRef(Generic[T]):
             agent.rrefs.del_fork(rref_id, fork)
 
         created.add_done_callback(settle)
-        return cls._make(agent, dest, rref_id, None, rec)
+        mine = cls._make(agent, dest, rref_id, None, rec)
+        # Held here, it keeps the record its value lives in once the creation's fork is
+        # gone: the RRef counters (``_rref_context_get_debug_info``) count it from here.
+        agent.rrefs.track(mine)
+        return mine
 
     def __del__(self) -> None:
         try:

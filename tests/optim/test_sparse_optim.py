@@ -117,3 +117,46 @@ def test_a_row_touched_before_stays_put_when_a_later_step_misses_it() -> None:
     _train(e, opt, ([1],))  # the last row is where a padded step would clamp to
     np.testing.assert_array_equal(e.weight.numpy()[4], row)
     np.testing.assert_array_equal(opt.state[e.weight]["exp_avg"].numpy()[4], moment)
+
+
+def _sparse_grad(rows: list[int]) -> tp.Tensor:
+    e = _emb()
+    out = e(tp.tensor(rows))
+    out.sum().backward()
+    return e.weight.grad
+
+
+def test_the_distributed_step_updates_a_table_in_its_own_buffer() -> None:
+    # DistributedOptimizer's step is apply_gradients(stale_check=False) on the owner
+    e = _emb()
+    before = e.weight.value
+    optim.SGD(e.parameters(), lr=0.5).apply_gradients(
+        {e.weight: _sparse_grad([1, 1])}, stale_check=False
+    )
+    assert before.is_deleted()  # donated: no copy of the table
+    want = W.copy()
+    want[1] -= 0.5 * 2
+    np.testing.assert_allclose(e.weight.numpy(), want)
+
+
+def test_a_lookup_recorded_before_a_distributed_step_still_runs_backward() -> None:
+    e = _emb()
+    out = e(tp.tensor([2, 4]))  # another trainer's forward, before the step
+    optim.SGD(e.parameters(), lr=0.5).apply_gradients(
+        {e.weight: _sparse_grad([1])}, stale_check=False
+    )
+    out.sum().backward()
+    got = e.weight.grad.to_dense().numpy()
+    want = np.zeros_like(W)
+    want[[2, 4]] = 1.0
+    np.testing.assert_allclose(got, want)
+
+
+def test_a_dense_use_recorded_before_a_distributed_step_refuses_its_backward() -> None:
+    e = _emb()
+    loss = (e.weight * e.weight).sum()  # saves the table itself
+    optim.SGD(e.parameters(), lr=0.5).apply_gradients(
+        {e.weight: _sparse_grad([1])}, stale_check=False
+    )
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
