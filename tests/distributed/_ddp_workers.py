@@ -9,6 +9,7 @@ DDP under distributed autograd.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -66,15 +67,22 @@ def _overlap(got: dict) -> None:
     model = tp.nn.Sequential(*[m for layer in layers for m in (layer, tp.nn.Tanh())])
     ddp = DDP(model, bucket_cap_mb=4, timeout=TIMEOUT)
     events: list[tuple[str, float]] = []
+    first_hook = threading.Event()
 
     def hook(state, bucket):
         events.append((f"bucket{bucket.index()}", time.perf_counter()))
+        if bucket.index() == 0:
+            first_hook.set()
         return default_hooks.allreduce_hook(state, bucket)
 
     ddp.register_comm_hook(None, hook)
 
     def computed(t):  # the first layer's gradient is the last one computed
         t.grad.value.block_until_ready()
+        # The backward pass waits here, inside its last gradient: bucket 0's hook gets to
+        # run only if the bucket was launched while the pass was still going (a reducer
+        # that launched buckets at the pass's end would leave this wait to time out).
+        first_hook.wait(TIMEOUT)
         events.append(("layer0", time.perf_counter()))
 
     layers[0].weight.register_post_accumulate_grad_hook(computed)
@@ -82,6 +90,7 @@ def _overlap(got: dict) -> None:
     x = tp.tensor(rs.randn(C.BIG_BATCH, C.BIG).astype(np.float32))
     for _ in range(2):  # the last pass counts (the first one compiles)
         events.clear()
+        first_hook.clear()
         ddp(x).sum().backward()
         events.append(("end", time.perf_counter()))
     got["overlap/events"] = list(events)
