@@ -60,6 +60,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tensorplay_jax.runtime import settings
 from tensorplay_jax.runtime.settings import (
@@ -283,30 +284,32 @@ def _remove(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _configured_here() -> bool:
-    """Whether this process's JAX (if imported) has a cache directory or has its cache off."""
+_UNKNOWN = object()  # a JAX without the cache options: caching is left to it
+
+
+def _jax_cache() -> Any:
+    """This process's JAX cache setting: None (JAX not imported), False (off), the
+    directory (``""`` when none), or ``_UNKNOWN``."""
     jax = sys.modules.get("jax")
     if jax is None:
-        return False
+        return None
     try:
-        return bool(jax.config.jax_compilation_cache_dir) or not bool(
-            jax.config.jax_enable_compilation_cache
-        )
-    except AttributeError:  # a JAX without these options: leave caching to it
-        return True
+        if not jax.config.jax_enable_compilation_cache:
+            return False
+        return jax.config.jax_compilation_cache_dir or ""
+    except AttributeError:
+        return _UNKNOWN
+
+
+def _configured_here() -> bool:
+    """Whether this process's JAX (if imported) has a cache directory or has its cache off."""
+    setting = _jax_cache()
+    return setting is not None and setting != ""
 
 
 def _configured_by(path: str) -> bool:
     """Whether this process's JAX caches in ``path`` (as :func:`configure` set it)."""
-    jax = sys.modules.get("jax")
-    try:
-        return (
-            jax is not None
-            and jax.config.jax_compilation_cache_dir == path
-            and bool(jax.config.jax_enable_compilation_cache)
-        )
-    except AttributeError:
-        return False
+    return _jax_cache() == path
 
 
 def job_cache_env(
