@@ -3,14 +3,15 @@
 ``run_backward(..., accumulate=f)`` calls ``f(leaf, grad)`` once per reached leaf, and
 any callable will do. An :class:`Accumulator` also tells a compiled backward (the
 speed-up layer's ``_fused``, ``_known``) what it holds for each leaf (:meth:`~Accumulator.take`),
-so that the compiled backward returns the sum ``held + grad`` (only the sum, for an
-accumulator whose ``sums_only`` is set; :meth:`~Accumulator.put` stores it): a loop
-of micro-batches accumulates each parameter's gradient without a compiled call or a
-second gradient buffer of its own per leaf and step. An
-accumulator may also give its held array up: the compiled backward then takes it
-*donated* (``jax.jit(donate_argnums=...)``) and writes the sum into its buffer, where
-a new sum would cost a fresh allocation (page faults for a large weight) and a
-second pass over memory. It gives up only arrays that no one else can see.
+so that the sums ``held + grad`` of all the leaves come from one small compiled call
+after the backward's (only the sums, for an accumulator whose ``sums_only`` is set;
+:meth:`~Accumulator.put` stores them): a loop of micro-batches accumulates each
+parameter's gradient with one call per pass, not one per leaf. The backward's own
+program does not depend on what is held, so it compiles once per graph shape. An
+accumulator may also give its held array up: that call then takes it *donated*
+(``jax.jit(donate_argnums=...)``) and writes the sum into its buffer, where a new sum
+would cost a fresh allocation (page faults for a large weight). It gives up only
+arrays that no one else can see.
 
 Two accumulators are made here: :data:`accumulate_into_grad` (``leaf.grad``, the local
 engine's default) never donates, since a user may hold ``p.grad``; the distributed

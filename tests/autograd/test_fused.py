@@ -131,3 +131,27 @@ def test_a_loop_over_a_new_segment_runs_its_first_backward_node_by_node():
     want = 6.0 * s.T @ (1.0 - np.tanh(s @ np.full((5, 3), 0.1, np.float32)) ** 2)  # by hand
     np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-5, atol=1e-6)
     assert _fused_compiles() == before
+
+
+def test_a_recurring_graph_compiles_one_program_whatever_its_accumulator_holds():
+    # A distributed autograd context's passes: the first finds nothing held, the
+    # second a gradient the context keeps, the later ones a sum it may donate. The
+    # whole backward's program must not depend on which: one compilation serves all.
+    from tensorplay_jax.autograd._engine import run_backward
+    from tensorplay_jax.distributed.autograd._gradients import ContextGradients
+
+    x = tp.tensor(np.linspace(-1.0, 1.0, 4 * 9, dtype=np.float32).reshape(4, 9))
+    w = tp.tensor(np.full((9, 5), 0.2, np.float32), requires_grad=True)
+    xn = x.numpy()
+    one = xn.T @ (1.0 - np.tanh(xn @ np.full((9, 5), 0.2, np.float32)) ** 2)  # by hand
+    for _ in range(_fused.FUSE_AFTER):  # the shape recurs: from now on it runs fused
+        run_backward([(x @ w).tanh().sum()], accumulate=ContextGradients())
+    before = _fused_compiles()
+    for _context in range(2):  # two contexts: the second meets the compiled program
+        grads = ContextGradients()
+        for _ in range(4):  # nothing held, then held, then donated (twice)
+            run_backward([(x @ w).tanh().sum()], accumulate=grads)
+        np.testing.assert_allclose(np.asarray(grads.hand_out()[w]), 4 * one, rtol=1e-5, atol=1e-6)
+    assert _fused_compiles() <= before + 1, (
+        "one graph shape compiled a fused backward per accumulator state"
+    )

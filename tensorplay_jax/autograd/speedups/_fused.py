@@ -36,12 +36,18 @@ import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tensorplay_jax.autograd._accumulate import accumulator, fold_mode, give_back, split, take_all
+from tensorplay_jax.autograd._accumulate import accumulator, fold_mode, give_back, take_all
 from tensorplay_jax.autograd._cache import CACHE
 from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 from tensorplay_jax.autograd.speedups import _known, _lazy
 from tensorplay_jax.autograd.speedups._kept_inputs import Layout
-from tensorplay_jax.autograd.speedups._known import Plan, backward_body, finish, known_shape
+from tensorplay_jax.autograd.speedups._known import (
+    Plan,
+    add_held,
+    backward_body,
+    finish,
+    known_shape,
+)
 from tensorplay_jax.autograd.speedups._state import STATE
 from tensorplay_jax.runtime import xla_options
 
@@ -52,20 +58,11 @@ FUSE_AFTER = 3  # runs of one graph shape before its backward is compiled as one
 MAX_FUSED_NODES = 256  # larger graphs run node by node (compile time grows with size)
 
 
-@functools.partial(xla_options.jit, static_argnums=(0, 5), donate_argnums=4)
-def _fused_backward(
-    plan: Plan,
-    pullbacks: tuple[Any, ...],
-    root_cts: tuple[Any, ...],
-    held: tuple[Any, ...],
-    donated: tuple[Any, ...],
-    sums_only: bool,
-) -> Any:
-    """Each reached leaf's gradient, and its sum with what the accumulator held for the
-    leaf (``held``, or ``donated``: an array whose buffer the sum may take; None where
-    nothing), so accumulating costs no call of its own."""
+@functools.partial(xla_options.jit, static_argnums=0)
+def _fused_backward(plan: Plan, pullbacks: tuple[Any, ...], root_cts: tuple[Any, ...]) -> Any:
+    """Each gradient slot's value (the reached leaves', then the sinks' inputs')."""
     CACHE.trace_counts["<fused backward>"] += 1
-    return backward_body(plan, pullbacks, root_cts, held, donated, sums_only)
+    return backward_body(plan, pullbacks, root_cts)
 
 
 def _forward_backward(
@@ -73,13 +70,10 @@ def _forward_backward(
     plan: Plan,
     sources: tuple[int, ...],
     want_pullbacks: bool,
-    sums_only: bool,
     layout: Layout,
     inputs: tuple[Any, ...],
     given: tuple[Any, ...],
     root_cts: tuple[Any, ...],
-    held: tuple[Any, ...],
-    donated: tuple[Any, ...],
 ) -> Any:
     """A pending segment's forward (``_lazy``) and the backward through it, as one program:
     the segment's outputs (and its pullbacks, if wanted), then ``_fused_backward``'s result.
@@ -87,7 +81,7 @@ def _forward_backward(
     CACHE.trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(segment, inputs)
     pullbacks = [pbs[s] if s >= 0 else g for s, g in zip(sources, given, strict=True)]
-    grads = backward_body(plan, pullbacks, root_cts, held, donated, sums_only)
+    grads = backward_body(plan, pullbacks, root_cts)
     if want_pullbacks:  # without the inputs they keep (``layout.restore`` adds them)
         pbs = layout.strip(pbs, inputs)
     return outs, (pbs if want_pullbacks else None), grads
@@ -101,7 +95,6 @@ def _forward_backward_program(key: tuple[Any, ...]) -> tuple[Any, Layout]:
         layout = Layout()
         program = xla_options.jit(
             functools.partial(_forward_backward, *key, layout),
-            donate_argnums=4,  # the accumulator's donated arrays
         )
         made = STATE.programs.put(key, (program, layout))
     return made
@@ -113,16 +106,8 @@ def _pending_segment(order: list[VJPNode]) -> _lazy.Segment | None:
     return segs.pop() if len(segs) == 1 else None
 
 
-def _with_forward(
-    order: list[VJPNode],
-    plan: Plan,
-    root_cts: tuple[Any, ...],
-    held: tuple[Any, ...],
-    donated: tuple[Any, ...],
-    sums_only: bool,
-    retain: bool,
-) -> Any:
-    """The fused backward's result; when ``order``'s pending nodes wait in one segment,
+def _with_forward(order: list[VJPNode], plan: Plan, root_cts: tuple[Any, ...], retain: bool) -> Any:
+    """The fused backward's gradients; when ``order``'s pending nodes wait in one segment,
     that segment's forward runs in the same program."""
     seg = _pending_segment(order)
     if seg is not None:
@@ -136,10 +121,8 @@ def _with_forward(
                 given = tuple(None if n.lazy is seg else n.vjp for n in order)
                 seg.closed = True
                 inputs = tuple(seg.inputs)
-                program, layout = _forward_backward_program(
-                    (seg.pattern, plan, sources, want, sums_only)
-                )
-                outs, pbs, grads = program(inputs, given, root_cts, held, donated)
+                program, layout = _forward_backward_program((seg.pattern, plan, sources, want))
+                outs, pbs, grads = program(inputs, given, root_cts)
                 if want:
                     pbs = layout.restore(pbs, inputs)
                 seg.finish(outs, pbs)
@@ -147,7 +130,7 @@ def _with_forward(
     for n in order:
         if n.lazy is not None:
             n.lazy.flush()
-    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts, held, donated, sums_only)
+    return _fused_backward(plan, tuple(n.vjp for n in order), root_cts)
 
 
 def _is_sink(node: Node) -> bool:
@@ -310,18 +293,9 @@ def try_fused(
     n = len(leaves)
     variables = [s.variable for s in leaves]
     taken = take_all(acc, variables)
-    pad = (None,) * (len(slot) - n)
-    held, donated = split(taken)
     try:
-        grads, summed = _with_forward(
-            order,
-            plan,
-            tuple(root_cts),
-            held + pad,
-            donated + pad,
-            bool(fold_mode(acc)),
-            retain_graph,
-        )
+        grads = _with_forward(order, plan, tuple(root_cts), retain_graph)
+        leaf_grads, summed = add_held(taken, grads[:n], bool(fold_mode(acc)))
     except BaseException:
         give_back(acc, variables, taken)
         raise
@@ -331,5 +305,5 @@ def try_fused(
         at += sink.num_outputs
         if not retain_graph:
             sink.release()
-    finish(order, variables, taken, grads[:n], summed[:n], retain_graph, accumulate)
+    finish(order, variables, taken, leaf_grads, summed, retain_graph, accumulate)
     return True

@@ -59,24 +59,16 @@ Plan = tuple[Any, ...]
 
 
 def backward_body(
-    plan: Plan,
-    pullbacks: Sequence[Any],
-    root_cts: tuple[Any, ...],
-    held: tuple[Any, ...],
-    donated: tuple[Any, ...],
-    sums_only: bool,
-) -> Any:
-    """The fused backward (traced): each reached leaf's gradient, and its sum with what the
-    accumulator holds for it (``held``, or ``donated``: the caller donates that argument,
-    so the sum may take its buffer; None in one where the other has the array). When the
-    accumulator takes ``sums_only`` (``Accumulator.sums_only``), a leaf that held
-    something gets only the sum: no buffer for a gradient no one reads."""
-    held = tuple(h if d is None else d for h, d in zip(held, donated, strict=True))
-    steps, roots, n_leaves = plan
+    plan: Plan, pullbacks: Sequence[Any], root_cts: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The fused backward (traced): each gradient slot's value (the reached leaves', then
+    any sinks' inputs). What the accumulator holds is summed after the call
+    (``add_held``), so the program does not depend on it."""
+    steps, roots, n_slots = plan
     bufs: dict[tuple[int, int], Any] = {}
     for slot, ct in zip(roots, root_cts, strict=True):
         bufs[slot] = ct if slot not in bufs else bufs[slot] + ct
-    leaves: list[Any] = [None] * n_leaves
+    leaves: list[Any] = [None] * n_slots
     for k, ((treedef, avals), targets) in enumerate(steps):
         full = [
             bufs.pop((k, i)).astype(dtype) if (k, i) in bufs else zero_cotangent(shape, dtype)
@@ -89,11 +81,37 @@ def backward_body(
             else:
                 slot = (idx, out_nr)
                 bufs[slot] = g if slot not in bufs else bufs[slot] + g
-    # None where the leaf held nothing: its sum is its gradient (no second output buffer)
-    summed = tuple(None if h is None else h + g for h, g in zip(held, leaves, strict=True))
-    if sums_only:
-        leaves = [None if h is not None else g for h, g in zip(held, leaves, strict=True)]
-    return tuple(leaves), summed
+    return tuple(leaves)
+
+
+@functools.partial(xla_options.jit, donate_argnums=1)
+def _sums(held: tuple[Any, ...], donated: tuple[Any, ...], grads: tuple[Any, ...]) -> Any:
+    """``held + grad`` per leaf (``donated``: the sum may take that buffer)."""
+    return tuple((h if d is None else d) + g for h, d, g in zip(held, donated, grads, strict=True))
+
+
+def add_held(
+    taken: Sequence[tuple[Any, bool]], grads: Sequence[Any], sums_only: bool
+) -> tuple[list[Any], list[Any]]:
+    """The leaves' gradients and their sums with what the accumulator held (``taken``:
+    ``Accumulator.take``'s answers; None where it held nothing), the sums by one small
+    program; with ``sums_only``, a leaf that held something gets only the sum.
+
+    A whole backward that summed in its own program would depend on what the
+    accumulator holds (nothing at a context's first pass, arrays it keeps at the second,
+    arrays it donates later) and compile once for each, each as long as the first;
+    this program is a handful of additions.
+    """
+    grads_out = list(grads)
+    summed: list[Any] = [None] * len(taken)
+    at = [i for i, (h, _) in enumerate(taken) if h is not None]
+    if at:
+        held, donated = split([taken[i] for i in at])
+        for i, total in zip(at, _sums(held, donated, tuple(grads[i] for i in at)), strict=True):
+            summed[i] = total
+            if sums_only:
+                grads_out[i] = None
+    return grads_out, summed
 
 
 def finish(
@@ -187,18 +205,15 @@ def _pending_program(
     sources: tuple[int, ...],
     want_pullbacks: bool,
     where: tuple[tuple[int, int], ...],
-    sums_only: bool,
     layout: Layout,
     inputs: tuple[Any, ...],
     root_ct: Any,
-    held: tuple[Any, ...],
-    donated: tuple[Any, ...],
 ) -> Any:
     """``_forward_backward`` for ``try_pending``: only the outputs at ``where`` (the live
     Tensors') come back, and the pullbacks only if wanted."""
     CACHE.trace_counts["<fused forward-backward>"] += 1
     outs, pbs = _lazy.run_plan_traced(pattern, inputs)
-    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,), held, donated, sums_only)
+    grads = backward_body(plan, [pbs[s] for s in sources], (root_ct,))
     if want_pullbacks:  # without the inputs they keep (``layout.restore`` adds them)
         pbs = layout.strip(pbs, inputs)
     return [outs[k][i] for k, i in where], (pbs if want_pullbacks else None), grads
@@ -285,7 +300,8 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, acc: Accumulator
     args = tuple(seg.inputs)
     taken = take_all(acc, leaves)
     try:
-        values, pbs, (grads, summed) = program(args, root_ct, *split(taken))
+        values, pbs, grads = program(args, root_ct)
+        grads, summed = add_held(taken, grads, known.sums_only)
     except BaseException:
         give_back(acc, leaves, taken)
         raise
@@ -320,10 +336,8 @@ def _program(seg: _lazy.Segment, known: _Known, fkey: int) -> tuple[Callable[...
             known.op_indices,
             bool(fkey & 1),
             where,
-            known.sums_only,
             layout,
-        ),
-        donate_argnums=3,  # the accumulator's donated arrays
+        )
     )
     known.programs[fkey] = (program, layout)
     return program, layout

@@ -3,7 +3,7 @@
 :class:`ContextGradients` is the context's ``accumulate`` (an
 ``autograd.Accumulator``): every backward run of the context on this worker hands it
 the gradients of the leaves it reached, and it sums them per leaf. A fused backward
-takes what it holds for a leaf and returns the sum from the same compiled call; a
+takes what it holds for the leaves and sums them in one compiled call after its own; a
 sum this store computed and has not handed out (:meth:`ContextGradients.hand_out`)
 is seen by no one else, so that call may take it donated and write the next sum
 into its buffer: a pipeline's micro-batches accumulate a weight's gradient in one
