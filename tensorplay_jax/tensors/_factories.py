@@ -189,7 +189,7 @@ def randint(
     device: Any = None,
 ) -> Tensor:
     """Integers drawn uniformly from ``[low, high)``."""
-    value = jax.random.randint(
+    value = _random.integers(
         key_for(generator, "randint"),
         _size("randint", (size,)),
         low,

@@ -126,19 +126,21 @@ def _flat_draw(
 ) -> jax.Array:
     if kind == "normal":
         return jax.random.normal(key, (size,), dtype)
+    if kind == "integers":
+        return jax.random.randint(key, (size,), low, high, dtype)
     return jax.random.uniform(key, (size,), dtype, low, high)
 
 
 def flat_draw(
     kind: str, key: jax.Array, n: int, dtype: Any, low: float = 0.0, high: float = 1.0
 ) -> jax.Array:
-    """At least ``n`` standard ``kind`` samples ("normal", or "uniform" on [``low``,
-    ``high``)), flat.
+    """At least ``n`` standard ``kind`` samples ("normal", "uniform" on [``low``,
+    ``high``), or "integers" in [``low``, ``high``): ``jax.random.randint``'s), flat.
 
     ``low`` and ``high`` are arguments of the compiled draw (a new range compiles
     nothing), and the scaling is XLA's, as in ``jax.random.uniform`` itself.
 
-    The first ``n`` are ``jax.random.normal(key, shape)`` (or ``uniform``) of any
+    The first ``n`` are ``jax.random.normal(key, shape)`` (or ``uniform``, ``randint``) of any
     shape with ``n`` elements, read in row-major order: each element of JAX's
     (partitionable) threefry draw depends only on the key and its flat index. XLA
     compiles a one-dimensional draw several times faster than a four-dimensional
@@ -152,15 +154,42 @@ def flat_draw(
         >>> bool((z[:6].reshape(2, 3) == jax.random.normal(key, (2, 3))).all())
         True
     """
-    size = n if n > _BUCKETED_MAX else max(1 << max(n - 1, 0).bit_length(), _BUCKETED_MIN)
+    size = _bucket(n)
     if kind == "normal":
         return _flat_draw(key, kind, size, jnp.dtype(dtype))
     return _flat_draw(key, kind, size, jnp.dtype(dtype), low, high)
 
 
+def _bucket(n: int) -> int:
+    """The size ``flat_draw`` draws for ``n`` samples."""
+    return n if n > _BUCKETED_MAX else max(1 << max(n - 1, 0).bit_length(), _BUCKETED_MIN)
+
+
 @functools.partial(xla_options.jit, static_argnums=1)
 def _first(flat: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return flat[: math.prod(shape)].reshape(shape)
+
+
+def integers(key: jax.Array, shape: Sequence[int], low: int, high: int, dtype: Any) -> jax.Array:
+    """``jax.random.randint(key, shape, low, high, dtype)``: the same values, through
+    :func:`flat_draw` (one program per power-of-two size, not one per shape: a loop
+    that draws a batch of another length each step compiles nothing new).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> key = jax.random.key(0)
+        >>> a = integers(key, (2, 5), 0, 10, np.int32)
+        >>> bool((a == jax.random.randint(key, (2, 5), 0, 10, np.int32)).all())
+        True
+    """
+    shape = tuple(shape)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)  # int64 is int32 without x64
+    info = jnp.iinfo(dtype)
+    if not (info.min <= low <= info.max and info.min <= high <= info.max):
+        # bounds the dtype cannot hold as arguments: JAX clips them at trace time
+        return jax.random.randint(key, shape, low, high, dtype)
+    bounds = jnp.asarray(low, dtype), jnp.asarray(high, dtype)
+    return _first(_flat_draw(key, "integers", _bucket(math.prod(shape)), dtype, *bounds), shape)
 
 
 def draw(kind: str, key: jax.Array, shape: Sequence[int], dtype: Any) -> jax.Array:

@@ -115,3 +115,37 @@ def test_small_draws_of_any_size_share_one_compiled_draw():
     assert compiled == []
     for n, z in draws.items():  # the same values as jax.random's own draw of that size
         np.testing.assert_array_equal(np.asarray(z)[:n], np.asarray(jax.random.normal(key, (n,))))
+
+
+def test_randint_of_a_new_length_compiles_no_new_draw():
+    import jax
+
+    import tensorplay_jax as tp
+
+    compiled: list[str] = []
+
+    def listener(name: str, secs: float, **kwargs: object) -> None:
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiled.append(str(kwargs.get("fun_name")))
+
+    tp.randint(0, 100, (20,))  # warm: the smallest bucket
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for n in (21, 33, 50, 1000):  # an embedding bag's lengths: one draw for all
+            assert tuple(tp.randint(0, 100, (n,)).shape) == (n,)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert "jit(_flat_draw)" not in compiled and "jit(_randint)" not in compiled, compiled
+
+
+def test_randint_draws_what_jax_random_randint_draws_from_the_same_key():
+    import jax
+    import numpy as np
+
+    from tensorplay_jax.tensors import _random
+
+    k = jax.random.key(11)
+    for shape, low, high in (((37,), 0, 1000), ((4, 9), -5, 17), ((3,), 0, 2**31 - 1)):
+        got = _random.integers(k, shape, low, high, np.int32)
+        want = jax.random.randint(k, shape, low, high, np.int32)  # jax's own draw
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
