@@ -16,7 +16,8 @@ program is marked ``# port:`` with its reason: the model runs on the CPU (no
 ``.cuda``), the batches are drawn once from a seed and replayed every epoch (so
 that the loss can fall; upstream draws fresh random targets each epoch),
 ``--epochs`` bounds the run, and the trainers print their loss and a checksum of
-their DDP replica.
+their DDP replica and return both to the master; ``run()`` runs one rank in a job
+that a launcher started (``RANK`` set) and returns them on the master.
 
 Run (trainer0, trainer1, master, ps)::
 
@@ -154,6 +155,7 @@ def _run_trainer(remote_emb_module, rank, epochs):
     batches = list(get_next_batch(rank))
 
     # Train for `epochs` epochs (port: upstream trains 100)
+    losses = []  # port: each epoch's mean loss, returned with the checksum
     for epoch in range(epochs):
         total = 0.0  # port: the epoch's mean loss is printed
         # create distributed autograd context
@@ -171,10 +173,12 @@ def _run_trainer(remote_emb_module, rank, epochs):
                 # Not necessary to zero grads as each iteration creates a different
                 # distributed autograd context which hosts different grads
             total += loss.item()
-        print(f"Training done for epoch {epoch} loss {total / len(batches):.4f}")
+        losses.append(total / len(batches))
+        print(f"Training done for epoch {epoch} loss {losses[-1]:.4f}")
     # port: the DDP replicas stay equal; each trainer prints its replica's checksum
     checksum = sum(float(p.detach().sum()) for p in model.fc.parameters())
     print(f"trainer{rank} dense checksum {checksum:.6f}")
+    return {"losses": losses, "checksum": checksum}
 
 
 def run_worker(rank, world_size, epochs):
@@ -182,6 +186,7 @@ def run_worker(rank, world_size, epochs):
     A wrapper function that initializes RPC, calls the function, and shuts down
     RPC.
     """
+    trained = None  # port: on the master, what each trainer returned
 
     # We need to use different port numbers in TCP init_method for init_rpc and
     # init_process_group to avoid port conflicts.
@@ -215,8 +220,7 @@ def run_worker(rank, world_size, epochs):
             futs.append(fut)
 
         # Wait for all training to finish.
-        for fut in futs:
-            fut.wait()
+        trained = {f"trainer{r}": fut.wait() for r, fut in enumerate(futs)}  # port: returned
     elif rank <= 1:
         # Initialize process group for Distributed DataParallel on trainers.
         dist.init_process_group(
@@ -245,13 +249,25 @@ def run_worker(rank, world_size, epochs):
 
     # block until all rpcs finish
     rpc.shutdown()
+    return trained
 
 
-if __name__ == "__main__":
+def _parser():
     # port: --epochs bounds the run (upstream: 100 epochs)
     parser = argparse.ArgumentParser(description="DDP with the distributed RPC framework")
     parser.add_argument("--epochs", type=int, default=100)
-    args = parser.parse_args()
+    return parser
+
+
+def run(argv=None):
+    """port: this rank (``RANK``) of the 4-process job a launcher started; on the master,
+    ``{"trainer0": {"losses": [...], "checksum": ...}, "trainer1": ...}``, else None."""
+    args = _parser().parse_args(argv)
+    return run_worker(int(os.environ["RANK"]), 4, args.epochs)
+
+
+if __name__ == "__main__":
+    args = _parser().parse_args()
     # 2 trainers, 1 parameter server, 1 master.
     world_size = 4
     mp.spawn(run_worker, args=(world_size, args.epochs), nprocs=world_size, join=True)

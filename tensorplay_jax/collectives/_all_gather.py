@@ -35,12 +35,9 @@ def all_gather(x: Any, axis_name: Any, *, axis: int = 0) -> Any:
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import all_gather
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: all_gather(x, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
-      >>> f(jnp.arange(4.0)).reshape(4, 4)[0]
+      >>> from tensorplay_jax.collectives import all_gather, spmd
+      >>> f = spmd.on_ranks(lambda x: all_gather(x, "i"))
+      >>> f(jnp.arange(4.0))[1]   # rank 1's output
       Array([0., 1., 2., 3.], dtype=float32)
       >>> jax.grad(lambda x: f(x).sum())(jnp.arange(4.0))
       Array([4., 4., 4., 4.], dtype=float32)
@@ -65,13 +62,10 @@ def all_gather_single(x: Any, axis_name: Any, *, axis: int = 0) -> Any:
       ValueError: ``axis_name`` is not bound, ``x`` is 0-d, or ``axis`` is out of range.
 
     Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import all_gather_single
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: all_gather_single(x, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
-      >>> f(jnp.arange(8.0))[:8]
+      >>> import jax.numpy as jnp
+      >>> from tensorplay_jax.collectives import all_gather_single, spmd
+      >>> f = spmd.on_ranks(lambda x: all_gather_single(x, "i"))
+      >>> f(jnp.arange(8.0).reshape(4, 2))[1]   # rank 1's output
       Array([0., 1., 2., 3., 4., 5., 6., 7.], dtype=float32)
     """
     axis_size("all_gather_single", axis_name)

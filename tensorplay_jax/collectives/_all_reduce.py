@@ -42,11 +42,8 @@ def all_reduce(x: Any, axis_name: Any, *, op: ReduceOp | str = "sum") -> Any:
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import all_reduce
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: all_reduce(x, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
+      >>> from tensorplay_jax.collectives import all_reduce, spmd
+      >>> f = spmd.on_ranks(lambda x: all_reduce(x, "i"))
       >>> f(jnp.arange(4.0))
       Array([6., 6., 6., 6.], dtype=float32)
       >>> jax.grad(lambda x: (f(x) * jnp.arange(4.0)).sum())(jnp.arange(4.0))

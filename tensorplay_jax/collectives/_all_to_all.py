@@ -54,13 +54,10 @@ def all_to_all(x: Any, axis_name: Any, *, split_axis: int = 0, concat_axis: int 
         ``x.shape[split_axis]`` is not divisible by N.
 
     Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import all_to_all
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: all_to_all(x, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
-      >>> f(jnp.arange(16.0)).reshape(4, 4)
+      >>> import jax.numpy as jnp
+      >>> from tensorplay_jax.collectives import all_to_all, spmd
+      >>> f = spmd.on_ranks(lambda x: all_to_all(x, "i"))
+      >>> f(jnp.arange(16.0).reshape(4, 4))
       Array([[ 0.,  4.,  8., 12.],
              [ 1.,  5.,  9., 13.],
              [ 2.,  6., 10., 14.],
@@ -119,15 +116,13 @@ def all_to_all_single(
         ranks different output lengths, or disagree with each other.
 
     Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import all_to_all_single
-      >>> mesh = jax.make_mesh((2,), ("i",), axis_types=(AxisType.Auto,))
+      >>> import jax.numpy as jnp
+      >>> from tensorplay_jax.collectives import all_to_all_single, spmd
       >>> sizes = [[1, 3], [3, 1]]  # rank 0 sends 1 row to itself and 3 to rank 1, ...
-      >>> f = jax.shard_map(lambda x: all_to_all_single(x, "i", input_split_sizes=sizes),
-      ...                   mesh=mesh, in_specs=P("i"), out_specs=P("i"))
-      >>> f(jnp.arange(8.0))
-      Array([0., 4., 5., 6., 1., 2., 3., 7.], dtype=float32)
+      >>> f = spmd.on_ranks(lambda x: all_to_all_single(x, "i", input_split_sizes=sizes), n=2)
+      >>> f(jnp.arange(8.0).reshape(2, 4))
+      Array([[0., 4., 5., 6.],
+             [1., 2., 3., 7.]], dtype=float32)
     """
     n = axis_size("all_to_all_single", axis_name)
     return jax.tree.map(

@@ -33,15 +33,19 @@ def broadcast(x: Any, src: int, axis_name: Any) -> Any:
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import broadcast
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: broadcast(x, 2, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
-      >>> f(jnp.arange(4.0))
-      Array([2., 2., 2., 2.], dtype=float32)
-      >>> jax.grad(lambda x: f(x).sum())(jnp.arange(4.0))
-      Array([0., 0., 4., 0.], dtype=float32)
+      >>> from tensorplay_jax.collectives import broadcast, spmd
+      >>> f = spmd.on_ranks(lambda x: broadcast(x, 2, "i"))
+      >>> x = jnp.arange(8.0).reshape(4, 2)   # rank r's x is row r
+      >>> f(x)
+      Array([[4., 5.],
+             [4., 5.],
+             [4., 5.],
+             [4., 5.]], dtype=float32)
+      >>> jax.grad(lambda x: f(x).sum())(x)
+      Array([[0., 0.],
+             [0., 0.],
+             [4., 4.],
+             [0., 0.]], dtype=float32)
     """
     n = axis_size("broadcast", axis_name)
     src = check_rank("broadcast", "src", src, n)

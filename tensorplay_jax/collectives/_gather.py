@@ -33,13 +33,10 @@ def gather(x: Any, dst: int, axis_name: Any, *, axis: int = 0) -> Any:
       ValueError: ``axis_name`` is not bound, ``dst`` or ``axis`` is out of range.
 
     Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import gather
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: gather(x, 0, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
-      >>> f(jnp.arange(4.0)).reshape(4, 4)
+      >>> import jax.numpy as jnp
+      >>> from tensorplay_jax.collectives import gather, spmd
+      >>> f = spmd.on_ranks(lambda x: gather(x, 0, "i"))
+      >>> f(jnp.arange(4.0))
       Array([[0., 1., 2., 3.],
              [0., 0., 0., 0.],
              [0., 0., 0., 0.],

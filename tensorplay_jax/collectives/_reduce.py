@@ -41,11 +41,8 @@ def reduce(x: Any, dst: int, axis_name: Any, *, op: ReduceOp | str = "sum") -> A
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import reduce
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: reduce(x, 1, "i"), mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
+      >>> from tensorplay_jax.collectives import reduce, spmd
+      >>> f = spmd.on_ranks(lambda x: reduce(x, 1, "i"))
       >>> f(jnp.arange(4.0))
       Array([0., 6., 0., 0.], dtype=float32)
       >>> jax.grad(lambda x: (f(x) * jnp.arange(4.0)).sum())(jnp.arange(4.0))

@@ -40,12 +40,9 @@ def reduce_scatter(x: Any, axis_name: Any, *, op: ReduceOp | str = "sum", axis: 
         is not the axis size.
 
     Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import reduce_scatter
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: reduce_scatter(x[0], "i")[None], mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
+      >>> import jax.numpy as jnp
+      >>> from tensorplay_jax.collectives import reduce_scatter, spmd
+      >>> f = spmd.on_ranks(lambda x: reduce_scatter(x, "i"))
       >>> f(jnp.ones((4, 4)) * jnp.arange(4.0))
       Array([ 0.,  4.,  8., 12.], dtype=float32)
     """

@@ -42,12 +42,9 @@ def scatter(x: Any, src: int, axis_name: Any, *, axis: int = 0) -> Any:
         ``x.shape[axis]`` is not the axis size.
 
     Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P, AxisType
-      >>> from tensorplay_jax.collectives import scatter
-      >>> mesh = jax.make_mesh((4,), ("i",), axis_types=(AxisType.Auto,))
-      >>> f = jax.shard_map(lambda x: scatter(x[0], 3, "i")[None], mesh=mesh,
-      ...                   in_specs=P("i"), out_specs=P("i"))
+      >>> import jax.numpy as jnp
+      >>> from tensorplay_jax.collectives import scatter, spmd
+      >>> f = spmd.on_ranks(lambda x: scatter(x, 3, "i"))
       >>> f(jnp.arange(16.0).reshape(4, 4))
       Array([12., 13., 14., 15.], dtype=float32)
     """

@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from tensorplay_jax.rpc._framing import _PRELUDE, StreamError, pack_message
-from tensorplay_jax.rpc._link import Inbound, inbound_of
+from tensorplay_jax.rpc._link import Inbound
+from tensorplay_jax.rpc._socket import ClientEnd
 from tensorplay_jax.rpc._socket.frames import _FRAME, _INLINE, _Reader
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
 from tensorplay_jax.rpc._socket.server import SocketServer, SocketTransport, start_reading
@@ -200,7 +201,8 @@ class TcpServer(SocketServer):
       >>> cb = dict(on_message=lambda link, m: got.put(m), on_malformed=print,
       ...           on_closed=lambda link, reason: None)
       >>> srv = TcpServer(secret="s3cret", host="127.0.0.1", **cb)
-      >>> link = connect_tcp("127.0.0.1", srv.port, peer="srv", secret="s3cret", me="w0", **cb)
+      >>> end = ClientEnd(peer="srv", me="w0", secret="s3cret", inbound=Inbound(**cb))
+      >>> link = connect_tcp("127.0.0.1", srv.port, end)
       >>> link.send(b"env", b"hdr", [memoryview(bytes(100_000))])
       >>> m = got.get(timeout=10); bytes(m.envelope), m.buffers[0].nbytes
       (b'env', 100000)
@@ -228,31 +230,22 @@ class TcpServer(SocketServer):
         _tune(conn)
 
 
-def connect_tcp(
-    host: str,
-    port: int,
-    *,
-    peer: str,
-    secret: str,
-    me: str,
-    inbound: Inbound | None = None,
-    max_threads: int = 17,
-    **callbacks: Any,
-) -> TcpLink:
-    """Connect to the ``TcpServer`` at ``host:port``, authenticate, and start reading replies.
+def connect_tcp(host: str, port: int, end: ClientEnd) -> TcpLink:
+    """Connect ``end`` to the ``TcpServer`` at ``host:port``, authenticate, and start reading
+    replies.
 
     Raises:
       OSError: no server there, the connection timed out, or the handshake failed.
     """
-    inbound = inbound_of(inbound, callbacks)
     sock = socket.create_connection((host, port), timeout=handshake.HANDSHAKE_TIMEOUT_S)
     try:
         _tune(sock)
-        handshake.authenticate(sock, secret.encode(), me, _MAGIC)
+        handshake.authenticate(sock, end.secret.encode(), end.me, _MAGIC)
     except BaseException:
         sock.close()
         raise
-    return start_reading(TcpLink(sock, peer, max_threads), inbound)  # type: ignore[return-value]
+    link = TcpLink(sock, end.peer, end.max_threads)
+    return start_reading(link, end.inbound)  # type: ignore[return-value]
 
 
 class TcpTransport(SocketTransport):
@@ -290,4 +283,4 @@ class TcpTransport(SocketTransport):
         )
 
     def connect(self, peer: str, entry: Any) -> TcpLink:
-        return connect_tcp(entry[0], entry[1], **self._ends(peer))
+        return connect_tcp(entry[0], entry[1], self._end(peer))

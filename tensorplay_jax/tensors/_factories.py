@@ -12,7 +12,7 @@ a device that is not here raises an error naming those that are.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -135,27 +135,28 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     return _leaf(from_host(ndarray, what="tp.from_numpy"), False, None, "from_numpy")
 
 
-def _sample(
-    fn: str,
-    dist: str,
-    size: Sequence[Any],
-    generator: Generator | None,
-    dtype: Any,
-    device: Any,
-    requires_grad: bool,
-) -> Tensor:
-    """``fn``'s float samples of ``dist`` (a ``_random.draw`` name) of shape ``size``."""
-    value = _random.draw(dist, key_for(generator, fn), _size(fn, size), _float_dtype(fn, dtype))
-    return _leaf(value, requires_grad, device, fn)
+def _sampler(fn: str, dist: str, doc: str) -> Callable[..., Tensor]:
+    """The factory ``tp.{fn}``: float samples of ``dist`` (a ``_random.draw`` name), from
+    ``manual_seed``'s state or ``generator``; its docstring is ``doc``."""
+
+    def sample(
+        *size: Any,
+        generator: Generator | None = None,
+        dtype: Any = None,
+        device: Any = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        value = _random.draw(dist, key_for(generator, fn), _size(fn, size), _float_dtype(fn, dtype))
+        return _leaf(value, requires_grad, device, fn)
+
+    sample.__name__ = sample.__qualname__ = fn
+    sample.__doc__ = doc
+    return sample
 
 
-def randn(
-    *size: Any,
-    generator: Generator | None = None,
-    dtype: Any = None,
-    device: Any = None,
-    requires_grad: bool = False,
-) -> Tensor:
+randn = _sampler(
+    "randn",
+    "normal",
     """Samples of the standard normal distribution, from ``manual_seed``'s state (or ``generator``).
 
     Example:
@@ -163,20 +164,15 @@ def randn(
         >>> tp.manual_seed(0)
         >>> tp.randn(2, 3).shape
         (2, 3)
-    """
-    return _sample("randn", "normal", size, generator, dtype, device, requires_grad)
+    """,
+)
 
-
-def rand(
-    *size: Any,
-    generator: Generator | None = None,
-    dtype: Any = None,
-    device: Any = None,
-    requires_grad: bool = False,
-) -> Tensor:
+rand = _sampler(
+    "rand",
+    "uniform",
     """Samples of the uniform distribution on ``[0, 1)``, from ``manual_seed``'s state (or
-    ``generator``)."""
-    return _sample("rand", "uniform", size, generator, dtype, device, requires_grad)
+    ``generator``).""",
+)
 
 
 def randint(

@@ -13,3 +13,10 @@ def run_example() -> None:
     report the named checks it returns (``checks``)."""
     example = runpy.run_path(sys.argv[1], run_name="example")
     report(checks=example["run"](sys.argv[2:]))
+
+
+def run_tutorial() -> None:
+    """Run this rank of the tutorial ``sys.argv[1]`` through its ``run`` with the arguments
+    after it, and report what it returns (``result``)."""
+    tutorial = runpy.run_path(sys.argv[1], run_name="tutorial")
+    report(result=tutorial["run"](sys.argv[2:]))

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from tensorplay_jax.rpc import _codec, _local, _socket
+from tensorplay_jax.rpc._link import Inbound
+from tensorplay_jax.rpc._socket import ClientEnd
 from tests._procs import reported
 from tests.rpc import _workers as W
 
@@ -33,6 +35,10 @@ class _Sink:
             on_closed=lambda link, reason: self.closed.put(reason),
         )
 
+    def end(self, *, peer: str, me: str, secret: str) -> ClientEnd:
+        """A client's end whose replies come here."""
+        return ClientEnd(peer=peer, me=me, secret=secret, inbound=Inbound(**self.kw()))
+
 
 @pytest.fixture
 def server():
@@ -45,7 +51,7 @@ def server():
 def test_wrong_secret_is_rejected_before_anything_is_read(server):
     srv, sink = server
     with pytest.raises(OSError):
-        _local.connect_local(srv.address, peer="p", secret="wrong", me="me", **_Sink().kw())
+        _local.connect_local(srv.address, _Sink().end(peer="p", me="me", secret="wrong"))
     # a raw client that skips the handshake: its bytes are never parsed
     raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     raw.connect("\0" + srv.address)
@@ -61,7 +67,7 @@ def test_wrong_secret_is_rejected_before_anything_is_read(server):
 def test_small_and_shared_memory_messages_round_trip(server):
     srv, sink = server
     client = _Sink()
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **client.kw())
+    link = _local.connect_local(srv.address, client.end(peer="srv", me="cli", secret="s3cret"))
     small = np.arange(5, dtype=np.float32)
     big = np.arange(3 << 20, dtype=np.int32)[::2]  # non-contiguous, 6 MiB once packed
     for value in (small, {"a": big, "b": [small, b"xyz"]}):
@@ -86,7 +92,7 @@ def test_small_and_shared_memory_messages_round_trip(server):
 
 def test_many_senders_interleave_whole_messages(server):
     srv, sink = server
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    link = _local.connect_local(srv.address, _Sink().end(peer="srv", me="cli", secret="s3cret"))
     payload = np.ones(200_000, dtype=np.uint8)  # fills the socket: exercises the backlog
 
     def send(i: int) -> None:
@@ -133,7 +139,7 @@ def test_same_host_peers_use_the_local_transport_unless_switched_off(
 
 def test_segments_come_back_for_reuse_once_the_receiver_drops_its_arrays(server):
     srv, sink = server
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    link = _local.connect_local(srv.address, _Sink().end(peer="srv", me="cli", secret="s3cret"))
     enc = _codec.encode(np.ones(1 << 20, dtype=np.float32))
     link.send(b"e", enc.header, enc.buffers)
     _, m = sink.messages.get(timeout=10)
@@ -184,7 +190,7 @@ def test_reader_does_frame_work_inline_and_is_relieved_when_it_blocks():
     srv = _local.LocalServer(
         secret="s3cret", on_message=on_message, on_malformed=print, on_closed=lambda *a: None
     )
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    link = _local.connect_local(srv.address, _Sink().end(peer="srv", me="cli", secret="s3cret"))
     try:
         for _ in range(3):
             link.send(b"quick", b"\xc0")
@@ -226,7 +232,7 @@ def test_a_relieved_frame_that_ends_leaves_the_blocked_reader_watched():
     srv = _local.LocalServer(
         secret="s3cret", on_message=on_message, on_malformed=print, on_closed=lambda *a: None
     )
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    link = _local.connect_local(srv.address, _Sink().end(peer="srv", me="cli", secret="s3cret"))
     try:
         link.send(b"first", b"\xc0")
         link.send(b"probe", b"\xc0")  # read by another thread once the first is relieved

@@ -18,7 +18,9 @@ import pytest
 
 from tensorplay_jax import rpc
 from tensorplay_jax.rpc import _agent, _codec, _tcp
+from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._local import frames
+from tensorplay_jax.rpc._socket import ClientEnd
 from tensorplay_jax.runtime import handshake
 from tests._worker import expect
 from tests.rpc import _targets as T
@@ -39,6 +41,10 @@ class _Sink:
             on_closed=lambda link, reason: self.closed.put(reason),
         )
 
+    def end(self, *, peer: str, me: str, secret: str) -> ClientEnd:
+        """A client's end whose replies come here."""
+        return ClientEnd(peer=peer, me=me, secret=secret, inbound=Inbound(**self.kw()))
+
 
 @pytest.fixture
 def server():
@@ -51,7 +57,7 @@ def server():
 def test_wrong_secret_is_rejected_before_anything_is_read(server):
     srv, sink = server
     with pytest.raises(OSError):  # the server closes the connection: no proof back
-        _tcp.connect_tcp("127.0.0.1", srv.port, peer="p", secret="wrong", me="me", **_Sink().kw())
+        _tcp.connect_tcp("127.0.0.1", srv.port, _Sink().end(peer="p", me="me", secret="wrong"))
     # a raw client that skips the handshake and sends a frame: its bytes are never parsed
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw:
         assert raw.recv(8) == b"TPJTCP01"
@@ -70,9 +76,7 @@ def test_wrong_secret_is_rejected_before_anything_is_read(server):
 
 def test_long_messages_arrive_whole_and_their_mappings_are_reused(server):
     srv, sink = server
-    link = _tcp.connect_tcp(
-        "127.0.0.1", srv.port, peer="srv", secret="s3cret", me="c", **_Sink().kw()
-    )
+    link = _tcp.connect_tcp("127.0.0.1", srv.port, _Sink().end(peer="srv", me="c", secret="s3cret"))
     x = np.arange((3 << 20) + 5, dtype=np.float32)
     for i in range(3):
         enc = _codec.encode([x + i, b"small", np.int8(i)])

@@ -36,20 +36,8 @@ process. The dependency runs one way
 RPC never imports it); ``tensorplay_jax/__init__.py`` imports this package,
 so every worker takes part from its first RPC.
 
-Example (one process, the seed example):
-    >>> import tensorplay_jax as tp
-    >>> import tensorplay_jax.distributed.autograd as dist_autograd
-    >>> from tensorplay_jax.distributed import rpc
-    >>> rpc.init_rpc("worker", rank=0, world_size=1)
-    >>> def remote_double(t):
-    ...     return t * 2
-    >>> with dist_autograd.context() as ctx_id:
-    ...     t = tp.randn(4, requires_grad=True)
-    ...     out = rpc.rpc_sync("worker", remote_double, args=(t,))
-    ...     dist_autograd.backward(ctx_id, [out.sum()])
-    ...     print(dist_autograd.get_gradients(ctx_id)[t])
-    tensor([2., 2., 2., 2.])
-    >>> rpc.shutdown()
+The seed example (one process: an RPC to itself, a backward pass through it) is
+:func:`backward`'s.
 """
 
 import threading as _threading

@@ -385,17 +385,19 @@ def backward(context_id: int, roots: Tensor | Sequence[Tensor], retain_graph: bo
         TypeError: a root is not a Tensor.
         RpcPeerError, RpcTimeoutError: a worker died or did not answer in time.
 
-    Example:
+    Example (one process, issue 4's seed example):
         >>> import tensorplay_jax as tp
         >>> import tensorplay_jax.distributed.autograd as dist_autograd
         >>> from tensorplay_jax.distributed import rpc
-        >>> rpc.init_rpc("bwdoc", rank=0, world_size=1)
+        >>> rpc.init_rpc("worker", rank=0, world_size=1)
+        >>> def remote_double(t):
+        ...     return t * 2
         >>> with dist_autograd.context() as ctx_id:
-        ...     t = tp.ones(3, requires_grad=True)
-        ...     out = rpc.rpc_sync("bwdoc", tp.mul, args=(t, 3.0))
+        ...     t = tp.randn(4, requires_grad=True)
+        ...     out = rpc.rpc_sync("worker", remote_double, args=(t,))
         ...     dist_autograd.backward(ctx_id, [out.sum()])
         ...     print(dist_autograd.get_gradients(ctx_id)[t])
-        tensor([3., 3., 3.])
+        tensor([2., 2., 2., 2.])
         >>> rpc.shutdown()
     """
     if not _rpc_is_initialized():

@@ -19,10 +19,11 @@ try:
 except ImportError:  # not POSIX: this transport is unavailable there
     fcntl = None  # type: ignore[assignment]
 
-from tensorplay_jax.rpc._link import Inbound, inbound_of
+from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._local import handshake
 from tensorplay_jax.rpc._local.frames import _ANC
 from tensorplay_jax.rpc._local.link import LocalLink
+from tensorplay_jax.rpc._socket import ClientEnd
 from tensorplay_jax.rpc._socket.server import SocketServer, SocketTransport, start_reading
 from tensorplay_jax.rpc._transport import Site
 from tensorplay_jax.runtime.address import net_namespace
@@ -87,26 +88,16 @@ class LocalServer(SocketServer):
         super().__init__(sock, secret=secret, inbound=inbound, max_threads=max_threads, **callbacks)
 
 
-def connect_local(
-    address: str,
-    *,
-    peer: str,
-    secret: str,
-    me: str,
-    inbound: Inbound | None = None,
-    max_threads: int = 17,
-    **callbacks: Any,
-) -> LocalLink:
-    """Connect to the same-host server at ``address``, authenticate, start reading replies.
-
-    Takes the owner's ``inbound``, or its three callbacks by keyword.
+def connect_local(address: str, end: ClientEnd) -> LocalLink:
+    """Connect ``end`` to the same-host server at ``address``, authenticate, start reading
+    replies.
 
     Raises:
       OSError: no such server here, or the handshake failed (use gRPC instead).
     """
-    sock = handshake.connect(address, secret.encode(), me)
-    link = LocalLink(sock, peer, max_threads)
-    return start_reading(link, inbound_of(inbound, callbacks))  # type: ignore[return-value]
+    sock = handshake.connect(address, end.secret.encode(), end.me)
+    link = LocalLink(sock, end.peer, end.max_threads)
+    return start_reading(link, end.inbound)  # type: ignore[return-value]
 
 
 class LocalTransport(SocketTransport):
@@ -141,4 +132,4 @@ class LocalTransport(SocketTransport):
         )
 
     def connect(self, peer: str, entry: Any) -> LocalLink:
-        return connect_local(entry[1], **self._ends(peer))
+        return connect_local(entry[1], self._end(peer))

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from tensorplay_jax.rpc._link import Inbound, LinkSet, inbound_of
 from tensorplay_jax.rpc._socket.link import SocketLink
@@ -23,7 +24,25 @@ from tensorplay_jax.runtime import handshake
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._transport import Site
 
-__all__ = ["SocketServer", "SocketTransport", "start_reading"]
+__all__ = ["ClientEnd", "SocketServer", "SocketTransport", "start_reading"]
+
+
+class ClientEnd(NamedTuple):
+    """This worker's end of a connection it opens (``connect_local``, ``connect_tcp``).
+
+    Attributes:
+      peer: the worker at the other end, by name.
+      me: this worker's name (it authenticates as that).
+      secret: the job secret the handshake proves.
+      inbound: where the link reports what arrives (the replies).
+      max_threads: the most reading threads the link may use.
+    """
+
+    peer: str
+    me: str
+    secret: str
+    inbound: Inbound
+    max_threads: int = 17
 
 
 class SocketServer:
@@ -45,7 +64,7 @@ class SocketServer:
         secret: str,
         inbound: Inbound | None = None,
         max_threads: int = 17,
-        **callbacks: Any,
+        **callbacks: Callable[..., None],
     ) -> None:
         self._secret = secret.encode()
         self._max_threads = max_threads
@@ -112,17 +131,11 @@ class SocketTransport:
         self.server: SocketServer | None = None
         self._site: Site | None = None
 
-    def _ends(self, peer: str) -> dict[str, Any]:
-        """The keywords of a connection to ``peer`` from this worker's site."""
+    def _end(self, peer: str) -> ClientEnd:
+        """This worker's end of a connection to ``peer``, from its site."""
         site = self._site
         assert site is not None, "serve() first"
-        return {
-            "peer": peer,
-            "secret": site.secret,
-            "me": site.me,
-            "inbound": site.inbound,
-            "max_threads": site.max_threads,
-        }
+        return ClientEnd(peer, site.me, site.secret, site.inbound, site.max_threads)
 
     def stop(self, grace: float = 0.0) -> None:
         """Stop the server (its links close at once: ``grace`` is for streams that drain)."""

@@ -3,7 +3,10 @@
 
 And the same example as tensorplay code writes it (``backward(ctx_id, loss)``, one
 Tensor, as the tensorplay docs show; a device named by ``device=``), run with only
-its import lines changed."""
+its import lines changed.
+
+Each script runs unchanged as the process's ``__main__``, with one line appended that
+hands back the gradient it printed (``grads[t]``): the test checks that value."""
 
 import os
 import re
@@ -11,7 +14,27 @@ import subprocess
 import sys
 import textwrap
 
-from tests._procs import REPO_ROOT
+from tests._procs import REPO_ROOT, reported
+
+# Appended to a script: what it printed, ``grads[t]``, handed back to the test.
+REPORT = "from tests._worker import report; report(value=grads[t].tolist(), printed=str(grads[t]))"
+# A plain Tensor of 2s (d(sum(2t))/dt), printed as tensorplay prints one (the seed's comment)
+GRADIENT = {"value": [2.0] * 4, "printed": "tensor([2., 2., 2., 2.])"}
+
+
+def run_as_written(script: str) -> subprocess.CompletedProcess:
+    """``script``, with ``REPORT`` appended, as ``__main__`` of a fresh process without
+    MASTER_*, RANK, WORLD*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD"))}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", script + REPORT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
 
 SEED = textwrap.dedent(
     """
@@ -35,15 +58,9 @@ SEED = textwrap.dedent(
 
 
 def test_seed_example_runs_as_written_without_master_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD"))}
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    out = subprocess.run(
-        [sys.executable, "-c", SEED], env=env, capture_output=True, text=True, timeout=120
-    )
+    out = run_as_written(SEED)
     assert out.returncode == 0, out.stderr
-    # the gradient is a Tensor, printed as tensorplay prints it (the seed's comment
-    # shows the values)
-    assert out.stdout.strip() == "tensor([2., 2., 2., 2.])"
+    assert reported(out) == GRADIENT, out.stdout
 
 
 TENSORPLAY_SEED = textwrap.dedent(
@@ -80,10 +97,6 @@ def test_tensorplay_seed_runs_with_only_its_imports_changed():
         if a != b
     ]
     assert [a.split()[0] for a, _ in changed] == ["import"] * 3, changed
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD"))}
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    out = subprocess.run(
-        [sys.executable, "-c", ported], env=env, capture_output=True, text=True, timeout=120
-    )
+    out = run_as_written(ported)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "tensor([2., 2., 2., 2.])"
+    assert reported(out) == GRADIENT, out.stdout
