@@ -89,8 +89,7 @@ class Adam(Optimizer):
       lr: learning rate.
       betas: decay rates of the first and second moment estimates.
       eps: added to the denominator.
-      weight_decay: L2 penalty (added to the gradient); None: the class's default,
-        0 (AdamW: 1e-2).
+      weight_decay: L2 penalty (added to the gradient).
       amsgrad: use the maximum of past second moments (AMSGrad).
       maximize: maximize the objective instead of minimizing it.
 
@@ -111,8 +110,6 @@ class Adam(Optimizer):
 
     _RULE = staticmethod(adam_rule)
     _STATIC = ("amsgrad", "maximize")
-    _DECOUPLED = False  # weight decay enters the gradient (AdamW: the parameter)
-    _WEIGHT_DECAY = 0.0  # weight_decay's default, as torch's (AdamW: 1e-2)
 
     def __init__(
         self,
@@ -120,7 +117,7 @@ class Adam(Optimizer):
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        weight_decay: float | None = None,
+        weight_decay: float = 0,
         amsgrad: bool = False,
         *,
         maximize: bool = False,
@@ -129,14 +126,14 @@ class Adam(Optimizer):
             lr=lr,
             betas=tuple(betas),
             eps=eps,
-            weight_decay=self._WEIGHT_DECAY if weight_decay is None else weight_decay,
+            weight_decay=weight_decay,
             amsgrad=amsgrad,
             maximize=maximize,
         )
         super().__init__(params, defaults)
 
     def _flags(self, group: dict[str, Any]) -> dict[str, Any]:
-        return {**super()._flags(group), "decoupled": self._DECOUPLED}
+        return {**super()._flags(group), "decoupled": isinstance(self, AdamW)}
 
     def _check(self, group: dict[str, Any]) -> None:
         self._nonnegative(group, "lr", "eps", "weight_decay")
@@ -148,9 +145,8 @@ class AdamW(Adam):
 
     The parameter shrinks by ``lr * weight_decay`` before the Adam step, instead
     of the penalty entering the gradient (:func:`adam_rule` with ``decoupled``).
-    It is :class:`Adam` with that switch and another default: its arguments and
-    errors are Adam's, but for ``weight_decay``: the decoupled decay, 1e-2 by
-    default (torch's).
+    Its arguments and errors are :class:`Adam`'s, but for ``weight_decay``: the
+    decoupled decay, 1e-2 by default (torch's).
 
     Example:
       >>> import tensorplay_jax as tp
@@ -164,5 +160,15 @@ class AdamW(Adam):
       tensor([0.95, 0.95], requires_grad=True)
     """
 
-    _DECOUPLED = True
-    _WEIGHT_DECAY = 1e-2
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
