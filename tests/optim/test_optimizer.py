@@ -197,6 +197,21 @@ def test_a_step_is_not_recorded():
     assert p.is_leaf and p.requires_grad and p.grad_fn is None
 
 
+@pytest.mark.parametrize(
+    ("cls", "weight_decay", "after"),
+    # torch's defaults: Adam 0 (a zero gradient moves nothing); AdamW 1e-2, decoupled:
+    # p * (1 - lr * weight_decay) = 1 - 0.1 * 0.01 before the (zero) Adam step
+    [(optim.Adam, 0.0, 1.0), (optim.AdamW, 1e-2, 0.999)],
+)
+def test_adam_and_adamw_take_torchs_default_weight_decay(cls, weight_decay, after):
+    w = _param([1.0])
+    opt = cls([w], lr=0.1)
+    assert opt.param_groups[0]["weight_decay"] == weight_decay
+    w.grad = tp.zeros(1)
+    opt.step()
+    np.testing.assert_allclose(w.detach().numpy(), [after], rtol=1e-6)
+
+
 def test_repr_lists_each_group():
     opt = optim.SGD([_param([1.0])], lr=0.1)
     text = repr(opt)
