@@ -207,6 +207,7 @@ class _TcpPeer(_LocalPeer):
             peer="victim",
             secret=_secret(),
             me="faulty",
+            lanes=1,  # one connection: the victim's server holds one link for it
             on_message=lambda link, m: self.replies.put(bytes(m.envelope)),
             on_malformed=lambda link, e: None,
             on_closed=lambda link, reason: None,
