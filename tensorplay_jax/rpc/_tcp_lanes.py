@@ -24,8 +24,8 @@ may have lanes besides it:
 - A lane and its primary live and die together: either one closing shuts the
   other's socket down, and a reader waiting for the other wakes.
 
-``TENSORPLAY_JAX_RPC_TCP_LANES`` sets the connections per link (1: the
-primary alone, every message whole on it).
+``TENSORPLAY_JAX_RPC_TCP_LANES`` sets the connections per link (default 3;
+1: the primary alone, every message whole on it).
 """
 
 from __future__ import annotations

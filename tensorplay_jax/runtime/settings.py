@@ -298,7 +298,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(TCP_TRANSPORT_ENV, "1", str, "0 keeps RPC between hosts on gRPC (no plain TCP link)"),
     Setting(
         TCP_LANES_ENV,
-        "2",
+        "3",
         int,
         "TCP connections per link between hosts (1-8); a long message is split over them",
     ),
