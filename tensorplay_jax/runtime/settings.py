@@ -91,6 +91,7 @@ INSECURE_ENV = "TENSORPLAY_JAX_RPC_INSECURE"
 SPIN_US_ENV = "TENSORPLAY_JAX_RPC_SPIN_US"
 LOCAL_TRANSPORT_ENV = "TENSORPLAY_JAX_RPC_LOCAL"
 TCP_TRANSPORT_ENV = "TENSORPLAY_JAX_RPC_TCP"
+TCP_LANES_ENV = "TENSORPLAY_JAX_RPC_TCP_LANES"
 LOG_CALL_ERRORS_ENV = "TENSORPLAY_JAX_RPC_LOG_CALL_ERRORS"
 X64_ENV = "JAX_ENABLE_X64"
 PG_ENGINE_ENV = "TENSORPLAY_JAX_PG_ENGINE"
@@ -295,6 +296,12 @@ SETTINGS: tuple[Setting, ...] = (
         "0 turns the same-host socket transport off (peers here are reached as other hosts are)",
     ),
     Setting(TCP_TRANSPORT_ENV, "1", str, "0 keeps RPC between hosts on gRPC (no plain TCP link)"),
+    Setting(
+        TCP_LANES_ENV,
+        "3",
+        int,
+        "TCP connections per link between hosts (1-8); a long message is split over them",
+    ),
     Setting(
         LOG_CALL_ERRORS_ENV,
         "1",

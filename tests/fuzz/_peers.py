@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 from tensorplay_jax.rpc import _agent, _codec, _framing, _protocol
+from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._local import frames
+from tensorplay_jax.rpc._socket import ClientEnd
 from tests.rpc import _targets
 
 WAIT_S = 10.0
@@ -69,12 +71,12 @@ class RawPeer:
         if transport == "local":
             from tensorplay_jax.rpc import _local
 
-            self.link = _local.connect_local(entry, **kw, **cb)
+            self.link = _local.connect_local(entry, ClientEnd(**kw, inbound=Inbound(**cb)))
         elif transport == "tcp":
             from tensorplay_jax.rpc import _tcp
 
             host, _, port = entry.rpartition(":")
-            self.link = _tcp.connect_tcp(host, int(port), **kw, **cb)
+            self.link = _tcp.connect_tcp(host, int(port), ClientEnd(**kw, inbound=Inbound(**cb)))
         else:
             self.link = _GrpcStream(entry, kw, cb)
 

@@ -125,7 +125,8 @@ def _read_all(link_type: type, reader_type: type, data: bytes, fds: list[tuple[i
     into a link's reader; read frames until the stream ends or the input is used up."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     link = link_type(a, "fuzzer")
-    reader = reader_type(a, "fuzzer")
+    reader = link._new_reader()
+    assert type(reader) is reader_type
     try:
         pos = 0
         for at, fd in sorted(fds):

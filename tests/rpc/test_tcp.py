@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tensorplay_jax import rpc
-from tensorplay_jax.rpc import _agent, _codec, _tcp
+from tensorplay_jax.rpc import _agent, _codec, _tcp, _tcp_lanes
 from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._local import frames
 from tensorplay_jax.rpc._socket import ClientEnd
@@ -158,3 +158,133 @@ def test_a_peer_killed_mid_transfer_fails_the_call_cleanly(job):
     expect(rpc.RpcPeerError, says, rpc.rpc_sync, "w2", T.identity, args=(big,))
     assert time.monotonic() - t < 20, time.monotonic() - t
     job.kill("w2")
+
+
+# ----------------------------------------------------------------- lanes
+def _lanes_up(link: _tcp.TcpLink, n: int) -> None:
+    deadline = time.monotonic() + 20
+    while len(link.stripes.tx) < n - 1:
+        assert time.monotonic() < deadline, "the link's lanes did not come up"
+        time.sleep(0.01)
+
+
+def _long(i: int) -> np.ndarray:
+    return np.arange((3 << 20) + 5 + i, dtype=np.float32) * (i + 1)  # not a multiple of 64
+
+
+def test_long_messages_go_over_the_lanes_whole_and_in_order_both_ways(server):
+    srv, sink = server
+    mine = _Sink()
+    link = _tcp.connect_tcp(
+        "127.0.0.1", srv.port, mine.end(peer="srv", me="c", secret="s3cret"), lanes=3
+    )
+    _lanes_up(link, 3)
+    for i in range(3):  # long and small messages interleaved, from several threads' view
+        link.send(b"long", *_enc([_long(i)]))
+        link.send(b"small", *_enc([i]))
+    got = [sink.messages.get(timeout=30) for _ in range(6)]
+    assert [bytes(m.envelope) for _, m in got] == [b"long", b"small"] * 3
+    for i in range(3):
+        arr = _codec.decode(bytes(got[2 * i][1].header), got[2 * i][1].buffers)[0]
+        assert _same(_long(i), arr) and arr.ctypes.data % 64 == 0
+        assert _codec.decode(bytes(got[2 * i + 1][1].header), got[2 * i + 1][1].buffers) == [i]
+    back = got[0][0]  # the server's end: its lanes carry replies
+    _lanes_up(back, 3)
+    assert back.lane_index == 0 and len(back.stripes.tx) == 2
+    back.send(b"reply", *_enc([_long(7)]))
+    _, m = mine.messages.get(timeout=30)
+    assert _same(_long(7), _codec.decode(bytes(m.header), m.buffers)[0])
+    link.close()
+    assert sink.closed.get(timeout=10)
+
+
+def _enc(values: list) -> tuple[bytes, list]:
+    enc = _codec.encode(values)
+    return enc.header, enc.buffers
+
+
+def test_one_lane_sends_every_message_on_the_one_connection(server, monkeypatch):
+    srv, sink = server
+    monkeypatch.setenv("TENSORPLAY_JAX_RPC_TCP_LANES", "1")
+    link = _tcp.connect_tcp("127.0.0.1", srv.port, _Sink().end(peer="srv", me="c", secret="s3cret"))
+    link.send(b"long", *_enc([_long(0)]))
+    peer, m = sink.messages.get(timeout=30)
+    assert _same(_long(0), _codec.decode(bytes(m.header), m.buffers)[0])
+    assert link.stripes.count == 0 and not peer.stripes.lanes and peer.stripes.count == 0
+    link.close()
+
+
+@pytest.mark.parametrize("value", ["0", "9", "two"])
+def test_a_bad_lane_count_names_the_setting(monkeypatch, value):
+    monkeypatch.setenv("TENSORPLAY_JAX_RPC_TCP_LANES", value)
+    with pytest.raises(ValueError, match=r"TENSORPLAY_JAX_RPC_TCP_LANES=.*from 1"):
+        _tcp_lanes.lane_count()
+
+
+def test_a_lane_that_closes_mid_message_closes_the_link_and_delivers_nothing(server):
+    srv, sink = server
+    link = _tcp.connect_tcp(
+        "127.0.0.1", srv.port, _Sink().end(peer="srv", me="c", secret="s3cret"), lanes=2
+    )
+    _lanes_up(link, 2)
+    n = 8 << 20
+    bounds = _tcp_lanes.cuts(n, 2)
+    head = frames._FRAME.pack(n, _tcp._STRIPED) + _tcp._STRIPE.pack(2)
+    link._sock.sendall(head + b"\1" * bounds[1])  # part 0 whole
+    lane = link.stripes.tx[0]
+    lane._sock.sendall(frames._FRAME.pack(n - bounds[1], _tcp._PART) + b"\2" * (1 << 20))
+    lane._sock.shutdown(socket.SHUT_RDWR)  # the rest of part 1 never comes
+    assert sink.closed.get(timeout=10)
+    assert sink.messages.empty()
+    assert not link.alive or _gone(link)
+
+
+def _gone(link: _tcp.TcpLink) -> bool:
+    deadline = time.monotonic() + 10
+    while link.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not link.alive
+
+
+def _raw(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    handshake.authenticate(sock, b"s3cret", "raw", _tcp._MAGIC)
+    sock.settimeout(10)
+    return sock
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    with contextlib.suppress(ConnectionResetError):
+        while sock.recv(1 << 16):
+            pass
+    return True
+
+
+def test_a_striped_frame_on_a_link_without_lanes_is_answered_and_hung_up(server):
+    srv, sink = server
+    with _raw(srv.port) as sock:
+        sock.sendall(frames._FRAME.pack(8 << 20, _tcp._STRIPED) + _tcp._STRIPE.pack(2))
+        assert _hung_up(sock)
+    assert sink.closed.get(timeout=10)
+    assert "STRIPED frame over 2 lanes, on a link of 1" in str(sink.malformed[0])
+
+
+def test_a_part_frame_off_a_lane_is_answered_and_hung_up(server):
+    srv, sink = server
+    with _raw(srv.port) as sock:
+        sock.sendall(frames._FRAME.pack(4 << 20, _tcp._PART) + b"\0" * 1024)
+        assert _hung_up(sock)
+    assert sink.closed.get(timeout=10)
+    assert "not a lane" in str(sink.malformed[0])
+
+
+def test_a_lane_for_a_link_the_server_does_not_hold_is_hung_up(server, monkeypatch):
+    srv, sink = server
+    monkeypatch.setattr(handshake, "HANDSHAKE_TIMEOUT_S", 0.5)  # how long it waits for the link
+    hello = _tcp_lanes.hello(b"x" * 16, 1, 2)
+    with _raw(srv.port) as sock:
+        sock.sendall(frames._FRAME.pack(len(hello), _tcp._LANE) + hello)
+        assert _hung_up(sock)
+    assert sink.closed.get(timeout=10)
+    assert "does not hold" in str(sink.malformed[0])
+    assert sink.messages.empty()

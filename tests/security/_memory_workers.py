@@ -146,6 +146,20 @@ def _request(mid: int) -> tuple[bytes, bytes]:
     return _codec.dumps_small([1, mid, {}]), bytes(body.header)
 
 
+def _client_end(replies: queue.Queue) -> Any:
+    """The faulty worker's end of a connection to the victim: replies' envelopes go to
+    ``replies``."""
+    from tensorplay_jax.rpc._link import Inbound
+    from tensorplay_jax.rpc._socket import ClientEnd
+
+    inbound = Inbound(
+        on_message=lambda link, m: replies.put(bytes(m.envelope)),
+        on_malformed=lambda link, e: None,
+        on_closed=lambda link, reason: None,
+    )
+    return ClientEnd(peer="victim", me="faulty", secret=_secret(), inbound=inbound)
+
+
 class _LocalPeer:
     """An authenticated same-host connection whose frames are written by hand."""
 
@@ -153,15 +167,7 @@ class _LocalPeer:
         from tensorplay_jax.rpc import _local
 
         self.replies: queue.Queue = queue.Queue()
-        self.link = _local.connect_local(
-            address,
-            peer="victim",
-            secret=_secret(),
-            me="faulty",
-            on_message=lambda link, m: self.replies.put(bytes(m.envelope)),
-            on_malformed=lambda link, e: None,
-            on_closed=lambda link, reason: None,
-        )
+        self.link = _local.connect_local(address, _client_end(self.replies))
         self.sock = self.link._sock
 
     def frame(self, kind: int, length: int, body: bytes = b"", fd: int = -1) -> None:
@@ -204,12 +210,8 @@ class _TcpPeer(_LocalPeer):
         self.link = _tcp.connect_tcp(
             "127.0.0.1",
             port,
-            peer="victim",
-            secret=_secret(),
-            me="faulty",
-            on_message=lambda link, m: self.replies.put(bytes(m.envelope)),
-            on_malformed=lambda link, e: None,
-            on_closed=lambda link, reason: None,
+            _client_end(self.replies),
+            lanes=1,  # one connection: the victim's server holds one link for it
         )
         self.sock = self.link._sock
 

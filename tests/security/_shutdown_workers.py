@@ -104,7 +104,11 @@ def _raw_link(to: int) -> Any:
     secret = agent.connections.site.secret
     local = agent.peers.entry(to).get("local")
     if agent.connections.get("local") is not None and local is not None:
-        return _local.connect_local(local[1], peer=f"w{to}", secret=secret, me="raw", **cbs)
+        from tensorplay_jax.rpc._link import Inbound
+        from tensorplay_jax.rpc._socket import ClientEnd
+
+        end = ClientEnd(peer=f"w{to}", me="raw", secret=secret, inbound=Inbound(**cbs))
+        return _local.connect_local(local[1], end)
     return _grpc.connect(agent.peers.address(to), peer=f"w{to}", secret=secret, me="raw", **cbs)
 
 

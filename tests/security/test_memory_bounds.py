@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 from tensorplay_jax.rpc import _framing, _local
+from tensorplay_jax.rpc._link import Inbound
+from tensorplay_jax.rpc._socket import ClientEnd
 from tests._procs import WorkerResult, run_workers
 from tests.security import _memory_workers as W
 
@@ -117,8 +119,10 @@ def test_a_long_frame_body_still_arrives_whole(nbytes):
         on_malformed=lambda link, e: got.put(e),
         on_closed=lambda link, reason: None,
     )
-    kw = dict(on_message=print, on_malformed=print, on_closed=lambda link, reason: None)
-    link = _local.connect_local(srv.address, peer="srv", secret=SECRET, me="cli", **kw)
+    quiet = Inbound(on_message=print, on_malformed=print, on_closed=lambda link, reason: None)
+    link = _local.connect_local(
+        srv.address, ClientEnd(peer="srv", me="cli", secret=SECRET, inbound=quiet)
+    )
     try:
         header = np.random.default_rng(0).integers(0, 256, nbytes, np.uint8).tobytes()
         link.send(b"long", header)  # no buffers: one INLINE frame longer than the read buffer

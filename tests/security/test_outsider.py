@@ -24,7 +24,9 @@ import grpc
 import pytest
 
 from tensorplay_jax.rpc import _codec, _framing, _grpc, _local, _rendezvous, _tcp
+from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._local import handshake
+from tensorplay_jax.rpc._socket import ClientEnd
 from tensorplay_jax.runtime import secret as _secret
 from tests._procs import reported, run_workers
 from tests.security import _rendezvous_workers as W
@@ -104,11 +106,12 @@ def _tcp_probe(port: int, data: bytes) -> bytes:
         return _read_until_closed(s)
 
 
-class _Sink:
-    def kw(self):
-        return dict(
-            on_message=lambda *a: None, on_malformed=lambda *a: None, on_closed=lambda *a: None
-        )
+def _evil_end(secret: str) -> ClientEnd:
+    """An outsider's end of a connection to w1, proving ``secret``; it reads nothing."""
+    quiet = Inbound(
+        on_message=lambda *a: None, on_malformed=lambda *a: None, on_closed=lambda *a: None
+    )
+    return ClientEnd(peer="w1", me="evil", secret=secret, inbound=quiet)
 
 
 @pytest.mark.parametrize("transport", ["local", "tcp", "grpc"])
@@ -179,9 +182,7 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
                 ), got
             for wrong in ("wrong", "", "x" * 64):
                 with pytest.raises((ConnectionError, OSError)):
-                    _local.connect_local(
-                        addr["local"], peer="w1", secret=wrong, me="evil", **_Sink().kw()
-                    )
+                    _local.connect_local(addr["local"], _evil_end(wrong))
         if transport == "tcp":  # the TCP link between hosts: the same challenge first
             assert addr["tcp"], "the TCP server is not up"
             for data in (pickled, b"\0" * 4096, _tcp._MAGIC + b"\0" * 64):
@@ -191,10 +192,7 @@ def test_outsider_is_refused_at_every_door(tmp_path, port, transport):
                 ), got
             for wrong in ("wrong", "", "x" * 64):
                 with pytest.raises((ConnectionError, OSError)):
-                    _tcp.connect_tcp(
-                        "127.0.0.1", addr["tcp"], peer="w1", secret=wrong, me="evil",
-                        **_Sink().kw(),
-                    )  # fmt: skip
+                    _tcp.connect_tcp("127.0.0.1", addr["tcp"], _evil_end(wrong))
         idle.close()
     finally:
         (tmp_path / "outsider-done").write_text("1")

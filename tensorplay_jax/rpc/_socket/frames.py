@@ -76,7 +76,7 @@ class _Reader:
                 f"host's memory ({_MAX_BODY} bytes): the stream's framing is lost"
             )
         if length > _READ_BYTES:
-            body: bytes | mmap.mmap = self._large(length)
+            body: bytes | mmap.mmap = self._large(length, kind)
         else:
             self._need(length)
             body = bytes(memoryview(self._buf)[self._lo : self._lo + length])
@@ -100,9 +100,9 @@ class _Reader:
         while self._hi - self._lo < n:
             self._hi += self._recv_into(view[self._hi :])
 
-    def _large(self, n: int) -> mmap.mmap:
-        """A body of ``n`` bytes (more than the read buffer), in a mapping that grows with
-        what arrives: the declared length alone takes no memory."""
+    def _large(self, n: int, kind: int) -> mmap.mmap:
+        """A body of ``n`` bytes (more than the read buffer) of a frame of ``kind``, in a
+        mapping that grows with what arrives: the declared length alone takes no memory."""
         size = min(n, _LARGE_FIRST)
         try:
             m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

@@ -179,12 +179,16 @@ class SocketLink:
 
     def read_forever(self, inbound: Inbound) -> None:
         """Read and dispatch frames until the connection ends; the caller is the first reader."""
-        self._reader = self._reader_type(self._sock, self.peer)
+        self._reader = self._new_reader()
         self._inbound = inbound
         self._threads = 1
         self._baton_free = True
         _watchdog.watch(self)
         self._run_reader()
+
+    def _new_reader(self) -> _Reader:
+        """The reader of this link's socket (a ``_reader_type``)."""
+        return self._reader_type(self._sock, self.peer)
 
     def serves_inline(self) -> bool:
         """Whether the reading thread may do a frame's work itself (it can be detached if slow).

@@ -76,6 +76,10 @@ class SocketServer:
     def _tune(self, conn: socket.socket) -> None:
         """Set socket options on an authenticated connection (none here)."""
 
+    def _new_link(self, conn: socket.socket, peer: str) -> SocketLink:
+        """The link of an authenticated connection from ``peer`` (a ``_link_type``)."""
+        return self._link_type(conn, peer, self._max_threads)
+
     def _accept(self) -> None:
         kind = self._link_type._kind
         while True:
@@ -92,7 +96,7 @@ class SocketServer:
         if peer is None:
             return
         self._tune(conn)
-        link = self._link_type(conn, peer, self._max_threads)
+        link = self._new_link(conn, peer)
         inbound = self._links.add(link)
         if inbound is None:  # stopped meanwhile
             conn.close()
