@@ -242,3 +242,49 @@ def test_a_relieved_frame_that_ends_leaves_the_blocked_reader_watched():
         release_first.set()
         link.close()
         srv.stop()
+
+
+def test_a_release_read_after_the_link_closed_is_not_malformed(server):
+    """A RELEASE the peer sent before this end closed, read after it closed (the link then
+    holds no lent segment: closing let them all go), is not reported as malformed."""
+    srv, sink = server
+    client = _Sink()
+    gate, holding = threading.Event(), threading.Event()
+
+    def on_message(link, m):
+        holding.set()
+        assert gate.wait(30)  # the reader waits here while the RELEASE arrives behind it
+
+    link = _local.connect_local(
+        srv.address,
+        peer="srv",
+        secret="s3cret",
+        me="cli",
+        max_threads=1,  # no spare reader: the RELEASE waits for this one
+        on_message=on_message,
+        on_malformed=lambda link, e: client.malformed.append(e),
+        on_closed=lambda link, reason: client.closed.put(reason),
+    )
+    try:
+        enc = _codec.encode(np.ones(1 << 20, dtype=np.float32))
+        link.send(b"e", enc.header, enc.buffers)
+        srv_link, m = sink.messages.get(timeout=10)
+        assert len(link._lent) == 1
+        srv_link.send(b"hold", b"\xc0")
+        assert holding.wait(10)
+        del m  # the server's release thread sends RELEASE now
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(BlockingIOError):
+                if link._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the RELEASE never arrived")
+        link.close()
+        assert not link._lent
+    finally:
+        gate.set()
+    assert client.closed.get(timeout=10)
+    assert client.malformed == []
+

@@ -100,12 +100,18 @@ class LocalLink(SocketLink):
     def _take_back(self, ids: Iterable[tuple[int]]) -> None:
         """Take back the segments ``ids`` the peer released.
 
+        On a closed link there is nothing to take back: closing closed every
+        segment it lent (``_drop_locked``), and a RELEASE the peer sent before
+        that may still be read after it.
+
         Raises:
           FramingError: some were never lent on this link (or were released already);
             the others are taken back.
         """
         unknown = []
         with self._lock:
+            if not self.alive:
+                return
             segs = []
             for (i,) in ids:
                 seg = self._lent.pop(i, None)
