@@ -103,6 +103,51 @@ def test_a_sharded_array_round_trips_with_its_sharding(job, case):
     np.testing.assert_array_equal(np.asarray(back), want)
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_the_batched_rebuild_gives_what_the_plain_rebuild_gives(case):
+    from tensorplay_jax.rpc import _sharded
+
+    mesh_shape, axes, spec, shape, dtype = case
+    want = values(shape, dtype)
+    x = sharded(want, mesh(*mesh_shape, axes=axes), spec)
+    buffers: list = []
+    rec = _sharded.sharded_record(x, None, buffers, _codec._host_buffer)
+    args = (rec, buffers, _codec._host_array, _codec._device)
+    fast, plain = _sharded.rebuild(*args), _sharded.rebuild_plain(*args)
+    for y in (fast, plain):
+        assert y.sharding == x.sharding and y.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(y), want)
+    got = [(s.device, s.index, s.replica_id, np.asarray(s.data)) for s in fast.addressable_shards]
+    ref = [(s.device, s.index, s.replica_id, np.asarray(s.data)) for s in plain.addressable_shards]
+    assert [g[:3] for g in got] == [r[:3] for r in ref]
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(g[3], r[3])
+
+
+def test_sharded_arrays_held_on_both_sides_stay_correct_while_later_calls_reuse_the_buffers(job):
+    """Arrays that alias the transport's received segments (the callee keeps what it got,
+    the caller the replies) keep their values while later calls reuse every segment."""
+    m = mesh(4)
+    n = MIB // 4  # 1 MiB of float32 a call: shared memory, not inline
+    replies = {}
+    rpc.rpc_sync("w1", S.forget)
+    for i in range(12):
+        back = rpc.rpc_sync(
+            "w1", S.keep_and_echo, args=(sharded(np.full(n, i, np.float32), m, P("x")),)
+        )
+        if i % 4 == 0:
+            replies[i] = back
+        del back
+    kept = rpc.rpc_sync("w1", S.kept_values)
+    assert len(kept) == 12
+    for i, v in enumerate(kept):
+        np.testing.assert_array_equal(v, np.full(n, i, np.float32))
+    for i, y in replies.items():
+        assert y.sharding == NamedSharding(m, P("x"))
+        np.testing.assert_array_equal(np.asarray(y), np.full(n, i, np.float32))
+    rpc.rpc_sync("w1", S.forget)
+
+
 def test_a_replicated_array_sends_one_copy():
     x = sharded(values((16,), np.float32), mesh(4), P())
     enc = _codec.encode(x)
