@@ -50,13 +50,14 @@ from tensorplay_jax.runtime.device import device_name, put_shards, put_shards_pl
 from tensorplay_jax.runtime.shards import check_addressable, is_sharded
 from tensorplay_jax.runtime.shards import index_key as _index_key
 
-__all__ = ["is_sharded", "rebuild", "rebuild_plain", "sharded_record"]
+__all__ = ["is_sharded", "rebuild", "rebuild_plain", "sharded_body", "sharded_record"]
 
 _CACHE_LIMIT = 256
 _meshes: dict[tuple[Any, ...], Mesh] = {}
 # What depends only on a sharding and a shape, made once: see _layout_out and _layout_in.
 _layouts_out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _layouts_in: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_bodies: dict[tuple[Any, ...], bytes] = {}  # see sharded_body
 
 
 def _spec_out(spec: PartitionSpec) -> list[Any]:
@@ -105,11 +106,7 @@ def sharded_record(
       ValueError: the array cannot go (see the module docstring), or the maps lack a device.
     """
     s = _check(x)
-    key = (s, x.shape)
-    layout = _layouts_out.get(key)
-    if layout is None:
-        layout = _remember(_layouts_out, key, _layout_out(x, s))
-    flat, meta, spec, kept = layout
+    flat, meta, spec, kept = _layout(x, s)
     dests = place.mesh(flat) if place is not None else [device_name(d) for d in flat]
     pieces, dtype = [], None
     for i, index in kept:
@@ -124,6 +121,36 @@ def sharded_record(
         spec,
         pieces,
     ]
+
+
+def sharded_body(
+    x: jax.Array,
+    place: Any,
+    buffers: list[memoryview],
+    host_buffer: Callable[[np.ndarray, list[memoryview]], tuple[np.dtype, int]],
+    pack: Callable[[Any], bytes],
+) -> bytes:
+    """``pack(sharded_record(x, place, buffers, host_buffer))``, the record packed once.
+
+    The packed record depends only on the sharding, shape and dtype, the
+    placement (one per peer, made at start-up) and where in ``buffers`` the
+    shards start: it is kept for the next array like ``x``, whose shards are
+    then only appended to ``buffers``.
+    """
+    key = (x.sharding, x.shape, x.dtype, place, len(buffers))
+    body = _bodies.get(key)
+    if body is None:
+        return _remember(_bodies, key, pack(sharded_record(x, place, buffers, host_buffer)))
+    for i, _ in _layout(x, x.sharding)[3]:
+        host_buffer(np.asarray(x.addressable_data(i)), buffers)
+    return body
+
+
+def _layout(x: jax.Array, s: NamedSharding) -> tuple[Any, ...]:
+    layout = _layouts_out.get((s, x.shape))
+    if layout is None:
+        layout = _remember(_layouts_out, (s, x.shape), _layout_out(x, s))
+    return layout
 
 
 def _layout_out(x: jax.Array, s: NamedSharding) -> tuple[Any, ...]:

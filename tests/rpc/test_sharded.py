@@ -124,6 +124,21 @@ def test_the_batched_rebuild_gives_what_the_plain_rebuild_gives(case):
         np.testing.assert_array_equal(g[3], r[3])
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_the_kept_packed_record_is_the_record_packed(case):
+    import msgpack
+
+    from tensorplay_jax.rpc import _sharded
+
+    mesh_shape, axes, spec, shape, dtype = case
+    for first in (0, 0, 2):  # made, kept, and at another place among the buffers
+        x = sharded(values(shape, dtype), mesh(*mesh_shape, axes=axes), spec)
+        fast, plain = [memoryview(b"")] * first, [memoryview(b"")] * first
+        body = _sharded.sharded_body(x, None, fast, _codec._host_buffer, msgpack.packb)
+        assert body == msgpack.packb(_sharded.sharded_record(x, None, plain, _codec._host_buffer))
+        assert [bytes(b) for b in fast] == [bytes(b) for b in plain]
+
+
 def test_sharded_arrays_held_on_both_sides_stay_correct_while_later_calls_reuse_the_buffers(job):
     """Arrays that alias the transport's received segments (the callee keeps what it got,
     the caller the replies) keep their values while later calls reuse every segment."""
