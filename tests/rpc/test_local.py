@@ -363,7 +363,8 @@ def test_a_reused_segment_is_mapped_once_and_shows_each_message(server):
         assert len(srv_link._mappings._maps) == 1  # mapped once, for all six
     finally:
         link.close()
-    assert not srv_link._mappings._maps or sink.closed.get(timeout=10)
+    assert sink.closed.get(timeout=10)
+    assert not srv_link._mappings._maps  # the kept mappings go with the link
 
 
 def test_arrays_held_on_segments_stay_correct_while_later_messages_reuse_them(server):
