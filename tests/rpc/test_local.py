@@ -331,7 +331,8 @@ def test_a_kept_mapping_gives_what_a_fresh_mapping_gives():
     freed: list[str] = []
     try:
         plain = segments._map(os.dup(seg.fd), sizes, lambda: freed.append("plain"))
-        kept = segments._Mappings().map(os.dup(seg.fd), sizes, lambda: freed.append("kept"))
+        maps = segments._Mappings()
+        kept = maps.map(1, os.dup(seg.fd), sizes, lambda: freed.append("kept"))
         for a, b, w in zip(plain, kept, want, strict=True):
             assert np.array_equal(a, w) and np.array_equal(b, w) and b.flags.writeable
             assert b.size == 0 or b.ctypes.data % 64 == 0  # aligned: device_put may alias it
@@ -346,6 +347,8 @@ def test_a_kept_mapping_gives_what_a_fresh_mapping_gives():
 
 
 def test_a_reused_segment_is_mapped_once_and_shows_each_message(server):
+    from tensorplay_jax.rpc._local import segments
+
     srv, sink = server
     link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
     try:
@@ -360,11 +363,11 @@ def test_a_reused_segment_is_mapped_once_and_shows_each_message(server):
             while link._lent and time.monotonic() < deadline:
                 time.sleep(0.005)
             assert not link._lent
-        assert len(srv_link._mappings._maps) == 1  # mapped once, for all six
+        assert segments._mapped.kept(srv_link._owner) == 1  # mapped once, for all six
     finally:
         link.close()
     assert sink.closed.get(timeout=10)
-    assert not srv_link._mappings._maps  # the kept mappings go with the link
+    assert segments._mapped.kept(srv_link._owner) == 0  # the kept mappings go with the link
 
 
 def test_arrays_held_on_segments_stay_correct_while_later_messages_reuse_them(server):
@@ -397,3 +400,23 @@ def test_arrays_held_on_segments_stay_correct_while_later_messages_reuse_them(se
             np.testing.assert_array_equal(np.asarray(x), np.full(n, i, np.float32))
     finally:
         link.close()
+
+
+def test_kept_mappings_stay_within_their_limit_and_go_with_their_owner():
+    from tensorplay_jax.rpc._local import segments
+
+    maps = segments._Mappings(limit=2 << 20)
+    segs = [_segment_with([np.full(1 << 20, i, np.uint8)])[0] for i in range(3)]
+    try:
+        got = [
+            maps.map(1 + i % 2, os.dup(s.fd), [1 << 20], lambda: None) for i, s in enumerate(segs)
+        ]
+        assert maps.kept(1) + maps.kept(2) == 2  # the first of three 1 MiB mappings went
+        assert maps.kept(1) == 1 and maps.kept(2) == 1
+        for i, (arr,) in enumerate(got):
+            assert np.all(arr == i)  # the arrays keep an evicted mapping mapped
+        maps.clear(2)
+        assert maps.kept(2) == 0 and maps.kept(1) == 1
+    finally:
+        for s in segs:
+            s.close()

@@ -30,12 +30,13 @@ from tensorplay_jax.rpc._framing import (
     unpack_message,
 )
 from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _RELEASE, _SHM, _U64, _FdReader
-from tensorplay_jax.rpc._local.segments import _fill, _Mappings, _offsets, _pool, _Segment
+from tensorplay_jax.rpc._local.segments import _fill, _mapped, _offsets, _pool, _Segment
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
 
 # Buffers beyond this go through shared memory: a socket of ~200 KiB passes a
 # larger inline frame in several wake-ups of both sides, which cost more than a segment.
 _INLINE_BYTES = 64 << 10
+_owners = itertools.count(1)
 
 
 class LocalLink(SocketLink):
@@ -52,7 +53,7 @@ class LocalLink(SocketLink):
         self._lent: dict[int, _Segment] = {}
         self._released: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._releaser: threading.Thread | None = None
-        self._mappings = _Mappings()  # the peer's segments, mapped once each
+        self._owner = next(_owners)  # of the peer's segments mapped here (_mapped)
 
     def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
         """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
@@ -151,7 +152,7 @@ class LocalLink(SocketLink):
         for seg in self._lent.values():
             seg.close()
         self._lent.clear()
-        self._mappings.clear()
+        _mapped.clear(self._owner)
         self._released.put(None)
 
     def _segment_message(self, body: Any, fd: int) -> Message:
@@ -165,7 +166,7 @@ class LocalLink(SocketLink):
         except BaseException:
             os.close(fd)
             raise
-        bufs = self._mappings.map(fd, msg.buffers, functools.partial(self._released.put, sid))
+        bufs = _mapped.map(self._owner, fd, msg.buffers, functools.partial(self._released.put, sid))
         return Message(msg.envelope, msg.header, bufs)
 
     def _message(self, kind: int, body: Any, fd: int) -> Message | None:

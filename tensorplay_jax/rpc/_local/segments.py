@@ -10,7 +10,7 @@ aligned offsets) whose descriptor is passed with the frame.
 - The receiver maps the segment and its arrays are views on it (no copy on
   the receiving side). It keeps the mapping for the next message on the
   same segment (``_Mappings``: by the memfd's inode, at most ``_POOL_BYTES``
-  per link, all dropped when the link closes), so a pooled segment is
+  in all, a link's dropped when it closes), so a pooled segment is
   mapped and its pages populated once, not per message; ``_map`` is the
   plain path it is checked against, a fresh mapping per message. A segment
   is refused (as malformed) unless it is sealed against shrinking
@@ -227,27 +227,32 @@ def _map(fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any
 
 
 class _Mappings:
-    """The peer's segments one link end has mapped, kept for later messages on them.
+    """The peers' segments this process has mapped, kept for later messages on them.
 
-    A sender reuses a segment (its pool) only after this end released it, so
-    a mapping kept by the memfd's inode (which the mapping keeps from being
-    reused) shows the next message on it. At most ``limit`` bytes stay mapped
-    (the least recently used go first; arrays still on one keep it mapped);
-    :meth:`clear` lets go of all of them.
+    A sender reuses a segment (its pool) only after the receiver released it,
+    so a mapping kept by the memfd's inode (which the mapping keeps from being
+    reused) shows the next message on it. Each link end is an *owner* of the
+    mappings it made. At most ``limit`` bytes stay mapped in all (the least
+    recently used go first; arrays still on one keep it mapped); :meth:`clear`
+    lets go of one owner's when its link closes.
     """
 
     def __init__(self, limit: int = _POOL_BYTES) -> None:
         self._limit = limit
-        self._maps: collections.OrderedDict[tuple[int, int], mmap.mmap] = collections.OrderedDict()
+        self._maps: collections.OrderedDict[tuple[int, int, int], mmap.mmap] = (
+            collections.OrderedDict()
+        )
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def map(self, fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any]:
+    def map(
+        self, owner: int, fd: int, sizes: Sequence[int], on_free: Callable[[], None]
+    ) -> list[Any]:
         """What :func:`_map` gives (and it closes ``fd``), on a kept mapping when there is one."""
         end = _offsets(sizes)[-1]
         try:
             st = _checked(fd, end)
-            key = (st.st_dev, st.st_ino)
+            key = (owner, st.st_dev, st.st_ino)
             with self._lock:
                 m = self._maps.get(key)
                 if m is not None:
@@ -259,7 +264,7 @@ class _Mappings:
             os.close(fd)
         return _views(m, sizes, on_free)
 
-    def _keep(self, key: tuple[int, int], m: mmap.mmap) -> None:
+    def _keep(self, key: tuple[int, int, int], m: mmap.mmap) -> None:
         with self._lock:
             old = self._maps.pop(key, None)
             self._bytes -= len(old) if old is not None else 0
@@ -271,11 +276,19 @@ class _Mappings:
                 _, gone = self._maps.popitem(last=False)
                 self._bytes -= len(gone)
 
-    def clear(self) -> None:
-        """Let go of every kept mapping (each unmapped once no array views it)."""
+    def kept(self, owner: int) -> int:
+        """How many mappings ``owner`` has kept."""
         with self._lock:
-            self._maps.clear()
-            self._bytes = 0
+            return sum(k[0] == owner for k in self._maps)
+
+    def clear(self, owner: int) -> None:
+        """Let go of ``owner``'s kept mappings (each unmapped once no array views it)."""
+        with self._lock:
+            for key in [k for k in self._maps if k[0] == owner]:
+                self._bytes -= len(self._maps.pop(key))
+
+
+_mapped = _Mappings()
 
 
 def _sealed_against_shrinking(fd: int) -> bool:
