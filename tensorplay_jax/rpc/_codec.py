@@ -271,8 +271,8 @@ def _default(o: Any, buffers: list[memoryview], default: _Hook) -> Any:
                 "tensorplay_jax.distributed.autograd"
             )
         if _sharded.is_sharded(o):
-            rec = _sharded.sharded_record(o, default.place, buffers, _host_buffer)
-            return _ext_type(_EXT_SHARDED, msgpack.packb(rec))
+            body = _sharded.sharded_body(o, default.place, buffers, _host_buffer, msgpack.packb)
+            return _ext_type(_EXT_SHARDED, body)
         dest = default.place(o) if default.place is not None else None
         return _array_record(np.asarray(o), _JAX, buffers, dest)
     if isinstance(o, np.generic):

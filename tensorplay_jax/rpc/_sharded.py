@@ -9,10 +9,14 @@ their own out-of-band buffer (a view of the shard's host memory, no copy on a
 CPU device); replicas of a shard (``replica_id > 0``) are not sent, so a
 replicated array sends one copy. Nothing is gathered.
 
-:func:`rebuild` makes the same sharding over the receiver's devices, puts each
-shard's bytes on every device whose index they are (``jax.device_put`` of the
-received buffer, which may alias it), and joins them with
-``jax.make_array_from_single_device_arrays``.
+:func:`rebuild` makes the same sharding over the receiver's devices and puts
+each shard's bytes on every device whose index they are, all in one transfer
+(``runtime.device.put_shards``: on a CPU device an aligned received buffer is
+aliased, not copied). :func:`rebuild_plain` gives the same array by public
+API (``jax.device_put`` of each shard, joined by
+``jax.make_array_from_single_device_arrays``): the path the fast one is
+checked against. What a record holds that depends only on the sharding and
+the shape is made once per sharding and shape, on both sides.
 
 Refused, with what to send instead: an array whose shards are not all in this
 process (``is_fully_addressable`` false: a multi-controller array), and a
@@ -42,14 +46,18 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tensorplay_jax.runtime.device import device_name, to_device
+from tensorplay_jax.runtime.device import device_name, put_shards, put_shards_plain
 from tensorplay_jax.runtime.shards import check_addressable, is_sharded
 from tensorplay_jax.runtime.shards import index_key as _index_key
 
-__all__ = ["is_sharded", "rebuild", "sharded_record"]
+__all__ = ["is_sharded", "rebuild", "rebuild_plain", "sharded_body", "sharded_record"]
 
 _CACHE_LIMIT = 256
 _meshes: dict[tuple[Any, ...], Mesh] = {}
+# What depends only on a sharding and a shape, made once: see _layout_out and _layout_in.
+_layouts_out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_layouts_in: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_bodies: dict[tuple[Any, ...], bytes] = {}  # see sharded_body
 
 
 def _spec_out(spec: PartitionSpec) -> list[Any]:
@@ -98,26 +106,72 @@ def sharded_record(
       ValueError: the array cannot go (see the module docstring), or the maps lack a device.
     """
     s = _check(x)
-    mesh = s.mesh
-    flat = list(mesh.devices.flat)
+    flat, meta, spec, kept = _layout(x, s)
     dests = place.mesh(flat) if place is not None else [device_name(d) for d in flat]
     pieces, dtype = [], None
-    for shard in x.addressable_shards:
-        if shard.replica_id != 0:
-            continue
-        dt, index = host_buffer(np.asarray(shard.data), buffers)
-        dtype = dt
-        pieces.append([list(_index_key(shard.index, x.shape)), index])
+    for i, index in kept:
+        # A CPU shard's host view is its own memory (no copy).
+        dtype, b = host_buffer(np.asarray(x.addressable_data(i)), buffers)
+        pieces.append([index, b])
     return [
         dtype.name if dtype is not None else np.dtype(x.dtype).name,
         list(x.shape),
-        list(mesh.devices.shape),
-        list(mesh.axis_names),
-        [t.name for t in mesh.axis_types],
+        *meta,
         dests,
-        _spec_out(s.spec),
+        spec,
         pieces,
     ]
+
+
+def sharded_body(
+    x: jax.Array,
+    place: Any,
+    buffers: list[memoryview],
+    host_buffer: Callable[[np.ndarray, list[memoryview]], tuple[np.dtype, int]],
+    pack: Callable[[Any], bytes],
+) -> bytes:
+    """``pack(sharded_record(x, place, buffers, host_buffer))``, the record packed once.
+
+    The packed record depends only on the sharding, shape and dtype, the
+    placement (one per peer, made at start-up) and where in ``buffers`` the
+    shards start: it is kept for the next array like ``x``, whose shards are
+    then only appended to ``buffers``.
+    """
+    key = (x.sharding, x.shape, x.dtype, place, len(buffers))
+    body = _bodies.get(key)
+    if body is None:
+        return _remember(_bodies, key, pack(sharded_record(x, place, buffers, host_buffer)))
+    for i, _ in _layout(x, x.sharding)[3]:
+        host_buffer(np.asarray(x.addressable_data(i)), buffers)
+    return body
+
+
+def _layout(x: jax.Array, s: NamedSharding) -> tuple[Any, ...]:
+    layout = _layouts_out.get((s, x.shape))
+    if layout is None:
+        layout = _remember(_layouts_out, (s, x.shape), _layout_out(x, s))
+    return layout
+
+
+def _layout_out(x: jax.Array, s: NamedSharding) -> tuple[Any, ...]:
+    """What the record of an array of ``x``'s sharding and shape always holds: the mesh's
+    devices, ``[mesh shape, axis names, axis types]``, the spec, and (position, index) of
+    each distinct shard among ``x``'s addressable data."""
+    mesh = s.mesh
+    meta = [list(mesh.devices.shape), list(mesh.axis_names), [t.name for t in mesh.axis_types]]
+    kept = [
+        (i, list(_index_key(shard.index, x.shape)))
+        for i, shard in enumerate(x.addressable_shards)
+        if shard.replica_id == 0
+    ]
+    return list(mesh.devices.flat), meta, _spec_out(s.spec), kept
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _mesh(key: tuple[Any, ...], device: Callable[[str], Any]) -> Mesh:
@@ -126,11 +180,30 @@ def _mesh(key: tuple[Any, ...], device: Callable[[str], Any]) -> Mesh:
         names, shape, axes, types = key
         devs = np.array([device(n) for n in names], dtype=object).reshape(shape)
         kinds = tuple(jax.sharding.AxisType[t] for t in types)
-        mesh = Mesh(devs, axes, axis_types=kinds)
-        if len(_meshes) >= _CACHE_LIMIT:
-            _meshes.clear()
-        _meshes[key] = mesh
+        mesh = _remember(_meshes, key, Mesh(devs, axes, axis_types=kinds))
     return mesh
+
+
+def _layout_in(
+    rec: list[Any], device: Callable[[str], Any]
+) -> tuple[NamedSharding, tuple[int, ...], list[tuple[tuple[int, ...], list[int]]]]:
+    """The sharding a record asks for, the global shape, and for each of this process's
+    devices in the sharding's order the index of its shard and the shard's shape."""
+    _, shape, mesh_shape, axes, types, names, spec, _ = rec
+    shape = tuple(shape)
+    key = (tuple(names), tuple(mesh_shape), tuple(axes), tuple(types))
+    sharding = NamedSharding(_mesh(key, device), _spec_in(spec))
+    wanted = []
+    for index in sharding.addressable_devices_indices_map(shape).values():
+        k = _index_key(index, shape)
+        wanted.append((k, [b - a for a, b in zip(k[::2], k[1::2], strict=True)]))
+    return sharding, shape, wanted
+
+
+def _in_key(rec: list[Any]) -> tuple[Any, ...]:
+    _, shape, mesh_shape, axes, types, names, spec, _ = rec
+    parts = tuple(tuple(p) if isinstance(p, list) else p for p in spec)
+    return (tuple(shape), tuple(mesh_shape), tuple(axes), tuple(types), tuple(names), parts)
 
 
 def rebuild(
@@ -141,21 +214,42 @@ def rebuild(
 ) -> jax.Array:
     """The array :func:`sharded_record` encoded, sharded over this process's named devices.
 
+    Each device's shard is a host array on the received bytes (no copy),
+    all put in one transfer (``put_shards``, which may alias them).
+
     Args:
       rec: the record.
       buffers: the message's buffers.
       host_array: ``(dtype name, shape, buffer)`` to a NumPy array on the buffer.
       device: a device name to this process's ``jax.Device``.
     """
-    dtype, shape, mesh_shape, axes, types, names, spec, pieces = rec
-    shape = tuple(shape)
-    key = (tuple(names), tuple(mesh_shape), tuple(axes), tuple(types))
-    sharding = NamedSharding(_mesh(key, device), _spec_in(spec))
+    return put_shards(*_host_shards(rec, buffers, host_array, device))
+
+
+def rebuild_plain(
+    rec: list[Any],
+    buffers: list[Any],
+    host_array: Callable[[str, list[int], Any], np.ndarray],
+    device: Callable[[str], Any],
+) -> jax.Array:
+    """What :func:`rebuild` gives, each shard put on its device by itself and the array
+    joined by ``jax.make_array_from_single_device_arrays`` (the plain path it is checked
+    against)."""
+    return put_shards_plain(*_host_shards(rec, buffers, host_array, device))
+
+
+def _host_shards(
+    rec: list[Any],
+    buffers: list[Any],
+    host_array: Callable[[str, list[int], Any], np.ndarray],
+    device: Callable[[str], Any],
+) -> tuple[list[np.ndarray], NamedSharding, tuple[int, ...]]:
+    key = _in_key(rec)
+    layout = _layouts_in.get(key)
+    if layout is None:
+        layout = _remember(_layouts_in, key, _layout_in(rec, device))
+    sharding, shape, wanted = layout
+    dtype, pieces = rec[0], rec[7]
     by_index = {tuple(idx): i for idx, i in pieces}
-    arrays = []
-    for dev, index in sharding.addressable_devices_indices_map(shape).items():
-        k = _index_key(index, shape)
-        host = host_array(dtype, [b - a for a, b in zip(k[::2], k[1::2], strict=True)],
-                          buffers[by_index[k]])  # fmt: skip
-        arrays.append(to_device(host, dev))
-    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+    hosts = [host_array(dtype, piece, buffers[by_index[k]]) for k, piece in wanted]
+    return hosts, sharding, shape

@@ -9,7 +9,9 @@ uncommitted on the default device (what ``jax.device_put(x)`` gives).
 :func:`to_device` caches those facts per (shape, dtype, device, x64 flag) and calls
 the transfer ``jax.device_put`` itself ends in (``batched_device_put``). That is
 private JAX API, used here and nowhere else: if it is missing or fails once, every
-later call takes ``jax.device_put`` itself.
+later call takes ``jax.device_put`` itself. :func:`put_shards` puts one host
+array per device onto a sharding the same way (one batched transfer for all
+shards; :func:`put_shards_plain` is its public-API path).
 
 :func:`aligned_empty` makes host buffers ``HOST_ALIGN``-byte aligned, so that
 placing them may alias the buffer instead of copying it.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -53,6 +56,8 @@ __all__ = [
     "on_device",
     "parse_device",
     "present_devices",
+    "put_shards",
+    "put_shards_plain",
     "resolve_device",
     "to_device",
 ]
@@ -69,6 +74,7 @@ except ImportError:  # pragma: no cover - a JAX without them
 
 _CACHE_LIMIT = 512
 _specs: dict[tuple[Any, ...], Any] = {}
+_sharded_specs: dict[tuple[Any, ...], Any] = {}
 
 
 def to_device(x: Any, device: Any = None) -> jax.Array:
@@ -121,6 +127,84 @@ def _spec(a: np.ndarray, dev: Any) -> Any:
     if dt.hasobject or dt == _dtypes.float0 or _dtypes.canonicalize_dtype(dt) != dt:
         return False
     return _core.ShapedArray(a.shape, dt), jax.sharding.SingleDeviceSharding(dev)
+
+
+def put_shards(
+    hosts: Sequence[Any], sharding: jax.sharding.Sharding, shape: Sequence[int]
+) -> jax.Array:
+    """The array of ``shape`` on ``sharding`` whose shard on each device is a host array.
+
+    ``hosts[i]`` is the shard of the i-th device of
+    ``sharding.addressable_devices_indices_map(shape)``. For NumPy arrays of a
+    dtype JAX keeps as it is, one transfer puts them all (``batched_device_put``,
+    where ``jax.device_put`` of a host array onto a sharding ends: an aligned
+    host array may be aliased, not copied, on a CPU device); anything else,
+    or a JAX without that call, takes :func:`put_shards_plain`, which gives
+    the same array.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> n = min(2, len(jax.devices()))
+        >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:n]), ("x",))
+        >>> s = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+        >>> parts = np.split(np.arange(4.0, dtype=np.float32), n)
+        >>> put_shards(parts, s, (4,)).tolist()
+        [0.0, 1.0, 2.0, 3.0]
+    """
+    if _fast and hosts and all(type(h) is np.ndarray for h in hosts):
+        y = _put_sharded(hosts, sharding, tuple(shape))
+        if y is not None:
+            return y
+    return put_shards_plain(hosts, sharding, shape)
+
+
+def put_shards_plain(
+    hosts: Sequence[Any], sharding: jax.sharding.Sharding, shape: Sequence[int]
+) -> jax.Array:
+    """What :func:`put_shards` gives, by public API: each shard by :func:`to_device`, joined by
+    ``jax.make_array_from_single_device_arrays``."""
+    devices = sharding.addressable_devices_indices_map(tuple(shape))
+    arrays = [to_device(h, d) for h, d in zip(hosts, devices, strict=True)]
+    return jax.make_array_from_single_device_arrays(tuple(shape), sharding, arrays)
+
+
+def _put_sharded(hosts: Sequence[np.ndarray], sharding: Any, shape: tuple[int, ...]) -> Any:
+    """``put_shards`` by the cached batched transfer; None: take the plain path."""
+    global _fast
+    try:
+        dt = hosts[0].dtype
+        key = (sharding, shape, dt, jax.config.jax_enable_x64)
+        spec = _sharded_specs.get(key)
+        if spec is None:
+            spec = _sharded_spec(sharding, shape, dt)
+            if len(_sharded_specs) >= _CACHE_LIMIT:
+                _sharded_specs.clear()
+            _sharded_specs[key] = spec
+        if spec is False:
+            return None
+        aval, devices, shapes = spec
+        if len(hosts) != len(shapes) or any(
+            h.dtype != dt or h.shape != s for h, s in zip(hosts, shapes, strict=False)
+        ):
+            return None  # the plain path says what is wrong
+        return _xc.batched_device_put(aval, sharding, list(hosts), devices, True)
+    except Exception:  # an incompatible jaxlib: the public path from now on
+        _fast = False
+        return None
+
+
+def _sharded_spec(sharding: Any, shape: tuple[int, ...], dt: np.dtype) -> Any:
+    if dt.hasobject or dt == _dtypes.float0 or _dtypes.canonicalize_dtype(dt) != dt:
+        return False
+    indices = sharding.addressable_devices_indices_map(shape)
+    devices = list(indices)
+    # The transfer takes the shards in the sharding's device order (as jax.device_put
+    # gives them); a sharding that orders them otherwise takes the plain path.
+    if devices != list(getattr(sharding, "_addressable_device_assignment", ())):
+        return False
+    shapes = [tuple(len(range(*sl.indices(n))) for sl, n in zip(i, shape, strict=True))
+              for i in indices.values()]  # fmt: skip
+    return _core.ShapedArray(shape, dt), devices, shapes
 
 
 def on_device(x: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tensorplay_jax.runtime.device import to_device
+from tensorplay_jax.runtime.device import put_shards
 
 __all__ = ["HostShards", "check_addressable", "index_key", "is_sharded"]
 
@@ -105,5 +105,4 @@ class HostShards:
             for k, piece in self.pieces.items():
                 full[tuple(slice(a, b) for a, b in zip(k[::2], k[1::2], strict=True))] = piece
             return jax.device_put(full, sharding)
-        arrays = [to_device(np.asarray(self.pieces[k]), d) for d, k in keys.items()]
-        return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+        return put_shards([np.asarray(self.pieces[k]) for k in keys.values()], sharding, shape)

@@ -40,6 +40,25 @@ def double(x: Any) -> Any:
     return x * 2
 
 
+_kept: list[Any] = []
+
+
+def keep_and_echo(x: Any) -> Any:
+    """Keep ``x`` as it arrived (see :func:`kept_values`), and send it back."""
+    _kept.append(x)
+    return x
+
+
+def kept_values() -> list[np.ndarray]:
+    """Host copies of what :func:`keep_and_echo` kept, in order."""
+    return [np.array(_value(x)) for x in _kept]
+
+
+def forget() -> None:
+    """Drop what :func:`keep_and_echo` kept."""
+    _kept.clear()
+
+
 def values_and_layout(x: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """A host copy of ``x`` and its layout here."""
     return np.asarray(_value(x)), layout(x)

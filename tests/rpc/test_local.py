@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import queue
 import socket
 import threading
@@ -248,3 +249,180 @@ def test_a_relieved_frame_that_ends_leaves_the_blocked_reader_watched():
         release_first.set()
         link.close()
         srv.stop()
+
+
+def test_a_release_read_after_the_link_closed_is_not_malformed(server):
+    """A RELEASE the peer sent before this end closed, read after it closed (the link then
+    holds no lent segment: closing let them all go), is not reported as malformed."""
+    srv, sink = server
+    client = _Sink()
+    gate, holding = threading.Event(), threading.Event()
+
+    def on_message(link, m):
+        holding.set()
+        assert gate.wait(30)  # the reader waits here while the RELEASE arrives behind it
+
+    link = _local.connect_local(
+        srv.address,
+        peer="srv",
+        secret="s3cret",
+        me="cli",
+        max_threads=1,  # no spare reader: the RELEASE waits for this one
+        on_message=on_message,
+        on_malformed=lambda link, e: client.malformed.append(e),
+        on_closed=lambda link, reason: client.closed.put(reason),
+    )
+    try:
+        enc = _codec.encode(np.ones(1 << 20, dtype=np.float32))
+        link.send(b"e", enc.header, enc.buffers)
+        srv_link, m = sink.messages.get(timeout=10)
+        assert len(link._lent) == 1
+        srv_link.send(b"hold", b"\xc0")
+        assert holding.wait(10)
+        del m  # the server's release thread sends RELEASE now
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(BlockingIOError):
+                if link._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the RELEASE never arrived")
+        link.close()
+        assert not link._lent
+    finally:
+        gate.set()
+    assert client.closed.get(timeout=10)
+    assert client.malformed == []
+
+
+def _segment_with(buffers: list) -> tuple:
+    """A fresh segment holding ``buffers`` (by the mapped copy), and their sizes."""
+    from tensorplay_jax.rpc._local import segments
+
+    sizes = [memoryview(b).nbytes for b in buffers]
+    seg = segments._Pool(0).take(segments._offsets(sizes)[-1])
+    segments._fill(seg, buffers)
+    return seg, sizes
+
+
+def test_the_mapped_copy_writes_what_pwrite_writes():
+    from tensorplay_jax.rpc._local import segments
+
+    rng = np.random.default_rng(0)
+    buffers = [
+        memoryview(rng.standard_normal((300, 70)).astype(np.float32)),  # 2-D, not bytes
+        memoryview(b""),
+        memoryview(rng.integers(0, 255, 100_003, np.uint8)),  # not a multiple of 64
+        memoryview(np.arange(5, dtype=np.int64)),
+    ]
+    fast, sizes = _segment_with(buffers)
+    plain = segments._Pool(0).take(fast.size)
+    segments._fill_by_pwrite(plain.fd, buffers)
+    try:
+        end = segments._offsets(sizes)[-1]
+        assert np.array_equal(fast.memory()[:end], plain.memory()[:end])
+        for b, off in zip(buffers, segments._offsets(sizes), strict=False):
+            assert fast.memory()[off : off + b.nbytes].tobytes() == b.tobytes()
+    finally:
+        fast.close()
+        plain.close()
+
+
+def test_a_kept_mapping_gives_what_a_fresh_mapping_gives():
+    from tensorplay_jax.rpc._local import segments
+
+    want = [np.arange(n, dtype=np.uint8) for n in (70_000, 0, 1 << 20)]
+    seg, sizes = _segment_with(want)
+    freed: list[str] = []
+    try:
+        plain = segments._map(os.dup(seg.fd), sizes, lambda: freed.append("plain"))
+        maps = segments._Mappings()
+        kept = maps.map(1, os.dup(seg.fd), sizes, lambda: freed.append("kept"))
+        for a, b, w in zip(plain, kept, want, strict=True):
+            assert np.array_equal(a, w) and np.array_equal(b, w) and b.flags.writeable
+            assert b.size == 0 or b.ctypes.data % 64 == 0  # aligned: device_put may alias it
+        assert freed == []
+        del plain, a, b
+        gc.collect()
+        assert freed == ["plain"]
+        del kept
+        assert freed == ["plain", "kept"]  # each message's arrays, not the kept mapping
+    finally:
+        seg.close()
+
+
+def test_a_reused_segment_is_mapped_once_and_shows_each_message(server):
+    from tensorplay_jax.rpc._local import segments
+
+    srv, sink = server
+    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    try:
+        for i in range(6):
+            enc = _codec.encode(np.full(1 << 18, i, dtype=np.float32))
+            link.send(b"e", enc.header, enc.buffers)
+            srv_link, m = sink.messages.get(timeout=10)
+            got = _codec.decode(bytes(m.header), m.buffers)
+            assert got.shape == (1 << 18,) and np.all(got == i), i
+            del m, got  # released: the next message reuses the segment
+            deadline = time.monotonic() + 10
+            while link._lent and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert not link._lent
+        assert segments._mapped.kept(srv_link._owner) == 1  # mapped once, for all six
+    finally:
+        link.close()
+    assert sink.closed.get(timeout=10)
+    assert segments._mapped.kept(srv_link._owner) == 0  # the kept mappings go with the link
+
+
+def test_arrays_held_on_segments_stay_correct_while_later_messages_reuse_them(server):
+    """JAX arrays that alias received segments keep their values while the sender reuses
+    every segment released around them (and the receiver its kept mappings)."""
+    import jax.numpy as jnp
+
+    srv, sink = server
+    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    n = 1 << 18  # 1 MiB of float32: a segment each
+    held = {}
+    try:
+        for i in range(24):
+            enc = _codec.encode(jnp.full(n, i, dtype=jnp.float32))
+            link.send(b"e", enc.header, enc.buffers)
+            _, m = sink.messages.get(timeout=10)
+            got = _codec.decode(bytes(m.header), m.buffers)  # a jax.Array on the segment
+            del m
+            if i % 3 == 0:
+                held[i] = got  # the others are dropped, their segments reused by later ones
+            del got
+            # wait until every dropped message's segment is back (jaxlib lets go of an
+            # aliased host array on a later call into it: device_put one scalar)
+            deadline = time.monotonic() + 10
+            while len(link._lent) > len(held) and time.monotonic() < deadline:
+                jnp.zeros(())
+                time.sleep(0.005)
+            assert len(link._lent) == len(held)
+        for i, x in held.items():
+            np.testing.assert_array_equal(np.asarray(x), np.full(n, i, np.float32))
+    finally:
+        link.close()
+
+
+def test_kept_mappings_stay_within_their_limit_and_go_with_their_owner():
+    from tensorplay_jax.rpc._local import segments
+
+    maps = segments._Mappings(limit=2 << 20)
+    segs = [_segment_with([np.full(1 << 20, i, np.uint8)])[0] for i in range(3)]
+    try:
+        got = [
+            maps.map(1 + i % 2, os.dup(s.fd), [1 << 20], lambda: None) for i, s in enumerate(segs)
+        ]
+        assert maps.kept(1) + maps.kept(2) == 2  # the first of three 1 MiB mappings went
+        assert maps.kept(1) == 1 and maps.kept(2) == 1
+        for i, (arr,) in enumerate(got):
+            assert np.all(arr == i)  # the arrays keep an evicted mapping mapped
+        maps.clear(2)
+        assert maps.kept(2) == 0 and maps.kept(1) == 1
+    finally:
+        for s in segs:
+            s.close()

@@ -16,7 +16,7 @@ One module per job, in the order a connection meets them:
   and ``LocalTransport``, the agent's handle on all of it.
 - ``link``: ``LocalLink``, a socket link that lends shared-memory segments.
 - ``frames``: the frame kinds this adds, and the reader of passed descriptors.
-- ``segments``: shared-memory segments: staging, sealed mapping, the reuse pool.
+- ``segments``: shared-memory segments: staging, sealed mapping (kept for reuse), the reuse pool.
 """
 
 from tensorplay_jax.rpc._local.link import LocalLink as LocalLink

@@ -30,12 +30,13 @@ from tensorplay_jax.rpc._framing import (
     unpack_message,
 )
 from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _RELEASE, _SHM, _U64, _FdReader
-from tensorplay_jax.rpc._local.segments import _fill, _map, _offsets, _pool
+from tensorplay_jax.rpc._local.segments import _fill, _mapped, _offsets, _pool, _Segment
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
 
 # Buffers beyond this go through shared memory: a socket of ~200 KiB passes a
 # larger inline frame in several wake-ups of both sides, which cost more than a segment.
 _INLINE_BYTES = 64 << 10
+_owners = itertools.count(1)
 
 
 class LocalLink(SocketLink):
@@ -46,12 +47,13 @@ class LocalLink(SocketLink):
 
     def __init__(self, sock: socket.socket, peer: str, max_threads: int = 17) -> None:
         super().__init__(sock, peer, max_threads)
-        # Segments lent to the peer (id -> (fd, size)), and ids of the peer's segments
-        # whose last array here is gone, waiting to be sent back as RELEASE.
+        # Segments lent to the peer (by id), and ids of the peer's segments whose
+        # message's last array here is gone, waiting to be sent back as RELEASE.
         self._segment_ids = itertools.count(1)
-        self._lent: dict[int, tuple[int, int]] = {}
+        self._lent: dict[int, _Segment] = {}
         self._released: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._releaser: threading.Thread | None = None
+        self._owner = next(_owners)  # of the peer's segments mapped here (_mapped)
 
     def send(self, env: bytes, header: bytes, buffers: Sequence[Any] = ()) -> None:
         """Send one message (thread-safe, never blocks for long); dropped once the link is dead."""
@@ -78,18 +80,18 @@ class LocalLink(SocketLink):
         Returns the segment id and a descriptor for the frame to carry (the link
         keeps its own until the peer releases the segment).
         """
-        fd, size = _pool.take(_offsets([b.nbytes for b in buffers])[-1])
+        seg = _pool.take(_offsets([b.nbytes for b in buffers])[-1])
         try:
-            _fill(fd, buffers)
+            _fill(seg, buffers)
             sid = next(self._segment_ids)
             with self._lock:
                 if not self.alive:
                     raise OSError("link closed")
-                self._lent[sid] = (fd, size)
+                self._lent[sid] = seg
         except BaseException:
-            os.close(fd)
+            seg.close()
             raise
-        return sid, os.dup(fd)
+        return sid, os.dup(seg.fd)
 
     def _send_some(self, data: Any, fd: int, flags: int) -> int:
         if fd >= 0:
@@ -100,21 +102,24 @@ class LocalLink(SocketLink):
     def _take_back(self, ids: Iterable[tuple[int]]) -> None:
         """Take back the segments ``ids`` the peer released.
 
+        On a closed link there is nothing to take back: closing closed every
+        segment it lent (``_drop_locked``), and a RELEASE the peer sent before
+        that may still be read after it.
+
         Raises:
           FramingError: some were never lent on this link (or were released already);
             the others are taken back.
         """
         unknown = []
         with self._lock:
-            segs = []
+            if not self.alive:
+                return
             for (i,) in ids:
                 seg = self._lent.pop(i, None)
                 if seg is None:
                     unknown.append(i)
                 else:
-                    segs.append(seg)
-        for seg in segs:
-            _pool.give(*seg)
+                    _pool.give(seg)  # in the pool by the time it is no longer lent
         if unknown:
             raise FramingError(
                 f"a RELEASE of {len(unknown)} unknown segment(s) (not lent on this link, or "
@@ -144,9 +149,10 @@ class LocalLink(SocketLink):
                 return
 
     def _drop_locked(self) -> None:
-        for fd, _ in self._lent.values():
-            os.close(fd)
+        for seg in self._lent.values():
+            seg.close()
         self._lent.clear()
+        _mapped.clear(self._owner)
         self._released.put(None)
 
     def _segment_message(self, body: Any, fd: int) -> Message:
@@ -160,7 +166,7 @@ class LocalLink(SocketLink):
         except BaseException:
             os.close(fd)
             raise
-        bufs = _map(fd, msg.buffers, functools.partial(self._released.put, sid))
+        bufs = _mapped.map(self._owner, fd, msg.buffers, functools.partial(self._released.put, sid))
         return Message(msg.envelope, msg.header, bufs)
 
     def _message(self, kind: int, body: Any, fd: int) -> Message | None:

@@ -3,22 +3,34 @@
 Buffers beyond the inline limit travel in one ``memfd`` segment (at 64-byte
 aligned offsets) whose descriptor is passed with the frame.
 
+- The sender writes a message's buffers through its own mapping of the
+  segment (kept with the segment while it is pooled: a copy into pages
+  already mapped, no system call). ``_fill_by_pwrite`` is the plain path it
+  is checked against: ``pwrite`` of each buffer.
 - The receiver maps the segment and its arrays are views on it (no copy on
-  the receiving side). A segment is refused (as malformed) unless it is
-  sealed against shrinking (``F_SEAL_SHRINK``: its sender could otherwise
-  truncate it under the receiver's arrays, which then fault with SIGBUS;
-  ours are sealed at creation, and never resized), or if it has fewer pages
-  written than its buffers span (mapping it would make the receiver allocate
-  memory for bytes that never came).
-- Once the last of its arrays is gone the receiver sends RELEASE, and the
-  sender puts the segment in a pool of this process (up to ``_POOL_BYTES``)
-  to reuse: writing into pages the kernel already allocated is several times
-  faster. Every segment is a memfd, so the kernel frees it when no process
-  holds a descriptor or mapping, even if a peer is killed.
+  the receiving side). It keeps the mapping for the next message on the
+  same segment (``_Mappings``: by the memfd's inode, at most ``_POOL_BYTES``
+  in all, a link's dropped when it closes), so a pooled segment is
+  mapped and its pages populated once, not per message; ``_map`` is the
+  plain path it is checked against, a fresh mapping per message. A segment
+  is refused (as malformed) unless it is sealed against shrinking
+  (``F_SEAL_SHRINK``: its sender could otherwise truncate it under the
+  receiver's arrays, which then fault with SIGBUS; ours are sealed at
+  creation, and never resized), or if it has fewer pages written than its
+  buffers span (mapping it would make the receiver allocate memory for
+  bytes that never came).
+- Once the last of a message's arrays is gone (a wrapper array made for the
+  message is collected: every view, and a ``jax.Array`` aliasing one, keeps
+  it) the receiver sends RELEASE, and the sender puts the segment in a pool
+  of this process (up to ``_POOL_BYTES``) to reuse: writing into pages the
+  kernel already allocated is several times faster. Every segment is a
+  memfd, so the kernel frees it when no process holds a descriptor or
+  mapping, even if a peer is killed.
 """
 
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import threading
@@ -52,25 +64,61 @@ def _offsets(sizes: Sequence[int]) -> list[int]:
     return offs
 
 
+class _Segment:
+    """A segment this process made: its descriptor, its size, and a mapping to write through.
+
+    Example:
+        >>> seg = _Pool(0).take(100)
+        >>> _fill(seg, [memoryview(b"abc")])
+        >>> bytes(seg.memory()[:3]), seg.size
+        (b'abc', 1048576)
+        >>> seg.close()
+    """
+
+    __slots__ = ("_mem", "fd", "size")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self._mem: np.ndarray | None = None
+
+    def memory(self) -> np.ndarray:
+        """The segment's bytes, writable (mapped on first use, then kept with the segment)."""
+        if self._mem is None:
+            m = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED)
+            self._mem = np.frombuffer(m, np.uint8)
+        return self._mem
+
+    def close(self) -> None:
+        """Close the descriptor and let go of the mapping (unmapped once nothing views it)."""
+        self._mem = None
+        os.close(self.fd)
+
+
 class _Pool:
     """Released segments of this process, kept for reuse: writing into pages the kernel
-    has already allocated is several times faster than into fresh ones."""
+    has already allocated (and this process has mapped) is several times faster than
+    into fresh ones."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._free: list[tuple[int, int]] = []  # (size, fd)
+        self._free: list[_Segment] = []
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def take(self, n: int) -> tuple[int, int]:
-        """A segment (fd, size) of at least n bytes: a free one not much larger, else a new one."""
+    def take(self, n: int) -> _Segment:
+        """A segment of at least n bytes: a free one not much larger, else a new one.
+
+        Of the free ones that fit, the smallest, and of those the last given back:
+        its pages are the likeliest to be in cache, and its receiver may still
+        hold its mapping (``_Mappings``).
+        """
         with self._lock:
-            fits = [seg for seg in self._free if n <= seg[0] <= 2 * n + _SEGMENT_GRAIN]
+            fits = [seg for seg in self._free if n <= seg.size <= 2 * n + _SEGMENT_GRAIN]
             if fits:
-                seg = min(fits)
+                seg = min(reversed(fits), key=lambda f: f.size)
                 self._free.remove(seg)
-                self._bytes -= seg[0]
-                return seg[1], seg[0]
+                self._bytes -= seg.size
+                return seg
         size = -(-n // _SEGMENT_GRAIN) * _SEGMENT_GRAIN
         fd = os.memfd_create("tpj-rpc", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
@@ -84,61 +132,163 @@ class _Pool:
         except BaseException:
             os.close(fd)
             raise
-        return fd, size
+        return _Segment(fd, size)
 
-    def give(self, fd: int, size: int) -> None:
+    def give(self, seg: _Segment) -> None:
+        """Keep ``seg`` for reuse, or close it if the pool is full."""
         with self._lock:
-            if self._bytes + size <= self._limit:
-                self._free.append((size, fd))
-                self._bytes += size
+            if self._bytes + seg.size <= self._limit:
+                self._free.append(seg)
+                self._bytes += seg.size
                 return
-        os.close(fd)
+        seg.close()
 
 
 _pool = _Pool(_POOL_BYTES)
 
 
-def _fill(fd: int, buffers: Sequence[Any]) -> None:
-    """Write ``buffers`` into the segment ``fd`` at their ``_offsets``."""
+def _bytes_of(b: Any) -> memoryview:
+    mv = memoryview(b)
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def _fill(seg: _Segment, buffers: Sequence[Any]) -> None:
+    """Copy ``buffers`` into ``seg`` at their ``_offsets``, through its mapping."""
+    mem = seg.memory()
     offs = _offsets([b.nbytes for b in buffers])
     for b, off in zip(buffers, offs, strict=False):
-        mv = memoryview(b)
-        if mv.format != "B" or mv.ndim != 1:
-            mv = mv.cast("B")
+        mv = _bytes_of(b)
+        if mv.nbytes:
+            mem[off : off + mv.nbytes] = np.frombuffer(mv, np.uint8)  # the GIL is let go
+
+
+def _fill_by_pwrite(fd: int, buffers: Sequence[Any]) -> None:
+    """What :func:`_fill` does, by ``pwrite`` of each buffer (the plain path it is checked
+    against)."""
+    offs = _offsets([b.nbytes for b in buffers])
+    for b, off in zip(buffers, offs, strict=False):
+        mv = _bytes_of(b)
         pos = 0
         while pos < mv.nbytes:
             pos += os.pwrite(fd, mv[pos : pos + _WRITE_MAX], off + pos)
 
 
+def _checked(fd: int, end: int) -> os.stat_result:
+    """``fd``'s stat, if it is a segment a message may be mapped from up to byte ``end``.
+
+    Raises:
+      FramingError: it could shrink, or it is smaller than ``end``, or has fewer bytes
+        written.
+    """
+    # Unsealed, its sender could shrink it under our arrays: reading them would SIGBUS.
+    if not _sealed_against_shrinking(fd):
+        raise FramingError("shared-memory segment is not sealed against shrinking (F_SEAL_SHRINK)")
+    st = os.fstat(fd)
+    if st.st_size < end:
+        raise FramingError("shared-memory segment smaller than its buffers")
+    # The sender wrote every page up to the end of its last buffer. Populating pages
+    # it never wrote would allocate memory here for bytes that never came; the kernel
+    # counts a memfd's allocated pages (no extra system call: unlike SEEK_HOLE, which
+    # costs a quarter of the mapping).
+    if st.st_blocks * 512 < end:
+        raise FramingError("shared-memory segment has fewer bytes written than its buffers")
+    return st
+
+
+def _views(m: mmap.mmap, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any]:
+    """One writable uint8 array per buffer on ``m``; ``on_free`` runs once none is left.
+
+    They view one wrapper array made for this message (through a memoryview,
+    which keeps it), so ``on_free`` follows this message's arrays, not the mapping.
+    """
+    offs = _offsets(sizes)
+    wrapper = np.frombuffer(m, np.uint8, count=offs[-1])
+    weakref.finalize(wrapper, on_free)
+    mv = memoryview(wrapper)
+    return [
+        np.frombuffer(mv, np.uint8, count=n, offset=o) if n else np.empty(0, np.uint8)
+        for n, o in zip(sizes, offs, strict=False)
+    ]
+
+
 def _map(fd: int, sizes: Sequence[int], on_free: Callable[[], None]) -> list[Any]:
     """Map a received segment (and close ``fd``); one writable uint8 array per buffer.
 
+    The plain path :class:`_Mappings` is checked against: a fresh mapping per message.
     ``on_free`` runs once no array on the segment is left (it must not take locks).
     """
-    offs = _offsets(sizes)
+    end = _offsets(sizes)[-1]
     try:
-        # Unsealed, its sender could shrink it under our arrays: reading them would SIGBUS.
-        if not _sealed_against_shrinking(fd):
-            raise FramingError(
-                "shared-memory segment is not sealed against shrinking (F_SEAL_SHRINK)"
-            )
-        st = os.fstat(fd)
-        if st.st_size < offs[-1]:
-            raise FramingError("shared-memory segment smaller than its buffers")
-        # The sender wrote every page up to the end of its last buffer. Populating pages
-        # it never wrote would allocate memory here for bytes that never came; the kernel
-        # counts a memfd's allocated pages (no extra system call: unlike SEEK_HOLE, which
-        # costs a quarter of the mapping).
-        if st.st_blocks * 512 < offs[-1]:
-            raise FramingError("shared-memory segment has fewer bytes written than its buffers")
-        m = mmap.mmap(fd, offs[-1], flags=mmap.MAP_SHARED | _POPULATE)
+        _checked(fd, end)
+        m = mmap.mmap(fd, end, flags=mmap.MAP_SHARED | _POPULATE)
     finally:
         os.close(fd)
-    weakref.finalize(m, on_free)
-    return [
-        np.frombuffer(m, np.uint8, count=n, offset=o) if n else np.empty(0, np.uint8)
-        for n, o in zip(sizes, offs, strict=False)
-    ]
+    return _views(m, sizes, on_free)
+
+
+class _Mappings:
+    """The peers' segments this process has mapped, kept for later messages on them.
+
+    A sender reuses a segment (its pool) only after the receiver released it,
+    so a mapping kept by the memfd's inode (which the mapping keeps from being
+    reused) shows the next message on it. Each link end is an *owner* of the
+    mappings it made. At most ``limit`` bytes stay mapped in all (the least
+    recently used go first; arrays still on one keep it mapped); :meth:`clear`
+    lets go of one owner's when its link closes.
+    """
+
+    def __init__(self, limit: int = _POOL_BYTES) -> None:
+        self._limit = limit
+        self._maps: collections.OrderedDict[tuple[int, int, int], mmap.mmap] = (
+            collections.OrderedDict()
+        )
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def map(
+        self, owner: int, fd: int, sizes: Sequence[int], on_free: Callable[[], None]
+    ) -> list[Any]:
+        """What :func:`_map` gives (and it closes ``fd``), on a kept mapping when there is one."""
+        end = _offsets(sizes)[-1]
+        try:
+            st = _checked(fd, end)
+            key = (owner, st.st_dev, st.st_ino)
+            with self._lock:
+                m = self._maps.get(key)
+                if m is not None:
+                    self._maps.move_to_end(key)
+            if m is None or len(m) < end:
+                m = mmap.mmap(fd, end, flags=mmap.MAP_SHARED | _POPULATE)
+                self._keep(key, m)
+        finally:
+            os.close(fd)
+        return _views(m, sizes, on_free)
+
+    def _keep(self, key: tuple[int, int, int], m: mmap.mmap) -> None:
+        with self._lock:
+            old = self._maps.pop(key, None)
+            self._bytes -= len(old) if old is not None else 0
+            if len(m) > self._limit:
+                return
+            self._maps[key] = m
+            self._bytes += len(m)
+            while self._bytes > self._limit:
+                _, gone = self._maps.popitem(last=False)
+                self._bytes -= len(gone)
+
+    def kept(self, owner: int) -> int:
+        """How many mappings ``owner`` has kept."""
+        with self._lock:
+            return sum(k[0] == owner for k in self._maps)
+
+    def clear(self, owner: int) -> None:
+        """Let go of ``owner``'s kept mappings (each unmapped once no array views it)."""
+        with self._lock:
+            for key in [k for k in self._maps if k[0] == owner]:
+                self._bytes -= len(self._maps.pop(key))
+
+
+_mapped = _Mappings()
 
 
 def _sealed_against_shrinking(fd: int) -> bool:
