@@ -262,16 +262,13 @@ def test_a_release_read_after_the_link_closed_is_not_malformed(server):
         holding.set()
         assert gate.wait(30)  # the reader waits here while the RELEASE arrives behind it
 
-    link = _local.connect_local(
-        srv.address,
-        peer="srv",
-        secret="s3cret",
-        me="cli",
-        max_threads=1,  # no spare reader: the RELEASE waits for this one
+    inbound = Inbound(
         on_message=on_message,
         on_malformed=lambda link, e: client.malformed.append(e),
         on_closed=lambda link, reason: client.closed.put(reason),
     )
+    end = ClientEnd(peer="srv", me="cli", secret="s3cret", inbound=inbound, max_threads=1)
+    link = _local.connect_local(srv.address, end)  # one reader: the RELEASE waits for it
     try:
         enc = _codec.encode(np.ones(1 << 20, dtype=np.float32))
         link.send(b"e", enc.header, enc.buffers)
@@ -356,7 +353,7 @@ def test_a_reused_segment_is_mapped_once_and_shows_each_message(server):
     from tensorplay_jax.rpc._local import segments
 
     srv, sink = server
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    link = _local.connect_local(srv.address, _Sink().end(peer="srv", me="cli", secret="s3cret"))
     try:
         for i in range(6):
             enc = _codec.encode(np.full(1 << 18, i, dtype=np.float32))
@@ -382,7 +379,7 @@ def test_arrays_held_on_segments_stay_correct_while_later_messages_reuse_them(se
     import jax.numpy as jnp
 
     srv, sink = server
-    link = _local.connect_local(srv.address, peer="srv", secret="s3cret", me="cli", **_Sink().kw())
+    link = _local.connect_local(srv.address, _Sink().end(peer="srv", me="cli", secret="s3cret"))
     n = 1 << 18  # 1 MiB of float32: a segment each
     held = {}
     try:

@@ -214,7 +214,7 @@ def _shm_call(
     """A call of ``fn(x)`` whose array travels in segment ``fd`` (written here if ``fill``)."""
     enc = _codec.encode([fn, [x], {}])
     if fill:
-        segments._fill(fd, enc.buffers)
+        segments._fill_by_pwrite(fd, enc.buffers)  # a raw descriptor: the plain path
     env = _codec.dumps_small([_protocol.CALL, mid, {}])
     msg = _framing.pack_message(env, enc.header, enc.buffers, with_buffers=False)
     body = frames._U64.pack(mid) + b"".join(msg)
