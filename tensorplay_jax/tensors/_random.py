@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax.runtime import xla_options
 
@@ -188,7 +189,8 @@ def integers(key: jax.Array, shape: Sequence[int], low: int, high: int, dtype: A
     if not (info.min <= low <= info.max and info.min <= high <= info.max):
         # bounds the dtype cannot hold as arguments: JAX clips them at trace time
         return jax.random.randint(key, shape, low, high, dtype)
-    bounds = jnp.asarray(low, dtype), jnp.asarray(high, dtype)
+    # host scalars: they travel with the call, no transfer of their own
+    bounds = np.asarray(low, dtype), np.asarray(high, dtype)
     return _first(_flat_draw(key, "integers", _bucket(math.prod(shape)), dtype, *bounds), shape)
 
 
