@@ -21,6 +21,7 @@ callbacks of every link's ``Inbound`` (see ``_link``).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import queue
 import threading
@@ -131,6 +132,7 @@ class _Pool(concurrent.futures.Executor):
         self._q.put(None)
 
 
+@dataclasses.dataclass(eq=False, repr=False, kw_only=True)
 class Dispatcher:
     """The agent's receiving side (see the module docstring): one per agent.
 
@@ -145,25 +147,16 @@ class Dispatcher:
       device_maps: where a reply's arrays land on the caller (see ``_device_maps``).
     """
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        rank: int,
-        options: GrpcRpcBackendOptions,
-        inflight: InFlight,
-        rrefs: RRefTable,
-        executor: concurrent.futures.Executor,
-        peers: Peers,
-        device_maps: DeviceMaps,
-    ) -> None:
-        self.name, self.rank = name, rank
-        self._options = options
-        self._flight = inflight
-        self._rrefs = rrefs
-        self._executor = executor
-        self._peers = peers
-        self._device_maps = device_maps
+    name: str
+    rank: int
+    options: GrpcRpcBackendOptions
+    inflight: InFlight
+    rrefs: RRefTable
+    executor: concurrent.futures.Executor
+    peers: Peers
+    device_maps: DeviceMaps
+
+    def __post_init__(self) -> None:
         # Set once init_rpc has made the agent current (a peer that finished the
         # rendezvous first may call in before this worker's init_rpc returns), or stopped.
         self._opened = threading.Event()
@@ -180,7 +173,7 @@ class Dispatcher:
 
     def _wait_open(self) -> None:
         """Hold a request that arrived before this worker's init_rpc returned."""
-        opts = self._options
+        opts = self.options
         if self._opened.wait(opts.init_timeout) and not self._closed:
             return
         state = "is shutting down" if self._closed else "did not finish init_rpc"
@@ -190,7 +183,7 @@ class Dispatcher:
         )
 
     def _peer_info(self, name: str) -> WorkerInfo:
-        return self._peers.workers.get(name) or WorkerInfo(name, -1)
+        return self.peers.workers.get(name) or WorkerInfo(name, -1)
 
     def on_message(self, link: Link, msg: Message) -> None:
         try:
@@ -225,7 +218,7 @@ class Dispatcher:
         link.close(f"protocol error: worker {link.peer!r} could not read a message: {err}")
 
     def _on_reply(self, kind: int, mid: int, meta: dict, msg: Message) -> None:
-        flight = self._flight
+        flight = self.inflight
         with flight.lock:
             pend = flight.pending.pop(mid, None)
             flight.handled += 1
@@ -259,7 +252,7 @@ class Dispatcher:
                 self._send_error(link, mid, e, "")
                 return
         caller = self._peer_info(link.peer)
-        flight = self._flight
+        flight = self.inflight
         with flight.lock:
             flight.serve_begin(link)
             flight.handled += 1
@@ -286,9 +279,9 @@ class Dispatcher:
                     span = trace.begin(name, "rpc", trace.flow_id(caller.id, mid))
                 if kind == FORK_ADD:
                     holder = extra[2] if len(extra) == 3 else None
-                    self._rrefs.add_fork(extra[0], extra[1], sender=caller, holder=holder)
+                    self.rrefs.add_fork(extra[0], extra[1], sender=caller, holder=holder)
                 else:
-                    self._rrefs.del_fork(extra[0], extra[1], sender=caller)
+                    self.rrefs.del_fork(extra[0], extra[1], sender=caller)
                 if span is not None:
                     span.close(None, 0, ("from", caller.name, "kind", KIND_NAMES[kind]))
                 self._send_ok(link, mid, None, {})
@@ -296,9 +289,9 @@ class Dispatcher:
                 return
             record = None
             if kind == REMOTE:
-                record = self._rrefs.create_owned(extra[0], extra[1], holder=caller.name)
+                record = self.rrefs.create_owned(extra[0], extra[1], holder=caller.name)
             elif kind == FETCH:
-                record = self._rrefs.lookup_or_pending(extra[0])
+                record = self.rrefs.lookup_or_pending(extra[0])
             elif kind != CALL:
                 raise _codec.DecodeError(f"unknown request kind {kind}")
             # On the same-host transport the reading thread serves the call itself (a
@@ -306,9 +299,7 @@ class Dispatcher:
             # handed on, see _local); else the worker pool serves it.
             inline = link.serves_inline()
             if not inline:
-                self._executor.submit(
-                    self._serve, link, kind, mid, meta, msg, caller, record, extra
-                )
+                self.executor.submit(self._serve, link, kind, mid, meta, msg, caller, record, extra)
         except BaseException as e:
             self._send_error(link, mid, e, "")
             self._done_serving(link)
@@ -317,8 +308,8 @@ class Dispatcher:
             self._serve(link, kind, mid, meta, msg, caller, record, extra)
 
     def _done_serving(self, link: Link) -> None:
-        with self._flight.lock:
-            self._flight.serve_end(link)
+        with self.inflight.lock:
+            self.inflight.serve_end(link)
 
     def _serve(
         self,
@@ -344,7 +335,7 @@ class Dispatcher:
                     if kind == FETCH:
                         # Parked while the value is not there yet; ends with the value, with
                         # the link, or (if never created) after rpc_timeout: see _rref_table.
-                        value = self._rrefs.fetch(record, link, self._options.rpc_timeout)
+                        value = self.rrefs.fetch(record, link, self.options.rpc_timeout)
                         self._reply_when_done(link, mid, info, value)
                         return
                     fn, args, kwargs = _codec.decode(msg.header, msg.buffers, peer=caller)
@@ -384,8 +375,8 @@ class Dispatcher:
     def _reply_when_done(
         self, link: Link, mid: int, info: Any, value: Future, remote: bool = False
     ) -> None:
-        with self._flight.lock:
-            self._flight.serve_begin(link)
+        with self.inflight.lock:
+            self.inflight.serve_begin(link)
 
         def done(f: Future) -> None:
             try:
@@ -412,8 +403,8 @@ class Dispatcher:
 
     def _send_ok(self, link: Link, mid: int, result: Any, meta: dict) -> None:
         t0 = trace.now() if trace.RECORDING else 0
-        place = self._device_maps.for_reply(link.peer)
-        main = link.peer in self._peers.same_main
+        place = self.device_maps.for_reply(link.peer)
+        main = link.peer in self.peers.same_main
         enc = _codec.encode(result, main=main, place=place, to=link.peer)
         span = trace.begin("send reply", "rpc", t0=t0) if t0 and trace.RECORDING else None
         try:
