@@ -52,8 +52,8 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
     "navbar_persistent": [],  # one search field (the sidebar's), not a second in the header
-    # The sidebar opens the current page's branch only: with every branch open, each of
-    # the ~100 pages renders the whole API tree, a third of the build's time.
+    # The sidebar opens the current page's branch only: with every branch open, each
+    # page rendered the whole API tree into its sidebar.
     "collapse_navbar": True,
 }
 html_static_path: list[str] = []
