@@ -11,8 +11,10 @@ import threading
 import time
 import weakref
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from tensorplay_jax.rpc import _codec, _local, _socket
 from tensorplay_jax.rpc._link import Inbound
@@ -324,6 +326,47 @@ def test_the_mapped_copy_writes_what_pwrite_writes():
     finally:
         fast.close()
         plain.close()
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_parallel_copy_writes_what_the_one_thread_copy_writes(monkeypatch, threads):
+    from tensorplay_jax.rpc._local import segments
+
+    monkeypatch.setattr(segments._copiers, "threads", threads)
+    rng = np.random.default_rng(1)
+    buffers = [
+        memoryview(rng.integers(0, 255, 6_000_003, np.uint8)),  # not a multiple of 64
+        memoryview(b""),
+        memoryview(rng.standard_normal((700, 1000)).astype(np.float32)),  # 2-D, not bytes
+        memoryview(np.arange(7, dtype=np.int64)),
+    ]
+    sizes = [b.nbytes for b in buffers]
+    assert sum(sizes) >= segments._PARALLEL_BYTES  # else it is the one-thread copy itself
+    end = segments._offsets(sizes)[-1]
+    plain, fast = segments._Pool(0).take(end), segments._Pool(0).take(end)
+    try:
+        fast.memory()[:end] = 0xAB  # the padding must be left as it was, as _fill leaves it
+        plain.memory()[:end] = 0xAB
+        segments._fill(plain, buffers)
+        segments._fill_in_parallel(fast, buffers)
+        assert np.array_equal(fast.memory()[:end], plain.memory()[:end])
+    finally:
+        fast.close()
+        plain.close()
+
+
+@hypothesis.given(sizes=st.lists(st.integers(0, 50), max_size=6), k=st.integers(1, 5))
+def test_the_copy_pieces_cover_every_byte_once_in_order(sizes, k):
+    from tensorplay_jax.rpc._local.segments import _pieces
+
+    pieces = _pieces(sizes, k)
+    assert len(pieces) == k
+    covered = [(i, a, b) for piece in pieces for i, a, b in piece]
+    assert all(a < b for _, a, b in covered)
+    flat = [(i, j) for i, a, b in covered for j in range(a, b)]
+    assert flat == [(i, j) for i, n in enumerate(sizes) for j in range(n)]
+    per_piece = [sum(b - a for _, a, b in piece) for piece in pieces]
+    assert max(per_piece) - min(per_piece) <= 1
 
 
 def test_a_kept_mapping_gives_what_a_fresh_mapping_gives():

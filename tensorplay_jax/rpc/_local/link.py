@@ -30,7 +30,7 @@ from tensorplay_jax.rpc._framing import (
     unpack_message,
 )
 from tensorplay_jax.rpc._local.frames import _FRAME, _INLINE, _RELEASE, _SHM, _U64, _FdReader
-from tensorplay_jax.rpc._local.segments import _fill, _mapped, _offsets, _pool, _Segment
+from tensorplay_jax.rpc._local.segments import _fill_in_parallel, _mapped, _offsets, _pool, _Segment
 from tensorplay_jax.rpc._socket.link import _NOSIGNAL, SocketLink
 
 # Buffers beyond this go through shared memory: a socket of ~200 KiB passes a
@@ -82,7 +82,7 @@ class LocalLink(SocketLink):
         """
         seg = _pool.take(_offsets([b.nbytes for b in buffers])[-1])
         try:
-            _fill(seg, buffers)
+            _fill_in_parallel(seg, buffers)
             sid = next(self._segment_ids)
             with self._lock:
                 if not self.alive:

@@ -6,7 +6,12 @@ aligned offsets) whose descriptor is passed with the frame.
 - The sender writes a message's buffers through its own mapping of the
   segment (kept with the segment while it is pooled: a copy into pages
   already mapped, no system call). ``_fill_by_pwrite`` is the plain path it
-  is checked against: ``pwrite`` of each buffer.
+  is checked against: ``pwrite`` of each buffer. A message of
+  ``_PARALLEL_BYTES`` or more is copied by ``_fill_in_parallel``: its bytes
+  cut into equal pieces, one per CPU this process may run on (at most
+  ``_COPY_THREADS``), the caller copying one and a small pool of this
+  process the others; one thread's copy cannot use the memory bandwidth of
+  two cores. ``_fill`` is the one-thread path it is checked against.
 - The receiver maps the segment and its arrays are views on it (no copy on
   the receiving side). It keeps the mapping for the next message on the
   same segment (``_Mappings``: by the memfd's inode, at most ``_POOL_BYTES``
@@ -31,6 +36,7 @@ aligned offsets) whose descriptor is passed with the frame.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import mmap
 import os
 import threading
@@ -52,6 +58,8 @@ _SEGMENT_GRAIN = 1 << 20
 _POOL_BYTES = 512 << 20  # released segments this process keeps for reuse, at most
 _WRITE_MAX = 1 << 30
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_PARALLEL_BYTES = 8 << 20  # messages this large or larger are copied by several threads
+_COPY_THREADS = 4  # threads copying one message, at most (the caller among them)
 
 
 def _offsets(sizes: Sequence[int]) -> list[int]:
@@ -160,6 +168,81 @@ def _fill(seg: _Segment, buffers: Sequence[Any]) -> None:
         mv = _bytes_of(b)
         if mv.nbytes:
             mem[off : off + mv.nbytes] = np.frombuffer(mv, np.uint8)  # the GIL is let go
+
+
+def _pieces(sizes: Sequence[int], k: int) -> list[list[tuple[int, int, int]]]:
+    """``k`` lists of ``(buffer, start, end)`` byte ranges, about equal in bytes, that cover
+    buffers of ``sizes`` in order.
+
+    Example:
+        >>> _pieces([10, 0, 6], 2)
+        [[(0, 0, 8)], [(0, 8, 10), (2, 0, 6)]]
+    """
+    total = sum(sizes)
+    bounds = [total * j // k for j in range(k + 1)]
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(k)]
+    pos = 0  # of the current buffer's first byte in the message
+    for i, n in enumerate(sizes):
+        for j in range(k):
+            a, b = max(bounds[j], pos), min(bounds[j + 1], pos + n)
+            if a < b:
+                out[j].append((i, a - pos, b - pos))
+        pos += n
+    return out
+
+
+class _Copiers:
+    """The threads that copy the pieces of large messages, started on first use.
+
+    One pool per process (``_copiers``), ``_COPY_THREADS - 1`` threads at most:
+    each message's caller copies one piece itself, so a message always moves,
+    however many senders share the pool. Its threads only copy memory.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.threads = max(1, min(_COPY_THREADS, len(os.sched_getaffinity(0))))
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self.threads - 1, thread_name_prefix="tpj-rpc-copy"
+                )
+            return self._pool.submit(fn, *args)
+
+
+_copiers = _Copiers()
+
+
+def _copy_piece(
+    mem: np.ndarray,
+    offs: Sequence[int],
+    views: Sequence[memoryview],
+    piece: Sequence[tuple[int, int, int]],
+) -> None:
+    for i, a, b in piece:
+        mem[offs[i] + a : offs[i] + b] = np.frombuffer(views[i], np.uint8)[a:b]
+
+
+def _fill_in_parallel(seg: _Segment, buffers: Sequence[Any]) -> None:
+    """What :func:`_fill` does, with a message of ``_PARALLEL_BYTES`` or more cut into
+    pieces that ``_copiers``' threads and the caller copy at once."""
+    sizes = [b.nbytes for b in buffers]
+    k = _copiers.threads if sum(sizes) >= _PARALLEL_BYTES else 1
+    if k < 2:
+        _fill(seg, buffers)
+        return
+    mem, offs = seg.memory(), _offsets(sizes)
+    views = [_bytes_of(b) for b in buffers]
+    first, *rest = _pieces(sizes, k)
+    futures = [_copiers.submit(_copy_piece, mem, offs, views, p) for p in rest]
+    try:
+        _copy_piece(mem, offs, views, first)
+    finally:
+        for f in futures:
+            f.result()  # a copy of memory, bounded; raises what the copy raised
 
 
 def _fill_by_pwrite(fd: int, buffers: Sequence[Any]) -> None:
