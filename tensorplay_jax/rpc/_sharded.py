@@ -109,6 +109,7 @@ def sharded_record(
     flat, meta, spec, kept = _layout(x, s)
     dests = place.mesh(flat) if place is not None else [device_name(d) for d in flat]
     pieces, dtype = [], None
+    _start_host_copies(x, flat[0])
     for i, index in kept:
         # A CPU shard's host view is its own memory (no copy).
         dtype, b = host_buffer(np.asarray(x.addressable_data(i)), buffers)
@@ -141,9 +142,22 @@ def sharded_body(
     body = _bodies.get(key)
     if body is None:
         return _remember(_bodies, key, pack(sharded_record(x, place, buffers, host_buffer)))
-    for i, _ in _layout(x, x.sharding)[3]:
+    flat, _, _, kept = _layout(x, x.sharding)
+    _start_host_copies(x, flat[0])
+    for i, _ in kept:
         host_buffer(np.asarray(x.addressable_data(i)), buffers)
     return body
+
+
+def _start_host_copies(x: jax.Array, device: jax.Device) -> None:
+    """Start every shard's device-to-host copy before the shards are read one by one.
+
+    On an accelerator the copies then run at once, one per device, instead of
+    one after the other. A CPU shard is read in place (``np.asarray`` is a
+    view), so nothing is started there: a copy would only cost.
+    """
+    if device.platform != "cpu":  # one of x's devices: a mesh has one platform
+        x.copy_to_host_async()
 
 
 def _layout(x: jax.Array, s: NamedSharding) -> tuple[Any, ...]:
