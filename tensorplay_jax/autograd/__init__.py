@@ -59,10 +59,6 @@ Hooks for distributed autograd
     reached it (so a recv node can answer "nothing" instead of staying silent).
 ``get_gradient_edge(tensor)``
     Where a Tensor's gradient goes.
-``expect_backward(roots, cotangents)``
-    A backward from ``roots`` (edges of Tensors just sent) will come, with
-    cotangents of these types: the speed-up layer compiles its fused program
-    ahead, on a background thread, when it is new (``speedups._ahead``).
 ``release_graph(roots)``
     Free every node reachable from roots after passes with ``retain_graph=True``
     (``Node.release()`` frees one node; ``Node.released`` tells).
@@ -103,7 +99,6 @@ from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
 from tensorplay_jax.autograd._custom import get_gradient_edge as get_gradient_edge
 from tensorplay_jax.autograd._custom import make_node as make_node
 from tensorplay_jax.autograd._engine import as_cotangent as as_cotangent
-from tensorplay_jax.autograd._engine import expect_backward as expect_backward
 from tensorplay_jax.autograd._engine import release_graph as release_graph
 from tensorplay_jax.autograd._engine import run_backward as run_backward
 from tensorplay_jax.autograd._grad import backward as backward
@@ -162,7 +157,6 @@ __all__ = [
     "function",
     "get_gradient_edge",
     "grad",
-    "expect_backward",
     "is_grad_enabled",
     "is_pending",
     "leaf_gradient",

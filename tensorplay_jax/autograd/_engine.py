@@ -119,7 +119,7 @@ def _add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
     return add_gradients(a, b)
 
 
-def dependencies(starts: Sequence[Node]) -> dict[Node, int]:
+def _dependencies(starts: Sequence[Node]) -> dict[Node, int]:
     """Number of edges into each node reachable from ``starts`` (iterative DFS)."""
     deps: dict[Node, int] = {}
     seen = set(starts)
@@ -203,7 +203,7 @@ def run_backward(
             starts.append(edge.node)
         buf[edge.output_nr] = _add(buf[edge.output_nr], grad)
 
-    deps = dependencies(starts)
+    deps = _dependencies(starts)
     hooked = _hooks.active() and _hooks.reaches(itertools.chain(starts, deps))
     if (
         not hooked
@@ -244,17 +244,6 @@ def run_backward(
                 deps[nxt] = left
                 if left == 0:
                     heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
-
-
-def expect_backward(roots: Sequence[GradientEdge], cotangents: Sequence[Any]) -> None:
-    """Say that a backward from ``roots`` will come, with cotangents of these types
-    (``jax.ShapeDtypeStruct`` s): the speed-up layer's planner may prepare it (compile
-    its program ahead). Distributed autograd calls it for the Tensors it sends. The
-    reference path does nothing; results never depend on it.
-    """
-    planner = _seams.planner
-    if planner is not None:
-        planner.prepare(roots, cotangents)
 
 
 def release_graph(roots: Sequence[Tensor | GradientEdge | Node]) -> int:

@@ -13,8 +13,7 @@ backward node by node: the *reference path*. A speed-up layer (the built-in one 
     ``NotImplemented`` to leave the call to the core.
 ``BackwardPlanner`` (``planner``)
     Tried by ``run_backward`` before its node-by-node pass: it may run the whole
-    backward another way (one compiled call) and returns whether it did. Told
-    by ``expect_backward`` of a backward to come, it may prepare it.
+    backward another way (one compiled call) and returns whether it did.
 
 A recorded operation the strategy took leaves its node *pending*: ``node.lazy`` is
 a handle with ``flush()`` (run the pending work, giving the node its pullback and
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tensorplay_jax.autograd._cache import _Entry
-    from tensorplay_jax.autograd._node import GradientEdge, Node
+    from tensorplay_jax.autograd._node import Node
     from tensorplay_jax.tensors import Tensor
 
 __all__ = [
@@ -109,10 +108,6 @@ class BackwardPlanner(Protocol):
         accumulate: Any,
     ) -> bool:
         """The walked graph (the engine's ``starts``, seeded ``buffers`` and ``deps``)."""
-
-    def prepare(self, roots: Sequence[GradientEdge], cotangents: Sequence[Any]) -> None:
-        """A backward from ``roots`` with cotangents of these types (``jax.ShapeDtypeStruct``)
-        is expected: get ready for it (compile ahead), or do nothing."""
 
 
 strategy: RecordingStrategy | None = None  # None: the reference path (read on the hot path)

@@ -80,8 +80,7 @@ def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
     Returns:
         ``jax.jit``'s own object when there are no options to pass; otherwise a function
         that calls the jit with options at the top level on a CPU-backed process and a
-        plain jit inside a trace (or on another backend), with the former's ``eval_shape``
-        and a ``lower`` that lowers the jit the call would take.
+        plain jit inside a trace (or on another backend), with the former's ``eval_shape``.
     """
     plain = jax.jit(fun, **kwargs)
     if not _OPTIONS:
@@ -95,11 +94,5 @@ def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
             return top(*args, **kw)
         return plain(*args, **kw)
 
-    def lower(*args: Any, **kw: Any) -> Any:
-        if clean() and (_on_cpu if _on_cpu is not None else _default_backend_is_cpu()):
-            return top.lower(*args, **kw)
-        return plain.lower(*args, **kw)
-
     program.eval_shape = top.eval_shape  # type: ignore[attr-defined]
-    program.lower = lower  # type: ignore[attr-defined]
     return program

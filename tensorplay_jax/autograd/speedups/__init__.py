@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from tensorplay_jax.autograd import _seams
 from tensorplay_jax.autograd.speedups import _assign, _fused, _host_eval, _known, _lazy, _replay
-from tensorplay_jax.autograd.speedups._ahead import AHEAD
 from tensorplay_jax.autograd.speedups._state import STATE
 from tensorplay_jax.runtime import pending
 
@@ -60,7 +59,6 @@ class CompiledBackward:
 
     run_root = staticmethod(_known.try_pending)
     run_graph = staticmethod(_fused.try_fused)
-    prepare = staticmethod(_fused.prepare)
 
 
 def install() -> None:
@@ -74,4 +72,3 @@ def install() -> None:
 def clear() -> None:
     """Forget what the layer learned (``STATE.clear``): patterns, counts, kept programs."""
     STATE.clear()
-    AHEAD.clear()

@@ -33,17 +33,13 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-import jax
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.autograd._accumulate import accumulator, fold_mode, give_back, take_all
 from tensorplay_jax.autograd._cache import CACHE
-from tensorplay_jax.autograd._engine import dependencies
-from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node, VJPNode
+from tensorplay_jax.autograd._node import AccumulateGrad, Node, VJPNode
 from tensorplay_jax.autograd.speedups import _known, _lazy
-from tensorplay_jax.autograd.speedups._ahead import AHEAD
 from tensorplay_jax.autograd.speedups._kept_inputs import Layout
 from tensorplay_jax.autograd.speedups._known import (
     Plan,
@@ -206,16 +202,10 @@ def _fresh(order: list[VJPNode]) -> bool:
     steps of an episode) has few distinct pullbacks for its size: it runs node by
     node. Each segment counts as fresh for one backward only.
     """
-    mostly = _mostly_fresh(order)
-    for n in order:
-        STATE.fresh.pop(n.origin, None)
-    return mostly
-
-
-def _mostly_fresh(order: list[VJPNode]) -> bool:
-    """What :func:`_fresh` says, without counting the segments as used."""
     fresh = STATE.fresh
     new = {(n.origin, n.lazy_index) for n in order if n.origin in fresh}
+    for n in order:
+        fresh.pop(n.origin, None)
     return 2 * len(new) >= len(order)
 
 
@@ -237,31 +227,22 @@ def _in_edge_order(order: list[VJPNode], ends: list[Any]) -> list[Any]:
     return out
 
 
-class _Walk(NamedTuple):
-    """What a walk of the engine's graph says about fusing its backward (``_walk``)."""
-
-    order: list[VJPNode]  # the nodes that run, in the engine's order
-    leaves: list[AccumulateGrad]  # the leaves reached, numbered as the plan numbers them
-    sinks: list[Node]  # the sinks reached, likewise
-    plan: Plan
-    root_cts: list[Any]  # the cotangent of each of the plan's roots
-    seg: _lazy.Segment | None  # the one segment the pending nodes wait in, if any
-    shape_key: tuple[Any, ...]  # the graph's shape: ``STATE.seen_shapes``' key
-
-
-def _walk(
-    starts: list[Node], buffers: dict[Node, list[Any]], deps: dict[Node, int]
-) -> _Walk | None:
-    """The fusable backward from ``starts`` (None: it runs node by node). Reads the graph
-    and changes nothing."""
+def try_fused(
+    starts: list[Node],
+    buffers: dict[Node, list[Any]],
+    deps: dict[Node, int],
+    retain_graph: bool,
+    accumulate: Callable[[Tensor, Any], None],
+) -> bool:
+    """Run the backward as one compiled call if its graph shape recurs (False: node by node)."""
     if len(deps) > MAX_FUSED_NODES:
-        return None
+        return False
     scheduled = _schedule(starts, buffers, deps)
     if scheduled is None:
-        return None
+        return False
     order, leaves, sinks = scheduled
     if not order or any(n not in order for n in starts):
-        return None
+        return False
     leaves = _in_edge_order(order, leaves)
     sinks = _in_edge_order(order, sinks)
     index: dict[Node, int] = {node: k for k, node in enumerate(order)}
@@ -294,21 +275,6 @@ def _walk(
         tuple(n.name for n in sinks),
         seg.pattern if seg is not None else None,
     )
-    return _Walk(order, leaves, sinks, plan, root_cts, seg, shape_key)
-
-
-def try_fused(
-    starts: list[Node],
-    buffers: dict[Node, list[Any]],
-    deps: dict[Node, int],
-    retain_graph: bool,
-    accumulate: Callable[[Tensor, Any], None],
-) -> bool:
-    """Run the backward as one compiled call if its graph shape recurs (False: node by node)."""
-    walk = _walk(starts, buffers, deps)
-    if walk is None:
-        return False
-    order, leaves, sinks, plan, root_cts, seg, shape_key = walk
     seen = STATE.seen_shapes
     count = seen.get(shape_key, 0) + 1
     seen.hit(shape_key, count)
@@ -318,7 +284,6 @@ def try_fused(
         return False
     for node in order:
         node.check_saved()
-    AHEAD.wait(plan)
     acc = accumulator(accumulate)
     known = None
     if not retain_graph and not sinks:
@@ -342,40 +307,3 @@ def try_fused(
             sink.release()
     finish(order, variables, taken, leaf_grads, summed, retain_graph, accumulate)
     return True
-
-
-def prepare(roots: Sequence[GradientEdge], cotangents: Sequence[jax.ShapeDtypeStruct]) -> None:
-    """Compile ahead (``_ahead``) the fused backward from ``roots`` that a backward with
-    cotangents of ``cotangents``' types will run, if its first run will be fused.
-
-    Distributed autograd calls it when it sends Tensors (``roots`` are their
-    edges): their backward comes back once the peers are done with them. Only a
-    backward through fresh segments (``_fresh``: new shapes, whose first backward
-    is fused) is compiled, so a training loop pays for the graph walk at its
-    first steps only. The roots' pending segments run first (sending the
-    Tensors would run them next). Nothing is compiled for a graph that would run
-    node by node or that has other pending nodes.
-    """
-    if not roots or any(type(e.node) is not VJPNode for e in roots):
-        return
-    for edge in roots:
-        if edge.node.lazy is not None:
-            edge.node.lazy.flush()
-    fresh = STATE.fresh
-    if not any(e.node.origin in fresh for e in roots):
-        return
-    starts: list[Node] = []
-    buffers: dict[Node, list[Any]] = {}
-    for edge, ct in zip(roots, cotangents, strict=True):
-        buf = buffers.get(edge.node)
-        if buf is None:
-            buf = buffers[edge.node] = [None] * edge.node.num_outputs
-            starts.append(edge.node)
-        buf[edge.output_nr] = ct  # a sum of two cotangents has the type of each
-    walk = _walk(starts, buffers, dependencies(starts))
-    if walk is None or any(n.lazy is not None for n in walk.order):
-        return
-    if not _mostly_fresh(walk.order):
-        return
-    plan, pullbacks, root_cts = walk.plan, tuple(n.vjp for n in walk.order), tuple(walk.root_cts)
-    AHEAD.submit(plan, lambda: _fused_backward.lower(plan, pullbacks, root_cts).compile())

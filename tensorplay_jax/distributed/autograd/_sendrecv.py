@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd import attach_outputs, expect_backward, make_node, sparse_arrays
+from tensorplay_jax.autograd import attach_outputs, make_node, sparse_arrays
 from tensorplay_jax.distributed.autograd import _context, _engine
 from tensorplay_jax.rpc import get_worker_info
 from tensorplay_jax.rpc.internal import CallInfo, RpcHooks, is_internal_target
@@ -95,14 +95,7 @@ def _grad_tensors(obj: Any) -> list[Tensor]:
 
 # --------------------------------------------------------------------- send / recv
 def _record_send(ctx: _context.DistAutogradContext, key: int, tensors: list[Tensor]) -> None:
-    edges = [_placing_edge(t) for t in tensors]
-    ctx.add_send(key, edges)
-    if not any(t.is_sparse for t in tensors):  # their gradients come back through these edges
-        expect_backward(edges, [_aval(t._value) for t in tensors])
-
-
-def _aval(value: Any) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(value.shape, value.dtype)
+    ctx.add_send(key, [_placing_edge(t) for t in tensors])
 
 
 def _placing_edge(t: Tensor) -> Any:

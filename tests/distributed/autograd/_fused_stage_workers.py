@@ -31,20 +31,6 @@ def counts() -> tuple[int, int]:
     return c.get("<fused backward>", 0), c.get("<backward>", 0)
 
 
-def forget() -> None:
-    """Make the stage's operations new again (the speed-up layer forgets what it learned)."""
-    from tensorplay_jax.autograd import speedups
-
-    speedups.clear()
-
-
-def started_ahead() -> int:
-    """Backward programs this worker started compiling ahead (``speedups._ahead``)."""
-    from tensorplay_jax.autograd.speedups._ahead import AHEAD
-
-    return AHEAD.started
-
-
 def weight_grad(context_id: int) -> np.ndarray:
     return np.asarray(dist_autograd.get_gradients(context_id)[_weight[0]])
 

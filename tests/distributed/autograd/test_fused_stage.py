@@ -53,21 +53,3 @@ def test_later_steps_of_the_stage_compile_nothing_new(dist_workers_module):
         np.testing.assert_allclose(gx, want_x, rtol=1e-5, atol=1e-6, err_msg="x's gradient")
         np.testing.assert_allclose(gw, want_w, rtol=1e-5, atol=1e-6, err_msg="w's gradient")
     assert rpc.rpc_sync("w1", W.counts) == counts
-
-
-def test_a_new_stage_starts_compiling_its_backward_when_its_output_leaves(dist_workers_module):
-    rpc.rpc_sync("w1", W.reset)
-    rpc.rpc_sync("w1", W.forget)
-    want_x, want_w = W.oracle()
-    started = rpc.rpc_sync("w1", W.started_ahead)
-    x = tp.tensor(W.X0, requires_grad=True)
-    with dist_autograd.context() as ctx:
-        y = rpc.rpc_sync("w1", W.stage, args=(x,))
-        assert rpc.rpc_sync("w1", W.started_ahead) == started + 1, "before any backward"
-        dist_autograd.backward(ctx, [(y * tp.tensor(W.C0)).sum()])
-        gx = np.asarray(dist_autograd.get_gradients(ctx)[x])
-        gw = rpc.rpc_sync("w1", W.weight_grad, args=(ctx,))
-    np.testing.assert_allclose(gx, want_x, rtol=1e-5, atol=1e-6, err_msg="x's gradient")
-    np.testing.assert_allclose(gw, want_w, rtol=1e-5, atol=1e-6, err_msg="w's gradient")
-    _step()  # a later step of the same stage: its segments are no longer new
-    assert rpc.rpc_sync("w1", W.started_ahead) == started + 1, "a later step starts nothing"
