@@ -210,6 +210,13 @@ def worker(
 SHARD_MAP = {f"cpu:{k}": f"cpu:{k + 3}" for k in range(1, 5)}  # w0's cpu:1..4 -> w1's 4..7
 
 
+def _env() -> dict[str, str]:
+    """The workers' environment: this checkout first on the path, then the caller's
+    ``PYTHONPATH`` (where torch may be installed), on the CPU."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS="cpu")
+
+
 def sharded_worker(rank: int, port: int, mib: int, repeats: int, out: str) -> None:
     """One worker of ``--sharded``; rank 0 measures and writes the results to ``out``."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -264,7 +271,7 @@ def run_sharded(mib: int, repeats: int, transport: str = "auto") -> dict:
     """``--sharded``: two workers with 8 virtual CPU devices each; the MB/s of each case."""
     port = _port()
     out = f"/tmp/tpj-bench-sharded-{os.getpid()}.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    env = _env()
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
@@ -297,7 +304,7 @@ def run(
 ) -> dict:
     port = _port()
     out = f"/tmp/tpj-bench-{impl}-{os.getpid()}.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    env = _env()
     if transport in ("tcp", "grpc"):
         env["TENSORPLAY_JAX_RPC_LOCAL"] = "0"
         env["TENSORPLAY_JAX_RPC_TCP"] = "1" if transport == "tcp" else "0"
