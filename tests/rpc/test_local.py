@@ -355,6 +355,54 @@ def test_the_parallel_copy_writes_what_the_one_thread_copy_writes(monkeypatch, t
         plain.close()
 
 
+_FORKED_COPY = """
+import os, sys
+import numpy as np
+from tensorplay_jax.rpc._local import segments
+bufs = [memoryview(np.arange(3_000_000, dtype=np.float32))]  # 12 MB: the pool copies a piece
+def copied():
+    seg = segments._Pool(0).take(segments._offsets([b.nbytes for b in bufs])[-1])
+    segments._fill_in_parallel(seg, bufs)
+    return seg.memory()[: bufs[0].nbytes].tobytes() == bufs[0].tobytes()
+assert copied()  # the parent's pool threads are running now
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if copied() else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_copies_large_messages_with_threads_of_its_own():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED_COPY], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "child 0", out.stdout + out.stderr
+
+
+def test_after_the_pool_is_shut_down_the_caller_copies_every_piece(monkeypatch):
+    import concurrent.futures
+
+    from tensorplay_jax.rpc._local import segments
+
+    copiers = segments._Copiers()
+    copiers.threads = 3
+    copiers._pool = concurrent.futures.ThreadPoolExecutor(2)
+    copiers._pool.shutdown()  # as at interpreter exit: submit raises RuntimeError
+    monkeypatch.setattr(segments, "_copiers", copiers)
+    buffers = [memoryview(np.arange(3_000_000, dtype=np.float32))]
+    seg = segments._Pool(0).take(segments._offsets([buffers[0].nbytes])[-1])
+    try:
+        segments._fill_in_parallel(seg, buffers)
+        assert seg.memory()[: buffers[0].nbytes].tobytes() == buffers[0].tobytes()
+    finally:
+        seg.close()
+
+
 @hypothesis.given(sizes=st.lists(st.integers(0, 50), max_size=6), k=st.integers(1, 5))
 def test_the_copy_pieces_cover_every_byte_once_in_order(sizes, k):
     from tensorplay_jax.rpc._local.segments import _pieces

@@ -60,6 +60,7 @@ _WRITE_MAX = 1 << 30
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _PARALLEL_BYTES = 8 << 20  # messages this large or larger are copied by several threads
 _COPY_THREADS = 4  # threads copying one message, at most (the caller among them)
+_COPY_WAIT_S = 60.0  # a piece of a message another thread copies takes at most this long
 
 
 def _offsets(sizes: Sequence[int]) -> list[int]:
@@ -196,21 +197,32 @@ class _Copiers:
 
     One pool per process (``_copiers``), ``_COPY_THREADS - 1`` threads at most:
     each message's caller copies one piece itself, so a message always moves,
-    however many senders share the pool. Its threads only copy memory.
+    however many senders share the pool. Its threads only copy memory. A forked
+    child starts a pool of its own (the parent's threads are not in it).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.threads = max(1, min(_COPY_THREADS, len(os.sched_getaffinity(0))))
+        os.register_at_fork(after_in_child=self._forget_pool)
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None]:
+    def _forget_pool(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = None
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None] | None:
+        """``fn(*args)`` on a pool thread; None when the pool takes no more work (the
+        interpreter is exiting): the caller then runs it."""
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self.threads - 1, thread_name_prefix="tpj-rpc-copy"
                 )
-            return self._pool.submit(fn, *args)
+            try:
+                return self._pool.submit(fn, *args)
+            except RuntimeError:  # shut down at interpreter exit
+                return None
 
 
 _copiers = _Copiers()
@@ -237,12 +249,23 @@ def _fill_in_parallel(seg: _Segment, buffers: Sequence[Any]) -> None:
     mem, offs = seg.memory(), _offsets(sizes)
     views = [_bytes_of(b) for b in buffers]
     first, *rest = _pieces(sizes, k)
-    futures = [_copiers.submit(_copy_piece, mem, offs, views, p) for p in rest]
+    futures = []
+    for piece in rest:
+        future = _copiers.submit(_copy_piece, mem, offs, views, piece)
+        if future is None:
+            _copy_piece(mem, offs, views, piece)
+        else:
+            futures.append(future)
     try:
         _copy_piece(mem, offs, views, first)
     finally:
-        for f in futures:
-            f.result()  # a copy of memory, bounded; raises what the copy raised
+        for future in futures:
+            try:
+                future.result(timeout=_COPY_WAIT_S)  # raises what the copy raised
+            except concurrent.futures.TimeoutError:
+                # The segment is dropped, not unmapped under the copy: the copy's
+                # view keeps the mapping until it ends.
+                raise OSError(f"copying a message took over {_COPY_WAIT_S:g} s") from None
 
 
 def _fill_by_pwrite(fd: int, buffers: Sequence[Any]) -> None:
