@@ -33,7 +33,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
     """Workers import this checkout first (``PYTHONPATH``), run XLA on the CPU and keep
     quiet about deprecations."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
@@ -48,7 +48,8 @@ def run_job(boot: str, argv: Sequence[Sequence[str]], what: str, *, timeout: flo
     """
     out = f"/tmp/tpj-bench-{what}-{os.getpid()}.json"
     procs = [
-        subprocess.Popen([sys.executable, "-c", boot, *a, out], env=_env(), cwd=ROOT) for a in argv
+        subprocess.Popen([sys.executable, "-c", boot, *a, out], env=worker_env(), cwd=ROOT)
+        for a in argv
     ]
     for p in procs:
         if p.wait(timeout=timeout) != 0:
@@ -80,7 +81,7 @@ class Job:
         self, boot: str, argv: Sequence[Sequence[str]], what: str, *, timeout: float = 600
     ) -> None:
         self.what, self.timeout = what, timeout
-        env = _env()
+        env = worker_env()
         self._procs = [
             subprocess.Popen(
                 [sys.executable, "-c", boot, *argv[0]],

@@ -46,23 +46,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._launch import free_port, worker_env  # noqa: E402
 
 
 def echo(x):
     return x
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _measure(rpc_sync, rpc_async, wait_all, make, sizes, repeats, n_lat, n_pipe) -> dict:
@@ -210,13 +206,6 @@ def worker(
 SHARD_MAP = {f"cpu:{k}": f"cpu:{k + 3}" for k in range(1, 5)}  # w0's cpu:1..4 -> w1's 4..7
 
 
-def _env() -> dict[str, str]:
-    """The workers' environment: this checkout first on the path, then the caller's
-    ``PYTHONPATH`` (where torch may be installed), on the CPU."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS="cpu")
-
-
 def sharded_worker(rank: int, port: int, mib: int, repeats: int, out: str) -> None:
     """One worker of ``--sharded``; rank 0 measures and writes the results to ``out``."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -269,9 +258,9 @@ def sharded_worker(rank: int, port: int, mib: int, repeats: int, out: str) -> No
 
 def run_sharded(mib: int, repeats: int, transport: str = "auto") -> dict:
     """``--sharded``: two workers with 8 virtual CPU devices each; the MB/s of each case."""
-    port = _port()
+    port = free_port()
     out = f"/tmp/tpj-bench-sharded-{os.getpid()}.json"
-    env = _env()
+    env = worker_env()
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
@@ -302,9 +291,9 @@ def run_sharded(mib: int, repeats: int, transport: str = "auto") -> dict:
 def run(
     impl: str, sizes: list[int], repeats: int, transport: str = "auto", profile: bool = False
 ) -> dict:
-    port = _port()
+    port = free_port()
     out = f"/tmp/tpj-bench-{impl}-{os.getpid()}.json"
-    env = _env()
+    env = worker_env()
     if transport in ("tcp", "grpc"):
         env["TENSORPLAY_JAX_RPC_LOCAL"] = "0"
         env["TENSORPLAY_JAX_RPC_TCP"] = "1" if transport == "tcp" else "0"
