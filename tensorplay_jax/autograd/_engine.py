@@ -18,12 +18,13 @@
 Before step 3 the installed backward planner (``_seams.planner``: the speed-up
 layer's compiled backwards) may run the whole pass another way; it is asked once
 from a lone one-element root before the walk (``run_root``) and once with the
-walked graph (``run_graph``). When the graph reaches a Tensor with a
-``register_hook`` hook (``_hooks``), each node's summed output gradients go
-through their Tensors' hooks before it runs (a leaf's before it accumulates), and
-the planner, whose passes call no Python between nodes, is not asked; a leaf's
-post-accumulate-grad hooks run right after it accumulates, and the callbacks hooks
-queued (``queue_callback``) run once every node has run.
+walked graph (``run_graph``). When the graph reaches a Tensor or node with a
+hook (``_hooks``), each node's summed output gradients go
+through their Tensors' hooks and then the node's pre-hooks before it runs (a
+leaf's before it accumulates), its post-hooks after, and the planner, whose passes
+call no Python between nodes, is not asked; a leaf's post-accumulate-grad hooks run
+right after it accumulates, and the callbacks hooks queued (``queue_callback``) run
+once every node has run.
 
 Nothing is global: each call keeps its own buffers, so threads may run
 backward concurrently on disjoint (or retained) graphs.
@@ -143,6 +144,7 @@ def run_backward(
     *,
     retain_graph: bool = False,
     accumulate: Accumulate | None = None,
+    capture: bool = False,
 ) -> None:
     """Backpropagate from ``roots`` through the local tape.
 
@@ -157,6 +159,9 @@ def run_backward(
             with its summed gradient (a ``jax.Array``); by default it adds into
             ``leaf.grad``. Distributed autograd passes one that writes into its
             context instead.
+        capture: the leaves' gradients are captured, not accumulated (``autograd.grad``):
+            as in torch, their ``AccumulateGrad`` nodes' hooks and post-accumulate-grad
+            hooks do not run (their Tensor hooks do).
 
     Raises:
         RuntimeError: a root needs no grad, a non-scalar root has no gradient,
@@ -217,18 +222,21 @@ def run_backward(
         while ready:
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node)
-            if hooked:  # Tensor.register_hook: each output's gradient through its hooks
-                grads = _hooks.before_node(node, grads)
+            if hooked:  # Tensor.register_hook on each output, then Node.register_prehook
+                grads = _hooks.before_node(node, grads, capture)
             if isinstance(node, AccumulateGrad):
                 if grads[0] is not None:
                     accumulate(node.variable, grads[0])
-                    if hooked:  # Tensor.register_post_accumulate_grad_hook
+                    if hooked and not capture:  # post-accumulate-grad, then Node.register_hook
                         _hooks.after_accumulate(node.variable)
+                        _hooks.after_node(node, (), grads)
                 continue
             if all(g is None for g in grads) and not getattr(node, "run_without_grads", False):
-                in_grads: tuple[Any, ...] = (None,) * len(node.next_edges)
+                in_grads: Sequence[Any] = (None,) * len(node.next_edges)
             else:
                 in_grads = node.apply(tuple(grads))
+                if hooked:  # Node.register_hook
+                    in_grads = _hooks.after_node(node, in_grads, grads)
                 if not retain_graph:
                     node.release()
             for edge, g in zip(node.next_edges, in_grads, strict=True):

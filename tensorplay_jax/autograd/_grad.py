@@ -69,7 +69,9 @@ def grad(
         if id(leaf) in wanted:
             got[id(leaf)] = g
 
-    run_backward(outs, list(grad_outputs), retain_graph=retain_graph, accumulate=collect)
+    run_backward(
+        outs, list(grad_outputs), retain_graph=retain_graph, accumulate=collect, capture=True
+    )
     result: list[Tensor | None] = []
     for i, t in enumerate(ins):
         if id(t) in got:

@@ -1,4 +1,4 @@
-"""Tensor gradient hooks (``Tensor.register_hook``): a function of a Tensor's gradient.
+"""Gradient hooks: on a Tensor's gradient (``Tensor.register_hook``) and on a node's backward.
 
 A hook on a **leaf** is kept on the Tensor and runs on the leaf's summed
 gradient before it is accumulated (into ``.grad``, a distributed autograd
@@ -16,6 +16,17 @@ training hooks here to launch a bucket's all-reduce as soon as its last
 gradient is in. ``queue_callback(fn)``, called from a hook during a backward
 pass, runs ``fn()`` once when that pass has run every node (torch's
 ``Variable._execution_engine.queue_callback``).
+
+A **node hook** is torch's ``Node.register_prehook(fn)`` / ``Node.register_hook(fn)``
+(``grad_fn.register_hook``, or on a leaf's ``AccumulateGrad`` from
+``next_functions``). A pre-hook gets the node's output gradients as a tuple (after
+the Tensor hooks of those outputs) and may return a tuple that replaces them; a
+post-hook gets ``(grad_inputs, grad_outputs)`` after the node's backward ran and may
+return a tuple that replaces ``grad_inputs``. An ``AccumulateGrad`` node's pre-hook
+sees the leaf's gradient before it is accumulated, its post-hook ``((), (grad,))``
+after (and after the leaf's post-accumulate-grad hooks). A node's hooks run when its
+backward runs: not for a node no gradient reached, and not for the leaves whose
+gradients ``autograd.grad`` captures (``run_backward(..., capture=True)``, as in torch).
 
 While any hook is registered the engine runs backward node by node
 (``active``/``reaches``): the compiled fused and known backward passes
@@ -37,7 +48,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.autograd import _tensor_class as _tc
@@ -51,6 +62,13 @@ Hook = Callable[["Tensor"], Any]
 _LEAF_ATTR = "_grad_hooks"  # a leaf's hooks: a dict (handle id -> hook) in its __dict__
 _POST_ATTR = "_post_accumulate_grad_hooks"  # the same, for post-accumulate-grad hooks
 _node_hooks: weakref.WeakKeyDictionary[Node, dict[int, dict[int, Hook]]] = (
+    weakref.WeakKeyDictionary()
+)
+# a node's own hooks (torch's Node.register_prehook / register_hook): handle id -> hook
+_node_pre: weakref.WeakKeyDictionary[Node, dict[int, Callable[..., Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+_node_post: weakref.WeakKeyDictionary[Node, dict[int, Callable[..., Any]]] = (
     weakref.WeakKeyDictionary()
 )
 _ids = itertools.count()
@@ -239,10 +257,12 @@ class final_callbacks:  # lowercase: used like a function, ``with final_callback
 
 def active() -> bool:
     """Whether any hook may be registered (the engine then checks ``reaches``)."""
-    return _live_leaves > 0 or len(_node_hooks) > 0
+    return _live_leaves > 0 or len(_node_hooks) > 0 or len(_node_pre) > 0 or len(_node_post) > 0
 
 
 def _hooked(node: Node) -> bool:
+    if _node_pre.get(node) or _node_post.get(node):
+        return True
     if isinstance(node, AccumulateGrad):
         d = node.variable.__dict__
         return bool(d.get(_LEAF_ATTR)) or bool(d.get(_POST_ATTR))
@@ -282,15 +302,83 @@ def leaf_gradient(leaf: Tensor, grad: Any) -> Any:
     return _run(table.values(), grad)
 
 
-def before_node(node: Node, grads: list[Any]) -> list[Any]:
-    """The gradients of ``node``'s outputs after the hooks of the Tensors they belong to."""
+def before_node(node: Node, grads: list[Any], capture: bool = False) -> list[Any]:
+    """The gradients of ``node``'s outputs after the hooks of the Tensors they belong to,
+    then after the node's pre-hooks (not a leaf's whose gradient is ``capture`` d)."""
     if isinstance(node, AccumulateGrad):
-        return [leaf_gradient(node.variable, grads[0])]
-    per_node = _node_hooks.get(node)
-    if not per_node:
-        return grads
-    out = list(grads)
-    for nr, table in per_node.items():
-        if table and out[nr] is not None:
-            out[nr] = _run(table.values(), out[nr])
+        out = [leaf_gradient(node.variable, grads[0])]
+        if capture:
+            return out
+    else:
+        out = list(grads)
+        for nr, table in (_node_hooks.get(node) or {}).items():
+            if table and out[nr] is not None:
+                out[nr] = _run(table.values(), out[nr])
+    pre = _node_pre.get(node)
+    for hook in list(pre.values()) if pre else ():
+        got = hook(_wrapped(out))
+        if got is not None:
+            out = _replacement(hook, got, out)
     return out
+
+
+def after_node(node: Node, grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
+    """``node``'s backward result ``grad_inputs`` after the node's post-hooks, each called
+    as ``hook(grad_inputs, grad_outputs)`` (Tensors; ``None`` where no gradient)."""
+    post = _node_post.get(node)
+    if not post:
+        return grad_inputs
+    outputs = _wrapped(grad_outputs)
+    out = list(grad_inputs)
+    for hook in list(post.values()):
+        got = hook(_wrapped(out), outputs)
+        if got is not None:
+            out = _replacement(hook, got, out)
+    return out
+
+
+def _wrapped(grads: Sequence[Any]) -> tuple[Tensor | None, ...]:
+    return tuple(None if g is None else _tc.Tensor._wrap(g) for g in grads)
+
+
+def _replacement(hook: Callable[..., Any], got: Any, old: Sequence[Any]) -> list[Any]:
+    """A node hook's returned tuple as arrays, checked against the values it replaces."""
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if not isinstance(got, tuple):
+        raise TypeError(
+            f"expected tuple, but hook returned '{type(got).__name__}': a node hook returns "
+            "None or a tuple with one gradient (or None) per value it was given"
+        )
+    if len(got) != len(old):
+        raise RuntimeError(
+            f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but "
+            f"expected {len(old)})"
+        )
+    out = []
+    for new, was in zip(got, old, strict=True):
+        if new is not None:
+            new = new._value if isinstance(new, _tc.Tensor) else _tc.Tensor(new)._value
+            if was is not None and tuple(new.shape) != tuple(was.shape):
+                raise RuntimeError(
+                    f"hook '{name}' has changed the size of value: got {tuple(new.shape)}, "
+                    f"expected {tuple(was.shape)}"
+                )
+        out.append(new)
+    return out
+
+
+def register_node_hook(node: Node, hook: Callable[..., Any], *, pre: bool) -> RemovableHandle:
+    """``node.register_prehook(hook)`` (``pre``) or ``node.register_hook(hook)``: see the
+    module docstring for what each gets and may return.
+
+    Raises:
+        TypeError: ``hook`` is not callable.
+    """
+    kind = "register_prehook" if pre else "register_hook"
+    if not callable(hook):
+        raise TypeError(f"{kind}: hook must be callable, got {type(hook).__name__}")
+    hook_id = next(_ids)
+    with _lock:
+        table = (_node_pre if pre else _node_post).setdefault(node, {})
+        table[hook_id] = hook
+    return RemovableHandle(table, hook_id)

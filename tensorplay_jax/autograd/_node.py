@@ -127,6 +127,56 @@ class Node:
         ``AccumulateGrad``, whose ``variable`` is the leaf)."""
         return tuple((None, 0) if e is None else (e.node, e.output_nr) for e in self.next_edges)
 
+    def register_prehook(self, fn: Callable[[tuple[Any, ...]], Any]) -> Any:
+        """Run ``fn(grad_outputs)`` before this node's backward; a returned tuple replaces
+        ``grad_outputs`` (torch's ``Node.register_prehook``).
+
+        ``grad_outputs`` holds one Tensor (``None``: no gradient) per output of the
+        node, after the hooks of the Tensors they belong to; on an ``AccumulateGrad``
+        it is the leaf's gradient before it is accumulated.
+
+        Returns:
+            A handle whose ``remove()`` unregisters ``fn``.
+
+        Example:
+            >>> import tensorplay_jax as tp
+            >>> x = tp.ones(2, requires_grad=True)
+            >>> y = x * 3
+            >>> h = y.grad_fn.register_prehook(lambda go: (go[0] * 2,))
+            >>> y.sum().backward()
+            >>> x.grad
+            tensor([6., 6.])
+        """
+        from tensorplay_jax.autograd import _hooks  # _hooks builds on this module
+
+        return _hooks.register_node_hook(self, fn, pre=True)
+
+    def register_hook(self, fn: Callable[[tuple[Any, ...], tuple[Any, ...]], Any]) -> Any:
+        """Run ``fn(grad_inputs, grad_outputs)`` after this node's backward; a returned tuple
+        replaces ``grad_inputs`` (torch's ``Node.register_hook``).
+
+        ``grad_inputs`` holds one gradient per entry of ``next_functions`` (empty for an
+        ``AccumulateGrad``, whose hook runs after the leaf's gradient is accumulated),
+        ``grad_outputs`` the gradients the backward received.
+
+        Returns:
+            A handle whose ``remove()`` unregisters ``fn``.
+
+        Example:
+            >>> import tensorplay_jax as tp
+            >>> x = tp.ones(2, requires_grad=True)
+            >>> y = x * 3
+            >>> seen = []
+            >>> acc = y.grad_fn.next_functions[0][0]
+            >>> h = acc.register_hook(lambda gi, go: seen.append(go[0].tolist()))
+            >>> y.sum().backward()
+            >>> seen
+            [[3.0, 3.0]]
+        """
+        from tensorplay_jax.autograd import _hooks
+
+        return _hooks.register_node_hook(self, fn, pre=False)
+
     @property
     def released(self) -> bool:
         """Whether ``release`` ran (a backward through this node now raises)."""
