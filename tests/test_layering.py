@@ -401,6 +401,7 @@ AUTOGRAD_CORE = [
     "_hooks",
     "_lift",
     "_node",
+    "_node_hooks",
     "_op_errors",
     "_seams",
     "_tensor_class",

@@ -107,7 +107,6 @@ from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
-from tensorplay_jax.autograd._hooks import RemovableHandle as RemovableHandle
 from tensorplay_jax.autograd._hooks import leaf_gradient as leaf_gradient
 from tensorplay_jax.autograd._hooks import queue_callback as queue_callback
 from tensorplay_jax.autograd._hooks import register_hook as register_hook
@@ -123,6 +122,7 @@ from tensorplay_jax.autograd._node import FunctionNode as FunctionNode
 from tensorplay_jax.autograd._node import GradientEdge as GradientEdge
 from tensorplay_jax.autograd._node import Node as Node
 from tensorplay_jax.autograd._node import VJPNode as VJPNode
+from tensorplay_jax.autograd._node_hooks import RemovableHandle as RemovableHandle
 from tensorplay_jax.autograd._seams import assign_value as assign_value
 from tensorplay_jax.autograd._seams import is_pending as is_pending
 from tensorplay_jax.autograd._seams import materialize as materialize

@@ -19,14 +19,15 @@ pass, runs ``fn()`` once when that pass has run every node (torch's
 
 A **node hook** is torch's ``Node.register_prehook(fn)`` / ``Node.register_hook(fn)``
 (``grad_fn.register_hook``, or on a leaf's ``AccumulateGrad`` from
-``next_functions``). A pre-hook gets the node's output gradients as a tuple (after
-the Tensor hooks of those outputs) and may return a tuple that replaces them; a
-post-hook gets ``(grad_inputs, grad_outputs)`` after the node's backward ran and may
-return a tuple that replaces ``grad_inputs``. An ``AccumulateGrad`` node's pre-hook
-sees the leaf's gradient before it is accumulated, its post-hook ``((), (grad,))``
-after (and after the leaf's post-accumulate-grad hooks). A node's hooks run when its
-backward runs: not for a node no gradient reached, and not for the leaves whose
-gradients ``autograd.grad`` captures (``run_backward(..., capture=True)``, as in torch).
+``next_functions``; kept in ``_node_hooks``). A pre-hook gets the node's output
+gradients as a tuple (after the Tensor hooks of those outputs) and may return a
+tuple that replaces them; a post-hook gets ``(grad_inputs, grad_outputs)`` after
+the node's backward ran and may return a tuple that replaces ``grad_inputs``. An
+``AccumulateGrad`` node's pre-hook sees the leaf's gradient before it is
+accumulated, its post-hook ``((), (grad,))`` after (and after the leaf's
+post-accumulate-grad hooks). A node's hooks run when its backward runs: not for a
+node no gradient reached, and not for the leaves whose gradients
+``autograd.grad`` captures (``run_backward(..., capture=True)``, as in torch).
 
 While any hook is registered the engine runs backward node by node
 (``active``/``reaches``): the compiled fused and known backward passes
@@ -53,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._node import AccumulateGrad, Node
+from tensorplay_jax.autograd._node_hooks import POST, PRE, RemovableHandle
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -64,13 +66,6 @@ _POST_ATTR = "_post_accumulate_grad_hooks"  # the same, for post-accumulate-grad
 _node_hooks: weakref.WeakKeyDictionary[Node, dict[int, dict[int, Hook]]] = (
     weakref.WeakKeyDictionary()
 )
-# a node's own hooks (torch's Node.register_prehook / register_hook): handle id -> hook
-_node_pre: weakref.WeakKeyDictionary[Node, dict[int, Callable[..., Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-_node_post: weakref.WeakKeyDictionary[Node, dict[int, Callable[..., Any]]] = (
-    weakref.WeakKeyDictionary()
-)
 _ids = itertools.count()
 _lock = threading.RLock()  # re-entrant: a finalizer may run during a collection inside it
 _live_leaves = 0  # leaves holding a hook dict (decremented when the leaf dies)
@@ -80,24 +75,6 @@ def _leaf_died() -> None:
     global _live_leaves
     with _lock:
         _live_leaves -= 1
-
-
-class RemovableHandle:
-    """What ``register_hook`` returns: ``remove()`` unregisters the hook (torch's handle)."""
-
-    def __init__(self, table: dict[int, Hook], hook_id: int) -> None:
-        self._table = table
-        self.id = hook_id
-
-    def remove(self) -> None:
-        """Unregister the hook (a no-op when already removed)."""
-        self._table.pop(self.id, None)
-
-    def __enter__(self) -> RemovableHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
 
 def register_hook(tensor: Tensor, hook: Hook) -> RemovableHandle:
@@ -257,11 +234,11 @@ class final_callbacks:  # lowercase: used like a function, ``with final_callback
 
 def active() -> bool:
     """Whether any hook may be registered (the engine then checks ``reaches``)."""
-    return _live_leaves > 0 or len(_node_hooks) > 0 or len(_node_pre) > 0 or len(_node_post) > 0
+    return _live_leaves > 0 or len(_node_hooks) > 0 or len(PRE) > 0 or len(POST) > 0
 
 
 def _hooked(node: Node) -> bool:
-    if _node_pre.get(node) or _node_post.get(node):
+    if PRE.get(node) or POST.get(node):
         return True
     if isinstance(node, AccumulateGrad):
         d = node.variable.__dict__
@@ -314,7 +291,7 @@ def before_node(node: Node, grads: list[Any], capture: bool = False) -> list[Any
         for nr, table in (_node_hooks.get(node) or {}).items():
             if table and out[nr] is not None:
                 out[nr] = _run(table.values(), out[nr])
-    pre = _node_pre.get(node)
+    pre = PRE.get(node)
     for hook in list(pre.values()) if pre else ():
         got = hook(_wrapped(out))
         if got is not None:
@@ -325,7 +302,7 @@ def before_node(node: Node, grads: list[Any], capture: bool = False) -> list[Any
 def after_node(node: Node, grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
     """``node``'s backward result ``grad_inputs`` after the node's post-hooks, each called
     as ``hook(grad_inputs, grad_outputs)`` (Tensors; ``None`` where no gradient)."""
-    post = _node_post.get(node)
+    post = POST.get(node)
     if not post:
         return grad_inputs
     outputs = _wrapped(grad_outputs)
@@ -365,20 +342,3 @@ def _replacement(hook: Callable[..., Any], got: Any, old: Sequence[Any]) -> list
                 )
         out.append(new)
     return out
-
-
-def register_node_hook(node: Node, hook: Callable[..., Any], *, pre: bool) -> RemovableHandle:
-    """``node.register_prehook(hook)`` (``pre``) or ``node.register_hook(hook)``: see the
-    module docstring for what each gets and may return.
-
-    Raises:
-        TypeError: ``hook`` is not callable.
-    """
-    kind = "register_prehook" if pre else "register_hook"
-    if not callable(hook):
-        raise TypeError(f"{kind}: hook must be callable, got {type(hook).__name__}")
-    hook_id = next(_ids)
-    with _lock:
-        table = (_node_pre if pre else _node_post).setdefault(node, {})
-        table[hook_id] = hook
-    return RemovableHandle(table, hook_id)

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 
+from tensorplay_jax.autograd import _node_hooks
 from tensorplay_jax.autograd._cache import apply_vjp
+from tensorplay_jax.autograd._node_hooks import RemovableHandle
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -127,7 +129,7 @@ class Node:
         ``AccumulateGrad``, whose ``variable`` is the leaf)."""
         return tuple((None, 0) if e is None else (e.node, e.output_nr) for e in self.next_edges)
 
-    def register_prehook(self, fn: Callable[[tuple[Any, ...]], Any]) -> Any:
+    def register_prehook(self, fn: Callable[[tuple[Any, ...]], Any]) -> RemovableHandle:
         """Run ``fn(grad_outputs)`` before this node's backward; a returned tuple replaces
         ``grad_outputs`` (torch's ``Node.register_prehook``).
 
@@ -147,11 +149,11 @@ class Node:
             >>> x.grad
             tensor([6., 6.])
         """
-        from tensorplay_jax.autograd import _hooks  # _hooks builds on this module
+        return _node_hooks.register(self, fn, pre=True)
 
-        return _hooks.register_node_hook(self, fn, pre=True)
-
-    def register_hook(self, fn: Callable[[tuple[Any, ...], tuple[Any, ...]], Any]) -> Any:
+    def register_hook(
+        self, fn: Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+    ) -> RemovableHandle:
         """Run ``fn(grad_inputs, grad_outputs)`` after this node's backward; a returned tuple
         replaces ``grad_inputs`` (torch's ``Node.register_hook``).
 
@@ -173,9 +175,7 @@ class Node:
             >>> seen
             [[3.0, 3.0]]
         """
-        from tensorplay_jax.autograd import _hooks
-
-        return _hooks.register_node_hook(self, fn, pre=False)
+        return _node_hooks.register(self, fn, pre=False)
 
     @property
     def released(self) -> bool:
