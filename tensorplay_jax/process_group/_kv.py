@@ -8,10 +8,12 @@ does, except that the service runs in a process of its own (see ``_coordinator``
 and the client's shutdown is bounded by the group's timeout. Nothing else in the
 package touches ``jax._src.distributed``.
 
-After JAX has started its backends, ``jax.distributed`` can no longer start; a
-group on a host engine (``shm``, ``tcp``) needs only the store and the barriers,
-so :func:`start_store` connects a client of the same service that JAX does not
-know of (the XLA engine, which needs JAX's own runtime, cannot run then).
+Every rank first connects a client of the service (:func:`start_store`); the
+store is then up, and the ranks agree through it whether the client becomes JAX's
+runtime too (:func:`start_runtime`). It cannot after JAX has started its backends
+(``jax.distributed`` can no longer start then); a group on a host engine (``shm``,
+``tcp``) needs only the store and the barriers, so it runs on the client alone,
+which JAX does not know of (the XLA engine, which needs JAX's own runtime, cannot).
 
 The store has no authentication: anyone who reaches the coordinator port can read,
 write and delete any key. So every value written here carries an HMAC-SHA256 of
@@ -66,7 +68,7 @@ _MAGIC = b"tpj1"  # format tag of a signed value: MAGIC + HMAC(32 bytes) + paylo
 _MAC_LEN = 32
 _SECRET: str | None = None
 _COORDINATOR = None  # rank 0: the coordinator's subprocess.Popen (it outlives this process)
-_STORE = None  # (client, rank, world size) of start_store: the service without JAX's runtime
+_STORE = None  # (client, rank, world size, address) of start_store: the service, no JAX runtime
 
 
 def _client():
@@ -156,65 +158,73 @@ def _connect(service: Service) -> Any:
 
 
 def start_runtime(
-    service: Service,
     *,
     local_device_ids: list[int] | None = None,
     gloo_address: str | None = None,
 ) -> None:
-    """Start JAX's multi-process runtime, as ``jax.distributed.initialize`` would.
+    """Make the client :func:`start_store` connected JAX's multi-process runtime, as
+    ``jax.distributed.initialize`` would (every rank of the job does this, or none).
 
-    Rank 0 first starts the coordination service in its own process, listening on
-    ``service.bind`` (see ``_coordinator``); every rank then connects to
-    ``service.address``. With ``gloo_address``, XLA's CPU collectives (gloo) listen on
-    and advertise that address (by default gloo takes the host name's, which on a
-    Debian host is ``127.0.1.1`` and unreachable from other hosts).
+    With ``gloo_address``, XLA's CPU collectives (gloo) listen on and advertise that
+    address (by default gloo takes the host name's, which on a Debian host is
+    ``127.0.1.1`` and unreachable from other hosts).
 
     Raises:
-      RuntimeError: JAX already ran a computation in this process, the service
-        could not start, or not every rank connected within ``init_timeout_s``.
+      RuntimeError: no client is connected, or JAX already started its backends in
+        this process (another thread ran JAX work since the ranks agreed).
     """
     from jax._src import config, xla_bridge
     from jax._src.lib import _jax
 
+    global _STORE
+    if _STORE is None:
+        raise RuntimeError("tensorplay_jax.process_group._kv: start_store first")
+    client, rank, world_size, address = _STORE
+    late = (
+        "init_process_group: another thread of this process started JAX (ran a computation) "
+        "while the group was starting JAX's multi-process runtime; start the group before "
+        "any thread runs JAX work."
+    )
     if xla_bridge.backends_are_initialized():
-        raise RuntimeError(
-            "init_process_group: JAX already ran a computation in this process; call "
-            "init_process_group(...) before any JAX work (jax.distributed needs that)."
-        )
-    state = _jax_distributed.global_state
+        raise RuntimeError(late)
     if local_device_ids:
         visible = ",".join(str(i) for i in local_device_ids)
         config.update("jax_cuda_visible_devices", visible)
         config.update("jax_rocm_visible_devices", visible)
-    client = _connect(service)
     if gloo_address is not None:
         gloo = _jax.make_gloo_tcp_collectives(distributed_client=client, hostname=gloo_address)
-        xla_bridge.register_backend_factory(
-            "cpu",
-            functools.partial(xla_bridge.make_cpu_client, collectives=gloo),
-            priority=0,
-            fail_quietly=False,
-        )
-    state.coordinator_address = service.address
-    state.process_id = service.rank
-    state.num_processes = service.world_size
+        try:
+            xla_bridge.register_backend_factory(
+                "cpu",
+                functools.partial(xla_bridge.make_cpu_client, collectives=gloo),
+                priority=0,
+                fail_quietly=False,
+            )
+        except RuntimeError as e:  # "Backend cpu already initialized"
+            raise RuntimeError(late) from e
+    state = _jax_distributed.global_state
+    state.coordinator_address = address
+    state.process_id = rank
+    state.num_processes = world_size
     state.client = client
+    _STORE = None  # the client is the runtime's now (JAX shuts it down)
     state.initialize_preemption_sync_manager()
 
 
 def start_store(service: Service) -> None:
-    """Connect to the coordination service for its store and barriers only (not JAX's runtime).
+    """Connect to the coordination service for its store and barriers (not JAX's runtime).
 
-    As :func:`start_runtime`, rank 0 first starts the service in its own process;
-    the client stays up for the life of the process (a later group joins it), and
-    leaves the service when the process exits.
+    Rank 0 first starts the service in its own process (``_coordinator``); every
+    rank then connects to ``service.address``. The client stays up for the life of
+    the process (a later group joins it) and leaves the service when the process
+    exits, unless :func:`start_runtime` makes it JAX's runtime.
 
     Raises:
       RuntimeError: the service could not start, or not every rank connected
         within ``init_timeout_s``.
     """
     global _STORE
-    _STORE = (_connect(service), service.rank, service.world_size)
+    _STORE = (_connect(service), service.rank, service.world_size, service.address)
     atexit.register(_leave_store)
 
 

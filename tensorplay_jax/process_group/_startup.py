@@ -2,12 +2,14 @@
 
 ``init_process_group`` checks its options here (:func:`options`), finds the job
 through ``tensorplay_jax.runtime.init_method`` (the parser RPC uses too), and
-starts JAX's multi-process runtime (:func:`start_runtime`): the coordination
-service listens on the rendezvous port plus ``PG_COORDINATOR_PORT_OFFSET``
-(the RPC store owns the port itself), on loopback only for a loopback host.
-After JAX work in the process, when ``jax.distributed`` can no longer start, a
-gloo group runs on the host engines over the same service without JAX's
-runtime (:func:`start_store`); :func:`runtime_needed` says when that cannot do.
+connects every rank to the job's coordination service (:func:`start_store`): it
+listens on the rendezvous port plus ``PG_COORDINATOR_PORT_OFFSET`` (the RPC store
+owns the port itself), on loopback only for a loopback host. The ranks then agree
+through it whether to start JAX's multi-process runtime (:func:`start_runtime`):
+all of them, or none. None does when any rank has run JAX work (``jax.distributed``
+can no longer start there) or serves RPC calls (a served call may start JAX at any
+moment: ``runtime.serving``); a gloo group then runs on the host engines over the
+service alone, and :func:`runtime_needed` says when that cannot do.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import datetime
 import importlib.util
 import os
 import socket
+import time
 from typing import Any
 
 import jax
 
 from tensorplay_jax.process_group import _kv
 from tensorplay_jax.process_group.engine import engines
-from tensorplay_jax.runtime import settings
+from tensorplay_jax.runtime import serving, settings
 from tensorplay_jax.runtime.address import local_address, net_namespace, spans_hosts
 from tensorplay_jax.runtime.init_method import coordinator_port, local_rank
 from tensorplay_jax.runtime.placement import assigned_devices
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 BACKENDS = ("gloo", "nccl")
+_AGREE_KEY = "tpj/pg/why_not_runtime"  # + "/<rank>": "" where a rank can start JAX's runtime
 
 
 def engine_names() -> tuple[str, ...]:
@@ -148,10 +152,9 @@ def _bind_address(host: str, port: int) -> str:
     return f"[::]:{port}"
 
 
-def start_runtime(
-    backend: str, host: str, port: int, rank: int, world_size: int, timeout_s: float
-) -> None:
-    """Start (rank 0: and serve) JAX's multi-process runtime for a job found at ``host:port``."""
+def start_runtime(backend: str, host: str, port: int, timeout_s: float) -> None:
+    """Make this rank's client of the job's service (:func:`start_store`) JAX's
+    multi-process runtime, for a job found at ``host:port``."""
     flags = settings.raw("XLA_FLAGS") or ""
     if "xla_cpu_collective_timeout_seconds" not in flags:
         # Backstop for a peer lost *inside* an XLA program (gloo waits this long).
@@ -167,11 +170,37 @@ def start_runtime(
             gloo_address = local_address(host, port)
         except ValueError as e:
             raise ValueError(f"init_process_group: {e}") from None
-    _kv.start_runtime(
-        _service(host, port, rank, world_size, timeout_s),
-        local_device_ids=local,
-        gloo_address=gloo_address,
-    )
+    _kv.start_runtime(local_device_ids=local, gloo_address=gloo_address)
+
+
+def _why_not_runtime() -> str:
+    """Why this process cannot start JAX's multi-process runtime now ("": it can)."""
+    if _kv.backends_started():
+        return "JAX already ran a computation there"
+    if serving.serving():
+        return "it serves RPC calls (init_rpc), which may start JAX at any moment"
+    return ""
+
+
+def _agree(rank: int, world_size: int, timeout_s: float) -> dict[int, str]:
+    """Each rank's reason not to start JAX's runtime (none: every rank can), through the
+    job's store: all ranks start it, or none does."""
+    _kv.set(f"{_AGREE_KEY}/{rank}", _why_not_runtime().encode())
+    deadline = time.monotonic() + timeout_s
+    why = {}
+    for r in range(world_size):
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            reason = _kv.get(f"{_AGREE_KEY}/{r}", left).decode()
+        except _kv.KVTimeout:
+            raise TimeoutError(
+                f"init_process_group: rank {r} did not say within {timeout_s:.3g}s whether it "
+                "can start JAX's runtime (it connected to the job's coordination service, then "
+                "stopped or hung)"
+            ) from None
+        if reason:
+            why[r] = reason
+    return why
 
 
 def join(
@@ -185,11 +214,12 @@ def join(
 ) -> list[Any]:
     """Start or join what the job's groups run on; one device per rank, in rank order.
 
-    Before any JAX work: JAX's multi-process runtime (:func:`start_runtime`), every
-    rank's device known. After it (``jax.distributed`` cannot start then): the
-    coordination service alone (:func:`start_store`), for the host engines; a rank
-    knows only its own device (the others are None). A runtime or service already
-    up is joined again.
+    Every rank connects to the job's coordination service (:func:`start_store`) and
+    says whether it can start JAX's multi-process runtime (:func:`_agree`). When all
+    can (no JAX work in any of them, none serving RPC), all start it
+    (:func:`start_runtime`), every rank's device known; otherwise none does, and the
+    host engines run on the service alone, a rank knowing only its own device (the
+    others are None). A runtime or service already up is joined again.
 
     Raises:
       RuntimeError: it is up as another rank or world size, the group needs JAX's
@@ -199,15 +229,20 @@ def join(
     up = None
     if _kv.is_runtime_initialized():
         up = _kv.runtime_rank_and_size()
-    elif _kv.store_only() is None and not _kv.backends_started():
-        start_runtime(backend, host, port, rank, world_size, timeout_s)
-    else:
+    elif _kv.store_only() is not None:
         why = runtime_needed(fn, backend, engine)
         if why:
             raise RuntimeError(why)
         up = _kv.store_only()
-        if up is None:
-            start_store(host, port, rank, world_size, timeout_s)
+    else:
+        start_store(host, port, rank, world_size, timeout_s)
+        blockers = _agree(rank, world_size, timeout_s)
+        if not blockers:
+            start_runtime(backend, host, port, timeout_s)
+        else:
+            why = runtime_needed(fn, backend, engine, blockers)
+            if why:
+                raise RuntimeError(why)
     if up is not None and up != (rank, world_size):
         raise RuntimeError(
             f"{fn}: the JAX runtime is already up as process {up[0]} of {up[1]}, "
@@ -246,19 +281,26 @@ def start_store(host: str, port: int, rank: int, world_size: int, timeout_s: flo
     _kv.start_store(_service(host, port, rank, world_size, timeout_s))
 
 
-def runtime_needed(fn: str, backend: str, engine: str) -> str | None:
-    """Why a group of ``backend`` / ``engine`` cannot start after JAX work, or None if it can.
+def runtime_needed(
+    fn: str, backend: str, engine: str, blockers: dict[int, str] | None = None
+) -> str | None:
+    """Why a group of ``backend`` / ``engine`` cannot start without JAX's runtime, or None
+    if it can; ``blockers``: why each rank that could not start the runtime could not.
 
     Example:
-      >>> print(runtime_needed("init_process_group", "gloo", "xla"))  # doctest: +ELLIPSIS
-      init_process_group: engine='xla' needs JAX's multi-process runtime, ...
+      >>> why = runtime_needed("init_process_group", "gloo", "xla", {1: "it serves RPC calls"})
+      >>> print(why)  # doctest: +ELLIPSIS
+      init_process_group: engine='xla' needs JAX's multi-process runtime, ...(rank 1: it serves ...
     """
     if backend == "gloo" and engine != "xla":
         return None
     what = f"backend={backend!r}" if backend != "gloo" else f"engine={engine!r}"
+    where = "; ".join(f"rank {r}: {why}" for r, why in sorted((blockers or {}).items()))
+    where = where or "the job's first group started without it"
     return (
-        f"{fn}: {what} needs JAX's multi-process runtime, and JAX already ran a computation "
-        "in this process; call init_process_group(...) before any JAX work "
+        f"{fn}: {what} needs JAX's multi-process runtime, which starts only where no rank "
+        f"has run JAX work or serves RPC calls yet ({where}); "
+        "call init_process_group(...) before any JAX work and before init_rpc "
         "(jax.distributed needs that), or use backend='gloo' with engine='auto', 'shm' or "
         "'tcp', which start at any time."
     )

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.rpc._errors import not_initialized
+from tensorplay_jax.runtime.serving import set_serving
 
 if TYPE_CHECKING:
     from tensorplay_jax.rpc._agent import Agent
@@ -78,6 +79,7 @@ def set_current(agent: Agent | None) -> None:
     """
     global _current
     _current = agent
+    set_serving(agent is not None)  # its threads may start JAX at any moment
 
 
 @contextlib.contextmanager

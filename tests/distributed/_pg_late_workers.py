@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 import tensorplay_jax.distributed as dist
 from tensorplay_jax.distributed import rpc
 from tensorplay_jax.process_group import _group as pg
+from tensorplay_jax.process_group import _kv
 from tests._worker import error_text, hand_back, rank_and_world_size
 
 
@@ -107,4 +109,50 @@ def rpc_over_file() -> None:
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=n, rpc_backend_options=opts)
     got = {"rpc": rpc.rpc_sync(f"w{(rank + 1) % n}", divmod, args=(7 + rank, 2))}
     rpc.shutdown()
+    hand_back(got)
+
+
+def _slow_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Served on the callee: its first JAX work, a second after the call arrived."""
+    time.sleep(1.0)
+    return np.asarray(jnp.asarray(a) + jnp.asarray(b))
+
+
+def group_beside_a_served_first_jax_call() -> None:
+    """tensorplay's ``test_deadlock``: RPC up; rank 1 waits for a call whose JAX work
+    starts on rank 2 while rank 2 starts the group; then every rank starts the group."""
+    rank, n = rank_and_world_size()
+    opts = rpc.GrpcRpcBackendOptions(init_timeout=60)
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=n, rpc_backend_options=opts)
+    got = {}
+    if rank == 1:
+        ones = np.ones(2, np.float32)
+        got["slow_add"] = rpc.rpc_async("w2", _slow_add, args=(ones, ones), timeout=15).wait()
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=60)
+    got["runtime"] = _kv.is_runtime_initialized()
+    got["all_reduce"] = np.asarray(dist.all_reduce(jnp.full(3, float(rank + 1))))
+    rpc.shutdown()
+    dist.destroy_process_group()
+    hand_back(got)
+
+
+def group_of_ranks_that_differ_in_jax_work() -> None:
+    """Rank 0 ran JAX work, the others did not: every rank starts the group the same way."""
+    rank, n = rank_and_world_size()
+    if rank == 0:
+        _jax_work(rank)
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=60)
+    got = {"runtime": _kv.is_runtime_initialized(), "engine": pg.world().world.engine.name}
+    got["all_reduce"] = np.asarray(dist.all_reduce(jnp.full(3, float(rank + 1))))
+    dist.destroy_process_group()
+    hand_back(got)
+
+
+def group_before_jax_work() -> None:
+    """No JAX work and no RPC anywhere: the group starts JAX's runtime on every rank."""
+    rank, n = rank_and_world_size()
+    dist.init_process_group("gloo", rank=rank, world_size=n, timeout=60, engine="xla")
+    got = {"runtime": _kv.is_runtime_initialized(), "engine": pg.world().world.engine.name}
+    got["all_reduce"] = np.asarray(dist.all_reduce(jnp.full(3, float(rank + 1))))
+    dist.destroy_process_group()
     hand_back(got)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -76,6 +77,34 @@ def test_what_needs_jax_runtime_after_jax_work_names_the_alternative(refused, wh
 def test_after_the_refusal_a_gloo_group_starts(refused):
     for g in refused:
         np.testing.assert_array_equal(g["auto"], SUM)
+
+
+def test_a_group_started_while_a_served_call_starts_jax_runs(tmp_path):
+    # tensorplay's test_deadlock: rank 2 starts JAX in a served call while it starts the
+    # group, and rank 1 waits for that call before it starts the group.
+    n = 3
+    start = time.monotonic()
+    got = run_and_collect(W.group_beside_a_served_first_jax_call, n, tmp_path, timeout=120)
+    assert time.monotonic() - start < 60  # the group's timeout: nothing waited it out
+    np.testing.assert_array_equal(got[1]["slow_add"], [2.0, 2.0])
+    for g in got:
+        assert not g["runtime"]  # RPC was up: no rank started JAX's runtime
+        np.testing.assert_array_equal(g["all_reduce"], np.full(3, 6.0))
+
+
+def test_ranks_that_differ_in_jax_work_start_the_group_the_same_way(tmp_path):
+    got = run_and_collect(W.group_of_ranks_that_differ_in_jax_work, N, tmp_path, timeout=120)
+    assert [g["runtime"] for g in got] == [False] * N
+    assert [g["engine"] for g in got] == ["shm"] * N
+    for g in got:
+        np.testing.assert_array_equal(g["all_reduce"], np.full(3, 3.0))
+
+
+def test_ranks_without_jax_work_or_rpc_start_jax_runtime(tmp_path):
+    got = run_and_collect(W.group_before_jax_work, N, tmp_path, timeout=120)
+    assert [(g["runtime"], g["engine"]) for g in got] == [(True, "xla")] * N
+    for g in got:
+        np.testing.assert_array_equal(g["all_reduce"], np.full(3, 3.0))
 
 
 @pytest.mark.parametrize("order", ["rpc_then_pg", "pg_then_rpc"])
