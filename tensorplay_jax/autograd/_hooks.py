@@ -260,13 +260,7 @@ def _run(hooks: Iterable[Hook], grad: Any) -> Any:
             continue
         if not isinstance(out, _tc.Tensor):
             out = _tc.Tensor(out)
-        if tuple(out.shape) != tuple(wrapped.shape):
-            name = getattr(hook, "__name__", type(hook).__name__)
-            raise RuntimeError(
-                f"hook '{name}' has changed the size of value: got {tuple(out.shape)}, "
-                f"expected {tuple(wrapped.shape)}; a hook must return a gradient of the "
-                "Tensor's shape (or None)"
-            )
+        _check_size(hook, out, wrapped)
         wrapped = out
     return wrapped._value
 
@@ -281,7 +275,8 @@ def leaf_gradient(leaf: Tensor, grad: Any) -> Any:
 
 def before_node(node: Node, grads: list[Any], capture: bool = False) -> list[Any]:
     """The gradients of ``node``'s outputs after the hooks of the Tensors they belong to,
-    then after the node's pre-hooks (not a leaf's whose gradient is ``capture`` d)."""
+    then after the node's pre-hooks (none run for a leaf with ``capture``: its gradient
+    is captured by ``autograd.grad``, not accumulated)."""
     if isinstance(node, AccumulateGrad):
         out = [leaf_gradient(node.variable, grads[0])]
         if capture:
@@ -314,6 +309,16 @@ def after_node(node: Node, grad_inputs: Sequence[Any], grad_outputs: Sequence[An
     return out
 
 
+def _check_size(hook: Callable[..., Any], new: Any, was: Any) -> None:
+    """torch's error when a hook's gradient ``new`` is not of the shape of ``was``."""
+    if tuple(new.shape) != tuple(was.shape):
+        name = getattr(hook, "__name__", type(hook).__name__)
+        raise RuntimeError(
+            f"hook '{name}' has changed the size of value: got {tuple(new.shape)}, expected "
+            f"{tuple(was.shape)}; a hook must return a gradient of that shape (or None)"
+        )
+
+
 def _wrapped(grads: Sequence[Any]) -> tuple[Tensor | None, ...]:
     return tuple(None if g is None else _tc.Tensor._wrap(g) for g in grads)
 
@@ -335,10 +340,7 @@ def _replacement(hook: Callable[..., Any], got: Any, old: Sequence[Any]) -> list
     for new, was in zip(got, old, strict=True):
         if new is not None:
             new = new._value if isinstance(new, _tc.Tensor) else _tc.Tensor(new)._value
-            if was is not None and tuple(new.shape) != tuple(was.shape):
-                raise RuntimeError(
-                    f"hook '{name}' has changed the size of value: got {tuple(new.shape)}, "
-                    f"expected {tuple(was.shape)}"
-                )
+            if was is not None:
+                _check_size(hook, new, was)
         out.append(new)
     return out
