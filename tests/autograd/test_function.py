@@ -23,13 +23,6 @@ X = np.array([0.5, -1.0, 2.0], np.float32)
 Y = np.array([1.5, 2.0, -0.5], np.float32)
 
 
-@pytest.fixture(params=[True, False], ids=["deferred", "eager"])
-def deferred(request):
-    old = tp.autograd.set_deferred(request.param)
-    yield request.param
-    tp.autograd.set_deferred(old)
-
-
 class ScaledProduct(Function):
     """(x * k * y, x + 1): two outputs, a non-Tensor argument, saved inputs."""
 

@@ -15,13 +15,6 @@ import tensorplay_jax as tp
 from tensorplay_jax.autograd import AccumulateGrad
 
 
-@pytest.fixture(params=[True, False], ids=["deferred", "eager"])
-def deferred(request):
-    old = tp.autograd.set_deferred(request.param)
-    yield request.param
-    tp.autograd.set_deferred(old)
-
-
 def _close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 

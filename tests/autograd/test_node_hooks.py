@@ -19,13 +19,6 @@ from tensorplay_jax.autograd import AccumulateGrad, run_backward
 from tensorplay_jax.distributed.autograd import _context
 
 
-@pytest.fixture(params=[True, False], ids=["deferred", "eager"])
-def deferred(request):
-    old = tp.autograd.set_deferred(request.param)
-    yield request.param
-    tp.autograd.set_deferred(old)
-
-
 def _lists(grads):
     return [None if g is None else g.tolist() for g in grads]
 
