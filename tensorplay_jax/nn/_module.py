@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd import no_grad
+from tensorplay_jax.autograd import RemovableHandle, no_grad
 from tensorplay_jax.nn._parameter import Parameter
 from tensorplay_jax.runtime.device import device as device_type
 from tensorplay_jax.runtime.device import resolve_device, to_device
@@ -42,17 +42,6 @@ class IncompatibleKeys(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
-
-
-class RemovableHandle:
-    """Returned by hook registration; ``remove()`` unregisters the hook."""
-
-    def __init__(self, hooks: dict[int, Callable[..., Any]], hook_id: int) -> None:
-        self._hooks, self._id = hooks, hook_id
-
-    def remove(self) -> None:
-        """Unregister the hook (idempotent)."""
-        self._hooks.pop(self._id, None)
 
 
 class Module:
