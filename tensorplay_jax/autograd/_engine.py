@@ -144,6 +144,7 @@ def run_backward(
     *,
     retain_graph: bool = False,
     accumulate: Accumulate | None = None,
+    inputs: Sequence[Tensor] | None = None,
     capture: bool = False,
 ) -> None:
     """Backpropagate from ``roots`` through the local tape.
@@ -159,6 +160,9 @@ def run_backward(
             with its summed gradient (a ``jax.Array``); by default it adds into
             ``leaf.grad``. Distributed autograd passes one that writes into its
             context instead.
+        inputs: the leaves whose gradients are wanted (None: every leaf reached). The
+            others' sinks do not run: nothing is accumulated into them and none of their
+            hooks runs, as with torch's ``inputs=``.
         capture: the leaves' gradients are captured, not accumulated (``autograd.grad``):
             as in torch, their ``AccumulateGrad`` nodes' hooks and post-accumulate-grad
             hooks do not run (their Tensor hooks do).
@@ -185,6 +189,9 @@ def run_backward(
     if len(grads_in) != len(roots):
         raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
     accumulate = accumulate or accumulate_into_grad
+    wanted = None if inputs is None else {id(t) for t in inputs}
+    if wanted is not None:
+        accumulate = _only(wanted, accumulate)
     planner = _seams.planner
     if (
         planner is not None
@@ -222,6 +229,12 @@ def run_backward(
         while ready:
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node)
+            if (
+                wanted is not None
+                and isinstance(node, AccumulateGrad)
+                and id(node.variable) not in wanted
+            ):
+                continue  # a leaf not asked for: its sink does not run
             if hooked:  # Tensor.register_hook on each output, then Node.register_prehook
                 grads = _hooks.before_node(node, grads, capture)
             if isinstance(node, AccumulateGrad):
@@ -252,6 +265,16 @@ def run_backward(
                 deps[nxt] = left
                 if left == 0:
                     heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
+
+
+def _only(wanted: set[int], accumulate: Accumulate) -> Accumulate:
+    """``accumulate`` for the leaves whose ids are in ``wanted``; the others get nothing."""
+
+    def only(leaf: Tensor, grad: jax.Array) -> None:
+        if id(leaf) in wanted:
+            accumulate(leaf, grad)
+
+    return only
 
 
 def release_graph(roots: Sequence[Tensor | GradientEdge | Node]) -> int:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from tensorplay_jax.autograd import _tensor_class as _tc
-from tensorplay_jax.autograd._accumulate import accumulate_into_grad
 from tensorplay_jax.autograd._engine import run_backward
 
 if TYPE_CHECKING:
@@ -62,15 +61,18 @@ def grad(
             )
     if grad_outputs is None or isinstance(grad_outputs, _tc.Tensor | jax.Array):
         grad_outputs = [grad_outputs] * len(outs) if grad_outputs is None else [grad_outputs]
-    wanted = {id(t) for t in ins}
     got: dict[int, jax.Array] = {}
 
     def collect(leaf: Tensor, g: jax.Array) -> None:
-        if id(leaf) in wanted:
-            got[id(leaf)] = g
+        got[id(leaf)] = g
 
     run_backward(
-        outs, list(grad_outputs), retain_graph=retain_graph, accumulate=collect, capture=True
+        outs,
+        list(grad_outputs),
+        retain_graph=retain_graph,
+        accumulate=collect,
+        inputs=ins,
+        capture=True,
     )
     result: list[Tensor | None] = []
     for i, t in enumerate(ins):
@@ -104,7 +106,8 @@ def backward(
         create_graph: not supported (higher-order gradients: use ``jax.grad``
             through ``nn.functional_call`` or ``tp.apply``).
         grad_variables: the old name of ``grad_tensors``.
-        inputs: accumulate only into these leaves (others are left alone).
+        inputs: accumulate only into these leaves (the others are left alone, and
+            none of their hooks runs).
 
     Raises:
         RuntimeError: a Tensor needs no grad, a non-scalar one has no
@@ -142,15 +145,9 @@ def backward(
             f"autograd.backward: got {len(grads)} grad_tensors for {len(roots)} tensors; pass "
             "one per Tensor (None for a one-element Tensor)"
         )
-    accumulate = None
+    only = None
     if inputs is not None:
         only = [inputs] if isinstance(inputs, _tc.Tensor) else list(inputs)
         if not only:
             raise RuntimeError("autograd.backward: inputs= is empty; pass at least one leaf")
-        wanted = {id(t) for t in only}
-
-        def accumulate(leaf: Tensor, g: jax.Array) -> None:
-            if id(leaf) in wanted:
-                accumulate_into_grad(leaf, g)
-
-    run_backward(roots, grads, retain_graph=bool(retain_graph), accumulate=accumulate)
+    run_backward(roots, grads, retain_graph=bool(retain_graph), inputs=only)

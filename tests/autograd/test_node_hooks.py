@@ -223,3 +223,29 @@ def test_leaf_node_hooks_run_when_the_gradient_goes_into_a_distributed_context(d
         assert np.asarray(ctx.gradient_arrays()[t]).tolist() == [3.0, 3.0, 3.0]
     assert calls == [[3.0, 3.0, 3.0]] * 5
     assert t.grad is None
+
+
+def test_backward_with_inputs_runs_no_hook_of_a_leaf_left_out(deferred):
+    a, b = tp.ones(2, requires_grad=True), tp.ones(2, requires_grad=True)
+    calls = []
+    a.register_hook(lambda g: calls.append("a tensor"))
+    b.register_hook(lambda g: calls.append("b tensor"))
+    a.register_post_accumulate_grad_hook(lambda t: calls.append("a post accumulate"))
+    b.register_post_accumulate_grad_hook(lambda t: calls.append("b post accumulate"))
+    y = a * b
+    y.grad_fn.next_functions[1][0].register_prehook(lambda go: calls.append("b leaf pre"))
+    tp.autograd.backward(y.sum(), inputs=[a])
+    assert calls == ["a tensor", "a post accumulate"]
+    assert a.grad.tolist() == [1.0, 1.0]
+    assert b.grad is None
+
+
+def test_autograd_grad_runs_no_hook_of_a_leaf_not_asked_for(deferred):
+    a, b = tp.ones(2, requires_grad=True), tp.ones(2, requires_grad=True)
+    calls = []
+    a.register_hook(lambda g: calls.append("a tensor"))
+    b.register_hook(lambda g: calls.append("b tensor"))
+    (g,) = tp.autograd.grad((a * b).sum(), a)
+    assert calls == ["a tensor"]
+    assert g.tolist() == [1.0, 1.0]
+    assert a.grad is None and b.grad is None
