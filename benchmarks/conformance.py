@@ -1,19 +1,21 @@
 """Run torch's own RPC test suites against tensorplay_jax, imports changed; one verdict per test.
 
-torch ships its distributed RPC suites in the wheel
-(``torch/testing/_internal/distributed/rpc/rpc_test.py`` and ``dist_autograd_test.py``).
+torch ships its distributed RPC suites in the wheel, under
+``torch/testing/_internal/distributed/``: ``rpc/rpc_test.py``,
+``rpc/dist_autograd_test.py``, ``rpc/dist_optimizer_test.py`` and
+``nn/api/remote_module_test.py`` (``SUITES``).
 This runner reads them from an installed torch at run time (torch is a benchmark-only
 extra: ``pip install torch==2.13.0``, or ``PYTHONPATH`` pointing at one), classifies each
 test (applicable, or not applicable with the reason), and runs every applicable test in
-a fresh world of four processes, as torch does, with torch's default ``file://`` init method
-(``--init tcp`` for ``tcp://``) and a
-60 s limit per test. Each rank loads the suite with its imports rewritten
+a fresh world of four processes (or the size its class sets), as torch does, with
+torch's default ``file://`` init method (``--init tcp`` for ``tcp://``) and a 60 s
+limit per test. Each rank loads the suite with its imports rewritten
 (``_conformance_world``) and the ``torch.testing._internal`` helpers supplied by
 ``_conformance_fixture``; nothing of torch's test code is stored here.
 
 Usage::
 
-    PYTHONPATH=/tmp/torchlib python benchmarks/conformance.py              # both suites
+    PYTHONPATH=/tmp/torchlib python benchmarks/conformance.py              # every suite
     python benchmarks/conformance.py --suite dist_autograd -k backward     # a subset
     python benchmarks/conformance.py --list                                # classify only
     python benchmarks/conformance.py --json out.json --markdown            # the docs table
@@ -47,12 +49,18 @@ WORLD = HERE / "_conformance_world.py"
 WORLD_SIZE = 4
 INIT = "file"  # the suites' default init method (torch's fixture: file://, or tcp:// by choice)
 
-# The suites and the classes of theirs that torch runs on its CPU TensorPipe agent.
+# The suites (their files under torch's testing/_internal/distributed) and the classes
+# of theirs that torch runs on its CPU TensorPipe agent.
 SUITES = {
-    "rpc": ("rpc_test.py", ("RpcTest", "TensorPipeAgentRpcTest")),
+    "rpc": ("rpc/rpc_test.py", ("RpcTest", "TensorPipeAgentRpcTest")),
     "dist_autograd": (
-        "dist_autograd_test.py",
+        "rpc/dist_autograd_test.py",
         ("DistAutogradTest", "TensorPipeAgentDistAutogradTest"),
+    ),
+    "dist_optimizer": ("rpc/dist_optimizer_test.py", ("DistOptimizerTest",)),
+    "remote_module": (
+        "nn/api/remote_module_test.py",
+        ("RemoteModuleTest", "ThreeWorkersRemoteModuleTest"),
     ),
 }
 # Classes whose every test is not applicable, with the reason.
@@ -63,6 +71,7 @@ OTHER_CLASSES = {
     "TensorPipeCudaDistAutogradTest": "CUDA",
     "FaultyAgentRpcTest": "faulty agent (torch's fault-injecting test agent)",
     "FaultyAgentDistAutogradTest": "faulty agent (torch's fault-injecting test agent)",
+    "CudaRemoteModuleTest": "CUDA",
 }
 # Tests that assert what we choose to do differently, each with the reason (docs/porting.md).
 DIFFERENCES = {
@@ -93,6 +102,12 @@ DIFFERENCES = {
         "shutdown(timeout=0.01) to time out in it; our graceful shutdown waits on the "
         "rendezvous store instead (no limit while the others live), so the 10 ms bound "
         "races the other ranks' arrival and the test passes or fails by timing "
+        "(docs/porting.md)"
+    ),
+    "ThreeWorkersRemoteModuleTest.test_send_remote_module_over_the_wire": (
+        "we differ: asserts the exact __dict__ of a RemoteModule decoded on a third worker "
+        "(torch's _REMOTE_MODULE_PICKLED_ATTRIBUTES, and `on` as a name string); our handle "
+        "carries its dataclass fields and Module state, and `on` is a WorkerInfo "
         "(docs/porting.md)"
     ),
     "TensorPipeAgentRpcTest.test_dynamic_rpc_init_rpc": (
@@ -151,6 +166,7 @@ class Case:
     name: str
     not_applicable: str | None
     x64: bool = False  # the test asks for float64: its world turns on JAX's 64-bit mode
+    world_size: int = WORLD_SIZE  # the class's own ``world_size`` when it sets one
 
     @property
     def sparse(self) -> bool:
@@ -162,7 +178,8 @@ class Case:
 
 
 def torch_suite_dir(explicit: str | None) -> Path:
-    """Where torch's RPC suites are, without importing torch."""
+    """Where torch's distributed suites are (``testing/_internal/distributed``), without
+    importing torch."""
     if explicit:
         return Path(explicit)
     spec = importlib.util.find_spec("torch")
@@ -171,7 +188,7 @@ def torch_suite_dir(explicit: str | None) -> Path:
             "conformance: torch is not importable; install the benchmark extra "
             "(pip install torch==2.13.0), set PYTHONPATH to a torch install, or pass --torch-dir"
         )
-    return Path(next(iter(spec.submodule_search_locations))) / "testing/_internal/distributed/rpc"
+    return Path(next(iter(spec.submodule_search_locations))) / "testing/_internal/distributed"
 
 
 @dataclasses.dataclass
@@ -255,8 +272,26 @@ def collect(suite: str, directory: Path) -> list[Case]:
                 or _reason(reach, info)
             )
             x64 = bool(_FLOAT64.search(reach.own) or _FLOAT64.search(reach.helpers))
-            cases.append(Case(suite, path, klass, name, reason, x64))
+            size = _world_size(klass, defs) or WORLD_SIZE
+            cases.append(Case(suite, path, klass, name, reason, x64, size))
     return cases
+
+
+def _world_size(klass: str, defs: dict[str, ast.ClassDef]) -> int | None:
+    """The constant a class (or its nearest base that does) returns from ``world_size``."""
+    node = defs.get(klass)
+    if node is None:
+        return None
+    for f in node.body:
+        if isinstance(f, ast.FunctionDef) and f.name == "world_size":
+            ret = next((n for n in ast.walk(f) if isinstance(n, ast.Return)), None)
+            if ret is not None and isinstance(ret.value, ast.Constant):
+                return int(ret.value.value)
+    for base in node.bases:
+        found = _world_size(ast.unparse(base), defs)
+        if found:
+            return found
+    return None
 
 
 @dataclasses.dataclass
@@ -269,6 +304,25 @@ class _Reach:
     named: set[str]
 
 
+# Helpers with a TorchScript branch that a call rules out by one keyword argument
+# (remote_module_test.py: ``modes=[ModuleCreationMode.MODULE_CTOR]`` builds Python
+# modules only). A test whose every call passes it does not reach that branch.
+_BRANCH_GUARDS = {"_create_remote_module_iter": ("modes", "[ModuleCreationMode.MODULE_CTOR]")}
+
+
+def _guarded(node: ast.AST, helper: str) -> bool:
+    """Whether every call of ``self.<helper>`` in ``node`` passes its guard argument."""
+    name, value = _BRANCH_GUARDS[helper]
+    calls = [
+        c
+        for c in ast.walk(node)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == helper
+    ]
+    return bool(calls) and all(
+        any(k.arg == name and ast.unparse(k.value) == value for k in c.keywords) for c in calls
+    )
+
+
 def _reach(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suite) -> _Reach:
     seen, todo, text, named = set(), [fn], [], set()
     while todo:
@@ -277,7 +331,11 @@ def _reach(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suite
             continue
         seen.add(node.name)
         text.append(_segment(suite.lines, node))
-        todo.extend(table[m] for m in _self_calls(node) if m in table and m not in seen)
+        todo.extend(
+            table[m]
+            for m in _self_calls(node)
+            if m in table and m not in seen and not (m in _BRANCH_GUARDS and _guarded(node, m))
+        )
         named |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     helpers = "\n".join(_segment(suite.lines, suite.defs[n]) for n in named & suite.defs.keys())
     return _Reach("\n".join(text), helpers, named)
@@ -306,7 +364,7 @@ def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
         # RANK and WORLD_SIZE are not in the environment (a suite checks what init_rpc
         # does without them).
         TPJ_CONFORMANCE_RANK=str(rank),
-        TPJ_CONFORMANCE_WORLD_SIZE=str(WORLD_SIZE),
+        TPJ_CONFORMANCE_WORLD_SIZE=str(case.world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         TPJ_CONFORMANCE_INIT_METHOD=(
@@ -326,13 +384,13 @@ def _free_port() -> int:
 
 
 def run_case(case: Case, timeout: float, logs: Path | None) -> dict:
-    """Run ``case`` in a fresh world of ``WORLD_SIZE`` processes; its verdict."""
+    """Run ``case`` in a fresh world of ``case.world_size`` processes; its verdict."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tpj-conf-") as tmp:
         scratch = Path(tmp)
         port = _free_port()
         procs = []
-        for rank in range(WORLD_SIZE):
+        for rank in range(case.world_size):
             out = scratch / f"rank{rank}.json"
             log = open(scratch / f"rank{rank}.log", "wb")  # noqa: SIM115 (closed below)
             argv = [sys.executable, str(WORLD), str(case.path), case.klass, case.name, str(out)]
@@ -351,7 +409,7 @@ def run_case(case: Case, timeout: float, logs: Path | None) -> dict:
         verdicts, stalled = _wait(procs, scratch, timeout)
         if logs is not None:
             logs.mkdir(parents=True, exist_ok=True)
-            for rank in range(WORLD_SIZE):
+            for rank in range(case.world_size):
                 src = scratch / f"rank{rank}.log"
                 (logs / f"{case.suite}.{case.label}.rank{rank}.log").write_bytes(src.read_bytes())
     seconds = round(time.monotonic() - started, 1)
@@ -462,7 +520,7 @@ def main() -> None:
         "--failed", type=Path, help="run only the tests that failed in this earlier --json file"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per test (default 60)")
-    parser.add_argument("--torch-dir", help="torch's testing/_internal/distributed/rpc directory")
+    parser.add_argument("--torch-dir", help="torch's testing/_internal/distributed directory")
     parser.add_argument(
         "--init",
         choices=["file", "tcp"],
