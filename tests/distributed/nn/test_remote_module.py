@@ -3,6 +3,8 @@ worker2 borrows a handle. Expected values come from numpy or a local copy of the
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -119,14 +121,21 @@ def test_init_from_module_rref_is_a_second_handle_on_the_same_module(rm):
     assert twin.training
 
 
-def test_init_from_module_rref_on_another_worker_raises(rm):
-    expect(
-        ValueError,
-        ["names worker 'worker2'", "owned by 'worker1'"],
-        RemoteModule.init_from_module_rref,
-        "worker2/cpu",
-        rm.get_module_rref(),
-    )
+def test_init_from_module_rref_naming_another_worker_calls_the_owner(rm):
+    # torch: the handle's ``on`` is the worker named; the module stays where it is
+    twin = RemoteModule.init_from_module_rref("worker2/cpu", rm.get_module_rref())
+    assert twin.on.name == "worker2"
+    np.testing.assert_array_equal(npa(twin(_x3())), npa(rm(_x3())))
+    got, on, owner = rpc.rpc_sync("worker2", T.call_remote_module, args=(twin, _x3()))
+    np.testing.assert_array_equal(npa(got), npa(rm(_x3(), shift=1.0)))
+    assert (on, owner) == ("worker2", "worker1")
+
+
+def test_a_remote_module_cannot_be_pickled_outside_rpc(rm, tmp_path):
+    with pytest.raises(RuntimeError, match="Cannot pickle RemoteModule in python pickler"):
+        pickle.dumps(rm)
+    with pytest.raises(RuntimeError, match="RemoteModule can only be pickled when using RPC"):
+        tp.save(rm, tmp_path / "rm.pt")
 
 
 def test_init_from_module_rref_needs_an_rref_to_a_module():
@@ -202,8 +211,11 @@ def test_parameters_points_to_remote_parameters(rm):
     "exc, words, args",
     [
         (
-            TypeError,
-            ["built a list, not a tensorplay_jax.nn.Module"],
+            ValueError,
+            [
+                "Expect `module_cls(*args, **kwargs)` returns an instance of <class nn.Module>",
+                "built a list, not a tensorplay_jax.nn.Module",
+            ],
             ("worker1/cpu", T.not_a_module),
         ),
         (TypeError, ["module_cls=3 is not callable"], ("worker1", 3)),

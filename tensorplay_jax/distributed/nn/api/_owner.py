@@ -40,14 +40,17 @@ def create_module(
     """Build ``module_cls(*args, **kwargs)`` here, place it on ``device``, return an RRef to it.
 
     Raises:
-      TypeError: the result is not a ``tensorplay_jax.nn.Module`` or lacks an interface method.
+      ValueError: the result is not a ``tensorplay_jax.nn.Module`` (torch's message).
+      TypeError: it lacks an interface method.
       RuntimeError: this worker has no such device.
     """
     module = module_cls(*args, **kwargs)
     if not isinstance(module, Module):
-        raise TypeError(
-            f"RemoteModule: module_cls={getattr(module_cls, '__qualname__', module_cls)!r} built "
-            f"a {type(module).__qualname__}, not a tensorplay_jax.nn.Module; pass a Module "
+        raise ValueError(
+            "Expect `module_cls(*args, **kwargs)` returns an instance of <class nn.Module>, but "
+            f"it returns an instance of {type(module)}: RemoteModule: module_cls="
+            f"{getattr(module_cls, '__qualname__', module_cls)!r} built a "
+            f"{type(module).__qualname__}, not a tensorplay_jax.nn.Module; pass a Module "
             "subclass (or a function returning a Module)"
         )
     if iface is not None:

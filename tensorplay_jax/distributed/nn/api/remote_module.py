@@ -89,15 +89,16 @@ class RemoteModule(Module):
       _module_interface_cls: the same, under the name tensorplay's code uses.
 
     Attributes:
-      on: the owner's ``WorkerInfo``.
+      on: the ``WorkerInfo`` of the worker ``remote_device`` names (the owner,
+        unless a handle from :meth:`init_from_module_rref` names another).
       device: the device on the owner (``"cpu"``, ``"cuda:0"``, ...).
       module_rref: the RRef of the module on the owner.
       generated_methods: the method names callable on the handle.
 
     Raises:
-      TypeError: ``module_cls`` is not callable, does not build a Module, or
-        misses an interface method.
-      ValueError: a malformed ``remote_device`` or an unknown worker.
+      TypeError: ``module_cls`` is not callable or misses an interface method.
+      ValueError: a malformed ``remote_device``, an unknown worker, or
+        ``module_cls`` does not build a Module (torch's message).
       RpcNotInitializedError: RPC is not initialized.
 
     Example (one worker that owns the module itself; in a real job the owner
@@ -182,13 +183,17 @@ class RemoteModule(Module):
     ) -> RemoteModule:
         """A second handle on an existing remote module (e.g. from ``get_module_rref()``).
 
+        As in torch, ``remote_device`` becomes the handle's ``on`` and ``device`` and
+        need not name ``module_rref``'s owner; the handle's calls run where the module
+        is, on that owner.
+
         Args:
-          remote_device: the owner of ``module_rref`` and a device, as for the constructor.
+          remote_device: a worker and a device, as for the constructor.
           module_rref: an RRef to a ``tensorplay_jax.nn.Module``.
           _module_interface_cls / module_interface_cls: as for the constructor.
 
         Raises:
-          ValueError: ``remote_device`` does not name the owner of ``module_rref``.
+          ValueError: a malformed ``remote_device`` or an unknown worker.
           TypeError: ``module_rref`` is not an RRef of a Module (or misses an interface method).
 
         Example::
@@ -204,30 +209,42 @@ class RemoteModule(Module):
             )
         iface, methods = _resolve_interface(module_interface_cls, _module_interface_cls)
         on = get_worker_info(spec.destination)  # type: ignore[arg-type]
-        if module_rref.owner() != on:
-            raise ValueError(
-                f"RemoteModule.init_from_module_rref: remote_device={remote_device!r} names "
-                f"worker {on.name!r} but module_rref is owned by {module_rref.owner_name()!r}"
-            )
-        training = rpc_sync(on, _owner.check_module, args=(module_rref, iface))
+        training = rpc_sync(module_rref.owner(), _owner.check_module, args=(module_rref, iface))
         self = cls.__new__(cls)
         self._set_handle(on, spec.device, module_rref, methods, training)
         return self
 
     # ---------------------------------------------------------------- calling
+    def _where(self) -> WorkerInfo:
+        """Where the module is, which runs every call: ``module_rref``'s owner."""
+        return self.module_rref.owner()
+
+    def __reduce__(self) -> Any:
+        raise RuntimeError(
+            "Cannot pickle RemoteModule in python pickler. RemoteModule can only be pickled "
+            "when using RPC: pass it as an RPC argument or result (tp.save and pickle cannot "
+            "carry it)"
+        )
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's forward on the owner and return its output (blocking)."""
         return rpc_sync(
-            self.on, _owner.call_method, args=(self.module_rref, "forward", *args), kwargs=kwargs
+            self._where(),
+            _owner.call_method,
+            args=(self.module_rref, "forward", *args),
+            kwargs=kwargs,
         )
 
     def forward_async(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Like :meth:`forward`, returning a Future of the output."""
         return rpc_async(
-            self.on, _owner.call_method, args=(self.module_rref, "forward", *args), kwargs=kwargs
+            self._where(),
+            _owner.call_method,
+            args=(self.module_rref, "forward", *args),
+            kwargs=kwargs,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -237,7 +254,7 @@ class RemoteModule(Module):
         )
         if base in methods:
             call = rpc_async if is_async else rpc_sync
-            on, rref = self.on, self.module_rref
+            on, rref = self._where(), self.module_rref
 
             def method(*args: Any, **kwargs: Any) -> Any:
                 return call(on, _owner.call_method, args=(rref, base, *args), kwargs=kwargs)
@@ -257,7 +274,7 @@ class RemoteModule(Module):
         Args:
           recurse: include the parameters of submodules.
         """
-        return rpc_sync(self.on, _owner.parameter_rrefs, args=(self.module_rref, recurse))
+        return rpc_sync(self._where(), _owner.parameter_rrefs, args=(self.module_rref, recurse))
 
     def get_module_rref(self) -> RRef[Any]:
         """The RRef of the module on the owner."""
@@ -267,7 +284,7 @@ class RemoteModule(Module):
         """Set the remote module's training mode (and this handle's ``training``)."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        rpc_sync(self.on, _owner.set_training, args=(self.module_rref, mode))
+        rpc_sync(self._where(), _owner.set_training, args=(self.module_rref, mode))
         object.__setattr__(self, "training", mode)
         return self
 
