@@ -129,3 +129,47 @@ def test_scripted_helpers_and_cuda_tests_are_classified_not_applicable(
     assert cases["test_uses_script"] == "TorchScript"
     assert cases["test_on_gpu"] == "CUDA"
     assert cases["test_remote_add"] is None
+
+
+def test_a_class_world_size_and_a_python_only_helper_call_are_read(tmp_path: Path, runner) -> None:
+    module = runner[0]
+    source = SUITE + textwrap.dedent(
+        """
+        class ModuleCreationMode:
+            MODULE_CTOR = 1
+            MODULE_CTOR_WITH_INTERFACE = 2
+
+
+        class TwoWorkersTest(ExampleTest):
+            @property
+            def world_size(self):
+                return 2
+
+            @staticmethod
+            def _create_remote_module_iter(dst, modes=None):
+                if modes is None or ModuleCreationMode.MODULE_CTOR_WITH_INTERFACE in modes:
+                    yield torch.jit.script(add_one)
+                yield add_one
+
+            def test_python_only(self):
+                for f in self._create_remote_module_iter(
+                    "w1", modes=[ModuleCreationMode.MODULE_CTOR]
+                ):
+                    f(torch.ones(1))
+
+            def test_both_kinds(self):
+                for f in self._create_remote_module_iter("w1"):
+                    f(torch.ones(1))
+        """
+    )
+    (tmp_path / "example_test.py").write_text(source)
+    module.SUITES["example"] = ("example_test.py", ("TwoWorkersTest",))
+    try:
+        cases = {c.name: c for c in module.collect("example", tmp_path)}
+    finally:
+        del module.SUITES["example"]
+    assert cases["test_python_only"].not_applicable is None
+    assert cases["test_both_kinds"].not_applicable == "TorchScript"
+    assert {c.world_size for c in cases.values()} == {2}
+    verdict = module.run_case(cases["test_remote_add"], 60, None)
+    assert verdict["status"] == "pass", verdict
