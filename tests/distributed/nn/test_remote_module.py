@@ -192,7 +192,7 @@ _LOCAL_STATE_METHODS = (
 
 def test_methods_that_touch_local_state_raise(rm):
     for name in _LOCAL_STATE_METHODS:
-        words = [f"Method `{name}` not supported for RemoteModule"]
+        words = [f"Method ``{name}`` not supported for RemoteModule"]
         expect(ValueError, words, getattr(rm, name), None)
 
 
@@ -200,8 +200,8 @@ def test_parameters_points_to_remote_parameters(rm):
     expect(
         ValueError,
         [
-            "Method `parameters` not supported for RemoteModule. "
-            "Please use `remote_parameters` instead."
+            "Method ``parameters`` not supported for RemoteModule. "
+            "Please use ``remote_parameters`` instead."
         ],
         rm.parameters,
     )

@@ -48,6 +48,7 @@ _UNSUPPORTED: tuple[str, ...] = (
     "register_full_backward_pre_hook",
     "register_state_dict_pre_hook",
     "register_load_state_dict_post_hook",
+    "extra_repr",
 )
 
 
@@ -295,20 +296,17 @@ class RemoteModule(Module):
     def parameters(self, recurse: bool = True) -> Any:
         """Not supported: raises ValueError (use :meth:`remote_parameters`)."""
         raise ValueError(
-            "Method `parameters` not supported for RemoteModule. "
-            "Please use `remote_parameters` instead."
+            "Method ``parameters`` not supported for RemoteModule. "
+            "Please use ``remote_parameters`` instead."
         )
 
-    def extra_repr(self) -> str:
-        return f"on={self.on.name!r}, device={self.device!r}"
-
     def __repr__(self) -> str:
-        return f"RemoteModule({self.extra_repr()})"
+        return f"RemoteModule(on={self.on.name!r}, device={self.device!r})"
 
 
 def _unsupported(name: str) -> Callable[..., Any]:
     def method(self: RemoteModule, *args: Any, **kwargs: Any) -> Any:
-        raise ValueError(f"Method `{name}` not supported for RemoteModule")
+        raise ValueError(f"Method ``{name}`` not supported for RemoteModule")
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Not supported on a RemoteModule: raises ValueError (``{name}``)."
