@@ -1,5 +1,6 @@
-"""The optimizer interface (torch's): a NumPy oracle for SGD, param groups, lr changes,
-skipped parameters, zero_grad, state_dict, the write into parameters, and errors."""
+"""The optimizer interface (torch's): NumPy oracles for SGD and Adadelta, torch's defaults
+and state keys, param groups, lr changes, skipped parameters, zero_grad, state_dict, the
+write into parameters, and errors."""
 
 from __future__ import annotations
 
@@ -22,6 +23,19 @@ def _sgd_oracle(p, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nes
             buf = g.copy() if buf is None else momentum * buf + (1 - dampening) * g
             g = g + momentum * buf if nesterov else buf
         p = p - lr * g
+    return p
+
+
+def _adadelta_oracle(p, grads, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False):
+    """torch's documented Adadelta algorithm, written out in NumPy (float64)."""
+    p = np.asarray(p, np.float64)
+    v, u = np.zeros_like(p), np.zeros_like(p)
+    for g in grads:
+        g = (-1 if maximize else 1) * np.asarray(g, np.float64) + weight_decay * p
+        v = rho * v + (1 - rho) * g * g
+        delta = np.sqrt(u + eps) / np.sqrt(v + eps) * g
+        u = rho * u + (1 - rho) * delta * delta
+        p = p - lr * delta
     return p
 
 
@@ -54,6 +68,24 @@ def test_sgd_matches_the_numpy_oracle(kwargs):
     p = _param(start)
     _run(optim.SGD([p], lr=0.1, **kwargs), p, grads)
     want = _sgd_oracle(start, grads, 0.1, **kwargs)
+    np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"lr": 0.5, "rho": 0.8, "eps": 1e-3, "weight_decay": 0.1},
+        {"lr": 2.0, "maximize": True},
+    ],
+    ids=str,
+)
+def test_adadelta_matches_the_numpy_oracle(kwargs):
+    start, grads = [1.0, -2.0, 0.5], _grads(5, seed=3)
+    p = _param(start)
+    _run(optim.Adadelta([p], **kwargs), p, grads)
+    want = _adadelta_oracle(start, grads, **kwargs)
+    assert np.abs(want - start).max() > 1e-3  # the steps moved the parameter
     np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-5, atol=1e-6)
 
 
@@ -212,6 +244,28 @@ def test_adam_and_adamw_take_torchs_default_weight_decay(cls, weight_decay, afte
     np.testing.assert_allclose(w.detach().numpy(), [after], rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("cls", "defaults", "keys"),
+    [
+        (
+            optim.Adadelta,
+            {"lr": 1.0, "rho": 0.9, "eps": 1e-6, "weight_decay": 0, "maximize": False},
+            ["acc_delta", "square_avg", "step"],
+        ),
+    ],
+    ids=lambda c: getattr(c, "__name__", ""),
+)
+def test_torchs_defaults_and_state_keys(cls, defaults, keys):
+    p = _param([1.0, -1.0])
+    opt = cls([p])
+    assert opt.defaults == defaults
+    assert {k: opt.param_groups[0][k] for k in defaults} == defaults
+    _run(opt, p, _grads(2, shape=(2,)))
+    state = opt.state_dict()["state"]
+    assert list(state) == [0] and sorted(state[0]) == keys
+    assert state[0]["step"].item() == 2.0
+
+
 def test_repr_lists_each_group():
     opt = optim.SGD([_param([1.0])], lr=0.1)
     text = repr(opt)
@@ -226,6 +280,8 @@ def test_repr_lists_each_group():
         (lambda p: optim.SGD([p], lr=0.1, nesterov=True), "nesterov=True requires momentum"),
         (lambda p: optim.Adam([p], betas=(0.9, 1.0)), "invalid betas=(0.9, 1.0)"),
         (lambda p: optim.Adagrad([p], eps=-1.0), "invalid eps=-1.0"),
+        (lambda p: optim.Adadelta([p], rho=1.5), "invalid rho=1.5"),
+        (lambda p: optim.Adadelta([p], weight_decay=-0.1), "invalid weight_decay=-0.1"),
         (lambda p: optim.SGD([{"params": [p], "lr": -1.0}]), "invalid lr=-1.0"),
         (lambda p: optim.SGD([], lr=0.1), "empty parameter list"),
         (lambda p: optim.SGD([p * 2], lr=0.1), "params[0] is not a leaf Tensor"),
