@@ -1,7 +1,7 @@
 """``tensorplay_jax.optim``: torch's local optimizers (``torch.optim``), rules as optax transforms.
 
-``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad`` and ``SparseAdam`` take the arguments of
-their torch namesakes and follow torch's documented algorithms; each is an
+``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Rprop`` and ``SparseAdam``
+take the arguments of their torch namesakes and follow torch's documented algorithms; each is an
 ``Optimizer`` (param groups, ``step``, ``zero_grad``, ``state_dict``) over an
 update rule that is an ``optax.GradientTransformation`` (``sgd_rule``,
 ``adam_rule``, ...), usable on its own in a JAX program. The same classes drive
@@ -25,6 +25,8 @@ Example:
 """
 
 from tensorplay_jax.optim import lr_scheduler as lr_scheduler
+from tensorplay_jax.optim._adadelta import Adadelta as Adadelta
+from tensorplay_jax.optim._adadelta import adadelta_rule as adadelta_rule
 from tensorplay_jax.optim._adagrad import Adagrad as Adagrad
 from tensorplay_jax.optim._adagrad import adagrad_rule as adagrad_rule
 from tensorplay_jax.optim._adam import Adam as Adam
@@ -33,21 +35,27 @@ from tensorplay_jax.optim._adam import adam_rule as adam_rule
 from tensorplay_jax.optim._optimizer import Optimizer as Optimizer
 from tensorplay_jax.optim._rmsprop import RMSprop as RMSprop
 from tensorplay_jax.optim._rmsprop import rmsprop_rule as rmsprop_rule
+from tensorplay_jax.optim._rprop import Rprop as Rprop
+from tensorplay_jax.optim._rprop import rprop_rule as rprop_rule
 from tensorplay_jax.optim._sgd import SGD as SGD
 from tensorplay_jax.optim._sgd import sgd_rule as sgd_rule
 from tensorplay_jax.optim._sparse import SparseAdam as SparseAdam
 
 __all__ = [
     "SGD",
+    "Adadelta",
     "Adagrad",
     "Adam",
     "AdamW",
     "Optimizer",
     "RMSprop",
+    "Rprop",
     "SparseAdam",
+    "adadelta_rule",
     "adagrad_rule",
     "adam_rule",
     "lr_scheduler",
     "rmsprop_rule",
+    "rprop_rule",
     "sgd_rule",
 ]

@@ -1,7 +1,7 @@
 """Each optimizer against torch's on the same parameters and gradients, over several steps.
 
 torch is the oracle (``PYTHONPATH=/tmp/torchlib``); without it these skip, and
-``test_optimizer.py``'s NumPy oracle still checks SGD. Tolerances are float32
+``test_optimizer.py``'s NumPy oracles still check SGD, Adadelta and Rprop. Tolerances are float32
 rounding: torch computes bias corrections in double, we in float32.
 """
 
@@ -37,6 +37,12 @@ CASES = [
         "Adagrad",
         {"lr": 0.1, "lr_decay": 0.1, "weight_decay": 0.1, "initial_accumulator_value": 0.5},
     ),
+    ("Adadelta", {}),
+    ("Adadelta", {"lr": 0.5, "rho": 0.8, "eps": 1e-4, "weight_decay": 0.1}),
+    ("Adadelta", {"lr": 2.0, "maximize": True}),
+    ("Rprop", {}),
+    ("Rprop", {"lr": 0.1, "etas": (0.3, 1.5), "step_sizes": (0.02, 0.2)}),
+    ("Rprop", {"lr": 0.05, "maximize": True}),
 ]
 
 
@@ -79,7 +85,12 @@ def test_steps_match_torch(name, kwargs):
 
 @pytest.mark.parametrize(
     ("name", "kwargs"),
-    [("SGD", {"lr": 0.1, "momentum": 0.9}), ("Adam", {"lr": 0.1, "amsgrad": True})],
+    [
+        ("SGD", {"lr": 0.1, "momentum": 0.9}),
+        ("Adam", {"lr": 0.1, "amsgrad": True}),
+        ("Adadelta", {"lr": 0.5, "rho": 0.8}),
+        ("Rprop", {"lr": 0.05}),
+    ],
 )
 def test_torch_state_dict_loads_and_the_next_step_matches(name, kwargs):
     start, grads = _data(1)

@@ -1,5 +1,6 @@
-"""The optimizer interface (torch's): a NumPy oracle for SGD, param groups, lr changes,
-skipped parameters, zero_grad, state_dict, the write into parameters, and errors."""
+"""The optimizer interface (torch's): NumPy oracles for SGD, Adadelta and Rprop, torch's defaults
+and state keys, param groups, lr changes, skipped parameters, zero_grad, state_dict, the
+write into parameters, and errors."""
 
 from __future__ import annotations
 
@@ -22,6 +23,37 @@ def _sgd_oracle(p, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nes
             buf = g.copy() if buf is None else momentum * buf + (1 - dampening) * g
             g = g + momentum * buf if nesterov else buf
         p = p - lr * g
+    return p
+
+
+def _adadelta_oracle(p, grads, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False):
+    """torch's documented Adadelta algorithm, written out in NumPy (float64)."""
+    p = np.asarray(p, np.float64)
+    v, u = np.zeros_like(p), np.zeros_like(p)
+    for g in grads:
+        g = (-1 if maximize else 1) * np.asarray(g, np.float64) + weight_decay * p
+        v = rho * v + (1 - rho) * g * g
+        delta = np.sqrt(u + eps) / np.sqrt(v + eps) * g
+        u = rho * u + (1 - rho) * delta * delta
+        p = p - lr * delta
+    return p
+
+
+def _rprop_oracle(p, grads, lr=0.01, etas=(0.5, 1.2), step_sizes=(1e-6, 50), maximize=False):
+    """torch's documented Rprop algorithm, written out in NumPy (float64), element by element."""
+    p = np.array(p, np.float64)
+    prev, size = np.zeros_like(p), np.full_like(p, lr)
+    for grad in grads:
+        grad = (-1 if maximize else 1) * np.asarray(grad, np.float64)
+        for i, g in enumerate(grad):
+            if g * prev[i] > 0:
+                size[i] *= etas[1]
+            elif g * prev[i] < 0:
+                size[i] *= etas[0]
+                g = 0.0  # a sign change: no move this step, and no sign to compare next
+            size[i] = min(max(size[i], step_sizes[0]), step_sizes[1])
+            p[i] -= np.sign(g) * size[i]
+            prev[i] = g
     return p
 
 
@@ -55,6 +87,69 @@ def test_sgd_matches_the_numpy_oracle(kwargs):
     _run(optim.SGD([p], lr=0.1, **kwargs), p, grads)
     want = _sgd_oracle(start, grads, 0.1, **kwargs)
     np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"lr": 0.5, "rho": 0.8, "eps": 1e-3, "weight_decay": 0.1},
+        {"lr": 2.0, "maximize": True},
+    ],
+    ids=str,
+)
+def test_adadelta_matches_the_numpy_oracle(kwargs):
+    start, grads = [1.0, -2.0, 0.5], _grads(5, seed=3)
+    p = _param(start)
+    _run(optim.Adadelta([p], **kwargs), p, grads)
+    want = _adadelta_oracle(start, grads, **kwargs)
+    assert np.abs(want - start).max() > 1e-3  # the steps moved the parameter
+    np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"lr": 0.1, "etas": (0.3, 1.5), "step_sizes": (0.02, 0.2)},  # both bounds reached
+        {"lr": 1.0, "step_sizes": (1e-6, 0.5)},  # lr above the maximum: cut at the first step
+        {"lr": 0.05, "maximize": True},
+    ],
+    ids=str,
+)
+def test_rprop_matches_the_numpy_oracle(kwargs):
+    start, grads = [1.0, -2.0, 0.5, 0.0], _grads(6, shape=(4,), seed=4)
+    p = _param(start)
+    _run(optim.Rprop([p], **kwargs), p, grads)
+    want = _rprop_oracle(start, grads, **kwargs)
+    assert np.abs(want - start).max() > 1e-3  # the steps moved the parameter
+    np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_rprop_a_sign_change_skips_the_step_and_shrinks_the_step_size():
+    p = _param([0.0])
+    opt = optim.Rprop([p], lr=0.1)
+    seen = []
+    for g in [1.0, -1.0, -1.0, -1.0]:
+        p.grad = tp.tensor([g])
+        opt.step()
+        state = opt.state[p]
+        seen.append((p.item(), state["step_size"].item(), state["prev"].item()))
+    # 1: no previous sign, a step of lr; 2: the sign changed: the size halves, p stays, and
+    # prev is 0; 3: 0 * g compares nothing: the size stays; 4: the same sign: size * 1.2
+    want = [(-0.1, 0.1, 1.0), (-0.1, 0.05, 0.0), (-0.05, 0.05, -1.0), (0.01, 0.06, -1.0)]
+    np.testing.assert_allclose(seen, want, rtol=1e-6)
+
+
+def test_rprop_starts_its_step_sizes_at_the_first_steps_lr():
+    p = _param([0.0])
+    opt = optim.Rprop([p], lr=0.1)
+    p.grad = tp.tensor([1.0])
+    opt.step()
+    opt.param_groups[0]["lr"] = 0.5  # as torch: lr only seeds the step sizes
+    opt.step()
+    assert opt.state[p]["step_size"].item() == pytest.approx(0.12)
+    assert p.item() == pytest.approx(-0.22)
 
 
 def test_an_lr_set_in_param_groups_takes_effect_on_the_next_step_without_a_new_program():
@@ -212,6 +307,33 @@ def test_adam_and_adamw_take_torchs_default_weight_decay(cls, weight_decay, afte
     np.testing.assert_allclose(w.detach().numpy(), [after], rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("cls", "defaults", "keys"),
+    [
+        (
+            optim.Adadelta,
+            {"lr": 1.0, "rho": 0.9, "eps": 1e-6, "weight_decay": 0, "maximize": False},
+            ["acc_delta", "square_avg", "step"],
+        ),
+        (
+            optim.Rprop,
+            {"lr": 0.01, "etas": (0.5, 1.2), "step_sizes": (1e-6, 50), "maximize": False},
+            ["prev", "step", "step_size"],
+        ),
+    ],
+    ids=["Adadelta", "Rprop"],
+)
+def test_torchs_defaults_and_state_keys(cls, defaults, keys):
+    p = _param([1.0, -1.0])
+    opt = cls([p])
+    assert opt.defaults == defaults
+    assert {k: opt.param_groups[0][k] for k in defaults} == defaults
+    _run(opt, p, _grads(2, shape=(2,)))
+    state = opt.state_dict()["state"]
+    assert list(state) == [0] and sorted(state[0]) == keys
+    assert state[0]["step"].item() == 2.0
+
+
 def test_repr_lists_each_group():
     opt = optim.SGD([_param([1.0])], lr=0.1)
     text = repr(opt)
@@ -226,6 +348,11 @@ def test_repr_lists_each_group():
         (lambda p: optim.SGD([p], lr=0.1, nesterov=True), "nesterov=True requires momentum"),
         (lambda p: optim.Adam([p], betas=(0.9, 1.0)), "invalid betas=(0.9, 1.0)"),
         (lambda p: optim.Adagrad([p], eps=-1.0), "invalid eps=-1.0"),
+        (lambda p: optim.Adadelta([p], rho=1.5), "invalid rho=1.5"),
+        (lambda p: optim.Adadelta([p], weight_decay=-0.1), "invalid weight_decay=-0.1"),
+        (lambda p: optim.Rprop([p], etas=(1.5, 1.2)), "invalid etas=(1.5, 1.2)"),
+        (lambda p: optim.Rprop([p], step_sizes=(0.1,)), "invalid step_sizes=(0.1,)"),
+        (lambda p: optim.Rprop([p], lr=-0.1), "invalid lr=-0.1"),
         (lambda p: optim.SGD([{"params": [p], "lr": -1.0}]), "invalid lr=-1.0"),
         (lambda p: optim.SGD([], lr=0.1), "empty parameter list"),
         (lambda p: optim.SGD([p * 2], lr=0.1), "params[0] is not a leaf Tensor"),
