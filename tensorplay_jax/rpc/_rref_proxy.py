@@ -74,8 +74,12 @@ def value_type(rref: RRef[Any], timeout: float, blocking: bool) -> Any:
         done: Future[Any] = Future()
         done.set_result(known)
         return done
-    fut = _sending.call(rref.owner(), _type_on_owner, (rref,), None, timeout, "rpc_async")
     typed: Future[Any] = Future()
+    try:
+        fut = _sending.call(rref.owner(), _type_on_owner, (rref,), None, timeout, "rpc_async")
+    except Exception as e:  # e.g. the RRef's creation failed before the call: still a Future
+        typed.set_exception(e)
+        return typed.wait() if blocking else typed
 
     def keep(f: Future[Any]) -> None:
         exc = f.exception()

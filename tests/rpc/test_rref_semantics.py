@@ -155,6 +155,15 @@ def test_get_type_raises_the_error_that_created_the_value(job, blocking):
             got.wait()
 
 
+def test_get_type_not_blocking_after_the_creation_failed_is_a_future_that_raises(job):
+    # tensorplay's test_rref_type_with_error_non_blocking, with the error surely back first
+    r = rpc.remote("w1", R.fail, args=("Expected error",))
+    wait_until(lambda: r._get_future().done(), timeout=10)
+    fut = r._get_type(blocking=False)  # no raise here: torch returns the Future
+    with pytest.raises(ValueError, match="Expected error"):
+        fut.wait()
+
+
 def test_get_type_of_a_slow_creation_times_out_with_rpcs_message(job):
     r = rpc.remote("w1", R.slow_box, args=(2.0,))
     with pytest.raises(rpc.RpcTimeoutError, match="RPC ran for more than"):
