@@ -1,9 +1,9 @@
 """``tensorplay_jax.optim``: torch's local optimizers (``torch.optim``), rules as optax transforms.
 
-``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Rprop`` and ``SparseAdam``
-take the arguments of their torch namesakes and follow torch's documented algorithms; each is an
-``Optimizer`` (param groups, ``step``, ``zero_grad``, ``state_dict``) over an
-update rule that is an ``optax.GradientTransformation`` (``sgd_rule``,
+``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Rprop``, ``Adamax``
+and ``SparseAdam`` take the arguments of their torch namesakes and follow torch's documented
+algorithms; each is an ``Optimizer`` (param groups, ``step``, ``zero_grad``, ``state_dict``)
+over an update rule that is an ``optax.GradientTransformation`` (``sgd_rule``,
 ``adam_rule``, ...), usable on its own in a JAX program. The same classes drive
 ``DistributedOptimizer(optim.SGD, param_rrefs, lr=...)`` on each parameter owner.
 ``optim.lr_scheduler`` holds tensorplay's learning-rate schedules (``StepLR``, ...).
@@ -32,6 +32,8 @@ from tensorplay_jax.optim._adagrad import adagrad_rule as adagrad_rule
 from tensorplay_jax.optim._adam import Adam as Adam
 from tensorplay_jax.optim._adam import AdamW as AdamW
 from tensorplay_jax.optim._adam import adam_rule as adam_rule
+from tensorplay_jax.optim._adamax import Adamax as Adamax
+from tensorplay_jax.optim._adamax import adamax_rule as adamax_rule
 from tensorplay_jax.optim._optimizer import Optimizer as Optimizer
 from tensorplay_jax.optim._rmsprop import RMSprop as RMSprop
 from tensorplay_jax.optim._rmsprop import rmsprop_rule as rmsprop_rule
@@ -47,6 +49,7 @@ __all__ = [
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
     "Optimizer",
     "RMSprop",
     "Rprop",
@@ -54,6 +57,7 @@ __all__ = [
     "adadelta_rule",
     "adagrad_rule",
     "adam_rule",
+    "adamax_rule",
     "lr_scheduler",
     "rmsprop_rule",
     "rprop_rule",

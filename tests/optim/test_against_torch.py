@@ -1,8 +1,8 @@
 """Each optimizer against torch's on the same parameters and gradients, over several steps.
 
 torch is the oracle (``PYTHONPATH=/tmp/torchlib``); without it these skip, and
-``test_optimizer.py``'s NumPy oracles still check SGD, Adadelta and Rprop. Tolerances are float32
-rounding: torch computes bias corrections in double, we in float32.
+``test_optimizer.py``'s NumPy oracles still check SGD, Adadelta, Rprop and Adamax. Tolerances are
+float32 rounding: torch computes bias corrections in double, we in float32.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ CASES = [
     ("Rprop", {}),
     ("Rprop", {"lr": 0.1, "etas": (0.3, 1.5), "step_sizes": (0.02, 0.2)}),
     ("Rprop", {"lr": 0.05, "maximize": True}),
+    ("Adamax", {}),
+    ("Adamax", {"lr": 0.1, "betas": (0.8, 0.99), "eps": 1e-4, "weight_decay": 0.1}),
+    ("Adamax", {"lr": 0.05, "weight_decay": 0.1, "maximize": True}),
 ]
 
 
@@ -90,6 +93,7 @@ def test_steps_match_torch(name, kwargs):
         ("Adam", {"lr": 0.1, "amsgrad": True}),
         ("Adadelta", {"lr": 0.5, "rho": 0.8}),
         ("Rprop", {"lr": 0.05}),
+        ("Adamax", {"lr": 0.1, "betas": (0.8, 0.99)}),
     ],
 )
 def test_torch_state_dict_loads_and_the_next_step_matches(name, kwargs):

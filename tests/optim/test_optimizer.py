@@ -1,5 +1,5 @@
-"""The optimizer interface (torch's): NumPy oracles for SGD, Adadelta and Rprop, torch's defaults
-and state keys, param groups, lr changes, skipped parameters, zero_grad, state_dict, the
+"""The optimizer interface (torch's): NumPy oracles for SGD, Adadelta, Rprop and Adamax, torch's
+defaults and state keys, param groups, lr changes, skipped parameters, zero_grad, state_dict, the
 write into parameters, and errors."""
 
 from __future__ import annotations
@@ -54,6 +54,20 @@ def _rprop_oracle(p, grads, lr=0.01, etas=(0.5, 1.2), step_sizes=(1e-6, 50), max
             size[i] = min(max(size[i], step_sizes[0]), step_sizes[1])
             p[i] -= np.sign(g) * size[i]
             prev[i] = g
+    return p
+
+
+def _adamax_oracle(
+    p, grads, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, maximize=False
+):
+    """torch's documented Adamax algorithm, written out in NumPy (float64)."""
+    p = np.asarray(p, np.float64)
+    m, u = np.zeros_like(p), np.zeros_like(p)
+    for t, g in enumerate(grads, start=1):
+        g = (-1 if maximize else 1) * np.asarray(g, np.float64) + weight_decay * p
+        m = betas[0] * m + (1 - betas[0]) * g
+        u = np.maximum(betas[1] * u, np.abs(g) + eps)
+        p = p - lr / (1 - betas[0] ** t) * m / u
     return p
 
 
@@ -150,6 +164,52 @@ def test_rprop_starts_its_step_sizes_at_the_first_steps_lr():
     opt.step()
     assert opt.state[p]["step_size"].item() == pytest.approx(0.12)
     assert p.item() == pytest.approx(-0.22)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"lr": 0.1, "betas": (0.8, 0.99), "eps": 1e-3, "weight_decay": 0.1},
+        {"lr": 0.05, "maximize": True},
+        {"lr": 0.05, "weight_decay": 0.5, "maximize": True},  # the decay after the negation
+    ],
+    ids=str,
+)
+def test_adamax_matches_the_numpy_oracle(kwargs):
+    start, grads = [1.0, -2.0, 0.5], _grads(5, seed=5)
+    p = _param(start)
+    _run(optim.Adamax([p], **kwargs), p, grads)
+    want = _adamax_oracle(start, grads, **kwargs)
+    assert np.abs(want - start).max() > 1e-3  # the steps moved the parameter
+    np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_adamax_keeps_the_larger_of_the_decayed_norm_and_the_new_gradient():
+    p = _param([0.0, 0.0])
+    opt = optim.Adamax([p], lr=0.1, eps=0.0)
+    seen = []
+    for g in ([2.0, 1.0], [1.0, 4.0]):
+        p.grad = tp.tensor(g)
+        opt.step()
+        seen.append(opt.state[p]["exp_inf"].numpy())
+    # the first element keeps 0.999 * 2 over |1|; the second takes |4| over 0.999 * 1
+    np.testing.assert_allclose(seen, [[2.0, 1.0], [1.998, 4.0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: optim.Adamax([p], foreach=True),
+        lambda p: optim.Adamax([p], capturable=True),
+        lambda p: optim.Adamax([p], differentiable=True),
+        lambda p: optim.Adamax([p], 2e-3, (0.9, 0.999), 1e-8, 0, None),  # torch's foreach
+    ],
+    ids=["foreach", "capturable", "differentiable", "positional foreach"],
+)
+def test_adamax_refuses_torchs_foreach_capturable_and_differentiable(make):
+    with pytest.raises(TypeError):  # not arguments here, as for the other optimizers
+        make(_param([1.0]))
 
 
 def test_an_lr_set_in_param_groups_takes_effect_on_the_next_step_without_a_new_program():
@@ -320,8 +380,19 @@ def test_adam_and_adamw_take_torchs_default_weight_decay(cls, weight_decay, afte
             {"lr": 0.01, "etas": (0.5, 1.2), "step_sizes": (1e-6, 50), "maximize": False},
             ["prev", "step", "step_size"],
         ),
+        (
+            optim.Adamax,
+            {
+                "lr": 2e-3,
+                "betas": (0.9, 0.999),
+                "eps": 1e-8,
+                "weight_decay": 0,
+                "maximize": False,
+            },
+            ["exp_avg", "exp_inf", "step"],
+        ),
     ],
-    ids=["Adadelta", "Rprop"],
+    ids=["Adadelta", "Rprop", "Adamax"],
 )
 def test_torchs_defaults_and_state_keys(cls, defaults, keys):
     p = _param([1.0, -1.0])
@@ -353,6 +424,11 @@ def test_repr_lists_each_group():
         (lambda p: optim.Rprop([p], etas=(1.5, 1.2)), "invalid etas=(1.5, 1.2)"),
         (lambda p: optim.Rprop([p], step_sizes=(0.1,)), "invalid step_sizes=(0.1,)"),
         (lambda p: optim.Rprop([p], lr=-0.1), "invalid lr=-0.1"),
+        (lambda p: optim.Adamax([p], lr=-0.1), "invalid lr=-0.1"),
+        (lambda p: optim.Adamax([p], eps=-1e-8), "invalid eps=-1e-08"),
+        (lambda p: optim.Adamax([p], betas=(1.0, 0.999)), "invalid betas=(1.0, 0.999)"),
+        (lambda p: optim.Adamax([p], betas=(0.9, -0.1)), "invalid betas=(0.9, -0.1)"),
+        (lambda p: optim.Adamax([p], weight_decay=-0.1), "invalid weight_decay=-0.1"),
         (lambda p: optim.SGD([{"params": [p], "lr": -1.0}]), "invalid lr=-1.0"),
         (lambda p: optim.SGD([], lr=0.1), "empty parameter list"),
         (lambda p: optim.SGD([p * 2], lr=0.1), "params[0] is not a leaf Tensor"),
