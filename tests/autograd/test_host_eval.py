@@ -79,7 +79,28 @@ _CASES = [
     ("int-sum", lambda a, b: (a > 0).int().sum()),
     ("to-int-from-bool", lambda a, b: (a > b).long()),
     ("all-any", lambda a, b: tp.stack([(a > -9).all(), (a > 9).any()])),
+    ("get-int", lambda a, b: a[2]),
+    ("get-int-slice", lambda a, b: a[1, 1:4]),
+    ("set-int", lambda a, b: _written(a, 1, b[0])),
+    ("set-int-scalar", lambda a, b: _written(a, (2, 3), 7.5)),
+    ("set-slice", lambda a, b: _written(a, (slice(None), slice(1, 4)), b[:, :3])),
+    ("set-strided", lambda a, b: _written(a, (slice(None), slice(None, None, 2)), b[:, 2])),
+    ("set-through-view", lambda a, b: _written_through_view(a, b)),
 ]
+
+
+def _written(a, index, value):
+    out = a.clone()
+    out[index] = value
+    return out
+
+
+def _written_through_view(a, b):
+    out = a.clone()
+    view = out[1:3, 2:]
+    view[0] = b[0, :3]
+    view[1, 2] = -1.0
+    return out
 
 
 @pytest.mark.parametrize("name, op", _CASES, ids=[c[0] for c in _CASES])
@@ -96,6 +117,51 @@ def test_values_and_dtypes_match_the_compiled_program(name, op):
         STATE.host_limit = old
     assert got.dtype == want.dtype and got.shape == want.shape, name
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-7, atol=0, err_msg=name)
+
+
+def test_returns_written_through_a_view_of_new_bounds_compile_nothing():
+    # PyTorch's batch RL example (examples/tutorials/rpc_batch_rl.py): an episode's
+    # rewards are a slice of a buffer, turned into returns element by element. The
+    # operations on scalars recur every step, so they take their compiled programs in
+    # the first episode; each later episode's slice has bounds and a length no other
+    # has (none another test uses), and compiles nothing.
+    first, bounds = (0, 3 + _host_eval.COMPILE_AFTER), [(103, 141), (141, 144), (144, 201)]
+    rewards = tp.zeros(237)
+    for step in range(230):
+        rewards[step] = 1.0 + step % 3
+
+    def episode(a, b):
+        returns = rewards[a:b]
+        r = 0
+        for i in range(returns.numel() - 1, -1, -1):
+            r = returns[i] + 0.5 * r
+            returns[i] = r
+
+    episode(*first)
+    assert _xla_compiles(lambda: [episode(a, b) for a, b in bounds]) == 0
+    want = np.zeros(237, np.float32)
+    want[:230] = 1.0 + np.arange(230) % 3
+    for a, b in [first, *bounds]:  # by hand, in float32 as the Tensors compute it
+        r = np.float32(0.0)
+        for i in range(b - 1, a - 1, -1):
+            r = want[i] + np.float32(0.5) * r
+            want[i] = r
+    np.testing.assert_array_equal(rewards.numpy(), want)
+
+
+def test_a_write_out_of_bounds_runs_the_compiled_program():
+    # XLA drops (mode="drop") or clamps (mode="clip") a window out of bounds: NumPy
+    # would raise or wrap, so such a write is the compiled program's
+    x = np.arange(5, dtype=np.float32)
+    for mode in ("drop", "clip"):
+        entry = _cache._Entry(f"test_oob_{mode}", lambda a, i, m=mode: a.at[i].set(-1.0, mode=m))
+        want = np.asarray(jax.jit(lambda a, i, m=mode: a.at[i].set(-1.0, mode=m))(x, 7))
+        got = _host_eval.run(entry, [x, 7])
+        if mode == "drop":
+            assert got is NotImplemented  # out of bounds: the compiled program's answer
+        else:
+            np.testing.assert_array_equal(np.asarray(got), want)
+        np.testing.assert_array_equal(np.asarray(entry.forward(x, 7)), want)
 
 
 def test_integer_arithmetic_wraps_as_the_compiled_program_does():

@@ -18,7 +18,10 @@ Only primitives whose NumPy counterpart computes the same IEEE operation are
 evaluated: arithmetic (``add``, ``sub``, ``mul``, float ``div``, ``sqrt``,
 ``rem``), comparisons and logic, ``max``/``min``, conversions between float,
 integer and bool types (float to integer excepted: XLA and NumPy differ out of
-range), shape operations (``slice``, ``pad``, ``concatenate``, ``split``, ...) and
+range), shape operations (``slice``, ``pad``, ``concatenate``, ``split``, ...),
+reads and writes at integer and slice indices (``dynamic_slice``,
+``dynamic_update_slice``, the ``scatter`` of ``x.at[i].set``: a Tensor's ``t[i]``
+and ``t[a:b] = v``, whose bounds are part of the program) and
 the reductions ``sum``/``max``/``min``/``argmax``/``argmin``/``all``/``any``. The
 results can still differ from a compiled program's in the last bit: XLA fuses a
 multiply and an add into one rounding, adds a sum in its own order and divides by a

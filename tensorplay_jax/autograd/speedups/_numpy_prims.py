@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,6 +138,66 @@ def _iota(eqn: Any) -> Any:
     return np.broadcast_to(ramp, shape)
 
 
+def _starts(x_shape: tuple[int, ...], window: Sequence[int], idx: Sequence[Any]) -> list[int]:
+    """XLA's dynamic start indices: each clamped so the window fits in the operand."""
+    return [min(max(int(i), 0), n - w) for i, n, w in zip(idx, x_shape, window, strict=True)]
+
+
+def _dynamic_slice(eqn: Any, x: Any, *idx: Any) -> Any:
+    sizes = eqn.params["slice_sizes"]
+    if len(idx) != x.ndim:  # dynamic slice sizes
+        raise Fallback
+    starts = _starts(x.shape, sizes, idx)
+    return x[tuple(slice(a, a + w) for a, w in zip(starts, sizes, strict=True))]
+
+
+def _dynamic_update_slice(eqn: Any, x: Any, update: Any, *idx: Any) -> Any:
+    starts = _starts(x.shape, update.shape, idx)
+    out = np.array(x)
+    out[tuple(slice(a, a + w) for a, w in zip(starts, update.shape, strict=True))] = update
+    return out
+
+
+def _scatter(eqn: Any, x: Any, indices: Any, updates: Any) -> Any:
+    """``scatter`` that replaces (``x.at[index].set(v)``), by XLA's semantics: each
+    update window written at its start index. A window out of bounds (which XLA
+    skips or clamps by ``mode``) or two windows at one place (written in an order XLA
+    leaves open) run the compiled program instead."""
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    if p["update_jaxpr"] is not None or dn.operand_batching_dims:
+        raise Fallback
+    window_dims = tuple(dn.update_window_dims)
+    inserted = set(dn.inserted_window_dims)
+    scatter_dims = [d for d in range(updates.ndim) if d not in window_dims]
+    spans = iter(updates.shape[d] for d in window_dims)
+    window = [1 if d in inserted else next(spans) for d in range(x.ndim)]
+    clip = "CLIP" in str(p["mode"])
+    out = np.array(x)
+    written = set()
+    for pos in np.ndindex(*(updates.shape[d] for d in scatter_dims)):
+        vector = indices[pos] if indices.ndim > 0 else indices
+        start = [0] * x.ndim
+        for i, d in enumerate(dn.scatter_dims_to_operand_dims):
+            start[d] = int(np.reshape(vector, -1)[i])
+        if clip:
+            start = _starts(x.shape, window, start)
+        elif any(a < 0 or a + w > n for a, w, n in zip(start, window, x.shape, strict=True)):
+            raise Fallback
+        if tuple(start) in written:
+            raise Fallback
+        written.add(tuple(start))
+        target = tuple(
+            a if d in inserted else slice(a, a + w)
+            for d, (a, w) in enumerate(zip(start, window, strict=True))
+        )
+        source = [slice(None)] * updates.ndim
+        for d, k in zip(scatter_dims, pos, strict=True):
+            source[d] = k
+        out[target] = updates[tuple(source)]
+    return out
+
+
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call"})
 
 IMPL: dict[str, Callable[..., Any]] = {
@@ -174,6 +234,9 @@ IMPL: dict[str, Callable[..., Any]] = {
     "transpose": lambda eqn, x: np.transpose(x, eqn.params["permutation"]),
     "concatenate": lambda eqn, *xs: np.concatenate(xs, axis=eqn.params["dimension"]),
     "slice": _slice,
+    "dynamic_slice": _dynamic_slice,
+    "dynamic_update_slice": _dynamic_update_slice,
+    "scatter": _scatter,
     "split": _split,
     "pad": _pad,
     "iota": _iota,
