@@ -3,7 +3,7 @@
 ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a small program per
 shape and dtype (their ``lax.stage``), which a first step or a loop over new
 shapes (an episode's returns, a message's arrays) pays each time;
-``jax.device_put`` transfers with none.
+``runtime.device.to_device`` (``jax.device_put``, by its cached transfer) with none.
 
 Example:
     >>> import numpy as np
@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.runtime.x64 import check_dtype, warn_if_truncated
 
 
@@ -33,7 +34,8 @@ def from_host(
     """``jnp.array(arr, dtype)`` for host data (NumPy, lists, scalars), compiling nothing.
 
     ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a program per shape
-    (their ``lax.stage``); ``jax.device_put`` transfers with none. The dtype is
+    (their ``lax.stage``); ``jax.device_put`` (here ``runtime.device.to_device``)
+    transfers with none. The dtype is
     canonicalized as JAX does (float64 is float32 unless ``jax_enable_x64``): a
     ``dtype`` of float64 then raises, and float64 data warns (see
     ``runtime.x64``), naming ``what`` and the caller ``stacklevel`` frames up.
@@ -45,4 +47,4 @@ def from_host(
     else:
         warn_if_truncated(arr.dtype, what, stacklevel)
     dtype = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else arr.dtype)
-    return jax.device_put(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))
+    return to_device(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))

@@ -36,9 +36,13 @@ def _reflected(fn: Callable[[Any, Any], Tensor]) -> Callable[[Tensor, Any], Tens
 
 
 def _cast(dtype: Any, doc: str) -> Callable[[Tensor], Tensor]:
-    """A method converting to ``dtype`` (``Tensor.float`` and friends)."""
+    """A method converting to ``dtype`` (``Tensor.float`` and friends); as in torch, a
+    Tensor of that dtype already is returned itself (``t.float() is t``)."""
+    target = jnp.dtype(dtype)
 
     def method(self: Tensor) -> Tensor:
+        if self.dtype == target:
+            return self
         return _ops.astype(self, dtype)
 
     method.__doc__ = doc

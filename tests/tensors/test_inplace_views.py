@@ -101,6 +101,18 @@ def test_writes_reach_base_and_views(prog, expected):
     _check(prog, expected)
 
 
+def test_a_cast_to_its_own_dtype_is_the_tensor_itself():
+    # torch: t.float() of a float32 Tensor returns t (a write through it is a write to t)
+    for lib in filter(None, (tp, _torch())):
+        x = lib.zeros(3)
+        assert x.float() is x, lib.__name__
+        x.float()[1] = 2.0
+        assert x.tolist() == [0.0, 2.0, 0.0], lib.__name__
+        i = lib.arange(3).int()
+        assert i.int() is i and i.float() is not i, lib.__name__
+        assert i.float().dtype == lib.float32 and i.tolist() == [0, 1, 2], lib.__name__
+
+
 def prog_inplace_methods(lib):
     x = lib.tensor([[1.0, -2.0], [3.0, 4.0]])
     out = []
