@@ -40,7 +40,7 @@ torch needs to be importable (``--torch-path`` is put first on its
 
 Usage::
 
-    python benchmarks/tutorials.py                        # all six, 3 repetitions
+    python benchmarks/tutorials.py                        # all seven, 3 repetitions
     python benchmarks/tutorials.py --reps 5 --only rl,rnn
     python benchmarks/tutorials.py --no-rerun             # skip the ``ours, rerun`` column
     python benchmarks/tutorials.py --torch-path /tmp/torchlib
@@ -66,8 +66,9 @@ backends differ):
   ``.random_``) is ``randint``, on both backends (JAX has no uninitialized memory);
 - torchvision and gymnasium are not installed: synthetic MNIST and a small
   ``DataLoader``, a linear stand-in for ``resnet50``, torchvision's ``Bottleneck``
-  and a numpy CartPole (gymnasium's dynamics and API) are written in the files and
-  used by both backends; ``.cuda()`` / ``cuda:N`` are the CPU; sizes are small and
+  and a numpy CartPole (gymnasium's dynamics and API, ``cartpole.py``) are written in
+  the files and used by both backends; ``.cuda()`` / ``cuda:N`` are the CPU (``clone()``
+  where the program relies on the copy ``.cuda()`` makes); sizes are small and
   bounded by flags (``--num_batches``, ``--max-episodes``, ``--splits``, ``--epochs``);
 - the DDP + RPC hybrid replays batches drawn once from a seed (upstream draws new
   ones each epoch) and meets on ``MASTER_PORT`` and ``MASTER_PORT + 2``.
@@ -101,6 +102,7 @@ CASES: dict[str, tuple[str, list[str], int]] = {
     "parameter_server": ("rpc_parameter_server.py", ["--num_batches", "20"], 2),
     "batch_parameter_server": ("rpc_batch_parameter_server.py", [], 0),
     "rl": ("rpc_rl.py", ["--world-size", "3", "--max-episodes", "30"], 0),
+    "batch_rl": ("rpc_batch_rl.py", [], 0),
     "rnn": ("rpc_rnn.py", [], 0),
     "pipeline": ("rpc_pipeline.py", ["--splits", "1,4"], 0),
     "ddp_hybrid": ("rpc_ddp_hybrid.py", ["--epochs", "10"], 0),

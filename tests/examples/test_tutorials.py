@@ -127,6 +127,16 @@ def test_rl_agent_and_observers():
     assert all(r >= 5 for r in rewards), out  # a pole falls in no fewer steps
 
 
+def test_batch_rl_answers_every_observer_from_one_future():
+    # PyTorch's batch RL example: two spawns (select_action_batch, an async_execution
+    # function answering from one Future; then select_action), an episode of 500 steps
+    out = _run_spawned("rpc_batch_rl.py", "--num-episode", "1")
+    rewards = [float(r) for r in re.findall(r"Episode 0\tLast reward: ([0-9.]+)", out)]
+    assert len(rewards) == 2, out  # the batched spawn and the plain one
+    assert all(r >= 8 for r in rewards), out  # a pole falls in no fewer steps
+    assert re.search(r"^2, [0-9.]+, [0-9.]+$", out, re.MULTILINE), out  # main's timings
+
+
 def test_distributed_rnn_model_parallel():
     out = _run_spawned("rpc_rnn.py")
     losses = [float(v) for v in re.findall(r"Training epoch \d+ loss ([0-9.]+)", out)]
