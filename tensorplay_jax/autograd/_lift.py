@@ -107,7 +107,10 @@ def _run(
             return out
     values = _concrete(values, tensors)
     if not record:
-        return jax.tree_util.tree_map(_tc.Tensor._wrap, _cache.forward(entry, values))
+        out = _cache.forward(entry, values)
+        if isinstance(out, jax.Array):  # one output (most operations): no pytree work
+            return _tc.Tensor._wrap(out)
+        return jax.tree_util.tree_map(_tc.Tensor._wrap, out)
     diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
     other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
     out, pullback = _cache.forward_vjp(entry, mask, diff, other)
