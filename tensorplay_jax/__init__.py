@@ -64,13 +64,18 @@ bfloat16 = _jnp.bfloat16
 float32 = _jnp.float32
 float64 = _jnp.float64
 double = _jnp.float64  # float64 needs JAX's 64-bit mode: see tensorplay_jax.runtime.x64
+half = _jnp.float16
+int8 = _jnp.int8
+int16 = _jnp.int16
+short = _jnp.int16
+uint8 = _jnp.uint8
 int32 = _jnp.int32
 int64 = _jnp.int64
 long = _jnp.int64  # int64 too: JAX keeps 64-bit integers in its 64-bit mode only
 bool_ = _jnp.bool_
 
 __version__ = "0.1.0"
-_BUILTIN_NAMED_DTYPES = {"float": _jnp.float32, "int": _jnp.int32}
+_BUILTIN_NAMED_DTYPES = {"float": _jnp.float32, "int": _jnp.int32, "bool": _jnp.bool_}
 
 
 def __getattr__(name: str) -> object:
@@ -80,8 +85,8 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module("tensorplay_jax.optim")
-    # tensorplay's ``tp.float`` / ``tp.int`` (float32 / int32), served here so that the
-    # builtins keep their names inside this module
+    # tensorplay's ``tp.float`` / ``tp.int`` / ``tp.bool`` (float32 / int32 / bool), served
+    # here so that the builtins keep their names inside this module
     if name in _BUILTIN_NAMED_DTYPES:
         return _BUILTIN_NAMED_DTYPES[name]
     raise AttributeError(f"module 'tensorplay_jax' has no attribute {name!r}")
@@ -105,6 +110,9 @@ __all__ = [
     "float64",
     "function",
     "futures",
+    "half",
+    "int8",
+    "int16",
     "int32",
     "int64",
     "is_grad_enabled",
@@ -113,7 +121,9 @@ __all__ = [
     "no_grad",
     "optim",  # noqa: F405  (loaded on first use by __getattr__)
     "set_grad_enabled",
+    "short",
     "tensors",
+    "uint8",
     *tensors.__all__,
 ]
 

@@ -73,6 +73,11 @@ from tensorplay_jax.process_group._membership import (
 )
 from tensorplay_jax.process_group._membership import group as group
 from tensorplay_jax.process_group._membership import is_available as is_available
+from tensorplay_jax.process_group._membership import is_backend_available as is_backend_available
+from tensorplay_jax.process_group._membership import is_gloo_available as is_gloo_available
+from tensorplay_jax.process_group._membership import is_mpi_available as is_mpi_available
+from tensorplay_jax.process_group._membership import is_nccl_available as is_nccl_available
+from tensorplay_jax.process_group._membership import is_ucc_available as is_ucc_available
 from tensorplay_jax.process_group._membership import monitored_barrier as monitored_barrier
 from tensorplay_jax.process_group._membership import new_subgroups as new_subgroups
 from tensorplay_jax.process_group._objects import all_gather_object as all_gather_object

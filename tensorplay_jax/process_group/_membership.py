@@ -3,8 +3,9 @@
 The tensorplay helpers that scripts call around their collectives:
 ``get_process_group_ranks``, ``get_global_rank``, ``get_group_rank``,
 ``new_subgroups``, ``monitored_barrier`` (which names the ranks that did not
-arrive), ``is_available`` and ``GroupMember.WORLD`` / ``group.WORLD`` (the default
-group, None before ``init_process_group``).
+arrive), ``is_available`` and the backend checks (``is_gloo_available``,
+``is_nccl_available``, ``is_backend_available``, ...), and ``GroupMember.WORLD`` /
+``group.WORLD`` (the default group, None before ``init_process_group``).
 
 Example:
   >>> is_available()
@@ -28,6 +29,11 @@ __all__ = [
     "get_process_group_ranks",
     "group",
     "is_available",
+    "is_backend_available",
+    "is_gloo_available",
+    "is_mpi_available",
+    "is_nccl_available",
+    "is_ucc_available",
     "monitored_barrier",
     "new_subgroups",
 ]
@@ -72,6 +78,60 @@ def is_available() -> bool:
       True
     """
     return True
+
+
+def is_gloo_available() -> bool:
+    """Whether the ``gloo`` backend is available: always True here (CPU collectives).
+
+    Example:
+      >>> is_gloo_available()
+      True
+    """
+    return True
+
+
+def is_nccl_available() -> bool:
+    """Whether the ``nccl`` backend is available: a JAX GPU plugin (CUDA or ROCm) is installed.
+
+    Example:
+      >>> is_nccl_available() in (True, False)
+      True
+    """
+    return _startup.gpu_plugin_installed()
+
+
+def is_mpi_available() -> bool:
+    """Whether an ``mpi`` backend is available: never here (``init_process_group`` takes
+    ``gloo`` and ``nccl``).
+
+    Example:
+      >>> is_mpi_available()
+      False
+    """
+    return False
+
+
+def is_ucc_available() -> bool:
+    """Whether a ``ucc`` backend is available: never here.
+
+    Example:
+      >>> is_ucc_available()
+      False
+    """
+    return False
+
+
+def is_backend_available(backend: str) -> bool:
+    """Whether ``init_process_group(backend)`` can run here (any case; ``"cpu:gloo,cuda:nccl"``
+    when every backend it names can).
+
+    Example:
+      >>> is_backend_available("gloo"), is_backend_available("GLOO"), is_backend_available("mpi")
+      (True, True, False)
+    """
+    names = [part.rpartition(":")[2] for part in str(backend).lower().split(",")]
+    checks = {"gloo": is_gloo_available, "nccl": is_nccl_available}
+    return all(name in checks and checks[name]() for name in names)
 
 
 def _group_of(fn: str, g: ProcessGroup | None) -> ProcessGroup:

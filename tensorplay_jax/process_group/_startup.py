@@ -109,13 +109,23 @@ def default_backend() -> str:
     platforms = (settings.raw("JAX_PLATFORMS") or "").strip().lower()
     if platforms and not ({"cuda", "gpu", "rocm"} & set(platforms.split(","))):
         return "gloo"
+    return "nccl" if gpu_plugin_installed() else "gloo"
+
+
+def gpu_plugin_installed() -> bool:
+    """Whether a JAX GPU plugin (CUDA or ROCm) is installed: what the nccl backend runs on.
+
+    Example:
+      >>> isinstance(gpu_plugin_installed(), bool)
+      True
+    """
     for plugin in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin"):
         try:
             if importlib.util.find_spec(plugin) is not None:
-                return "nccl"
+                return True
         except (ImportError, ValueError):
             continue
-    return "gloo"
+    return False
 
 
 def host_id() -> str:

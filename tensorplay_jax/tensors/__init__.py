@@ -133,6 +133,7 @@ from tensorplay_jax.tensors._sparse import SparseTensor as SparseTensor
 from tensorplay_jax.tensors._sparse import sparse_coo_tensor as sparse_coo_tensor
 from tensorplay_jax.tensors._tensor import Tensor as Tensor
 from tensorplay_jax.tensors._views import overwrite as overwrite
+from tensorplay_jax.tensors.linalg import tensor_norm as norm
 from tensorplay_jax.tensors.serialization import load as load
 from tensorplay_jax.tensors.serialization import save as save
 
@@ -190,6 +191,7 @@ __all__ = [
     "narrow",
     "ne",
     "neg",
+    "norm",
     "nonzero",
     "ones",
     "ones_like",

@@ -348,19 +348,19 @@ def randn_like(
 def _typed_tensor(kind: str, dtype: Any) -> Any:
     def make(data: Any = None, *sizes: int) -> Tensor:
         if isinstance(data, int) and not isinstance(data, bool):
-            raise TypeError(
-                f"tp.{kind}({', '.join(map(str, (data, *sizes)))}): an uninitialized tensor of "
-                f"that size does not exist here (JAX has no uninitialized memory); use "
-                f"tp.zeros(..., dtype=tp.{dtype.__name__}) or tp.randint(...)"
-            )
+            # sizes: tensorplay's uninitialized Tensor, to be overwritten (``.random_()``,
+            # ``% k``); JAX has no uninitialized memory, so it holds zeros, as ``empty``
+            return empty(data, *sizes, dtype=dtype)
         return tensor([] if data is None else data, dtype=dtype)
 
     make.__name__ = make.__qualname__ = kind
     make.__doc__ = (
         f"``tp.{kind}(data)``: tensorplay's legacy constructor, ``tp.tensor(data, "
-        f"dtype=tp.{dtype.__name__})``. Sizes (an uninitialized tensor) are refused.\n\n"
+        f"dtype=tp.{dtype.__name__})``; ``tp.{kind}(n, m)`` is ``tp.empty(n, m, "
+        f"dtype=tp.{dtype.__name__})`` (zeros: JAX has no uninitialized memory).\n\n"
         f"Example:\n  >>> import tensorplay_jax as tp\n  >>> tp.{kind}([1, 2]).tolist()\n"
         f"  [1{'.0' if 'Float' in kind else ''}, 2{'.0' if 'Float' in kind else ''}]\n"
+        f"  >>> tp.{kind}(2, 3).shape\n  (2, 3)\n"
     )
     return make
 

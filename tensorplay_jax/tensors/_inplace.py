@@ -1,4 +1,4 @@
-"""In-place Tensor methods (``add_``, ``copy_``, ``zero_``, ``normal_``, ``scatter_`` ...).
+"""In-place Tensor methods (``add_``, ``copy_``, ``normal_``, ``random_``, ``scatter_`` ...).
 
 Each computes its result with the out-of-place operation (one recorded node in
 grad mode, with the written Tensor as an input, so the gradient through the old
@@ -105,6 +105,50 @@ def _uniform_op(
     return call_op(_uniform, "UniformBackward", (self, u), saves=False)
 
 
+def _random_bounds(dtype: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """``random_``'s ``[from, to)``: ``(to)``, ``(from, to)`` or keywords ``from``/``to``;
+    without ``to``, as far as ``dtype`` holds integers exactly (torch's bounds)."""
+    unknown = set(kwargs) - {"from", "to"}
+    if len(args) > 2 or unknown:
+        raise TypeError(f"random_() takes (to) or (from, to), got {args} and {sorted(unknown)}")
+    low, high = (0, args[0]) if len(args) == 1 else (*args, None)[:2] if args else (0, None)
+    low, high = int(kwargs.get("from", low)), kwargs.get("to", high)
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        most = 2
+    elif np.issubdtype(dt, np.floating):
+        most = 2 ** (np.finfo(dt).nmant + 1) + 1  # every integer up to 2**digits is exact
+    else:  # drawn as int32 (or the dtype itself, when wider) below an exclusive bound:
+        # the largest value of a 32- or 64-bit dtype is not drawn
+        info = np.iinfo(jax.dtypes.canonicalize_dtype(dt))
+        most = int(info.max) + (1 if info.bits < 32 else 0)
+    high = most if high is None else int(high)
+    if low >= high:
+        raise RuntimeError(
+            f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
+        )
+    if high > most or (low < 0 and (dt == np.bool_ or np.issubdtype(dt, np.unsignedinteger))):
+        raise RuntimeError(f"random_: [{low}, {high}) is out of bounds for {dt}")
+    return low, high
+
+
+def _integers(x: jax.Array, r: jax.Array) -> jax.Array:
+    return r.astype(x.dtype)
+
+
+def _random_op(
+    self: Tensor, *args: Any, generator: Generator | None = None, **kwargs: Any
+) -> Tensor:
+    """``random_(to)`` / ``random_(from, to)``: integers uniform on ``[from, to)``, in
+    ``self``'s dtype (torch's bounds when ``to`` is not given)."""
+    low, high = _random_bounds(self.dtype, args, kwargs)
+    key = key_for(generator, "random_")
+    wide = np.issubdtype(self.dtype, np.integer) and np.dtype(self.dtype).itemsize >= 4
+    draw = self.dtype if wide else np.int32
+    r = _random.integers(key, tuple(self.shape), low, high, draw)
+    return call_op(_integers, "RandomBackward", (self, r), saves=False)
+
+
 # ------------------------------------------------------------------ out-of-place companions
 def _masked_fill(x: jax.Array, mask: jax.Array, value: jax.Array) -> jax.Array:
     return jnp.where(mask, jnp.asarray(value, x.dtype), x)
@@ -188,6 +232,7 @@ METHODS: dict[str, Any] = {
     "zero_": _inplace("zero_", _zero_op),
     "normal_": _inplace("normal_", _normal_op),
     "uniform_": _inplace("uniform_", _uniform_op),
+    "random_": _inplace("random_", _random_op),
     "masked_fill_": _inplace("masked_fill_", masked_fill),
     "scatter_": _inplace("scatter_", scatter),
     "scatter_add_": _inplace("scatter_add_", scatter_add),

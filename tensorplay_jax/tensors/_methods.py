@@ -20,7 +20,15 @@ import jax
 import jax.numpy as jnp
 
 from tensorplay_jax.autograd import register_hook, register_post_accumulate_grad_hook
-from tensorplay_jax.tensors import _device, _indexing, _inplace, _ops, _reductions, _shape_ops
+from tensorplay_jax.tensors import (
+    _device,
+    _indexing,
+    _inplace,
+    _ops,
+    _reductions,
+    _shape_ops,
+    linalg,
+)
 from tensorplay_jax.tensors._tensor import Tensor
 
 
@@ -173,6 +181,7 @@ _METHODS: dict[str, Any] = {
     "mean": _reductions.mean,
     "var": _reductions.var,
     "std": _reductions.std,
+    "norm": linalg.tensor_norm,
     "prod": _reductions.prod,
     "max": _reductions.max,
     "min": _reductions.min,

@@ -27,7 +27,16 @@ import numpy as np
 from tensorplay_jax.autograd import call_op
 from tensorplay_jax.tensors._tensor import Tensor
 
-__all__ = ["det", "inv", "matrix_norm", "multi_dot", "norm", "solve", "vector_norm"]
+__all__ = [
+    "det",
+    "inv",
+    "matrix_norm",
+    "multi_dot",
+    "norm",
+    "solve",
+    "tensor_norm",
+    "vector_norm",
+]
 
 _INF = math.inf
 
@@ -111,6 +120,15 @@ def _vector_norm(x: jax.Array, ord: float, dims: Any, keepdim: bool) -> jax.Arra
     return _safe_root(jnp.sum(a**ord, axis=dims, keepdims=keepdim), ord)
 
 
+def _check_inexact(fn: str, x: Any) -> None:
+    """torch's error for a norm of integers or booleans (``dtype=`` does not make it one)."""
+    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise RuntimeError(
+            f"{fn}: Expected a floating point or complex tensor as input. Got {dtype}"
+        )
+
+
 def vector_norm(
     x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None
 ) -> Tensor:
@@ -126,6 +144,7 @@ def vector_norm(
     """
     if not isinstance(ord, int | float) or isinstance(ord, bool):
         raise TypeError(f"linalg.vector_norm: ord must be a number, got {ord!r}")
+    _check_inexact("linalg.vector_norm", x)
     if dtype is not None:
         x = x.to(dtype) if isinstance(x, Tensor) else jnp.asarray(x, dtype)
     dims = _dims(dim, _ndim(x))
@@ -172,6 +191,7 @@ def matrix_norm(
             f"linalg.matrix_norm: Order {ord} not supported; expected one of "
             "'fro', 'nuc', inf, -inf, 1, -1, 2, -2"
         )
+    _check_inexact("linalg.matrix_norm", A)
     nd = _ndim(A)
     if nd < 2:
         raise RuntimeError(
@@ -215,6 +235,33 @@ def norm(
     raise RuntimeError(
         f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {nd}D."
     )
+
+
+def tensor_norm(
+    input: Any, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
+) -> Tensor:
+    """tensorplay's ``tp.norm`` / ``Tensor.norm``: the ``p``-norm over ``dim`` (every
+    element as one vector when None).
+
+    ``p``: a number (``inf`` included: a vector norm, as ``linalg.vector_norm``),
+    ``"fro"`` (the 2-norm of the elements over ``dim``) or ``"nuc"`` (the nuclear norm
+    of the matrices over the two dimensions ``dim``, the last two when None).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> x = tp.tensor([[3.0, -4.0], [0.0, 0.0]])
+        >>> x.norm(), x.norm(1), x.norm(dim=1)
+        (tensor(5.), tensor(7.), tensor([5., 0.]))
+    """
+    if isinstance(p, str):
+        if p == "fro":
+            return vector_norm(input, 2, dim, keepdim, dtype=dtype)
+        if p == "nuc":
+            if dtype is not None:
+                input = input.to(dtype) if isinstance(input, Tensor) else jnp.asarray(input, dtype)
+            return matrix_norm(input, "nuc", (-2, -1) if dim is None else dim, keepdim)
+        raise RuntimeError(f"norm: p={p!r} is not supported; use a number, 'fro' or 'nuc'")
+    return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
 # ------------------------------------------------------------------ inverse, solve, det

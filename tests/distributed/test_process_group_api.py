@@ -8,6 +8,8 @@ each test checks one behaviour on every rank against numpy computed from every
 rank's input. Engines: XLA programs and TCP on 2 ranks, shared memory on 4.
 """
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -312,3 +314,17 @@ def test_work_and_future_without_a_job():
         dist.Future().wait(timeout=0)
     with pytest.raises(ValueError, match=r"must be tensorplay_jax\.distributed\.isend or irecv"):
         dist.P2POp(print, np.ones(2), 1)
+
+
+def test_backend_checks_say_what_init_process_group_runs():
+    # torch's CPU wheel: gloo True; nccl, mpi, ucc False (here nccl: a JAX GPU plugin)
+    gpu = any(
+        importlib.util.find_spec(p) is not None
+        for p in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin")
+    )
+    assert dist.is_gloo_available() is True and dist.is_nccl_available() is gpu
+    assert dist.is_mpi_available() is False and dist.is_ucc_available() is False
+    assert dist.is_backend_available("gloo") and dist.is_backend_available("GLOO")
+    assert dist.is_backend_available("cpu:gloo")
+    assert not dist.is_backend_available("mpi") and not dist.is_backend_available("nope")
+    assert dist.is_backend_available("nccl") is gpu
