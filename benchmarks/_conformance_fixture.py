@@ -284,6 +284,22 @@ def skip_but_pass_in_sandcastle_if(condition: bool, reason: str) -> Any:
     return unittest.skipIf(condition, reason)
 
 
+def requires_gloo() -> Any:
+    return skip_but_pass_in_sandcastle_if(
+        not dist.is_gloo_available(), "c10d was not compiled with the Gloo backend"
+    )
+
+
+def requires_nccl() -> Any:
+    return skip_but_pass_in_sandcastle_if(
+        not dist.is_nccl_available(), "c10d was not compiled with the NCCL backend"
+    )
+
+
+def skip_if_rocm_multiprocess(func: Callable[..., Any]) -> Callable[..., Any]:
+    return func  # no ROCm here (TEST_WITH_ROCM)
+
+
 def tp_transports() -> None:
     return None
 

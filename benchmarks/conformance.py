@@ -2,8 +2,9 @@
 
 torch ships its distributed RPC suites in the wheel, under
 ``torch/testing/_internal/distributed/``: ``rpc/rpc_test.py``,
-``rpc/dist_autograd_test.py``, ``rpc/dist_optimizer_test.py`` and
-``nn/api/remote_module_test.py`` (``SUITES``).
+``rpc/dist_autograd_test.py``, ``rpc/dist_optimizer_test.py``,
+``nn/api/remote_module_test.py``, ``ddp_under_dist_autograd_test.py`` and the two
+example programs under ``rpc/examples/`` (``SUITES``).
 This runner reads them from an installed torch at run time (torch is a benchmark-only
 extra: ``pip install torch==2.13.0``, or ``PYTHONPATH`` pointing at one), classifies each
 test (applicable, or not applicable with the reason), and runs every applicable test in
@@ -62,6 +63,15 @@ SUITES = {
         "nn/api/remote_module_test.py",
         ("RemoteModuleTest", "ThreeWorkersRemoteModuleTest"),
     ),
+    "ddp_under_dist_autograd": (
+        "ddp_under_dist_autograd_test.py",
+        ("DdpUnderDistAutogradTest", "DdpComparisonTest"),
+    ),
+    "parameter_server_example": ("rpc/examples/parameter_server_test.py", ("ParameterServerTest",)),
+    "rl_example": (
+        "rpc/examples/reinforcement_learning_rpc_test.py",
+        ("ReinforcementLearningRpcTest",),
+    ),
 }
 # Classes whose every test is not applicable, with the reason.
 OTHER_CLASSES = {
@@ -72,6 +82,7 @@ OTHER_CLASSES = {
     "FaultyAgentRpcTest": "faulty agent (torch's fault-injecting test agent)",
     "FaultyAgentDistAutogradTest": "faulty agent (torch's fault-injecting test agent)",
     "CudaRemoteModuleTest": "CUDA",
+    "CudaDdpComparisonTest": "CUDA",
 }
 # Tests that assert what we choose to do differently, each with the reason (docs/porting.md).
 DIFFERENCES = {
@@ -254,6 +265,7 @@ def collect(suite: str, directory: Path) -> list[Case]:
     }
     info = _Suite(source, scripted, top)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    names = _constants(tree)
 
     def methods(klass: str) -> dict[str, ast.FunctionDef]:
         node = defs.get(klass)
@@ -278,23 +290,63 @@ def collect(suite: str, directory: Path) -> list[Case]:
                 or (None if f"{klass}.{name}" in APPLICABLE else _reason(reach, info))
             )
             x64 = bool(_FLOAT64.search(reach.own) or _FLOAT64.search(reach.helpers))
-            size = _world_size(klass, defs) or WORLD_SIZE
+            size = _world_size(klass, defs, names) or WORLD_SIZE
             cases.append(Case(suite, path, klass, name, reason, x64, size))
     return cases
 
 
-def _world_size(klass: str, defs: dict[str, ast.ClassDef]) -> int | None:
-    """The constant a class (or its nearest base that does) returns from ``world_size``."""
+def _constants(tree: ast.Module) -> dict[str, int]:
+    """The suite's module-level integer constants (``NUM_TRAINERS = 4``,
+    ``WORLD_SIZE = NUM_TRAINERS + 2``), in order."""
+    found: dict[str, int] = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            value = _integer(node.value, found)
+            if value is not None:
+                found[node.targets[0].id] = value
+    return found
+
+
+def _integer(node: ast.AST, names: dict[str, int]) -> int | None:
+    """``node``'s value when it is an integer, a known constant, or a sum, difference or
+    product of those; None otherwise."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult):
+        a, b = _integer(node.left, names), _integer(node.right, names)
+        if a is None or b is None:
+            return None
+        return (
+            a + b
+            if isinstance(node.op, ast.Add)
+            else a - b
+            if isinstance(node.op, ast.Sub)
+            else a * b
+        )
+    return None
+
+
+def _world_size(klass: str, defs: dict[str, ast.ClassDef], names: dict[str, int]) -> int | None:
+    """What a class (or its nearest base that does) returns from ``world_size``: an
+    integer or one of the suite's constants."""
     node = defs.get(klass)
     if node is None:
         return None
     for f in node.body:
         if isinstance(f, ast.FunctionDef) and f.name == "world_size":
             ret = next((n for n in ast.walk(f) if isinstance(n, ast.Return)), None)
-            if ret is not None and isinstance(ret.value, ast.Constant):
-                return int(ret.value.value)
+            if ret is not None and ret.value is not None:
+                value = _integer(ret.value, names)
+                if value is not None:
+                    return value
     for base in node.bases:
-        found = _world_size(ast.unparse(base), defs)
+        found = _world_size(ast.unparse(base), defs, names)
         if found:
             return found
     return None
