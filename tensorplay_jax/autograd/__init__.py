@@ -57,6 +57,10 @@ Hooks for distributed autograd
     identity) is a root of ``run_backward`` when gradients come back.
     ``run_without_grads=True`` makes the engine call it even when no gradient
     reached it (so a recv node can answer "nothing" instead of staying silent).
+``defer_final_callbacks(into)`` and ``run_final_callbacks(into)``
+    Several ``run_backward`` passes that make one backward (a worker's share of a
+    distributed backward) hand their ``queue_callback`` s to ``into``, run once
+    after the last pass.
 ``get_gradient_edge(tensor)``
     Where a Tensor's gradient goes.
 ``release_graph(roots)``
@@ -107,12 +111,14 @@ from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
+from tensorplay_jax.autograd._hooks import defer_final_callbacks as defer_final_callbacks
 from tensorplay_jax.autograd._hooks import leaf_gradient as leaf_gradient
 from tensorplay_jax.autograd._hooks import queue_callback as queue_callback
 from tensorplay_jax.autograd._hooks import register_hook as register_hook
 from tensorplay_jax.autograd._hooks import (
     register_post_accumulate_grad_hook as register_post_accumulate_grad_hook,
 )
+from tensorplay_jax.autograd._hooks import run_final_callbacks as run_final_callbacks
 from tensorplay_jax.autograd._lift import apply as apply
 from tensorplay_jax.autograd._lift import call_op as call_op
 from tensorplay_jax.autograd._lift import call_rule as call_rule
@@ -153,6 +159,7 @@ __all__ = [
     "call_op",
     "call_rule",
     "compile",
+    "defer_final_callbacks",
     "enable_grad",
     "function",
     "get_gradient_edge",
@@ -172,6 +179,7 @@ __all__ = [
     "register_post_accumulate_grad_hook",
     "release_graph",
     "run_backward",
+    "run_final_callbacks",
     "set_deferred",
     "set_grad_enabled",
     "trace_counts",

@@ -46,10 +46,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensorplay_jax.autograd import _tensor_class as _tc
@@ -181,7 +182,9 @@ def after_accumulate(leaf: Tensor) -> None:
             hook(leaf)
 
 
-_callbacks = threading.local()  # .queue: the running backward pass's final callbacks
+# .queue: the running backward pass's final callbacks; .defer_to: where a pass hands them
+# when several passes make one backward (``defer_final_callbacks``)
+_callbacks = threading.local()
 
 
 def queue_callback(callback: Callable[[], None]) -> None:
@@ -223,13 +226,46 @@ class final_callbacks:  # lowercase: used like a function, ``with final_callback
         if not self._on:
             return
         queue = _callbacks.queue
+        deferred = getattr(_callbacks, "defer_to", None)
         try:
+            if deferred is not None:  # this pass is one of several: they run after the last
+                if exc_type is None:
+                    deferred.extend(queue)
+                return
             i = 0
             while exc_type is None and i < len(queue):
                 queue[i]()
                 i += 1
         finally:
             _callbacks.queue = self._prev
+
+
+@contextlib.contextmanager
+def defer_final_callbacks(into: list[Callable[[], None]]) -> Iterator[None]:
+    """Around one of several backward passes that make one backward (a distributed
+    backward's share on one worker: its first pass, and one per gradient that comes
+    back): the callbacks the pass queues go into ``into``, for
+    :func:`run_final_callbacks` after the last pass, as torch's distributed engine runs
+    them once the whole share is done (DDP's reducer then sees every gradient)."""
+    prev = getattr(_callbacks, "defer_to", None)
+    _callbacks.defer_to = into
+    try:
+        yield
+    finally:
+        _callbacks.defer_to = prev
+
+
+def run_final_callbacks(queue: list[Callable[[], None]]) -> None:
+    """Run the deferred ``queue`` in order; a callback may queue another, which runs too."""
+    prev, prev_deferred = getattr(_callbacks, "queue", None), getattr(_callbacks, "defer_to", None)
+    _callbacks.queue, _callbacks.defer_to = queue, None
+    try:
+        i = 0
+        while i < len(queue):
+            queue[i]()
+            i += 1
+    finally:
+        _callbacks.queue, _callbacks.defer_to = prev, prev_deferred
 
 
 def active() -> bool:

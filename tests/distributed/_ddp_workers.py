@@ -258,6 +258,58 @@ def _local_vs_remote(got: dict) -> None:
     got["remote/layer2"] = _params(layer2)
 
 
+def _seeded_linear(d_in: int, d_out: int, seed: int) -> tp.nn.Module:
+    tp.manual_seed(seed)
+    return tp.nn.Linear(d_in, d_out)
+
+
+def _apply_remote(rref, x):
+    return rref.local_value()(x)
+
+
+def _remote_params(rref) -> dict[str, np.ndarray]:
+    return _params(rref.local_value())
+
+
+def _remote_grads(rref, cid: int) -> dict[str, np.ndarray]:
+    grads = dist_autograd.get_gradients(cid)
+    return {n: npa(grads[p]) for n, p in rref.local_value().named_parameters()}
+
+
+class _Hybrid(tp.nn.Module):
+    """torch's ddp_under_dist_autograd HybridModel, small: fc1 here, then a layer on another
+    worker (not a DDP parameter), then fc2 here. fc1's gradient comes back over RPC after
+    the backward pass here has reached the send: DDP must still average it."""
+
+    def __init__(self, remote) -> None:
+        super().__init__()
+        self.remote = remote
+        self.fc1 = tp.nn.Linear(3, 4)
+        self.fc2 = tp.nn.Linear(2, 1)
+
+    def forward(self, x):
+        h = rpc.rpc_sync(self.remote.owner(), _apply_remote, args=(self.remote, self.fc1(x)))
+        return self.fc2(h)
+
+
+def _outside(got: dict) -> None:
+    """DDP around a module whose forward goes through another worker, under
+    dist_autograd.backward (torch's test_backward_ddp_outside)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    remote = rpc.remote(f"w{(rank + 1) % n}", _seeded_linear, args=(4, 2, 60 + rank))
+    model = _Hybrid(remote)
+    ddp = DDP(model, timeout=TIMEOUT)  # rank 0's fc1 and fc2 everywhere
+    x = tp.tensor(np.random.RandomState(70 + rank).rand(5, 3).astype(np.float32))
+    with dist_autograd.context() as cid:
+        dist_autograd.backward(cid, [ddp(x).sum()])
+        grads = dist_autograd.get_gradients(cid)
+        got["outside/ctx"] = {n: npa(grads[p]) for n, p in model.named_parameters()}
+        dist.barrier()
+        got["outside/remote_ctx"] = rpc.rpc_sync(remote.owner(), _remote_grads, args=(remote, cid))
+    got["outside/params"] = _params(model)
+    got["outside/remote"] = rpc.rpc_sync(remote.owner(), _remote_params, args=(remote,))
+
+
 def _sparse(got: dict) -> None:
     """torch's test_ddp_dist_autograd_sparse_grads: an EmbeddingBag(sparse=True) under DDP."""
     rank = dist.get_rank()
@@ -296,6 +348,7 @@ def scenarios() -> None:
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=n)
     _dist_autograd(got)
     _local_vs_remote(got)
+    _outside(got)
     _sparse(got)
     rpc.shutdown()
     dist.destroy_process_group()

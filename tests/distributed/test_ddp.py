@@ -272,6 +272,34 @@ def test_a_remote_module_feeding_ddp_gets_local_gradients_and_ddp_averaged_ones(
             np.testing.assert_allclose(g1, per_rank[r]["w1"], rtol=RTOL, atol=ATOL)
 
 
+def test_ddp_around_a_forward_through_another_worker_averages_every_gradient(got):
+    # torch's test_backward_ddp_outside: fc1's gradient reaches this worker over RPC after
+    # its own pass reached the send; DDP's end-of-backward waits for the whole share.
+    # Oracle: jax.grad of each rank's loss, averaged for the DDP parameters (fc1, fc2),
+    # each rank's own for the remote layer.
+    params = got[0]["outside/params"]
+
+    def loss(p, x):
+        h = x @ p["fc1.weight"].T + p["fc1.bias"]
+        h = h @ p["remote.weight"].T + p["remote.bias"]
+        return jnp.sum(h @ p["fc2.weight"].T + p["fc2.bias"])
+
+    per_rank = []
+    for r in range(N):
+        x = np.random.RandomState(70 + r).rand(5, 3).astype(np.float32)
+        remote = {f"remote.{k}": v for k, v in got[r]["outside/remote"].items()}
+        per_rank.append(_grad(loss, {**params, **remote}, x))
+    want = _mean(per_rank)
+    for r in range(N):
+        assert got[r]["outside/params"].keys() == params.keys()  # fc1 and fc2, no RRef
+        ddp_part = {k: want[k] for k in params}
+        _close(got[r]["outside/ctx"], ddp_part, what=f"rank {r} DDP parameters")
+        own = {
+            k.removeprefix("remote."): v for k, v in per_rank[r].items() if k.startswith("remote.")
+        }
+        _close(got[r]["outside/remote_ctx"], own, what=f"rank {r} remote layer")
+
+
 def test_sparse_embedding_gradients_are_averaged_under_dist_autograd(got):
     # torch's test_ddp_dist_autograd_sparse_grads: one gradient in the context, the same
     # as a local backward; here also equal to the average over the ranks of each row's

@@ -23,6 +23,12 @@ of one context on one worker go one at a time, in arrival order
 while one at a time the first micro-batch's gradients are done, and leave,
 first; a run queued behind another costs no waiting thread.
 
+The final callbacks that hooks queue (``autograd.queue_callback``: DDP's reducer
+waits for its buckets in one) run once per share, when the share is done (every
+local run, every RPC it started), as torch's engine runs them when a worker's
+graph task completes: a parameter whose gradient comes back over RPC after the
+first run (DDP around a forward that leaves this worker) is in by then.
+
 ``backward`` returns when every worker the gradients reached is done. A
 recv node that no gradient reaches sends nothing and nobody waits for it, so
 an RPC result the loss never used cannot hang backward. Each visit runs with
@@ -52,8 +58,10 @@ from tensorplay_jax.autograd import (
     AccumulateGrad,
     GradientEdge,
     as_cotangent,
+    defer_final_callbacks,
     leaf_gradient,
     run_backward,
+    run_final_callbacks,
 )
 from tensorplay_jax.autograd.sparse_arrays import is_sparse_array
 from tensorplay_jax.distributed.autograd import _context
@@ -157,6 +165,9 @@ class _Task:
         self._pending = 1  # the first local run
         self._reply: list[Item] = []
         self._failed = False
+        # ``autograd.queue_callback`` s of this share's local runs: they run once, when the
+        # share is done (every run, every RPC it started), before it replies or returns
+        self._callbacks: list[Callable[[], None]] = []
         # The worker that called backward handles replies on its own (waiting) thread:
         # one thread hand-off per reply instead of two.
         self._inline: list[Future[list[Item]]] | None = [] if reply_to is None else None
@@ -205,7 +216,8 @@ class _Task:
             _tls.run = run
             span = trace.begin("dist_autograd: local", "autograd") if trace.RECORDING else None
             try:
-                run_backward(roots, grads, retain_graph=True, accumulate=self.accumulate)
+                with defer_final_callbacks(self._callbacks):
+                    run_backward(roots, grads, retain_graph=True, accumulate=self.accumulate)
             finally:
                 _tls.run = prev
                 if span is not None:
@@ -292,8 +304,15 @@ class _Task:
             self._pending -= 1
             finished = self._pending == 0 and not self._failed
             reply = self._reply
-        if finished:
-            self.done._try_set_result(reply)
+        if not finished:
+            return
+        if self._callbacks:  # e.g. DDP's reducer, now that every gradient of the share is in
+            try:
+                run_final_callbacks(self._callbacks)
+            except BaseException as e:
+                self._fail(e)
+                return
+        self.done._try_set_result(reply)
 
 
 def send_from_recv(dest: int, key: int, grads: list[jax.Array | None]) -> None:
