@@ -173,3 +173,35 @@ def test_a_class_world_size_and_a_python_only_helper_call_are_read(tmp_path: Pat
     assert {c.world_size for c in cases.values()} == {2}
     verdict = module.run_case(cases["test_remote_add"], 60, None)
     assert verdict["status"] == "pass", verdict
+
+
+def test_a_world_size_given_by_module_constants_is_read(tmp_path: Path, runner) -> None:
+    # ddp_under_dist_autograd_test.py: ``return WORLD_SIZE`` with WORLD_SIZE = NUM_TRAINERS + 2
+    module = runner[0]
+    source = SUITE + textwrap.dedent(
+        """
+        NUM_TRAINERS = 2
+        WORLD_SIZE = NUM_TRAINERS + 1
+
+
+        class ThreeWorkersTest(ExampleTest):
+            @property
+            def world_size(self):
+                return WORLD_SIZE
+
+
+        class TwoWorkersTest(ExampleTest):
+            @property
+            def world_size(self):
+                return NUM_TRAINERS * 1
+        """
+    )
+    (tmp_path / "example_test.py").write_text(source)
+    module.SUITES["example"] = ("example_test.py", ("ThreeWorkersTest", "TwoWorkersTest"))
+    try:
+        cases = module.collect("example", tmp_path)
+    finally:
+        del module.SUITES["example"]
+    sizes = {(c.klass, c.name): c.world_size for c in cases}
+    assert sizes[("ThreeWorkersTest", "test_remote_add")] == 3
+    assert sizes[("TwoWorkersTest", "test_remote_add")] == 2
