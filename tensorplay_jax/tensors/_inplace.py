@@ -111,7 +111,10 @@ def _random_bounds(dtype: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     unknown = set(kwargs) - {"from", "to"}
     if len(args) > 2 or unknown:
         raise TypeError(f"random_() takes (to) or (from, to), got {args} and {sorted(unknown)}")
-    low, high = (0, args[0]) if len(args) == 1 else (*args, None)[:2] if args else (0, None)
+    if len(args) == 2:
+        low, high = args
+    else:
+        low, high = 0, (args[0] if args else None)
     low, high = int(kwargs.get("from", low)), kwargs.get("to", high)
     dt = np.dtype(dtype)
     if dt == np.bool_:
