@@ -18,10 +18,14 @@ and, per step, its pieces (``--pieces``): the state's ``from_numpy(...).float()
 (which also runs the deferred policy forward here), ``log_prob`` and the
 ``.item()`` of the action.
 
+``--gc-freeze`` calls ``gc.freeze()`` after the imports (both libraries in the process:
+the cyclic collector's full passes then skip what the imports made).
+
 Usage::
 
     python benchmarks/rl_episode.py                   # torch needs to be importable
     python benchmarks/rl_episode.py --rounds 5 --pieces
+    python benchmarks/rl_episode.py --gc-freeze
 """
 
 from __future__ import annotations
@@ -136,8 +140,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="timed episodes of each (interleaved)")
     p.add_argument("--warmup", type=int, default=3, help="untimed episodes first")
     p.add_argument("--pieces", action="store_true", help="also time a step's pieces")
+    p.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() after the imports: the cyclic collector skips what they made",
+    )
     args = p.parse_args()
     libs = _libs(args.only)
+    if args.gc_freeze:
+        import gc
+
+        gc.collect()
+        gc.freeze()
     episodes = {name: _agent(*mods) for name, mods in libs.items()}
     for ep in episodes.values():
         for _ in range(args.warmup):
@@ -157,7 +171,7 @@ def main() -> None:
     print(f"# command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(
         f"# median of {args.rounds} interleaved episodes of {STEPS} steps, after "
-        f"{args.warmup}; torch with 1 thread"
+        f"{args.warmup}; torch with 1 thread" + ("; gc.freeze()" if args.gc_freeze else "")
     )
     names = list(libs)
     both = len(names) == 2
