@@ -14,7 +14,8 @@ The same file runs on tensorplay_jax (the default) and on torch:
 one place the two differ; every other line that differs from the upstream
 program is marked ``# port:`` with its reason: gymnasium is not installed, so
 ``cartpole.py`` (gymnasium's ``CartPole-v1`` in numpy) stands in for it;
-``.cuda()`` is the CPU (where it copied, ``clone()``); ``MASTER_PORT`` may be set by the caller.
+``.cuda()`` is the CPU (where it copied, ``clone()``); ``MASTER_PORT`` may be set by the caller;
+``--num-steps`` shortens the episodes (a test runs them small).
 
 Run (world size 2: the agent and one observer, batched and not)::
 
@@ -75,7 +76,11 @@ parser.add_argument(
     "--max-world-size", type=int, default=3, metavar="W",
     help="maximum world size to test (default: 3)",
 )  # fmt: skip
+parser.add_argument(
+    "--num-steps", type=int, default=NUM_STEPS, help="port: steps per episode (default: 500)"
+)
 args = parser.parse_args()
+NUM_STEPS = args.num_steps  # port: a test runs shorter episodes
 
 torch.manual_seed(args.seed)
 

@@ -129,8 +129,8 @@ def test_rl_agent_and_observers():
 
 def test_batch_rl_answers_every_observer_from_one_future():
     # PyTorch's batch RL example: two spawns (select_action_batch, an async_execution
-    # function answering from one Future; then select_action), an episode of 500 steps
-    out = _run_spawned("rpc_batch_rl.py", "--num-episode", "1")
+    # function answering from one Future; then select_action), an episode of 200 steps
+    out = _run_spawned("rpc_batch_rl.py", "--num-episode", "1", "--num-steps", "200")
     rewards = [float(r) for r in re.findall(r"Episode 0\tLast reward: ([0-9.]+)", out)]
     assert len(rewards) == 2, out  # the batched spawn and the plain one
     assert all(r >= 8 for r in rewards), out  # a pole falls in no fewer steps
