@@ -27,16 +27,8 @@ import numpy as np
 from tensorplay_jax.autograd import call_op
 from tensorplay_jax.tensors._tensor import Tensor
 
-__all__ = [
-    "det",
-    "inv",
-    "matrix_norm",
-    "multi_dot",
-    "norm",
-    "solve",
-    "tensor_norm",
-    "vector_norm",
-]
+# (``tensor_norm`` is ``tp.norm`` / ``Tensor.norm``, not a name of ``tp.linalg``)
+__all__ = ["det", "inv", "matrix_norm", "multi_dot", "norm", "solve", "vector_norm"]
 
 _INF = math.inf
 
