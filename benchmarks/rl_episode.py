@@ -45,8 +45,8 @@ import numpy as np
 STEPS = 500
 
 
-def _agent(lib: Any, nn: Any, F: Any, optim: Any, Categorical: Any) -> Callable[[dict], None]:
-    """One episode of the example's agent as a function of a phase-timing dict."""
+def _policy(lib: Any, nn: Any, F: Any) -> Any:
+    """The example's policy, its parameters drawn from seed 0."""
 
     class Policy(nn.Module):
         def __init__(self) -> None:
@@ -60,7 +60,12 @@ def _agent(lib: Any, nn: Any, F: Any, optim: Any, Categorical: Any) -> Callable[
             return F.softmax(self.affine2(x), dim=2)
 
     lib.manual_seed(0)
-    policy = Policy()
+    return Policy()
+
+
+def _agent(lib: Any, nn: Any, F: Any, optim: Any, Categorical: Any) -> Callable[[dict], None]:
+    """One episode of the example's agent as a function of a phase-timing dict."""
+    policy = _policy(lib, nn, F)
     optimizer = optim.Adam(policy.parameters(), lr=1e-2)
     states = np.random.default_rng(0).standard_normal((STEPS, 4)).astype(np.float32)
 
@@ -90,8 +95,7 @@ def _agent(lib: Any, nn: Any, F: Any, optim: Any, Categorical: Any) -> Callable[
 
 def _pieces(lib: Any, nn: Any, F: Any, Categorical: Any, n: int) -> dict[str, float]:
     """The median microseconds of each piece of a step, over ``n`` steps."""
-    lib.manual_seed(0)
-    policy = nn.Sequential(nn.Linear(4, 128), nn.Dropout(p=0.6), nn.ReLU(), nn.Linear(128, 2))
+    policy = _policy(lib, nn, F)
     buffer = lib.zeros(1, 1, 4)
     state = np.random.default_rng(0).standard_normal(4).astype(np.float32)
     times: dict[str, list[float]] = {}
@@ -101,7 +105,7 @@ def _pieces(lib: Any, nn: Any, F: Any, Categorical: Any, n: int) -> dict[str, fl
         marks.append(time.perf_counter())
         buffer[0].copy_(x)
         marks.append(time.perf_counter())
-        probs = F.softmax(policy(buffer.clone()), dim=2)
+        probs = policy(buffer.clone())
         marks.append(time.perf_counter())
         m = Categorical(probs)
         action = m.sample()

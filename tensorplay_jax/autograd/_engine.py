@@ -190,7 +190,7 @@ def run_backward(
         raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
     accumulate = accumulate or accumulate_into_grad
     wanted = None if inputs is None else {id(t) for t in inputs}
-    if wanted is not None:
+    if wanted is not None:  # for the planner's compiled backwards; the node loop skips too
         accumulate = _only(wanted, accumulate)
     planner = _seams.planner
     if (

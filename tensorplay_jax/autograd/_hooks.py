@@ -228,16 +228,22 @@ class final_callbacks:  # lowercase: used like a function, ``with final_callback
         queue = _callbacks.queue
         deferred = getattr(_callbacks, "defer_to", None)
         try:
-            if deferred is not None:  # this pass is one of several: they run after the last
-                if exc_type is None:
-                    deferred.extend(queue)
+            if exc_type is not None:
                 return
-            i = 0
-            while exc_type is None and i < len(queue):
-                queue[i]()
-                i += 1
+            if deferred is not None:  # this pass is one of several: they run after the last
+                deferred.extend(queue)
+                return
+            _drain(queue)
         finally:
             _callbacks.queue = self._prev
+
+
+def _drain(queue: list[Callable[[], None]]) -> None:
+    """Run ``queue``'s callbacks in order, including those they append to it."""
+    i = 0
+    while i < len(queue):
+        queue[i]()
+        i += 1
 
 
 @contextlib.contextmanager
@@ -260,10 +266,7 @@ def run_final_callbacks(queue: list[Callable[[], None]]) -> None:
     prev, prev_deferred = getattr(_callbacks, "queue", None), getattr(_callbacks, "defer_to", None)
     _callbacks.queue, _callbacks.defer_to = queue, None
     try:
-        i = 0
-        while i < len(queue):
-            queue[i]()
-            i += 1
+        _drain(queue)
     finally:
         _callbacks.queue, _callbacks.defer_to = prev, prev_deferred
 
