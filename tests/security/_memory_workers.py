@@ -17,7 +17,9 @@ They meet through marker files in ``TPJ_TMP``. The victim prints one
   RSS over its baseline.
 - :func:`partial_then_gone`: the peer declares 1 GiB, sends ``SENT_MIB`` of it,
   then closes the connection or dies (``TPJ_GONE``: ``close`` or ``kill``).
-  ``held``: RSS over the baseline before that; ``freed_after``: seconds until
+  ``held``: RSS over the baseline before that, once the heap's free memory was
+  returned to the OS (``rss``: before that; ``heap_free``: what the allocator held
+  free); ``freed_after``: seconds until
   it fell back under ``FREED_MIB``; ``link_freed_after``: seconds until the
   victim's object for that connection was gone (no reference left to it).
 """
@@ -25,6 +27,7 @@ They meet through marker files in ``TPJ_TMP``. The victim prints one
 from __future__ import annotations
 
 import array
+import ctypes
 import fcntl
 import json
 import os
@@ -72,6 +75,42 @@ def _status_mib(key: str) -> float:
     raise AssertionError(f"no {key} in /proc/self/status")
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (``mallinfo2(3)``)."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def _glibc() -> Any:
+    """This process's C library if it has glibc's ``malloc_trim`` and ``mallinfo2``, else None."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = _MallInfo2
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _heap_free_mib() -> float | None:
+    """MiB the allocator holds free for reuse (None: not glibc)."""
+    libc = _glibc()
+    return None if libc is None else round(libc.mallinfo2().fordblks / MIB, 1)
+
+
+def _return_free_heap() -> None:
+    """Give the heap's free pages back to the OS (``malloc_trim(0)``), where glibc can."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 # ---------------------------------------------------------------------- the victim
 
 
@@ -106,6 +145,12 @@ def _measure_peak(base: float, agent: Any) -> dict[str, Any]:
 def _measure_release(base: float, agent: Any) -> dict[str, Any]:
     _wait_for("sent")
     # The bytes were read (the peer saw its queue drain or got a later reply): they are held.
+    rss = _status_mib("VmRSS") - base
+    # Freed memory the allocator keeps for reuse is in RSS but held by nothing: how much
+    # depends on how the receiving threads' allocations interleaved (tens of MiB more on
+    # a loaded machine for gRPC's 4 MiB messages), so it is returned before measuring.
+    heap_free = _heap_free_mib()
+    _return_free_heap()
     held = _status_mib("VmRSS") - base
     server = agent.connections.get(os.environ["TPJ_TRANSPORT"]).server
     (link,) = server._links  # the peer's connection, as the victim's server knows it
@@ -123,6 +168,8 @@ def _measure_release(base: float, agent: Any) -> dict[str, Any]:
         time.sleep(POLL_S)
     return {
         "held": round(held, 1),
+        "rss": round(rss, 1),
+        "heap_free": heap_free,
         "after": round(_status_mib("VmRSS") - base, 1),
         "freed_after": freed.get("rss"),  # None: not within 10 s
         "link_freed_after": freed.get("link"),

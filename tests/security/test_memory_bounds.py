@@ -28,7 +28,7 @@ from tests.security import _memory_workers as W
 SECRET = "memory-bounds-secret"
 # A declared GiB used to show up whole; this is room for the few KiB sent and for noise.
 GROWTH_LIMIT_MIB = 64
-# What a link holds besides the bytes that came (grpc's and the heap's buffers, noise).
+# What a link holds besides the bytes that came (grpc's buffers, the heap's fragments, noise).
 HELD_SLACK_MIB = 128
 # Everything a link holds goes within a second of its peer going; slack for a loaded machine.
 FREED_WITHIN_S = 2.0
