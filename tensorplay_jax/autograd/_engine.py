@@ -11,7 +11,9 @@
    every edge into it has delivered (or passed ``None``). Among ready nodes the
    most recently created runs first (a heap on ``-seq``).
 4. Run the ready node's backward, add the results into its inputs' buffers
-   (``None`` contributes nothing), free the node unless ``retain_graph``.
+   (``None`` contributes nothing; the execution backend may keep a running sum of
+   small CPU gradients on the host, ``_seams``' ``sum_into``, placed before the node
+   runs), free the node unless ``retain_graph``.
 5. A leaf sink hands its summed gradient to ``accumulate(leaf, grad)`` once per
    call; the default adds it into ``leaf.grad``.
 
@@ -48,6 +50,7 @@ from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradie
 from tensorplay_jax.autograd._cache import ones_like
 from tensorplay_jax.autograd._node import AccumulateGrad, GradientEdge, Node
 from tensorplay_jax.autograd.sparse_arrays import is_sparse_array
+from tensorplay_jax.runtime.device import to_device
 
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
@@ -118,6 +121,31 @@ def _add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
     if b is None:
         return a
     return add_gradients(a, b)
+
+
+def _sum_into(held: Any, grad: jax.Array | None) -> Any:
+    """``held + grad`` in a node's input buffer: the execution backend may keep the running
+    sum on the host (a NumPy array, placed by :func:`_placed` before the node runs)."""
+    if held is None:
+        return grad
+    if grad is None:
+        return held
+    strategy = _seams.strategy
+    if strategy is not None:
+        out = strategy.sum_into(held, grad)
+        if out is not NotImplemented:
+            return out
+    if isinstance(held, np.ndarray):
+        held = to_device(np.asarray(held))
+    return add_gradients(held, grad)
+
+
+def _placed(grads: list[Any]) -> list[Any]:
+    """A node's input buffer with every host running sum put on the device."""
+    for i, g in enumerate(grads):
+        if isinstance(g, np.ndarray):
+            grads[i] = to_device(np.asarray(g))
+    return grads
 
 
 def _dependencies(starts: Sequence[Node]) -> dict[Node, int]:
@@ -228,7 +256,7 @@ def run_backward(
     with _hooks.final_callbacks(hooked):  # queue_callback: run after every node
         while ready:
             _, _, node = heapq.heappop(ready)
-            grads = buffers.pop(node)
+            grads = _placed(buffers.pop(node))
             if (
                 wanted is not None
                 and isinstance(node, AccumulateGrad)
@@ -260,7 +288,7 @@ def run_backward(
                 if buf is None:
                     buf = buffers[nxt] = [None] * nxt.num_outputs
                 if g is not None:
-                    buf[edge.output_nr] = _add(buf[edge.output_nr], g)
+                    buf[edge.output_nr] = _sum_into(buf[edge.output_nr], g)
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if left == 0:

@@ -9,7 +9,7 @@ backward node by node: the *reference path*. A speed-up layer (the built-in one 
     Consulted by ``call_op``/``call_rule``/``apply``: it may take a recorded
     operation (defer it, replay it as part of a known segment) and it is the
     execution backend for the calls the core does run (``run``, ``run_vjp``,
-    ``run_pullback``: small CPU ones with NumPy, say). Each method returns
+    ``run_pullback``, ``sum_into``: small CPU ones with NumPy, say). Each method returns
     ``NotImplemented`` to leave the call to the core.
 ``BackwardPlanner`` (``planner``)
     Tried by ``run_backward`` before its node-by-node pass: it may run the whole
@@ -85,6 +85,10 @@ class RecordingStrategy(Protocol):
 
     def run_pullback(self, pullback: Any, cts: tuple[Any, ...], out_info: Any) -> Any:
         """One node's backward (``_cache.pullback_body``)."""
+
+    def sum_into(self, held: Any, grad: Any) -> Any:
+        """``held + grad`` for a backward's buffer of one tensor's gradients: it may be a
+        host ``numpy.ndarray`` (a running sum the engine places before the node runs)."""
 
     def assign(self, dst: Tensor, src: Tensor) -> None:
         """Give leaf ``dst`` the pending value of ``src`` without running it."""

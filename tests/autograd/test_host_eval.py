@@ -279,3 +279,53 @@ def test_gradient_sums_of_small_tensors_compile_nothing():
     got = []
     assert _xla_compiles(lambda: got.append(add_gradients(on_device, a * 2.0))) == 0
     np.testing.assert_array_equal(np.asarray(got[0]), a + a * 2.0)
+
+
+def _many_paths_grad(weights: np.ndarray, coefs: np.ndarray) -> np.ndarray:
+    """d/dw of sum_i sum(w * c_i), with w used once per row of ``coefs`` (one path each)."""
+    w = tp.tensor(weights, requires_grad=True)
+    total = None
+    for c in coefs:
+        term = (w * tp.tensor(c)).sum()
+        total = term if total is None else total + term
+    total.backward()
+    return w.grad.numpy()
+
+
+def test_a_leaf_reached_by_many_paths_gets_the_reference_paths_sum_bit_for_bit():
+    rng = np.random.default_rng(11)
+    weights = rng.standard_normal(29).astype(np.float32)  # a size no other test sums
+    coefs = rng.standard_normal((300, 29)).astype(np.float32)
+    fast = _many_paths_grad(weights, coefs)
+    old = tp.autograd.set_deferred(False)  # the reference path: each sum a compiled add
+    try:
+        reference = _many_paths_grad(weights, coefs)
+    finally:
+        tp.autograd.set_deferred(old)
+    np.testing.assert_array_equal(fast, reference)
+    np.testing.assert_allclose(fast, coefs.sum(axis=0, dtype=np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_a_running_sum_on_the_host_never_writes_an_array_it_did_not_make():
+    theirs = np.arange(5, dtype=np.float32)  # e.g. a gradient that arrived over RPC
+    total = _host_eval.sum_into(theirs, np.ones(5, np.float32))
+    assert isinstance(total, _host_eval.HostSum)
+    np.testing.assert_array_equal(theirs, np.arange(5, dtype=np.float32))
+    again = _host_eval.sum_into(total, theirs)
+    assert again is total  # its own sum is added into in place
+    np.testing.assert_array_equal(again, 2 * np.arange(5, dtype=np.float32) + 1)
+    np.testing.assert_array_equal(theirs, np.arange(5, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "held, grad",
+    [
+        (np.ones(3, np.float32), np.ones(3, np.float64)),  # dtypes differ
+        (np.ones(3, np.float32), np.ones((1, 3), np.float32)),  # shapes differ (broadcast)
+        (np.ones(3, np.float16), np.ones(3, np.float16)),  # half precision
+        (np.ones(1 << 20, np.float32), np.ones(1 << 20, np.float32)),  # above the limit
+    ],
+    ids=["dtypes", "shapes", "float16", "large"],
+)
+def test_sums_numpy_would_not_match_are_left_to_the_compiled_add(held, grad):
+    assert _host_eval.sum_into(held, grad) is NotImplemented

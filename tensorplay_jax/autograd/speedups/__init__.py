@@ -50,6 +50,7 @@ class DeferredRecording:
     run = staticmethod(_host_eval.run)
     run_vjp = staticmethod(_host_eval.run_vjp)
     run_pullback = staticmethod(_host_eval.run_pullback)
+    sum_into = staticmethod(_host_eval.sum_into)
     assign = staticmethod(_assign.assign)
     take_assigned = staticmethod(_assign.take_assigned)
 

@@ -59,7 +59,7 @@ from tensorplay_jax.runtime.device import to_device
 if TYPE_CHECKING:
     from tensorplay_jax.autograd._cache import _Entry
 
-__all__ = ["covers_vjp", "run", "run_pullback", "run_vjp"]
+__all__ = ["HostSum", "covers_vjp", "run", "run_pullback", "run_vjp", "sum_into"]
 
 _DTYPES = frozenset(
     np.dtype(t)
@@ -223,6 +223,59 @@ def run_pullback(pullback: Any, cts: tuple[Any, ...], out_info: Any) -> Any:
     key = (treedef, tuple(c is None for c in cts), out_info, key)
     fn = functools.partial(pullback_body, out_info=out_info)
     return _call(STATE.host_pullbacks, key, fn, (pullback, cts), (*leaves, *given), visible=False)
+
+
+class HostSum(np.ndarray):
+    """A running sum of one tensor's gradients, kept on the host by :func:`sum_into`.
+
+    Its own type says the buffer is the backward's, made by :func:`sum_into`, so a later
+    gradient is added into it in place; any other host array (one that came over
+    RPC) may be seen elsewhere and is never written.
+    """
+
+
+_SUM_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def _summable(x: Any, limit: int) -> bool:
+    """A float32/float64 array of at most ``limit`` values on the CPU: a host array, or an
+    uncommitted ``jax.Array`` on the default (CPU) device."""
+    kind = type(x)
+    if kind is not STATE.host_array and kind is not np.ndarray and kind is not HostSum:
+        return False
+    if x.dtype not in _SUM_DTYPES or x.size > limit:
+        return False
+    return kind is not STATE.host_array or not x.committed
+
+
+def sum_into(held: Any, grad: Any) -> Any:
+    """``held + grad`` (two gradients of one tensor, in a backward's buffer) with NumPy, as
+    a :class:`HostSum`; ``NotImplemented`` for arrays this backend does not take.
+
+    A leaf reached by many paths (a parameter used at each of 500 steps) gets one
+    gradient per path; added as they come, each sum would be one compiled call. Here
+    the sum stays on the host, each gradient added into it in place, and the engine
+    puts it on the device once, when the node runs. The additions are the same
+    IEEE operations in the same order as the compiled ones (float32 and float64,
+    same shape and dtype), so the sum is the same, bit for bit.
+
+    Example:
+        >>> import numpy as np
+        >>> total = sum_into(np.ones(2, np.float32), np.ones(2, np.float32))
+        >>> type(total).__name__, sum_into(total, np.ones(2, np.float32)).tolist()
+        ('HostSum', [3.0, 3.0])
+    """
+    limit = _max_values()
+    if not limit or held.shape != grad.shape or held.dtype != grad.dtype:
+        return NotImplemented
+    if not _summable(grad, limit):
+        return NotImplemented
+    if type(held) is HostSum:
+        np.add(held, np.asarray(grad), out=held)
+        return held
+    if not _summable(held, limit):
+        return NotImplemented
+    return np.add(np.asarray(held), np.asarray(grad)).view(HostSum)
 
 
 def _call(
