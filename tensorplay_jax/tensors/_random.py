@@ -1,8 +1,6 @@
 """The global random state behind ``tp.randn``/``tp.rand``/initialisation: ``manual_seed``.
 
-One JAX PRNG key per process, under a lock: a draw takes the next of
-``KEYS_PER_SPLIT`` keys split off it at once (one compiled call hands out that
-many draws' keys, where a split per draw cost a compiled call each). As in torch,
+One JAX PRNG key per process, split under a lock for every draw. As in torch,
 a process that never calls ``manual_seed`` starts from a seed drawn from the
 operating system (so two unseeded workers draw different data);
 ``manual_seed(s)`` makes every later draw exact. Code that runs inside a JAX
@@ -27,9 +25,7 @@ import numpy as np
 from tensorplay_jax.runtime import xla_options
 
 _lock = threading.Lock()
-# seed None: draw one from the OS; spare: keys split off "key" not handed out yet (last first)
-_state: dict[str, Any] = {"key": None, "seed": None, "spare": []}
-KEYS_PER_SPLIT = 64
+_state: dict[str, Any] = {"key": None, "seed": None}  # seed None: draw one from the OS
 _scoped = threading.local()
 
 
@@ -49,7 +45,6 @@ def manual_seed(seed: int) -> None:
     with _lock:
         _state["seed"] = int(seed)
         _state["key"] = jax.random.key(int(seed))
-        _state["spare"] = []
 
 
 def _os_seed() -> int:
@@ -83,43 +78,21 @@ def _split(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return new, sub
 
 
-@functools.partial(xla_options.jit, static_argnums=1)
-def _split_many(key: jax.Array, n: int) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """``jax.random.split(key, n + 1)`` as the next key and ``n`` keys, one compiled call."""
-    keys = jax.random.split(key, n + 1)
-    return keys[0], tuple(keys[1:])
-
-
 def next_key() -> jax.Array:
-    """A fresh key: from the innermost ``key_scope`` on this thread, else from the global state.
-
-    The global state's keys after ``manual_seed(s)`` are ``jax.random.split(key(s), 65)[1:]``,
-    then the same of ``split(key(s), 65)[0]``, and so on.
-
-    Example:
-        >>> import jax
-        >>> import tensorplay_jax as tp
-        >>> tp.manual_seed(3)
-        >>> first = jax.random.split(jax.random.key(3), KEYS_PER_SPLIT + 1)[1]
-        >>> bool((jax.random.key_data(next_key()) == jax.random.key_data(first)).all())
-        True
-    """
+    """A fresh key: from the innermost ``key_scope`` on this thread, else from the global state."""
     scope = getattr(_scoped, "stack", None)
     if scope:
         box = scope[-1]
         box[0], sub = _split(box[0])
         return sub
     with _lock:
-        spare = _state["spare"]
-        if not spare:
-            key = _state["key"]
-            if key is None:
-                if _state["seed"] is None:
-                    _state["seed"] = _os_seed()
-                key = jax.random.key(_state["seed"])
-            _state["key"], subs = _split_many(key, KEYS_PER_SPLIT)
-            spare.extend(reversed(subs))
-        return spare.pop()
+        key = _state["key"]
+        if key is None:
+            if _state["seed"] is None:
+                _state["seed"] = _os_seed()
+            key = jax.random.key(_state["seed"])
+        _state["key"], sub = _split(key)
+    return sub
 
 
 def in_key_scope() -> bool:
