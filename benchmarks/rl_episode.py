@@ -26,12 +26,14 @@ Usage::
     python benchmarks/rl_episode.py                   # torch needs to be importable
     python benchmarks/rl_episode.py --rounds 5 --pieces
     python benchmarks/rl_episode.py --gc-freeze
+    python benchmarks/rl_episode.py --served --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -120,6 +122,127 @@ def _pieces(lib: Any, nn: Any, F: Any, Categorical: Any, n: int) -> dict[str, fl
     return {k: statistics.median(v[n // 5 :]) for k, v in times.items()}  # warm part
 
 
+_SERVED: dict[str, Any] = {}  # the agent's state in its process (--served)
+
+
+def _served_setup(name: str) -> None:
+    """In the agent: build the policy, its optimizer and the step buffer."""
+    lib, nn, F, optim, Categorical = _libs(name)[name]
+    policy = _policy(lib, nn, F)
+    _SERVED.update(
+        lib=lib,
+        Categorical=Categorical,
+        policy=policy,
+        optimizer=optim.Adam(policy.parameters(), lr=1e-2),
+        buffer=lib.zeros(1, 1, 4),
+        saved=[],
+        cpu=0.0,
+    )
+
+
+def _served_step(state: Any) -> int:
+    """In the agent: one step of the example's agent on ``state`` (a served call)."""
+    c = time.thread_time()
+    a = _SERVED
+    a["buffer"][0].copy_(state)
+    m = a["Categorical"](a["policy"](a["buffer"].clone()))
+    action = m.sample()
+    a["saved"].append(m.log_prob(action).t()[0])
+    out = action[0].item()
+    a["cpu"] += time.thread_time() - c
+    return out
+
+
+def _served_finish() -> dict[str, float]:
+    """In the agent: the episode's backward and optimizer step; the phases' CPU ms."""
+    a, lib = _SERVED, _SERVED["lib"]
+    c = time.thread_time()
+    loss = (-lib.stack(a["saved"]) * lib.ones(STEPS, 1)).sum()
+    loss.backward()
+    mid = time.thread_time()
+    a["optimizer"].step()
+    a["optimizer"].zero_grad()
+    end = time.thread_time()
+    steps_cpu, a["saved"], a["cpu"] = a["cpu"], [], 0.0
+    return {
+        "agent cpu: steps": steps_cpu * 1e3,
+        "agent cpu: backward": (mid - c) * 1e3,
+        "agent cpu: optimizer": (end - mid) * 1e3,
+    }
+
+
+def _served_worker(rank: int, name: str, rounds: int, warmup: int, out: str, port: str) -> None:
+    """Rank 0 serves the agent; rank 1 drives ``warmup + rounds`` episodes, writes ``out``."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    if name == "torch":
+        import torch
+        import torch.distributed.rpc as rpc
+
+        torch.set_num_threads(1)
+    else:
+        import tensorplay_jax.distributed.rpc as rpc
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2)
+    if rank == 1:
+        lib = _libs(name)[name][0]
+        rpc.rpc_sync("w0", _served_setup, args=(name,))
+        states = np.random.default_rng(0).standard_normal((STEPS, 4)).astype(np.float32)
+        runs = []
+        for r in range(warmup + rounds):
+            start = time.perf_counter()
+            for step in range(STEPS):
+                state = lib.from_numpy(states[step]).float().unsqueeze(0)
+                rpc.rpc_sync("w0", _served_step, args=(state,))
+            mid = time.perf_counter()
+            got = rpc.rpc_sync("w0", _served_finish)
+            got["steps (round trips)"] = (mid - start) * 1e3
+            got["backward + optimizer (round trip)"] = (time.perf_counter() - mid) * 1e3
+            if r >= warmup:
+                runs.append(got)
+        with open(out, "w") as f:
+            json.dump(runs, f)
+    rpc.shutdown()
+
+
+def _served(rounds: int, warmup: int) -> None:
+    """--served: each library's agent inside RPC calls, spawns alternating; print medians."""
+    import tempfile
+
+    import tensorplay_jax.rpc as tp_mp
+
+    names = ["ours", "torch"]
+    runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            for name in names:
+                out = os.path.join(tmp, f"{name}{i}.json")
+                port = str(29600 + 2 * i + names.index(name))
+                args = (name, 1, warmup, out, port)
+                if name == "torch":
+                    import torch.multiprocessing as mp
+
+                    mp.spawn(_served_worker, args=args, nprocs=2, join=True)
+                else:
+                    tp_mp.spawn(_served_worker, args=args, nprocs=2, join=True)
+                with open(out) as f:
+                    runs[name].extend(json.load(f))
+    print(f"# RL episode served over RPC, {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(
+        f"# machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}"
+    )
+    print(f"# command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(
+        f"# median of {rounds} episodes of {STEPS} served steps per library, each in a "
+        "spawn of its own (alternating); torch with 1 thread"
+    )
+    print("| phase (ms) | ours | torch | ours/torch |")
+    print("|---|---|---|---|")
+    for phase in runs["ours"][0]:
+        med = {n: statistics.median(r[phase] for r in runs[n]) for n in names}
+        ratio = med["ours"] / med["torch"]
+        print(f"| {phase} | {med['ours']:.1f} | {med['torch']:.1f} | {ratio:.2f}x |")
+
+
 def _libs(only: str | None) -> dict[str, tuple[Any, ...]]:
     libs: dict[str, tuple[Any, ...]] = {}
     if only != "torch":
@@ -145,11 +268,17 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3, help="untimed episodes first")
     p.add_argument("--pieces", action="store_true", help="also time a step's pieces")
     p.add_argument(
+        "--served", action="store_true", help="the agent inside RPC calls, two processes each"
+    )
+    p.add_argument(
         "--gc-freeze",
         action="store_true",
         help="gc.freeze() after the imports: the cyclic collector skips what they made",
     )
     args = p.parse_args()
+    if args.served:
+        _served(args.rounds, args.warmup)
+        return
     libs = _libs(args.only)
     if args.gc_freeze:
         import gc
