@@ -135,16 +135,21 @@ def _sum_into(held: Any, grad: jax.Array | None) -> Any:
         out = strategy.sum_into(held, grad)
         if out is not NotImplemented:
             return out
-    if isinstance(held, np.ndarray):
-        held = to_device(np.asarray(held))
-    return add_gradients(held, grad)
+    return add_gradients(_place(held), grad)
+
+
+def _place(g: Any) -> Any:
+    """``g``, a host float array (a running sum) put on the device."""
+    if isinstance(g, np.ndarray) and g.dtype.kind == "f":
+        return to_device(np.asarray(g))
+    return g
 
 
 def _placed(grads: list[Any]) -> list[Any]:
     """A node's input buffer with every host running sum put on the device."""
     for i, g in enumerate(grads):
         if isinstance(g, np.ndarray):
-            grads[i] = to_device(np.asarray(g))
+            grads[i] = _place(g)
     return grads
 
 
