@@ -19,9 +19,9 @@ They meet through marker files in ``TPJ_TMP``. The victim prints one
   then closes the connection or dies (``TPJ_GONE``: ``close`` or ``kill``).
   ``held``: RSS over the baseline before that, once the heap's free memory was
   returned to the OS (``rss``: before that; ``heap_free``: what the allocator held
-  free); ``freed_after``: seconds until
-  it fell back under ``FREED_MIB``; ``link_freed_after``: seconds until the
-  victim's object for that connection was gone (no reference left to it).
+  free); ``freed_after``: seconds until it fell back under ``FREED_MIB``;
+  ``link_freed_after``: seconds until the victim's object for that connection was
+  gone (no reference left to it).
 """
 
 from __future__ import annotations
