@@ -65,6 +65,21 @@ def _policy(lib: Any, nn: Any, F: Any) -> Any:
     return Policy()
 
 
+def _step(Categorical: Any, policy: Any, buffer: Any, state: Any, saved: list) -> int:
+    """One step of the example's agent: the state into its buffer, the policy on a copy,
+    a sampled action (returned), its log-probability appended to ``saved``."""
+    buffer[0].copy_(state)
+    m = Categorical(policy(buffer.clone()))
+    action = m.sample()
+    saved.append(m.log_prob(action).t()[0])
+    return action[0].item()
+
+
+def _loss(lib: Any, saved: list) -> Any:
+    """The episode's loss over its ``STEPS`` saved log-probabilities (unit returns)."""
+    return (-lib.stack(saved) * lib.ones(STEPS, 1)).sum()
+
+
 def _agent(lib: Any, nn: Any, F: Any, optim: Any, Categorical: Any) -> Callable[[dict], None]:
     """One episode of the example's agent as a function of a phase-timing dict."""
     policy = _policy(lib, nn, F)
@@ -77,14 +92,9 @@ def _agent(lib: Any, nn: Any, F: Any, optim: Any, Categorical: Any) -> Callable[
         start = time.perf_counter()
         for step in range(STEPS):
             state = lib.from_numpy(states[step]).float().unsqueeze(0)
-            buffer[0].copy_(state)
-            m = Categorical(policy(buffer.clone()))
-            action = m.sample()
-            saved.append(m.log_prob(action).t()[0])
-            action[0].item()
+            _step(Categorical, policy, buffer, state, saved)
         mid = time.perf_counter()
-        loss = (-lib.stack(saved) * lib.ones(STEPS, 1)).sum()
-        loss.backward()
+        _loss(lib, saved).backward()
         after = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad()
@@ -144,11 +154,7 @@ def _served_step(state: Any) -> int:
     """In the agent: one step of the example's agent on ``state`` (a served call)."""
     c = time.thread_time()
     a = _SERVED
-    a["buffer"][0].copy_(state)
-    m = a["Categorical"](a["policy"](a["buffer"].clone()))
-    action = m.sample()
-    a["saved"].append(m.log_prob(action).t()[0])
-    out = action[0].item()
+    out = _step(a["Categorical"], a["policy"], a["buffer"], state, a["saved"])
     a["cpu"] += time.thread_time() - c
     return out
 
@@ -157,8 +163,7 @@ def _served_finish() -> dict[str, float]:
     """In the agent: the episode's backward and optimizer step; the phases' CPU ms."""
     a, lib = _SERVED, _SERVED["lib"]
     c = time.thread_time()
-    loss = (-lib.stack(a["saved"]) * lib.ones(STEPS, 1)).sum()
-    loss.backward()
+    _loss(lib, a["saved"]).backward()
     mid = time.thread_time()
     a["optimizer"].step()
     a["optimizer"].zero_grad()
