@@ -395,7 +395,7 @@ def _ext(code: int, data: bytes, buffers: list[Any], ext_hook: Callable[[int, by
         arr = _host_array(dtype_name, shape, buffers[index])
         return _wire_types.registered(name).decode((_placed(arr, dest) if dest else arr, extra))
     if code == _EXT_SHARDED:
-        return _sharded.rebuild(msgpack.unpackb(data), buffers, _host_array, _device)
+        return _sharded.rebuild_packed(data, buffers, _host_array, _device, msgpack.unpackb)
     if code == _EXT_TUPLE:
         return tuple(_unpack(data, ext_hook))
     if code == _EXT_REGISTERED:

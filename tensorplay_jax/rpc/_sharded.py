@@ -50,14 +50,22 @@ from tensorplay_jax.runtime.device import device_name, put_shards, put_shards_pl
 from tensorplay_jax.runtime.shards import check_addressable, is_sharded
 from tensorplay_jax.runtime.shards import index_key as _index_key
 
-__all__ = ["is_sharded", "rebuild", "rebuild_plain", "sharded_body", "sharded_record"]
+__all__ = [
+    "is_sharded",
+    "rebuild",
+    "rebuild_packed",
+    "rebuild_plain",
+    "sharded_body",
+    "sharded_record",
+]
 
 _CACHE_LIMIT = 256
 _meshes: dict[tuple[Any, ...], Mesh] = {}
 # What depends only on a sharding and a shape, made once: see _layout_out and _layout_in.
 _layouts_out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _layouts_in: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_bodies: dict[tuple[Any, ...], bytes] = {}  # see sharded_body
+_bodies: dict[tuple[Any, ...], tuple[bytes, list[int], jax.Device]] = {}  # see sharded_body
+_plans: dict[bytes, tuple[Any, ...]] = {}  # see rebuild_packed
 
 
 def _spec_out(spec: PartitionSpec) -> list[Any]:
@@ -139,12 +147,14 @@ def sharded_body(
     then only appended to ``buffers``.
     """
     key = (x.sharding, x.shape, x.dtype, place, len(buffers))
-    body = _bodies.get(key)
-    if body is None:
-        return _remember(_bodies, key, pack(sharded_record(x, place, buffers, host_buffer)))
-    flat, _, _, kept = _layout(x, x.sharding)
-    _start_host_copies(x, flat[0])
-    for i, _ in kept:
+    kept = _bodies.get(key)
+    if kept is None:
+        body = pack(sharded_record(x, place, buffers, host_buffer))
+        flat, _, _, positions = _layout(x, x.sharding)
+        return _remember(_bodies, key, (body, [i for i, _ in positions], flat[0]))[0]
+    body, positions, device = kept
+    _start_host_copies(x, device)
+    for i in positions:
         host_buffer(np.asarray(x.addressable_data(i)), buffers)
     return body
 
@@ -238,6 +248,32 @@ def rebuild(
       device: a device name to this process's ``jax.Device``.
     """
     return put_shards(*_host_shards(rec, buffers, host_array, device))
+
+
+def rebuild_packed(
+    data: bytes,
+    buffers: list[Any],
+    host_array: Callable[[str, list[int], Any], np.ndarray],
+    device: Callable[[str], Any],
+    unpack: Callable[[bytes], Any],
+) -> jax.Array:
+    """``rebuild(unpack(data), ...)``, with what the packed record asks for read once.
+
+    The record's bytes name everything but the shards' contents (the sharding,
+    the shape, the dtype and which buffer holds which shard), and a sender
+    sends the same bytes for every array of one sharding and shape
+    (:func:`sharded_body`): the plan they make is kept by those bytes, so an
+    array like the last one costs a dictionary lookup and its shards' views.
+    """
+    plan = _plans.get(data)
+    if plan is None:
+        rec = unpack(data)
+        sharding, shape, wanted = _layout_in(rec, device)
+        by_index = {tuple(idx): i for idx, i in rec[7]}
+        parts = [(piece, by_index[k]) for k, piece in wanted]
+        plan = _remember(_plans, data, (sharding, shape, rec[0], parts))
+    sharding, shape, dtype, parts = plan
+    return put_shards([host_array(dtype, p, buffers[i]) for p, i in parts], sharding, shape)
 
 
 def rebuild_plain(

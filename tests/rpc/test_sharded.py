@@ -125,6 +125,33 @@ def test_the_batched_rebuild_gives_what_the_plain_rebuild_gives(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_a_rebuild_from_the_kept_plan_gives_what_the_plain_rebuild_gives(case):
+    """The decoder keeps what a packed record asks for by its bytes: the second array of a
+    sharding (the plan kept) and one whose shards sit later among the buffers (other
+    bytes, another plan) come out as the plain rebuild makes them."""
+    import msgpack
+
+    from tensorplay_jax.rpc import _sharded
+
+    mesh_shape, axes, spec, shape, dtype = case
+    for first, scale in ((0, 1), (0, 2), (3, 3)):
+        want = values(shape, dtype) * np.asarray(scale, dtype)
+        x = sharded(want, mesh(*mesh_shape, axes=axes), spec)
+        buffers: list = [memoryview(b"")] * first
+        body = _sharded.sharded_body(x, None, buffers, _codec._host_buffer, msgpack.packb)
+        fast = _sharded.rebuild_packed(
+            body, buffers, _codec._host_array, _codec._device, msgpack.unpackb
+        )
+        plain = _sharded.rebuild_plain(
+            msgpack.unpackb(body), buffers, _codec._host_array, _codec._device
+        )
+        assert fast.sharding == plain.sharding == x.sharding
+        assert fast.dtype == plain.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(fast), want)
+        np.testing.assert_array_equal(np.asarray(plain), want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_kept_packed_record_is_the_record_packed(case):
     import msgpack
 
