@@ -115,7 +115,7 @@ def _run(
     other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
     out, pullback = _cache.forward_vjp(entry, mask, diff, other)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
-    saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
+    saved = tuple(t for t in tensors if t is not None) if saves else ()
     if isinstance(out, jax.Array):  # one output (most operations): no pytree work
         info = (_cache.LEAF, ((out.shape, out.dtype),))
         node = VJPNode(entry.name, pullback, info, edges, 1, saved)
@@ -228,7 +228,7 @@ def _call_rule(
         return _tc.Tensor._wrap(out)
     vjp = jax.tree_util.Partial(_cache.rule_for(pullback, mask), *values)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
-    saved = tuple((t, t._version) for t in tensors if t is not None)
+    saved = tuple(t for t in tensors if t is not None)
     info = (_cache.LEAF, ((out.shape, out.dtype),))
     node = VJPNode(entry.name, vjp, info, edges, 1, saved)
     return _tc.Tensor._wrap_output(out, node, 0)

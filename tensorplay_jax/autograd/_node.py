@@ -72,6 +72,27 @@ class NodeName(str):
         return f"{own}0" if own.endswith("Backward") else own
 
 
+_NAMES: dict[str, NodeName] = {}  # one NodeName per distinct name (see node_name)
+_NAMES_LIMIT = 4096
+
+
+def node_name(name: str) -> NodeName:
+    """The ``NodeName`` of ``name``, one object per distinct name.
+
+    A node's name is one of a few hundred operation names; sharing one object
+    per name keeps every node's name out of the cyclic garbage collector's
+    view (a ``str`` subclass instance is tracked by it), which a graph of many
+    thousand nodes would otherwise add to each full collection. Past
+    ``_NAMES_LIMIT`` distinct names a new name gets its own object.
+    """
+    out = _NAMES.get(name)
+    if out is None:
+        out = NodeName(name)
+        if len(_NAMES) < _NAMES_LIMIT:
+            _NAMES[name] = out
+    return out
+
+
 class CustomNodeName(NodeName):
     """A custom ``Function``'s node name (``MyFuncBackward``): the same in both spellings."""
 
@@ -97,7 +118,7 @@ class Node:
     def __init__(
         self, name: str, next_edges: Sequence[GradientEdge | None], num_outputs: int
     ) -> None:
-        self.name = NodeName(name)
+        self.name = node_name(name)
         self.next_edges: tuple[GradientEdge | None, ...] = tuple(next_edges)
         self.num_outputs = num_outputs
         self.seq = next(_seq)
@@ -203,7 +224,7 @@ class VJPNode(Node):
     operation, static arguments and input shapes/dtypes.
     """
 
-    __slots__ = ("lazy", "lazy_index", "lazy_op", "origin", "out_info", "saved", "vjp")
+    __slots__ = ("lazy", "lazy_index", "lazy_op", "origin", "out_info", "saved", "versions", "vjp")
 
     def __init__(
         self,
@@ -212,12 +233,15 @@ class VJPNode(Node):
         out_info: Any,
         next_edges: Sequence[GradientEdge | None],
         num_outputs: int,
-        saved: tuple[tuple[Tensor, int], ...] = (),
+        saved: tuple[Tensor, ...] = (),
     ) -> None:
         super().__init__(name, next_edges, num_outputs)
         self.vjp = vjp
         self.out_info = out_info
-        self.saved = saved  # (input Tensor, its _version when recorded)
+        # the input Tensors a write would make stale, and their _version when recorded (a
+        # tuple of ints apart: the garbage collector stops tracking it)
+        self.saved = saved
+        self.versions = tuple(t._version for t in saved)
         self.lazy: Any = None  # the pending handle (``_seams``) while the forward is held back
         # the strategy's own: where the node sits in its pending work, what it runs
         self.lazy_index = 0
@@ -226,7 +250,7 @@ class VJPNode(Node):
 
     def check_saved(self) -> None:
         """Raise torch's error if an input this node saved was written in place since."""
-        for t, version in self.saved:
+        for t, version in zip(self.saved, self.versions, strict=False):
             if t._version != version:
                 raise RuntimeError(
                     _MODIFIED_MSG.format(
@@ -248,7 +272,7 @@ class VJPNode(Node):
     def release(self) -> None:
         super().release()
         self.vjp = None
-        self.saved = ()
+        self.saved = self.versions = ()
         self.lazy_op = None
 
 

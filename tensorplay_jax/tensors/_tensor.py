@@ -125,7 +125,7 @@ class Tensor(metaclass=_TensorMeta):
         self._requires_grad = False
         self._version = 0
         self._view: _views.ViewOf | None = None
-        self._views: weakref.WeakSet[Tensor] | None = None
+        self._views: _views.ViewRefs | None = None
         if requires_grad:
             self.requires_grad = True
 

@@ -60,6 +60,40 @@ class ViewOf(NamedTuple):
         return self.ref if self.linked else self.ref()
 
 
+class ViewRefs(list):
+    """A base's views, held weakly: a list of ``weakref.ref``, dead ones dropped as it grows.
+
+    Lighter than a ``weakref.WeakSet`` (one object and a weak reference per view,
+    against a WeakSet's seven objects and its callbacks): a base made each step
+    (a view of a view of an operation's output) would otherwise add the WeakSet's
+    objects to every garbage collection while the step's graph lives. The dead
+    references are dropped when the list reaches ``prune_at``, which then doubles
+    past what is left, so adding a view costs O(1) amortized.
+    """
+
+    __slots__ = ("prune_at",)
+
+    def __init__(self, first: Tensor) -> None:
+        super().__init__((weakref.ref(first),))
+        self.prune_at = 8
+
+    def add(self, view: Tensor) -> None:
+        """Hold ``view`` (weakly)."""
+        self.append(weakref.ref(view))
+        if len(self) >= self.prune_at:
+            self[:] = [r for r in self if r() is not None]
+            self.prune_at = max(8, 2 * len(self))
+
+    def live(self) -> list[Tensor]:
+        """The views still alive."""
+        out = []
+        for r in self:
+            v = r()
+            if v is not None:
+                out.append(v)
+        return out
+
+
 def link(
     view: Tensor,
     base: Tensor,
@@ -72,8 +106,9 @@ def link(
     view._view = ViewOf(base if linked else weakref.ref(base), read, write, linked)
     views = base._views
     if views is None:
-        views = base._views = weakref.WeakSet()
-    views.add(view)
+        base._views = ViewRefs(view)
+    else:
+        views.add(view)
     return view
 
 
@@ -113,8 +148,10 @@ def _rebind(t: Tensor, new: Tensor, linked: bool) -> None:
         t._grad_fn, t._output_nr, t._requires_grad = node, new._output_nr, True
     t._version += 1
     saved = getattr(node, "saved", None)
-    if saved:  # the write's own node holds t's old value itself: later writes are no conflict
-        node.saved = tuple((s, v) for s, v in saved if s is not t)
+    if saved and any(s is t for s in saved):  # the write's node holds t's old value itself
+        keep = [i for i, s in enumerate(saved) if s is not t]
+        node.saved = tuple(saved[i] for i in keep)
+        node.versions = tuple(node.versions[i] for i in keep)
 
 
 def commit(t: Tensor, new: Tensor) -> Tensor:
@@ -146,7 +183,7 @@ def _refresh_views(base: Tensor, skip: Tensor | None) -> None:
         b, s = stack.pop()
         if not b._views:
             continue
-        for v in list(b._views):
+        for v in b._views.live():
             if v is s:
                 continue
             info = v._view

@@ -240,3 +240,12 @@ def test_autograd_grad_returns_without_accumulating():
         tp.autograd.grad((x * 2).sum(), [unused])
     with pytest.raises(RuntimeError, match="is not a leaf Tensor"):
         tp.autograd.grad((x * 2).sum(), [x * 2])
+
+
+def test_nodes_of_one_operation_share_one_name_object():
+    """A node's name is one object per operation name (a graph of many nodes does not hold
+    one string object each), and it still answers tensorplay's ``name()``."""
+    x = tp.ones(2, requires_grad=True)
+    a, b = (x * 2).grad_fn, (x * 3).grad_fn
+    assert a.name is b.name
+    assert a.name == "MulBackward" and a.name() == "MulBackward0"

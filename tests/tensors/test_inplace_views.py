@@ -280,3 +280,27 @@ def test_backward_after_saved_input_written_raises_like_torch():
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             prog_saved_input_modified(lib)
     _check(prog_unsaved_input_modified, [1.0, 1.0, 1.0])
+
+
+def test_a_base_drops_its_dead_views_as_it_makes_new_ones():
+    """A buffer written through a fresh view each step (``buf[0].copy_(x)``) holds its views
+    weakly and drops the dead ones: what it keeps stays bounded, and the live view still
+    sees the base's writes."""
+    buf = tp.zeros(3, 4)
+    keep = buf[2]
+    for i in range(1000):
+        buf[0].copy_(tp.full((4,), float(i)))
+    assert len(buf._views) <= 16
+    buf[2] = tp.ones(4)
+    assert keep.tolist() == [1.0] * 4
+    assert buf[0].tolist() == [999.0] * 4
+
+
+def test_a_write_through_a_view_after_many_views_died_reaches_every_live_view():
+    r = tp.zeros(8)
+    views = [r[i : i + 2] for i in range(0, 8, 2)]
+    for _ in range(100):
+        r[1:3]  # made and dropped
+    views[1][0] = 5.0  # r[2]
+    assert r.tolist() == [0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [v.tolist() for v in views] == [[0.0, 0.0], [5.0, 0.0], [0.0, 0.0], [0.0, 0.0]]

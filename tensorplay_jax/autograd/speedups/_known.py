@@ -281,7 +281,7 @@ def _run_known(seg: _lazy.Segment, known: _Known, root_ct: Any, acc: Accumulator
     # dies here, and only the outputs still alive get their values back.
     for n, inside in zip(nodes, known.inside, strict=True):
         if inside:
-            n.saved = ()  # type: ignore[union-attr]
+            n.saved = n.versions = ()  # type: ignore[union-attr]
     live = []
     bits, p = 0, 1
     for refs in seg.outs:

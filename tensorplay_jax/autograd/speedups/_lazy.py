@@ -398,7 +398,7 @@ def _append(
 def _push(seg: Segment, pattern: Pattern, tensors: Sequence[Tensor | None], saves: bool) -> Any:
     """Make the node and pending outputs of ``pattern``'s last operation, appended to ``seg``."""
     edges = [t._gradient_edge() for t, m in zip(tensors, pattern.ops[-1].mask, strict=True) if m]  # type: ignore[union-attr]
-    saved = tuple((t, t._version) for t in tensors if t is not None) if saves else ()
+    saved = tuple(t for t in tensors if t is not None) if saves else ()
     return make(seg, pattern, edges, saved)
 
 

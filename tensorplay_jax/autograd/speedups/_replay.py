@@ -77,7 +77,7 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
         n = len(seg.inputs)
         new: list[tuple[Any, Tensor | None]] = []
         edges: list[GradientEdge] = []
-        saved: list[tuple[Tensor, int]] = []
+        saved: list[Tensor] = []
         for a, (kind, k, i), key, m, last in zip(
             args, spec.refs, spec.keys, spec.mask, spec.last, strict=True
         ):
@@ -89,14 +89,14 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
                     if a._output_nr != i:
                         return NotImplemented
                     edges.append(_tuple_new(GradientEdge, (node, i)))
-                    saved.append((a, a._version))
+                    saved.append(a)
                     continue
                 v = a._value
                 if kind != 0 or a._requires_grad != m or type(v) is np.ndarray:
                     return NotImplemented  # (a host value: ``call_op``'s path places it)
                 if m:
                     edges.append(a._gradient_edge())
-                saved.append((a, a._version))
+                saved.append(a)
                 t: Any = a
             else:
                 if kind != 0 or m:
