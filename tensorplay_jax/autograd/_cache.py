@@ -113,17 +113,59 @@ class _Entry:
         return fn
 
 
+class Pullback(tuple):
+    """A pullback of ``jax.vjp`` held flat: ``(tree structure, residual, residual, ...)``.
+
+    ``jax.vjp``'s pullback is a pytree of several Python objects (a ``VJP``, its
+    lists of residuals, marker objects). A node holds one pullback for as long as
+    its graph lives, and a graph of many thousand nodes would hold all of those
+    objects where the cyclic garbage collector walks them at each full
+    collection; held flat, a pullback is one tuple. It is a pytree whose leaves
+    are the residuals (the same leaves, in the same order, as the pullback it
+    holds), so compiled backwards take it as they took that one; calling it
+    rebuilds the pullback and calls it (inside a trace, where the backward runs).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> _, pb = jax.vjp(jnp.sin, jnp.ones(2))
+        >>> flat = Pullback.of(pb)
+        >>> len(jax.tree_util.tree_leaves(flat)) == len(jax.tree_util.tree_leaves(pb))
+        True
+        >>> bool((flat(jnp.ones(2))[0] == pb(jnp.ones(2))[0]).all())
+        True
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, pullback: Any) -> Pullback:
+        """``pullback`` held flat."""
+        leaves, treedef = jax.tree_util.tree_flatten(pullback)
+        return cls((treedef, *leaves))
+
+    def __call__(self, cotangents: Any) -> Any:
+        return jax.tree_util.tree_unflatten(self[0], self[1:])(cotangents)
+
+
+jax.tree_util.register_pytree_node(
+    Pullback,
+    lambda p: (p[1:], p[0]),
+    lambda treedef, leaves: Pullback((treedef, *leaves)),
+)
+
+
 def _forward_vjp(
     flat_fn: Callable[..., Any],
     mask: tuple[bool, ...],
     diff: tuple[Any, ...],
     other: tuple[Any, ...],
-) -> tuple[Any, Any]:
+) -> tuple[Any, Pullback]:
     def f(*d: Any) -> Any:
         di, oi = iter(d), iter(other)
         return flat_fn(*[next(di) if m else next(oi) for m in mask])
 
-    return jax.vjp(f, *diff)
+    out, pullback = jax.vjp(f, *diff)
+    return out, Pullback.of(pullback)
 
 
 def lookup(key: Hashable, name: str, make_flat_fn: Callable[[], Callable[..., Any]]) -> _Entry:

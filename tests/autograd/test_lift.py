@@ -121,3 +121,22 @@ def test_dict_outputs_do_not_retrace():
     once()
     once()
     assert trace_counts() == before
+
+
+def test_a_recorded_pullback_is_held_flat_and_gives_jax_vjp_gradient():
+    """A node holds its pullback as one flat tuple (tree structure and residuals), not as
+    ``jax.vjp``'s object tree; the gradient through it is ``jax.vjp``'s."""
+    from tensorplay_jax.autograd._cache import Pullback
+
+    old = tp.autograd.set_deferred(False)  # the node gets its pullback at once
+    try:
+        x = tp.tensor([0.5, 1.0, 2.0], requires_grad=True)
+        y = tp.sin(x) * x
+        held = type(y.grad_fn.vjp)
+        y.sum().backward()
+    finally:
+        tp.autograd.set_deferred(old)
+    assert held is Pullback
+    v = np.array([0.5, 1.0, 2.0], np.float32)
+    _, pb = jax.vjp(lambda a: jnp.sin(a) * a, v)
+    np.testing.assert_allclose(x.grad.numpy(), pb(np.ones(3, np.float32))[0], rtol=1e-6)
