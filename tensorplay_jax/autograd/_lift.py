@@ -101,10 +101,15 @@ def _run(
         # differentiation there, and a node holding tracers would outlive its trace.
         record = False
     strategy = _seams.strategy
-    if record and strategy is not None:
-        out = strategy.record(entry, values, tensors, mask, saves)
-        if out is not NotImplemented:
-            return out
+    if strategy is not None:
+        if record:
+            out = strategy.record(entry, values, tensors, mask, saves)
+            if out is not NotImplemented:
+                return out
+        elif any(v is _PENDING for v in values):  # held back with the work it reads
+            out = strategy.defer(entry, values, tensors)
+            if out is not NotImplemented:
+                return out
     values = _concrete(values, tensors)
     if not record:
         out = _cache.forward(entry, values)

@@ -71,6 +71,10 @@ class RecordingStrategy(Protocol):
     ) -> Any:
         """A recorded operation (``values[i]`` is ``PENDING`` for a pending Tensor)."""
 
+    def defer(self, entry: _Entry, values: Sequence[Any], tensors: Sequence[Tensor | None]) -> Any:
+        """An unrecorded operation with a pending input (``values[i]`` is ``PENDING``): its
+        outputs, pending and requiring no grad, or ``NotImplemented`` (it runs now)."""
+
     def run(self, entry: _Entry, values: Sequence[Any]) -> Any:
         """An unrecorded forward of ``entry``."""
 

@@ -8,8 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tensorplay_jax.autograd import apply
-from tensorplay_jax.runtime import xla_options
+from tensorplay_jax.autograd import apply, call_op, no_grad
 from tensorplay_jax.tensors import Tensor, next_key, tensor
 
 __all__ = ["Categorical"]
@@ -49,8 +48,7 @@ def _entropy(param: jax.Array, is_logits: bool) -> jax.Array:
     return -jnp.sum(logits * _probs(param, is_logits), axis=-1)
 
 
-@functools.partial(xla_options.jit, static_argnums=(2, 3))
-def _sample(key: jax.Array, param: jax.Array, shape: tuple[int, ...], is_logits: bool) -> Any:
+def _sample(key: jax.Array, param: jax.Array, *, shape: tuple[int, ...], is_logits: bool) -> Any:
     return jax.random.categorical(key, _logits(param, is_logits), axis=-1, shape=shape)
 
 
@@ -140,8 +138,9 @@ class Categorical:
         Draws from ``tp.manual_seed``'s state.
         """
         shape = (sample_shape,) if isinstance(sample_shape, int) else tuple(sample_shape)
-        value = _sample(next_key(), self._param.value, shape + self.batch_shape, self._is_logits)
-        return Tensor(value)
+        static = (("shape", shape + self.batch_shape), ("is_logits", self._is_logits))
+        with no_grad():  # an unrecorded operation: it joins a pending forward of the probs
+            return call_op(_sample, "Sample", (next_key(), self._param), static)
 
     def log_prob(self, value: Any) -> Tensor:
         """The log-probability of class index ``value`` (broadcast against the batch)."""

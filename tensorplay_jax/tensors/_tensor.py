@@ -148,14 +148,17 @@ class Tensor(metaclass=_TensorMeta):
         return t
 
     @classmethod
-    def _pending(cls, node: Node, output_nr: int) -> Tensor:
+    def _pending(cls, node: Node, output_nr: int, requires_grad: bool = True) -> Tensor:
         # Output ``output_nr`` of an operation the tape holds back: ``_value`` stays
         # unset until it runs; reading it runs it (__getattr__: autograd.materialize).
+        # Without ``requires_grad`` (an unrecorded operation held back with the recorded
+        # ones), ``node`` only finds the pending work: the Tensor is a leaf (``grad_fn``
+        # None) and loses the node once its value is set.
         t = cls._wrap(None)
         del t._value
         t._grad_fn = node
         t._output_nr = output_nr
-        t._requires_grad = True
+        t._requires_grad = requires_grad
         return t
 
     def __getattr__(self, name: str) -> Any:
@@ -187,7 +190,7 @@ class Tensor(metaclass=_TensorMeta):
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
-        if self._grad_fn is not None:
+        if self._grad_fn is not None and self._requires_grad:
             raise RuntimeError(
                 "you can only change requires_grad flags of leaf Tensors; use "
                 "tensor.detach() to get a leaf"
@@ -223,7 +226,7 @@ class Tensor(metaclass=_TensorMeta):
     @property
     def grad_fn(self) -> Node | None:
         """The node that produced this Tensor (``None`` for leaves)."""
-        return self._grad_fn
+        return self._grad_fn if self._requires_grad else None
 
     @property
     def output_nr(self) -> int:
@@ -233,7 +236,7 @@ class Tensor(metaclass=_TensorMeta):
     @property
     def is_leaf(self) -> bool:
         """True for Tensors not produced by a recorded operation."""
-        return self._grad_fn is None
+        return self._grad_fn is None or not self._requires_grad
 
     def _gradient_edge(self) -> GradientEdge:
         """Where gradients for this Tensor go: its producer's output, or its leaf sink."""

@@ -143,7 +143,7 @@ def check_writable(t: Tensor, op: str) -> None:
 def _rebind(t: Tensor, new: Tensor, linked: bool) -> None:
     """Give ``t`` the value (and, in grad mode, the history) of ``new``; bump its version."""
     t._value = new._value
-    node = new._grad_fn
+    node = new._grad_fn if new._requires_grad else None
     if linked and node is not None:
         t._grad_fn, t._output_nr, t._requires_grad = node, new._output_nr, True
     t._version += 1

@@ -255,3 +255,90 @@ def test_a_changing_graph_of_known_operations_runs_them_one_at_a_time():
             expected = getattr(np, name)(expected)
         np.testing.assert_allclose(h.sum().item(), expected.sum(), rtol=1e-5)
     assert _segment_programs() == before + 1
+
+
+# --- unrecorded operations on pending values -------------------------------------------
+
+
+def test_an_unrecorded_operation_on_a_pending_value_joins_the_pending_work():
+    w = tp.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = w * 2.0
+    with tp.no_grad():
+        z = y + 1.0
+    assert is_pending(y) and is_pending(z)
+    assert not z.requires_grad and z.grad_fn is None and z.is_leaf  # torch's for a no-grad result
+    m = z.argmax()  # and an operation on that one, grad mode on: it records nothing either
+    assert is_pending(m)
+    assert m.item() == 2
+    assert not is_pending(y) and not is_pending(z)
+    np.testing.assert_array_equal(z.numpy(), [3.0, -3.0, 7.0])
+    assert z.grad_fn is None and z.is_leaf
+
+
+def test_a_pending_unrecorded_result_may_become_a_leaf_that_requires_grad():
+    w = tp.tensor([1.0, 2.0], requires_grad=True)
+    y = w * 1.0
+    with tp.no_grad():
+        z = y * 3.0
+    assert is_pending(z)
+    z.requires_grad_()
+    (z * z).sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), [6.0, 12.0])
+    assert w.grad is None  # z is a leaf: nothing flows back through it
+
+
+def test_a_view_written_with_a_pending_unrecorded_value_does_not_start_requiring_grad():
+    w = tp.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    y = w * 2.0
+    with tp.no_grad():
+        z = y + 0.5
+    buf = tp.zeros(2, 4)
+    buf[1].copy_(z)
+    assert not buf.requires_grad and buf.grad_fn is None
+    np.testing.assert_array_equal(buf.numpy(), [[0.0] * 4, [2.5, 4.5, 6.5, 8.5]])
+
+
+def _agent_steps(n: int) -> tuple[list[int], np.ndarray, list[bool]]:
+    """``n`` steps of a REINFORCE agent (a softmax policy, a drawn action, its
+    log-probability kept), then the backward: the actions, the gradient, and per step
+    whether the draw was still pending when made."""
+    from tensorplay_jax.distributions import Categorical
+
+    tp.manual_seed(11)
+    w = tp.tensor(np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(4, 2), requires_grad=True)
+    states = np.random.default_rng(3).standard_normal((n, 1, 4)).astype(np.float32)
+    actions, pending, kept = [], [], []
+    for s in states:
+        probs = tp.softmax(tp.tensor(s) @ w, dim=1)
+        m = Categorical(probs)
+        a = m.sample()
+        pending.append(is_pending(a))
+        kept.append(m.log_prob(a))
+        actions.append(a.item())
+    (-tp.stack(kept).sum()).backward()
+    return actions, w.grad.numpy(), pending
+
+
+def test_a_drawn_action_and_its_log_probability_run_with_the_policy_and_match_the_reference():
+    """The draw from a pending policy output stays pending, and the step (policy, draw,
+    log-probability) runs when the action is read: the same actions and gradient as the
+    reference path, and the gradient of an independent NumPy oracle."""
+    actions, grad, pending = _agent_steps(12)
+    old = set_deferred(False)
+    try:
+        ref_actions, ref_grad, ref_pending = _agent_steps(12)
+    finally:
+        set_deferred(old)
+    assert all(pending) and not any(ref_pending)
+    assert actions == ref_actions
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6)
+    # the oracle: d/dw of -sum_t log softmax(s_t @ w)[a_t]
+    wn = np.linspace(-1.0, 1.0, 8, dtype=np.float64).reshape(4, 2)
+    states = np.random.default_rng(3).standard_normal((12, 1, 4)).astype(np.float32)
+    want = np.zeros_like(wn)
+    for s, a in zip(states, actions, strict=True):
+        s = s[0].astype(np.float64)
+        p = np.exp(s @ wn - np.max(s @ wn))
+        p /= p.sum()
+        want -= np.outer(s, np.eye(2)[a] - p)
+    np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-5)

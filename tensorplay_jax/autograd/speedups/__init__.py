@@ -47,6 +47,7 @@ class DeferredRecording:
 
     replay = staticmethod(_replay.replay)
     record = staticmethod(_lazy.record)
+    defer = staticmethod(_lazy.defer)
     run = staticmethod(_host_eval.run)
     run_vjp = staticmethod(_host_eval.run_vjp)
     run_pullback = staticmethod(_host_eval.run_pullback)

@@ -71,9 +71,14 @@ if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
 
 FUSE_AFTER = 3  # runs of one segment pattern before it runs as one compiled program
+_Tracer = jax.core.Tracer
 MAX_OPS = 64  # a segment this long runs at once (bounds what pending values hold alive)
 
 _SCALARS = (int, float, complex, bool)
+
+NO_GRAD: Any = type("NoGrad", (), {"__repr__": lambda self: "NO_GRAD"})()
+"""A ``Spec.rule`` for an unrecorded operation on a pending value (:func:`defer`): it runs
+forward only, has no pullback, and its outputs require no grad."""
 
 
 class Segment:
@@ -141,6 +146,8 @@ class Segment:
                 t = ref()
                 if t is not None:
                     t._value = outs[k][i]
+                    if not t._requires_grad:  # an unrecorded operation's: a leaf now
+                        t._grad_fn = None
             node = self.nodes[k]()
             if node is None:
                 continue
@@ -192,6 +199,11 @@ def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple
     for spec in plan:
         entry, mask, rule = spec.entry, spec.mask, spec.rule
         values = [_resolve(r, inputs, outs) for r in spec.refs]
+        if rule is NO_GRAD:  # an unrecorded operation: its outputs, no pullback
+            out = entry.flat_fn(*values) if fused else _forward(entry, values)
+            outs.append(jax.tree_util.tree_leaves(out))
+            pbs.append(None)
+            continue
         if rule is not None:  # a hand-written backward (``call_rule``) keeps the operands
             out = entry.flat_fn(*values) if fused else _forward(entry, values)
             pb = jax.tree_util.Partial(rule, *values)
@@ -297,6 +309,10 @@ def _infer(
     # jit's eval_shape shares the call's trace cache: the later call does not trace again
     if rule is not None:
         out = entry.forward.eval_shape(*structs)
+        if rule is NO_GRAD:  # any output dtype: nothing differentiates it
+            leaves, treedef = jax.tree_util.tree_flatten(out)
+            treedef = LEAF if treedef == LEAF else treedef
+            return treedef, tuple(leaves), out_info_of(leaves, treedef)
     else:
         diff = tuple(s for s, m in zip(structs, mask, strict=True) if m)
         other = tuple(s for s, m in zip(structs, mask, strict=True) if not m)
@@ -331,6 +347,29 @@ def record(
         with seg.lock:
             if not seg.closed:  # else another thread ran it meanwhile: start a new one
                 return _append(seg, entry, values, tensors, mask, saves, rule)
+
+
+def defer(entry: _Entry, values: Sequence[Any], tensors: Sequence[Tensor | None]) -> Any:
+    """Append an unrecorded operation with a pending input to this thread's segment.
+
+    An operation that records nothing (no input requires grad, or grad mode is off)
+    on a value the segment has not computed yet (a draw from a deferred policy's
+    probabilities, ``argmax`` of deferred logits) would run the segment at once. It
+    joins the segment instead, as a forward-only step (``NO_GRAD``): its outputs are
+    pending Tensors that require no grad, and later operations on them join too, so
+    the whole step runs as one program when a value is read. Returns
+    ``NotImplemented`` (the caller runs it at once) for a traced input or an input of
+    a kind the segment cannot hold.
+    """
+    for v in values:
+        if isinstance(v, _Tracer):
+            return NotImplemented
+    mask = (False,) * len(values)
+    while True:
+        seg = _current()
+        with seg.lock:
+            if not seg.closed:
+                return _append(seg, entry, values, tensors, mask, False, NO_GRAD)
 
 
 def _current() -> Segment:
@@ -410,13 +449,14 @@ def make(seg: Segment, pattern: Pattern, edges: list[GradientEdge], saved: tuple
     node.lazy_op = spec
     seg.pattern = pattern
     seg.nodes.append(weakref.ref(node))
+    grad = spec.rule is not NO_GRAD
     if spec.treedef is LEAF:  # one array out (most operations): no pytree work
-        out = _tc.Tensor._pending(node, 0)
+        out = _tc.Tensor._pending(node, 0, grad)
         seg.outs.append([weakref.ref(out)])
         if len(seg.nodes) >= MAX_OPS:
             seg.flush()
         return out
-    wrapped = [_tc.Tensor._pending(node, i) for i in range(spec.n_out)]
+    wrapped = [_tc.Tensor._pending(node, i, grad) for i in range(spec.n_out)]
     seg.outs.append([weakref.ref(t) for t in wrapped])
     if len(seg.nodes) >= MAX_OPS:
         seg.flush()

@@ -86,9 +86,10 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
                 if node is not None and node.lazy is not None:  # pending
                     if kind != 1 or node.lazy is not seg or node.lazy_index != k:
                         return NotImplemented
-                    if a._output_nr != i:
+                    if a._output_nr != i or a._requires_grad != m:
                         return NotImplemented
-                    edges.append(_tuple_new(GradientEdge, (node, i)))
+                    if m:  # (a pending output of an unrecorded operation has no edge)
+                        edges.append(_tuple_new(GradientEdge, (node, i)))
                     saved.append(a)
                     continue
                 v = a._value
