@@ -250,7 +250,7 @@ class VJPNode(Node):
 
     def check_saved(self) -> None:
         """Raise torch's error if an input this node saved was written in place since."""
-        for t, version in zip(self.saved, self.versions, strict=False):
+        for t, version in zip(self.saved, self.versions, strict=True):
             if t._version != version:
                 raise RuntimeError(
                     _MODIFIED_MSG.format(

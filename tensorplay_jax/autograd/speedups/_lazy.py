@@ -71,10 +71,10 @@ if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
 
 FUSE_AFTER = 3  # runs of one segment pattern before it runs as one compiled program
-_Tracer = jax.core.Tracer
 MAX_OPS = 64  # a segment this long runs at once (bounds what pending values hold alive)
 
 _SCALARS = (int, float, complex, bool)
+_Tracer = jax.core.Tracer
 
 NO_GRAD: Any = type("NoGrad", (), {"__repr__": lambda self: "NO_GRAD"})()
 """A ``Spec.rule`` for an unrecorded operation on a pending value (:func:`defer`): it runs
