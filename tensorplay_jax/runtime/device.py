@@ -126,7 +126,7 @@ def _spec(a: np.ndarray, dev: Any) -> Any:
     dt = a.dtype
     if dt.hasobject or dt == _dtypes.float0 or _dtypes.canonicalize_dtype(dt) != dt:
         return False
-    return _core.ShapedArray(a.shape, dt), jax.sharding.SingleDeviceSharding(dev)
+    return _core.ShapedArray(a.shape, dt), jax.sharding.make_single_device_sharding(dev)
 
 
 def put_shards(

@@ -28,10 +28,15 @@ from tensorplay_jax.runtime.device import put_shards
 __all__ = ["HostShards", "check_addressable", "index_key", "is_sharded"]
 
 
+_single: list[type] = []  # the type of a one-device sharding, read from the first one made
+
+
 def is_sharded(x: jax.Array) -> bool:
     """True for an array over several devices."""
     s = x.sharding
-    return type(s) is not jax.sharding.SingleDeviceSharding and len(s.device_set) > 1
+    if not _single:  # (``jax.sharding.SingleDeviceSharding`` by name is deprecated in JAX 0.12)
+        _single.append(type(jax.sharding.make_single_device_sharding(next(iter(s.device_set)))))
+    return type(s) is not _single[0] and len(s.device_set) > 1
 
 
 def index_key(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
