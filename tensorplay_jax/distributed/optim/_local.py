@@ -3,6 +3,12 @@
 The local optimizer is either per-parameter optax state (``LocalOptimizer``, for an
 optax transform) or a ``tensorplay_jax.optim`` class built here from its arguments
 (``ClassOptimizer``), whose ``apply_gradients`` is the same update as its ``step``.
+
+Every local optimizer of a process steps under one lock (``STEP_LOCK``), as
+tensorplay's do: each trainer of a parameter server makes its own
+``DistributedOptimizer``, so the server holds one local optimizer per trainer over the
+same parameters, and two of their steps at once would each read a parameter, update it
+and write it back, one update overwriting the other.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ from tensorplay_jax.rpc import RRef
 from tensorplay_jax.runtime import trace, xla_options
 from tensorplay_jax.tensors import Tensor
 
+STEP_LOCK = threading.Lock()  # every local optimizer's step in this process (module doc)
+
 __all__ = [
+    "STEP_LOCK",
     "ClassOptimizer",
     "LocalOptimizer",
     "OptimizerClass",
@@ -38,7 +47,7 @@ class LocalOptimizer:
     tensorplay's optimizers keep per-parameter state: a parameter without a
     gradient in a step is skipped (value and state unchanged). A transform
     that couples parameters (``clip_by_global_norm``) therefore sees one
-    parameter at a time. Steps are serialised by a lock; the update of all
+    parameter at a time. Steps are serialised by ``STEP_LOCK``; the update of all
     parameters that have gradients is one jitted call per device they are on
     (each gradient first put on its parameter's device), so parameters on
     several devices each step where they are.
@@ -48,12 +57,11 @@ class LocalOptimizer:
         self.tx = tx
         self.params = list(params)
         self.states = [tx.init(p.value) for p in self.params]
-        self.lock = threading.Lock()
         self._update = xla_options.jit(lambda g, s, p: update_each(tx, g, s, p))
 
     def step(self, grads: dict[Any, Any]) -> int:
         """Apply the update to every parameter that has a gradient in ``grads``; how many did."""
-        with self.lock:
+        with STEP_LOCK:
             idx = [i for i, p in enumerate(self.params) if p in grads]
             if not idx:
                 return 0
@@ -93,11 +101,10 @@ class ClassOptimizer:
         self, cls: type[optim.Optimizer], params: Sequence[Tensor], args: tuple, kwargs: dict
     ) -> None:
         self.optimizer = cls(list(params), *args, **kwargs)
-        self.lock = threading.Lock()
 
     def step(self, grads: dict[Any, Any]) -> int:
         """Apply the update to every parameter that has a gradient in ``grads``; how many did."""
-        with self.lock:
+        with STEP_LOCK:
             return self.optimizer.apply_gradients(grads, stale_check=False)
 
 
