@@ -61,9 +61,8 @@ __all__ = [
 
 _CACHE_LIMIT = 256
 _meshes: dict[tuple[Any, ...], Mesh] = {}
-# What depends only on a sharding and a shape, made once: see _layout_out and _layout_in.
+# What depends only on a sharding and a shape, made once: see _layout_out and rebuild_packed.
 _layouts_out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_layouts_in: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _bodies: dict[tuple[Any, ...], tuple[bytes, list[int], jax.Device]] = {}  # see sharded_body
 _plans: dict[bytes, tuple[Any, ...]] = {}  # see rebuild_packed
 
@@ -224,12 +223,6 @@ def _layout_in(
     return sharding, shape, wanted
 
 
-def _in_key(rec: list[Any]) -> tuple[Any, ...]:
-    _, shape, mesh_shape, axes, types, names, spec, _ = rec
-    parts = tuple(tuple(p) if isinstance(p, list) else p for p in spec)
-    return (tuple(shape), tuple(mesh_shape), tuple(axes), tuple(types), tuple(names), parts)
-
-
 def rebuild(
     rec: list[Any],
     buffers: list[Any],
@@ -247,7 +240,7 @@ def rebuild(
       host_array: ``(dtype name, shape, buffer)`` to a NumPy array on the buffer.
       device: a device name to this process's ``jax.Device``.
     """
-    return put_shards(*_host_shards(rec, buffers, host_array, device))
+    return put_shards(*_host_shards(_plan(rec, device), buffers, host_array))
 
 
 def rebuild_packed(
@@ -267,13 +260,8 @@ def rebuild_packed(
     """
     plan = _plans.get(data)
     if plan is None:
-        rec = unpack(data)
-        sharding, shape, wanted = _layout_in(rec, device)
-        by_index = {tuple(idx): i for idx, i in rec[7]}
-        parts = [(piece, by_index[k]) for k, piece in wanted]
-        plan = _remember(_plans, data, (sharding, shape, rec[0], parts))
-    sharding, shape, dtype, parts = plan
-    return put_shards([host_array(dtype, p, buffers[i]) for p, i in parts], sharding, shape)
+        plan = _remember(_plans, data, _plan(unpack(data), device))
+    return put_shards(*_host_shards(plan, buffers, host_array))
 
 
 def rebuild_plain(
@@ -285,21 +273,22 @@ def rebuild_plain(
     """What :func:`rebuild` gives, each shard put on its device by itself and the array
     joined by ``jax.make_array_from_single_device_arrays`` (the plain path it is checked
     against)."""
-    return put_shards_plain(*_host_shards(rec, buffers, host_array, device))
+    return put_shards_plain(*_host_shards(_plan(rec, device), buffers, host_array))
+
+
+def _plan(rec: list[Any], device: Callable[[str], Any]) -> tuple[Any, ...]:
+    """What a record asks for: ``(sharding, global shape, dtype name, parts)``, ``parts``
+    giving for each of this process's devices, in the sharding's order, its shard's
+    shape and the buffer holding it."""
+    sharding, shape, wanted = _layout_in(rec, device)
+    by_index = {tuple(idx): i for idx, i in rec[7]}
+    return sharding, shape, rec[0], [(piece, by_index[k]) for k, piece in wanted]
 
 
 def _host_shards(
-    rec: list[Any],
+    plan: tuple[Any, ...],
     buffers: list[Any],
     host_array: Callable[[str, list[int], Any], np.ndarray],
-    device: Callable[[str], Any],
 ) -> tuple[list[np.ndarray], NamedSharding, tuple[int, ...]]:
-    key = _in_key(rec)
-    layout = _layouts_in.get(key)
-    if layout is None:
-        layout = _remember(_layouts_in, key, _layout_in(rec, device))
-    sharding, shape, wanted = layout
-    dtype, pieces = rec[0], rec[7]
-    by_index = {tuple(idx): i for idx, i in pieces}
-    hosts = [host_array(dtype, piece, buffers[by_index[k]]) for k, piece in wanted]
-    return hosts, sharding, shape
+    sharding, shape, dtype, parts = plan
+    return [host_array(dtype, p, buffers[i]) for p, i in parts], sharding, shape
