@@ -77,6 +77,9 @@ recording strategy asked by ``call_op`` and a backward planner asked by
 deferred: its output is pending until a value is needed or ``backward()`` runs, so
 a recurring training step runs its forward and backward as one compiled program.
 
+``register_numpy_rule(fn, rule)``
+    An operation's NumPy counterpart, which the layer runs for an unrecorded call on
+    small CPU inputs instead of tracing the operation (``_cache``).
 ``is_pending(t)``, ``pending_aval(t)``, ``materialize(t)``, ``set_deferred(flag)``
     Whether a Tensor's value is held back, its shape and dtype meanwhile, give
     it its value; ``set_deferred(False)`` unplugs the layer (the reference path)
@@ -97,6 +100,7 @@ from tensorplay_jax.autograd import speedups as speedups
 from tensorplay_jax.autograd._accumulate import Accumulator as Accumulator
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad as accumulate_into_grad
 from tensorplay_jax.autograd._accumulate import add_gradients as add_gradients
+from tensorplay_jax.autograd._cache import register_numpy_rule as register_numpy_rule
 from tensorplay_jax.autograd._cache import trace_counts as trace_counts
 from tensorplay_jax.autograd._compile import compile as compile
 from tensorplay_jax.autograd._custom import attach_outputs as attach_outputs
@@ -173,6 +177,7 @@ __all__ = [
     "materialize",
     "no_grad",
     "once_differentiable",
+    "register_numpy_rule",
     "pending_aval",
     "queue_callback",
     "register_hook",

@@ -14,7 +14,8 @@ of an operation is also traced once per shape/dtype, never per call.
 it to prove that a second call does not retrace). All of it is one bounded object,
 ``CACHE`` (:class:`CompileCache`). A speed-up layer's execution backend
 (``_seams.strategy``) may run a forward-with-VJP or a pullback instead of its
-compiled program.
+compiled program, and an unrecorded forward by the operation's NumPy rule
+(:func:`register_numpy_rule`) where the operation has one.
 """
 
 from __future__ import annotations
@@ -67,6 +68,47 @@ class CompileCache:
 
 CACHE = CompileCache()
 
+NUMPY_RULES: dict[Callable[..., Any], Callable[..., Any]] = {}
+"""Operations' NumPy counterparts, by operation function: see :func:`register_numpy_rule`."""
+
+
+def register_numpy_rule(fn: Callable[..., Any], rule: Callable[..., Any]) -> None:
+    """Give the operation ``fn`` (``call_op``'s function) a NumPy counterpart.
+
+    ``rule(*values, **static)`` returns what ``fn(*values, **static)`` returns, as a
+    NumPy array of the same shape and the same (canonical) dtype, or
+    ``NotImplemented`` for inputs it does not take; it never writes its inputs. The
+    core never runs it: an execution backend may, for an unrecorded call (the
+    speed-up layer's, on small CPU inputs, in place of the operation's traced
+    jaxpr). An operation whose static arguments take many values (the bounds of
+    a slice) is traced once per value; its rule is not. Registered beside the
+    operation, before its first call.
+
+    Example:
+        >>> import numpy as np
+        >>> def twice(x): return x * 2
+        >>> register_numpy_rule(twice, lambda x: np.multiply(x, 2))
+        >>> _Entry("twice", twice).numpy(np.ones(2, np.float32))
+        array([2., 2.], dtype=float32)
+        >>> del NUMPY_RULES[twice]
+    """
+    NUMPY_RULES[fn] = rule
+
+
+def _numpy_rule_of(flat_fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The NumPy rule of ``flat_fn`` (``call_op``'s ``partial(fn, **static)``), bound to
+    its static arguments; None without one."""
+    fn, static = flat_fn, {}
+    if isinstance(flat_fn, functools.partial) and not flat_fn.args:
+        fn, static = flat_fn.func, flat_fn.keywords
+    try:
+        rule = NUMPY_RULES.get(fn)
+    except TypeError:  # an unhashable callable: no rule
+        return None
+    if rule is None or not static:
+        return rule
+    return functools.partial(rule, **static)
+
 
 def _bounded_put(table: dict[Any, Any], key: Any, value: Any, limit: int) -> Any:
     with CACHE.lock:
@@ -89,7 +131,7 @@ def clear() -> None:
 class _Entry:
     """The jitted forward and per-differentiation-mask forward-with-VJP of one operation."""
 
-    __slots__ = ("_vjps", "flat_fn", "forward", "name", "plain")
+    __slots__ = ("_vjps", "flat_fn", "forward", "name", "numpy", "plain")
 
     def __init__(self, name: str, flat_fn: Callable[..., Any]) -> None:
         self.name = name
@@ -101,6 +143,7 @@ class _Entry:
 
         self.flat_fn = counted
         self.plain = flat_fn  # traced by an execution backend (not a compilation: not counted)
+        self.numpy = _numpy_rule_of(flat_fn)  # its NumPy rule, or None
         self.forward = xla_options.jit(counted)
         self._vjps: dict[tuple[bool, ...], Callable[..., Any]] = {}
 

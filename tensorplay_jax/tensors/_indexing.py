@@ -7,6 +7,14 @@ boolean mask is turned into integer indices first (its result shape depends on
 its values). Basic indexing (ints, slices, ``None``, ``...``) returns a view
 (``_views``): writes to it reach the indexed Tensor and the other way round, as
 in torch. Advanced indexing (integer or boolean arrays) returns a copy.
+
+Both operations have NumPy rules (``autograd.register_numpy_rule``) for basic
+indices: an unrecorded read or write of a small CPU array (an RL episode's
+returns written element by element into slices whose bounds change each
+episode) then runs with NumPy and traces nothing per bound. They take the same
+values JAX's indexing does and refuse (``NotImplemented``: the compiled
+operation runs) where a cast could differ: a float written into an integer
+array, an integer out of the array's range.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tensorplay_jax.autograd import call_op, is_grad_enabled
+from tensorplay_jax.autograd import call_op, is_grad_enabled, register_numpy_rule
 from tensorplay_jax.tensors import _views
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -130,6 +138,80 @@ def _setitem(x: jax.Array, v: jax.Array, *arrays: jax.Array, spec: Spec) -> jax.
     return x.at[_decode_index(spec, arrays)].set(v)
 
 
+_BASIC = frozenset({"int", "slice", "none", "ellipsis"})
+
+
+def _host(x: Any, spec: Spec) -> np.ndarray | None:
+    """``x`` as a NumPy array for a NumPy rule, or None: not an array, a weak-typed
+    one (NumPy has no weak types), or an index that is not basic."""
+    if not isinstance(x, np.ndarray | jax.Array) or getattr(x, "weak_type", False):
+        return None
+    if any(s[0] not in _BASIC for s in spec):
+        return None
+    return np.asarray(x)
+
+
+def _getitem_numpy(x: Any, *arrays: Any, spec: Spec) -> Any:
+    """:func:`_getitem` with NumPy, for basic indices (a copy, in the canonical dtype).
+
+    Example:
+        >>> _getitem_numpy(np.arange(5, dtype=np.float32), 1, spec=(("int",),))
+        array(1., dtype=float32)
+    """
+    a = _host(x, spec)
+    if a is None:
+        return NotImplemented
+    dtype = jax.dtypes.canonicalize_dtype(a.dtype)
+    return np.array(a[_decode_index(spec, arrays)], dtype=dtype)
+
+
+def _casts_as_jax(v: Any, value: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether NumPy writes ``v`` into an array of ``dtype`` as JAX's ``.at[].set`` does:
+    the same dtype, a float into a float (one rounding either way), an integer or a
+    bool into a float, a bool or an in-range Python integer into an integer."""
+    if isinstance(v, bool):
+        return True
+    if isinstance(v, int):
+        if np.issubdtype(dtype, np.floating):
+            return True
+        return np.issubdtype(dtype, np.integer) and bool(
+            np.iinfo(dtype).min <= v <= np.iinfo(dtype).max
+        )
+    if isinstance(v, float):
+        return bool(np.issubdtype(dtype, np.floating))
+    src = value.dtype
+    if src == dtype:
+        return True
+    if np.issubdtype(dtype, np.floating):
+        return bool(src == np.bool_ or np.issubdtype(src, np.number))
+    return bool(src == np.bool_ and np.issubdtype(dtype, np.integer))
+
+
+def _setitem_numpy(x: Any, v: Any, *arrays: Any, spec: Spec) -> Any:
+    """:func:`_setitem` with NumPy, for basic indices and values that cast as in JAX.
+
+    Example:
+        >>> _setitem_numpy(np.zeros(3, np.float32), 2.5, 1, spec=(("int",),))
+        array([0. , 2.5, 0. ], dtype=float32)
+    """
+    a = _host(x, spec)
+    if a is None or not isinstance(v, np.ndarray | np.generic | jax.Array | bool | int | float):
+        return NotImplemented
+    value = np.asarray(v)
+    dtype = jax.dtypes.canonicalize_dtype(a.dtype)
+    if not _casts_as_jax(v, value, dtype):
+        return NotImplemented
+    out = np.array(a, dtype=dtype)
+    index = _decode_index(spec, arrays)
+    target = out[index].shape
+    if len(value.shape) > len(target) or any(
+        n != 1 and n != m for n, m in zip(value.shape[::-1], target[::-1], strict=False)
+    ):
+        return NotImplemented  # JAX's error, not NumPy's
+    out[index] = value
+    return out
+
+
 def _read(spec: Spec, arrays: Sequence[Any], base: Any) -> Tensor:
     return call_op(_getitem, "IndexBackward", (base, *arrays), (("spec", spec),), saves=False)
 
@@ -138,6 +220,10 @@ def _write(spec: Spec, arrays: Sequence[Any], base: Any, value: Any) -> Tensor:
     return call_op(
         _setitem, "IndexPutBackward", (base, value, *arrays), (("spec", spec),), saves=False
     )
+
+
+register_numpy_rule(_getitem, _getitem_numpy)
+register_numpy_rule(_setitem, _setitem_numpy)
 
 
 def link_index(out: Tensor, base: Tensor, spec: Spec, arrays: Sequence[Any]) -> Tensor:

@@ -7,7 +7,10 @@ loop whose lengths change (an RL episode's returns and log-probabilities, a batc
 variable size) pays every time it meets a new length. On the CPU backend, a call
 whose inputs hold at most ``HOST_EAGER_MAX`` values runs here instead: its jaxpr
 (traced once per input shape) is evaluated equation by equation
-with NumPy, and the results are put on the device without a program (:func:`run` for
+with NumPy, or, for an unrecorded call of an operation with a NumPy rule of its own
+(``_cache.register_numpy_rule``: indexing, whose slice bounds are static arguments,
+so each new bound would be a new trace), that rule runs, and the results are put on
+the device without a program (:func:`run` for
 an unrecorded forward, :func:`run_vjp` for a recorded one, whose pullback's
 residuals come back as arrays, :func:`run_pullback` for a node's backward, and a
 gradient sum). An input
@@ -121,13 +124,22 @@ def _key(values: Sequence[Any], limit: int) -> tuple[Hashable, ...] | None:
 
 
 def run(entry: _Entry, values: Sequence[Any]) -> Any:
-    """``entry``'s outputs for ``values`` (an unrecorded call) with NumPy, or ``NotImplemented``."""
+    """``entry``'s outputs for ``values`` (an unrecorded call) with NumPy, or ``NotImplemented``.
+
+    An operation with a NumPy rule (``_cache.register_numpy_rule``) runs it: nothing
+    is traced, whatever its static arguments; otherwise its jaxpr is evaluated.
+    """
     limit = _max_values()
     if not limit:
         return NotImplemented
     key = _key(values, limit)
     if key is None:
         return NotImplemented
+    rule = entry.numpy
+    if rule is not None:
+        out = rule(*values)
+        if out is not NotImplemented:
+            return to_device(out)
     return _call(STATE.entry(entry).host, key, entry.plain, values, values, visible=True)
 
 
