@@ -261,6 +261,28 @@ def test_a_recorded_operation_numpy_cannot_match_still_differentiates():
     )
 
 
+def test_a_pullback_left_to_its_compiled_program_goes_there_without_being_keyed(monkeypatch):
+    # log's pullback (a size no other test uses) runs here until it recurs COMPILE_AFTER
+    # times; from then on its structure goes to the compiled program without being keyed
+    x = np.linspace(0.5, 2.0, 19, dtype=np.float32)
+    loss = tp.tensor(x, requires_grad=True).log().sum()
+    loss.item()  # runs the pending forward: the nodes get their pullbacks
+    node = loss.grad_fn.next_functions[0][0]
+    ct = (np.ones(19, np.float32),)
+    for _ in range(_host_eval.COMPILE_AFTER):
+        got = _host_eval.run_pullback(node.vjp, ct, node.out_info)
+        np.testing.assert_allclose(np.asarray(got[0]), 1.0 / x, rtol=1e-6)  # d/dx log x
+    assert _host_eval.run_pullback(node.vjp, ct, node.out_info) is NotImplemented
+
+    def no_key(*args):
+        raise AssertionError("a pullback left to its compiled program was keyed again")
+
+    monkeypatch.setattr(_host_eval, "_key", no_key)
+    assert _host_eval.run_pullback(node.vjp, ct, node.out_info) is NotImplemented
+    got = _cache.apply_vjp(node.vjp, ct, node.out_info)  # the compiled program
+    np.testing.assert_allclose(np.asarray(got[0]), 1.0 / x, rtol=1e-6)
+
+
 def test_slice_and_concatenate_gradients_run_here():
     # sizes no other test uses (a shape met COMPILE_AFTER times takes its compiled program)
     a = tp.tensor(np.arange(23, dtype=np.float32), requires_grad=True)

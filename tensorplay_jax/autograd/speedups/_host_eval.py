@@ -223,18 +223,33 @@ def covers(
 
 def run_pullback(pullback: Any, cts: tuple[Any, ...], out_info: Any) -> Any:
     """``pullback_body(pullback, cts, out_info)`` (one node's backward) with NumPy, or
-    ``NotImplemented``."""
+    ``NotImplemented``.
+
+    A pullback's tree structure holds its trace, so the structure, which cotangents
+    are absent and the outputs fix the program: once that program is left to the
+    compiled one (NumPy cannot run it, or it recurred ``COMPILE_AFTER`` times), the
+    same structure goes there at once, without keying its residuals again (a
+    backward through 500 steps of one policy meets each of its nodes' structures
+    500 times).
+    """
     limit = _max_values()
     if not limit:
         return NotImplemented
     leaves, treedef = jax.tree_util.tree_flatten(pullback)
+    structure = (treedef, tuple(c is None for c in cts), out_info)
+    if structure in STATE.compiled_pullbacks:
+        return NotImplemented
     given = [c for c in cts if c is not None]
     key = _key((*leaves, *given), limit)
     if key is None:
         return NotImplemented
-    key = (treedef, tuple(c is None for c in cts), out_info, key)
+    key = (*structure, key)
     fn = functools.partial(pullback_body, out_info=out_info)
-    return _call(STATE.host_pullbacks, key, fn, (pullback, cts), (*leaves, *given), visible=False)
+    programs = STATE.host_pullbacks
+    out = _call(programs, key, fn, (pullback, cts), (*leaves, *given), visible=False)
+    if out is NotImplemented and programs.get(key, _MISSING) is None:
+        STATE.compiled_pullbacks.put(structure, None)
+    return out
 
 
 class HostSum(np.ndarray):

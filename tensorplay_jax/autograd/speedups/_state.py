@@ -86,6 +86,8 @@ class LayerState:
         programs: fused forward-backward programs by key (``_fused``).
         known: the known backwards (``_known``).
         host_pullbacks: NumPy programs of node backwards (``_host_eval``).
+        compiled_pullbacks: the node backwards (pullback structure, absent
+            cotangents, outputs) that run compiled from now on (``_host_eval``).
         assigned: id of a Tensor ``assign`` gave a pending value -> (a weak
             reference to it, the pending Tensor) (``_assign``).
         host_limit: values an operation may hold to run with NumPy (None: not read yet).
@@ -116,6 +118,7 @@ class LayerState:
             self.programs: Bounded[Hashable, Any] = Bounded(MAX_PROGRAMS)
             self.known: Bounded[Hashable, Any] = Bounded(MAX_KNOWN)
             self.host_pullbacks: Bounded[Hashable, Any] = Bounded(MAX_HOST_PROGRAMS)
+            self.compiled_pullbacks: Bounded[Hashable, None] = Bounded(MAX_HOST_PROGRAMS)
             self.assigned: dict[int, Any] = {}  # one per live Tensor (weakly held)
             self.host_limit: int | None = None
             self.host_array: type | None = None  # JAX's concrete array type (``_host_eval``)
