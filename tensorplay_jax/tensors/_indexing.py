@@ -167,21 +167,26 @@ def _getitem_numpy(x: Any, *arrays: Any, spec: Spec) -> Any:
 
 def _casts_as_jax(v: Any, value: np.ndarray, dtype: np.dtype) -> bool:
     """Whether NumPy writes ``v`` into an array of ``dtype`` as JAX's ``.at[].set`` does:
-    the same dtype, a float into a float (one rounding either way), an integer or a
-    bool into a float, a bool or an in-range Python integer into an integer."""
+    a Python bool into any dtype; a Python integer JAX's default integer holds, into a
+    float or an integer dtype that holds it; a Python float into a float; an array of
+    the same dtype; a float, integer or bool array into a float, a bool array into an
+    integer. An integer array JAX would first narrow (``int64`` without x64) is not
+    taken: JAX wraps its values where NumPy keeps them."""
     if isinstance(v, bool):
         return True
     if isinstance(v, int):
-        if np.issubdtype(dtype, np.floating):
-            return True
-        return np.issubdtype(dtype, np.integer) and bool(
-            np.iinfo(dtype).min <= v <= np.iinfo(dtype).max
-        )
+        if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+            return False
+        held = np.iinfo(jax.dtypes.canonicalize_dtype(np.int64))
+        fits = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else held
+        return bool(held.min <= v <= held.max and fits.min <= v <= fits.max)
     if isinstance(v, float):
         return bool(np.issubdtype(dtype, np.floating))
     src = value.dtype
     if src == dtype:
         return True
+    if np.issubdtype(src, np.integer) and jax.dtypes.canonicalize_dtype(src) != src:
+        return False
     if np.issubdtype(dtype, np.floating):
         return bool(src == np.bool_ or np.issubdtype(src, np.number))
     return bool(src == np.bool_ and np.issubdtype(dtype, np.integer))

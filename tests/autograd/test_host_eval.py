@@ -17,29 +17,15 @@ import tensorplay_jax as tp
 from tensorplay_jax.autograd import _cache
 from tensorplay_jax.autograd.speedups import _host_eval
 from tensorplay_jax.autograd.speedups._state import STATE
+from tests._jax_events import COMPILE, events
 from tests._procs import REPO_ROOT, reported
-
-_compiles: list[float] = []
-_counting = [False]
-
-
-def _on_event(name: str, seconds: float, **kwargs) -> None:
-    if _counting[0] and name == "/jax/core/compile/backend_compile_duration":
-        _compiles.append(seconds)
-
-
-jax.monitoring.register_event_duration_secs_listener(_on_event)
 
 
 def _xla_compiles(fn) -> int:
     """How many XLA compilations ``fn()`` starts in this process."""
-    _compiles.clear()
-    _counting[0] = True
-    try:
+    with events(COMPILE) as compiles:
         fn()
-    finally:
-        _counting[0] = False
-    return len(_compiles)
+    return len(compiles)
 
 
 def test_normalising_returns_of_new_lengths_compiles_nothing():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -13,22 +12,12 @@ import pytest
 
 import tensorplay_jax as tp
 from tensorplay_jax.runtime import xla_options
+from tests._jax_events import COMPILE, events
 
 
-@contextlib.contextmanager
-def compiled_programs() -> Iterator[list[float]]:
+def compiled_programs() -> contextlib.AbstractContextManager[list[float]]:
     """The XLA compilations (their seconds) made inside the block, in this process."""
-    seconds: list[float] = []
-
-    def listener(name: str, secs: float, **kwargs: object) -> None:
-        if name == "/jax/core/compile/backend_compile_duration":
-            seconds.append(secs)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield seconds
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+    return events(COMPILE)
 
 
 def test_jaxlib_0_10_compiles_our_programs_with_the_loop_emitter(monkeypatch):

@@ -18,28 +18,14 @@ from hypothesis import strategies as st
 import tensorplay_jax as tp
 from tensorplay_jax.autograd import _cache
 from tensorplay_jax.tensors import _indexing
-
-_traces: list[float] = []
-_counting = [False]
-
-
-def _on_event(name: str, seconds: float, **kwargs) -> None:
-    if _counting[0] and name == "/jax/core/compile/jaxpr_trace_duration":
-        _traces.append(seconds)
-
-
-jax.monitoring.register_event_duration_secs_listener(_on_event)
+from tests._jax_events import TRACE, events
 
 
 def _traced(fn) -> int:
     """How many functions JAX traces to a jaxpr while ``fn()`` runs."""
-    _traces.clear()
-    _counting[0] = True
-    try:
+    with events(TRACE) as traces:
         fn()
-    finally:
-        _counting[0] = False
-    return len(_traces)
+    return len(traces)
 
 
 _DTYPES = [np.float32, np.int32, np.bool_, np.uint8, np.int16]
@@ -108,14 +94,22 @@ _VALUES = {
     "int32 array": lambda shape, dt, rng: rng.integers(-9, 9, shape).astype(np.int32),
     "bool array": lambda shape, dt, rng: rng.standard_normal(shape) > 0,
     "broadcast row": lambda shape, dt, rng: rng.standard_normal(shape[-1:]).astype(np.float32),
+    "python int beyond int32": lambda shape, dt, rng: 2**40,
+    "int64 array beyond int32": lambda shape, dt, rng: np.full(shape, 2**40 + 3, np.int64),
 }
 
 
 def _left_to_jax(value: str, dtype) -> bool:
     """Whether the rule leaves writing ``value`` into ``dtype`` to JAX (its docstring's
-    casts: only float into float, integer or bool into float, bool into anything, an
-    in-range Python integer into an integer, and an array of the same dtype)."""
+    casts: only float into float, integer or bool into float, bool into anything, a
+    Python integer JAX's default integer holds into a float or an integer dtype that
+    holds it, and an array of the same dtype; not an integer array JAX narrows)."""
     kind = np.dtype(dtype).kind
+    x64 = jax.config.jax_enable_x64  # JAX's default integer: int64 with it, int32 without
+    if value == "python int beyond int32":
+        return not x64 or kind != "f"
+    if value == "int64 array beyond int32":
+        return not x64 or (kind != "f" and np.dtype(dtype) != np.int64)
     if value in ("python float", "float32 array", "broadcast row"):
         return kind != "f"
     if value == "python int":
