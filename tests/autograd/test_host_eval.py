@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -267,6 +268,16 @@ def test_a_pullback_left_to_its_compiled_program_goes_there_without_being_keyed(
     assert _host_eval.run_pullback(node.vjp, ct, node.out_info) is NotImplemented
     got = _cache.apply_vjp(node.vjp, ct, node.out_info)  # the compiled program
     np.testing.assert_allclose(np.asarray(got[0]), 1.0 / x, rtol=1e-6)
+
+
+def test_a_recorded_boolean_mask_index_warns_nothing_and_differentiates():
+    # the mask becomes int64 host indices; JAX takes them as int32 without x64, and jax
+    # 0.12 warns of a shape struct asking for int64 there
+    x = tp.tensor(np.arange(6, dtype=np.float32), requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (x[x > 2.0] * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0, 0, 0, 3, 3, 3])
 
 
 def test_slice_and_concatenate_gradients_run_here():

@@ -204,6 +204,9 @@ def covers(
         if dtype not in _DTYPES:
             return False
         size += int(np.prod(shape, dtype=np.int64))
+        # a host int64 array is an int32 one to JAX without x64 (as jit takes it), and
+        # JAX warns of a struct asking for a type it would narrow
+        dtype = jax.dtypes.canonicalize_dtype(dtype)
         structs.append(jax.ShapeDtypeStruct(shape, dtype, weak_type=weak))
     if size > limit:
         return False
