@@ -199,16 +199,15 @@ def _run_plan(plan: Sequence[Spec], inputs: Sequence[Any], fused: bool) -> tuple
     for spec in plan:
         entry, mask, rule = spec.entry, spec.mask, spec.rule
         values = [_resolve(r, inputs, outs) for r in spec.refs]
-        if rule is NO_GRAD:  # an unrecorded operation: its outputs, no pullback
+        if rule is not None:  # the forward alone: an unrecorded operation (no pullback),
+            # or one with a hand-written backward (``call_rule``), which keeps the operands
             out = entry.flat_fn(*values) if fused else _forward(entry, values)
-            outs.append(jax.tree_util.tree_leaves(out))
-            pbs.append(None)
-            continue
-        if rule is not None:  # a hand-written backward (``call_rule``) keeps the operands
-            out = entry.flat_fn(*values) if fused else _forward(entry, values)
-            pb = jax.tree_util.Partial(rule, *values)
-            outs.append([out])
-            pbs.append(pb)
+            if rule is NO_GRAD:
+                outs.append(jax.tree_util.tree_leaves(out))
+                pbs.append(None)
+            else:
+                outs.append([out])
+                pbs.append(jax.tree_util.Partial(rule, *values))
             continue
         diff = tuple(v for v, m in zip(values, mask, strict=True) if m)
         other = tuple(v for v, m in zip(values, mask, strict=True) if not m)
