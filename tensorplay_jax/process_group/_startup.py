@@ -23,9 +23,9 @@ from typing import Any
 
 import jax
 
-from tensorplay_jax.process_group import _kv, _same_program
+from tensorplay_jax.process_group import _kv
 from tensorplay_jax.process_group.engine import engines
-from tensorplay_jax.runtime import serving, settings
+from tensorplay_jax.runtime import cross_process, serving, settings
 from tensorplay_jax.runtime.address import local_address, net_namespace, spans_hosts
 from tensorplay_jax.runtime.init_method import coordinator_port, local_rank
 from tensorplay_jax.runtime.placement import assigned_devices
@@ -171,7 +171,7 @@ def start_runtime(backend: str, host: str, port: int, timeout_s: float) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_collective_timeout_seconds={int(timeout_s)}"
     if backend == "gloo":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        _same_program.apply()
+        cross_process.apply()
     local = None
     if backend == "nccl" and local_rank() is not None and assigned_devices() is None:
         local = [local_rank()]  # the launcher did not place this worker (runtime.placement)

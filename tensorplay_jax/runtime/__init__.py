@@ -18,6 +18,7 @@ it lists.
 - ``file_store``: a key-value store in one locked file (what ``file://`` meets in).
 - ``launch``: local worker processes (``python -m tensorplay_jax.run``, ``rpc.spawn``).
 - ``compile_cache``: JAX's compilation cache: the per-user folder, and the one a job shares.
+- ``cross_process``: the settings under which the ranks of a CPU job compile a program alike.
 - ``pending``: the boundary at which a thread's deferred work runs (a served RPC call's end).
 - ``trace``: the profiler's recorder (a flag, an event buffer, spans); ``tensorplay_jax.profiler``.
 
@@ -32,6 +33,7 @@ import importlib
 __all__ = [
     "accelerator",
     "compile_cache",
+    "cross_process",
     "cuda",
     "device",
     "file_store",

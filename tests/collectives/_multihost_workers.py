@@ -25,6 +25,9 @@ def all_collectives() -> None:
         process_id=rank,
         initialization_timeout=60,
     )
+    from tensorplay_jax.runtime import cross_process
+
+    cross_process.apply()  # as a script calling jax.distributed.initialize itself does
     import numpy as np
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -1,4 +1,4 @@
-"""Worker code for tests/process_group/test_same_program.py."""
+"""Worker code for tests/process_group/test_cross_process_programs.py."""
 
 from __future__ import annotations
 

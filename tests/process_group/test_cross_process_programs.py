@@ -1,5 +1,5 @@
 """The XLA engine's programs run on every jaxlib, whatever stack reaches them and
-whatever JAX's persistent cache holds (``process_group._same_program``).
+whatever JAX's persistent cache holds (``runtime.cross_process``).
 
 With jaxlib 0.12.1 both failed before: a send and its receive traced from different
 functions, and a job's second run, its programs in the cache, each hung until gloo's
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests._procs import run_and_collect
-from tests.process_group import _same_program_workers as W
+from tests.process_group import _cross_process_workers as W
 
 
 def _job(tmp_path, run: str, env: dict[str, str]) -> list[dict]:

@@ -20,7 +20,15 @@ differ, and a process that starts JAX's multi-process runtime on CPU
 
 Both settings are the process's, so the user's own cross-process programs, which
 need the same to run, get them too; single-process programs of that process lose
-their source locations in profiles and dumps and compile in each run.
+their source locations in profiles and dumps and compile in each run. A script
+that calls ``jax.distributed.initialize`` itself on CPU calls :func:`apply` right
+after it (``docs/porting.md``, "Process groups").
+
+Example:
+    >>> import jax
+    >>> jax.distributed.initialize(address, num_processes, process_id)  # doctest: +SKIP
+    >>> from tensorplay_jax.runtime import cross_process
+    >>> cross_process.apply()  # doctest: +SKIP
 """
 
 from __future__ import annotations
