@@ -23,6 +23,10 @@ whichever cache is on. ``TENSORPLAY_JAX_JOB_COMPILATION_CACHE=0`` turns the
 job's cache off. Every program is cached in either (JAX's minimum compile time
 is 0 unless set).
 
+With jaxlib 0.11 and later, a process that starts JAX's multi-process runtime on
+CPU runs without the cache, this one or the user's (``runtime.cross_process``: a
+cross-process program loaded from it does not run).
+
 A cache the user chose is left alone: nothing is set when
 ``JAX_COMPILATION_CACHE_DIR`` is set (in this environment or in the variables
 given to the workers), when this process's ``jax.config`` names a directory,

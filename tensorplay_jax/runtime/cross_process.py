@@ -22,7 +22,7 @@ Both settings are the process's, so the user's own cross-process programs, which
 need the same to run, get them too; single-process programs of that process lose
 their source locations in profiles and dumps and compile in each run. A script
 that calls ``jax.distributed.initialize`` itself on CPU calls :func:`apply` right
-after it (``docs/porting.md``, "Process groups").
+after it (``docs/porting.md``, "Compilation: first steps and new shapes").
 
 Example:
     >>> import jax
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import re
 
 import jax
 
@@ -49,11 +50,14 @@ def needed(jaxlib_version: str | None = None) -> bool:
     when every rank has the same executable.
 
     Example:
-        >>> needed("0.10.2"), needed("0.12.1")
-        (False, True)
+        >>> needed("0.10.2"), needed("0.12.1"), needed("0.13.0.dev20261201")
+        (False, True, True)
     """
     version = jaxlib_version or importlib.metadata.version("jaxlib")
-    return tuple(int(part) for part in version.split(".")[:2]) >= _SAME_EXECUTABLE_NEEDED_FROM
+    release = re.match(r"(\d+)\.(\d+)", version)
+    if release is None:  # not a release number: taken as a current jaxlib
+        return True
+    return (int(release[1]), int(release[2])) >= _SAME_EXECUTABLE_NEEDED_FROM
 
 
 def apply() -> None:
