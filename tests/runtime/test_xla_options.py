@@ -12,6 +12,7 @@ import pytest
 
 import tensorplay_jax as tp
 from tensorplay_jax.runtime import xla_options
+from tensorplay_jax.runtime.x64 import Float64TruncatedWarning
 from tests._jax_events import COMPILE, events
 
 
@@ -100,7 +101,8 @@ def test_host_fills_keep_values_dtypes_and_the_arrays_independence():
     assert tp.ones(3, dtype=tp.int32).dtype == np.int32
     assert tp.full((2,), 7, dtype=tp.float16).tolist() == [7.0, 7.0]
     assert tp.tensor([1.5, 2.0]).dtype == np.float32  # Python floats: float32
-    assert tp.tensor(np.arange(3.0)).dtype == np.float32  # float64 without jax_enable_x64
+    with pytest.warns(Float64TruncatedWarning, match="float64 data becomes float32"):
+        assert tp.tensor(np.arange(3.0)).dtype == np.float32  # float64 without jax_enable_x64
     source = np.ones(3, np.float32)
     t = tp.from_numpy(source)
     source[0] = 5.0  # the Tensor holds its own copy

@@ -142,7 +142,7 @@ def test_pickle_and_deepcopy_as_leaves():
 
 
 def test_comparison_methods_match_numpy():
-    a, b = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 4.0])
+    a, b = np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, 0.0, 4.0], np.float32)
     x, y = tp.tensor(a), tp.tensor(b)
     for name, want in [("eq", a == b), ("ne", a != b), ("lt", a < b), ("le", a <= b),
                        ("gt", a > b), ("ge", a >= b)]:  # fmt: skip
