@@ -33,11 +33,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
-import re
 
 import jax
+import jaxlib.version
 
 __all__ = ["apply", "needed"]
 
@@ -45,19 +44,16 @@ _log = logging.getLogger(__name__)
 _SAME_EXECUTABLE_NEEDED_FROM = (0, 11)  # jaxlib release first taken to need it
 
 
-def needed(jaxlib_version: str | None = None) -> bool:
-    """Whether this jaxlib (or ``jaxlib_version``) runs a cross-process CPU program only
-    when every rank has the same executable.
+def needed(release: tuple[int, ...] | None = None) -> bool:
+    """Whether this jaxlib (or a jaxlib of ``release``) runs a cross-process CPU program
+    only when every rank has the same executable.
 
     Example:
-        >>> needed("0.10.2"), needed("0.12.1"), needed("0.13.0.dev20261201")
-        (False, True, True)
+        >>> needed((0, 10, 2)), needed((0, 12, 1))
+        (False, True)
     """
-    version = jaxlib_version or importlib.metadata.version("jaxlib")
-    release = re.match(r"(\d+)\.(\d+)", version)
-    if release is None:  # not a release number: taken as a current jaxlib
-        return True
-    return (int(release[1]), int(release[2])) >= _SAME_EXECUTABLE_NEEDED_FROM
+    release = jaxlib.version.__version_info__ if release is None else release
+    return tuple(release[:2]) >= _SAME_EXECUTABLE_NEEDED_FROM
 
 
 def apply() -> None:
@@ -71,5 +67,5 @@ def apply() -> None:
         _log.info(
             "JAX's persistent compilation cache is off in this process: with jaxlib %s, a "
             "cross-process CPU program loaded from it does not run",
-            importlib.metadata.version("jaxlib"),
+            jaxlib.version.__version__,
         )
