@@ -83,6 +83,14 @@ def _root_edge(root: Tensor | GradientEdge, i: int) -> GradientEdge:
             f"run_backward: roots[{i}] is a {type(root).__name__}; expected a Tensor or a "
             "GradientEdge"
         )
+    if not root.requires_grad and isinstance(root._value, jax.core.Tracer):
+        raise RuntimeError(
+            f"run_backward: roots[{i}] holds a JAX tracer: backward() or autograd.grad() ran "
+            "inside a JAX transformation (jax.jit, jax.grad, jax.vmap, ...), where the tape "
+            "records nothing (JAX owns differentiation there); differentiate with jax.grad of a "
+            "function of arrays (for a module, nn.functional_call), or run the backward "
+            "outside the transformation"
+        )
     if not root.requires_grad:
         raise RuntimeError(
             f"run_backward: roots[{i}] does not require grad and does not have a grad_fn; "

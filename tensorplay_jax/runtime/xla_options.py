@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jaxlib.version
 
 try:  # whether no trace is active: JAX has no public equivalent
     from jax._src.core import trace_state_clean as _trace_state_clean
@@ -54,7 +55,7 @@ def compiler_options() -> dict[str, Any]:
     """The options ``jit`` passes to XLA for this process's jaxlib (empty: XLA's defaults)."""
     if settings.get_flag(settings.XLA_DEFAULTS_ENV) or _trace_state_clean is None:
         return {}
-    if tuple(jax.__version_info__[:2]) < _FUSION_EMITTERS_OPTION_BEFORE:
+    if tuple(jaxlib.version.__version_info__[:2]) < _FUSION_EMITTERS_OPTION_BEFORE:
         return {"xla_cpu_use_fusion_emitters": False}
     return {}
 

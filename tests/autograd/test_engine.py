@@ -3,6 +3,7 @@
 import sys
 import threading
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -137,6 +138,18 @@ def test_recv_and_send_nodes_as_rpc_would_build_them():
         accumulate=lambda t, g: got.__setitem__(t, g),
     )
     np.testing.assert_allclose(got[w], [4.0, 60.0])
+
+
+def test_backward_inside_a_jax_transformation_says_the_tape_records_nothing_there():
+    def step(v):
+        t = tp.Tensor(v).requires_grad_()
+        (t * t).sum().backward()
+        return t.grad.value
+
+    for transform in (jax.jit, jax.grad, jax.vmap):
+        fn = transform(lambda v: step(v).sum()) if transform is jax.grad else transform(step)
+        with pytest.raises(RuntimeError, match=r"inside a JAX transformation.*jax\.grad"):
+            fn(jnp.arange(3.0))
 
 
 def test_function_node_with_inputs_that_need_no_grad():

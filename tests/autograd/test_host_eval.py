@@ -212,6 +212,37 @@ def test_the_setting_zero_turns_it_off():
     assert reported(out)["compiles"] == 2, out  # the host evaluator off: both operations compile
 
 
+def test_a_process_whose_first_operation_is_inside_a_users_jit_keeps_both_paths():
+    # The evaluator learns JAX's concrete array type at its first use; inside a trace it
+    # must not take the tracer's type (every traced operation then failed, and no eager
+    # one ran here).
+    code = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, numpy as np, tensorplay_jax as tp
+        from tests._worker import report
+        traced = jax.jit(lambda v: (tp.Tensor(v) * 2).sum().value)(jnp.arange(3.0))
+        again = jax.jit(lambda v: (tp.Tensor(v) - 1).sum().value)(jnp.arange(4.0))
+        n = []
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda name, s, **k: n.append(1)
+            if name == "/jax/core/compile/backend_compile_duration" else None)
+        r = tp.tensor(np.arange(9, dtype=np.float32))
+        eager = (r - r.mean()).numpy().tolist()
+        report(traced=float(traced), again=float(again), eager=eager, compiles=len(n))
+        """
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT))
+    env.pop("TENSORPLAY_JAX_HOST_EAGER_MAX", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = reported(out)
+    assert (got["traced"], got["again"]) == (6.0, 2.0)
+    assert got["eager"] == [float(v) for v in range(-4, 5)]
+    assert got["compiles"] == 0, out  # the eager operations ran on the host, as in any process
+
+
 def _episode(w, states, rewards):
     """An RL agent's loss: sum over steps of reward * (w . state), through ``cat``."""
     terms = [

@@ -92,7 +92,8 @@ def _max_values() -> int:
     limit = STATE.host_limit
     if limit is None:
         value = settings.get_int(settings.HOST_EAGER_MAX_ENV) or 0
-        STATE.host_array = type(jax.device_put(np.zeros((), np.float32)))
+        with jax.ensure_compile_time_eval():  # a first use inside a trace: still concrete
+            STATE.host_array = type(jax.device_put(np.zeros((), np.float32)))
         limit = STATE.host_limit = value if jax.default_backend() == "cpu" else 0
     return limit
 
