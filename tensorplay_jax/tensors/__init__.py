@@ -130,7 +130,9 @@ from tensorplay_jax.tensors._shape_ops import unbind as unbind
 from tensorplay_jax.tensors._shape_ops import unsqueeze as unsqueeze
 from tensorplay_jax.tensors._shape_ops import view as view
 from tensorplay_jax.tensors._sparse import SparseTensor as SparseTensor
+from tensorplay_jax.tensors._sparse import sparse_coo as sparse_coo
 from tensorplay_jax.tensors._sparse import sparse_coo_tensor as sparse_coo_tensor
+from tensorplay_jax.tensors._sparse import strided as strided
 from tensorplay_jax.tensors._tensor import Tensor as Tensor
 from tensorplay_jax.tensors._views import overwrite as overwrite
 from tensorplay_jax.tensors.linalg import tensor_norm as norm
@@ -210,6 +212,7 @@ __all__ = [
     "sin",
     "softmax",
     "sparse",
+    "sparse_coo",
     "sparse_coo_tensor",
     "split",
     "sqrt",
@@ -217,6 +220,7 @@ __all__ = [
     "squeeze",
     "stack",
     "std",
+    "strided",
     "sub",
     "sum",
     "tanh",

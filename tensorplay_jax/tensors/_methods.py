@@ -27,6 +27,8 @@ from tensorplay_jax.tensors import (
     _ops,
     _reductions,
     _shape_ops,
+    _sparse,
+    _sparse_ops,
     linalg,
 )
 from tensorplay_jax.tensors._tensor import Tensor
@@ -95,6 +97,16 @@ def _is_contiguous(self: Tensor, memory_format: Any = None) -> bool:
 def _is_sparse(self: Tensor) -> bool:
     """False for a dense Tensor (a sparse COO tensor is a ``SparseTensor``, where it is True)."""
     return False
+
+
+def _layout(self: Tensor) -> str:
+    """``tp.strided`` for a dense Tensor (``tp.sparse_coo`` for a ``SparseTensor``)."""
+    return _sparse.strided
+
+
+def _to_dense(self: Tensor, dtype: Any = None, *, masked_grad: bool | None = None) -> Tensor:
+    """A dense Tensor is its own dense form: ``self`` (converted when ``dtype`` is given)."""
+    return self if dtype is None else self.to(dtype)
 
 
 _METHODS: dict[str, Any] = {
@@ -167,6 +179,10 @@ _METHODS: dict[str, Any] = {
     "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     "is_contiguous": _is_contiguous,
     "is_sparse": property(_is_sparse),
+    "layout": property(_layout),
+    "to_sparse": _sparse_ops.to_sparse,
+    "to_sparse_coo": _sparse_ops.to_sparse,
+    "to_dense": _to_dense,
     # device and dtype conversions
     "to": _device.to,
     "cpu": _device.cpu,

@@ -35,7 +35,11 @@ from tensorplay_jax.autograd import sparse_arrays as sa
 from tensorplay_jax.tensors import _tensor
 from tensorplay_jax.tensors._tensor import Tensor
 
-__all__ = ["SparseTensor", "sparse_coo_tensor"]
+__all__ = ["SparseTensor", "sparse_coo", "sparse_coo_tensor", "strided"]
+
+# torch's layouts, as the strings ``Tensor.layout`` gives
+strided = "strided"
+sparse_coo = "sparse_coo"
 
 
 def _dense_only(name: str) -> str:
@@ -75,8 +79,8 @@ class SparseTensor(Tensor):
 
     @property
     def layout(self) -> str:
-        """``"sparse_coo"`` (torch's ``torch.sparse_coo``)."""
-        return "sparse_coo"
+        """``tp.sparse_coo``, the string ``"sparse_coo"`` (torch's ``torch.sparse_coo``)."""
+        return sparse_coo
 
     def sparse_dim(self) -> int:
         """How many leading dimensions are sparse."""

@@ -7,6 +7,7 @@ each result is what torch computes, and so is its layout (what stays sparse):
 ======================  ==========  ===========================================
 operation               result      gradient of a sparse input
 ======================  ==========  ===========================================
+``to_sparse`` of dense  sparse      (a dense input) the gradient made dense
 ``to_dense``            dense       the dense gradient on the input's pattern
 ``coalesce``            sparse      the gradient as it is
 ``values()``            dense       sparse, on the input's indices
@@ -26,15 +27,18 @@ Index work runs on the host (``autograd.sparse_arrays``); values stay JAX arrays
 from __future__ import annotations
 
 import builtins
+import operator
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
 from tensorplay_jax.autograd import sparse_arrays as sa
+from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _sparse
 from tensorplay_jax.tensors._sparse import SparseTensor, _dense_only
 from tensorplay_jax.tensors._tensor import Tensor
@@ -51,6 +55,7 @@ __all__ = [
     "sub",
     "sum",
     "to_dense",
+    "to_sparse",
     "values",
 ]
 
@@ -88,6 +93,101 @@ def _dense_value(x: Any) -> Any:
 
 
 # ------------------------------------------------------------------ conversions
+def to_sparse(
+    x: Tensor,
+    sparse_dim: int | None = None,
+    *,
+    layout: Any = None,
+    blocksize: Any = None,
+    dense_dim: int | None = None,
+) -> SparseTensor:
+    """``x`` as a coalesced sparse COO tensor of its nonzero entries (torch's ``to_sparse``).
+
+    The first ``sparse_dim`` dimensions (all, by default; ``x.dim() - dense_dim`` when
+    ``dense_dim`` is given) are sparse: a slice over the others is stored when any of its
+    entries is nonzero (NaN counts as nonzero, ``-0.0`` does not). Differentiable: the
+    input's gradient is the result's, made dense. A sparse ``x`` comes back as it is.
+    Eager only: how many entries are stored depends on the values, which a JAX trace
+    does not have.
+
+    Args:
+        x: a Tensor.
+        sparse_dim: how many leading dimensions are sparse.
+        layout: ``None`` or ``"sparse_coo"`` (``tp.sparse_coo``); other layouts (CSR, CSC,
+            BSR, BSC) are not available here.
+        blocksize: for the block layouts only: must be ``None``.
+        dense_dim: how many trailing dimensions stay dense (instead of ``sparse_dim``).
+
+    Raises:
+        RuntimeError: a ``sparse_dim``/``dense_dim`` outside torch's range, or a sparse ``x``
+            asked for another ``sparse_dim``.
+        NotImplementedError: another layout, or a ``blocksize``.
+        TypeError: ``x`` holds a JAX tracer (inside ``jax.jit``, ``jax.grad``, ...).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> s = tp.tensor([[0.0, 2.0], [3.0, 0.0]]).to_sparse()
+        >>> s.indices().tolist(), s.values().tolist(), s.is_coalesced()
+        ([[0, 1], [1, 0]], [2.0, 3.0], True)
+    """
+    if layout is not None and layout != _sparse.sparse_coo:
+        raise NotImplementedError(
+            f"to_sparse: layout={layout!r}: only the sparse COO layout (tp.sparse_coo) is "
+            "available here"
+        )
+    if blocksize is not None:
+        raise NotImplementedError("to_sparse: blocksize is for the block layouts (BSR, BSC)")
+    nd = x.dim()
+    if dense_dim is not None:
+        if sparse_dim is not None:
+            raise TypeError("to_sparse: give sparse_dim or dense_dim, not both")
+        dense_dim = operator.index(dense_dim)
+        if nd > 0 and dense_dim == nd:
+            raise RuntimeError(
+                "dense_to_sparse: dense_dim argument must be !=self.dim() when self.dim()>0"
+            )
+        if not 0 <= dense_dim <= nd:
+            raise RuntimeError(
+                f"dense_to_sparse: dense_dim argument must be in [0,{nd}] range, but "
+                f"{dense_dim} is given"
+            )
+        sparse_dim = nd - dense_dim
+    sd = nd if sparse_dim is None else operator.index(sparse_dim)
+    if _is_sparse(x):
+        if sd != x.sparse_dim():
+            raise RuntimeError(
+                "to_sparse: conversion from Sparse to Sparse with sparse_dim argument "
+                "!=self.sparse_dim() is not supported"
+            )
+        return x  # type: ignore[return-value]
+    if not 0 <= sd <= nd:
+        raise RuntimeError(
+            f"dense_to_sparse: sparse_dim argument must be in [0,{nd}] range, but {sd} is given"
+        )
+    if nd > 0 and sd == 0:
+        raise RuntimeError("dense_to_sparse: sparse_dim argument must be in >0 when self.dim()>0")
+    v = x._value
+    if isinstance(v, jax.core.Tracer):
+        raise TypeError(
+            "to_sparse: the Tensor holds a JAX tracer; how many entries a sparse tensor "
+            "stores depends on the values, so it is made outside jax.jit / jax.grad / jax.vmap"
+        )
+    host = np.asarray(v)
+    nonzero = host != 0
+    if sd < nd:
+        nonzero = nonzero.reshape(*host.shape[:sd], -1).any(axis=-1)
+    idx = np.stack(np.nonzero(nonzero)) if sd else np.zeros((0, int(nonzero)), np.int64)
+    rows = tuple(idx)
+    data = v[rows] if sd else jnp.reshape(v, (-1,))[: idx.shape[1]]
+    idx = to_device(idx.astype(jax.dtypes.canonicalize_dtype(np.int64)))
+    out = sa.from_coo(idx, data, tuple(host.shape), coalesced=True)
+
+    def back(g: Any) -> list[Any]:
+        return [g.todense() if sa.is_sparse_array(g) else g]
+
+    return _record("ToSparseBackward", out, [x], back)
+
+
 def to_dense(x: SparseTensor) -> Tensor:
     """The dense equivalent of ``x``; its gradient is ``x``'s pattern of the dense one."""
     m = x._value

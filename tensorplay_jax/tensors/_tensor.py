@@ -395,8 +395,10 @@ class Tensor(metaclass=_TensorMeta):
                 np.asarray(v), separator=", ", prefix="tensor(", threshold=100, precision=4
             )
         extras = []
-        if v.dtype not in _DEFAULT_DTYPES:
-            extras.append(f"dtype={v.dtype}")
+        if v.size == 0 and v.shape != (0,):  # no elements to show the shape by
+            extras.append(f"size={tuple(v.shape)}")
+        if v.dtype not in _DEFAULT_DTYPES or (v.size == 0 and v.dtype != np.float32):
+            extras.append(f"dtype={v.dtype}")  # no elements to show an int or bool dtype by
         if self._grad_fn is not None:
             extras.append(f"grad_fn=<{self._grad_fn.name}>")
         elif self._requires_grad:

@@ -271,3 +271,77 @@ def test_data_ptr_is_the_values_buffer_and_refused_on_the_sparse_tensor() -> Non
     assert x._values().data_ptr() == x._values().data_ptr() != 0
     with pytest.raises(RuntimeError, match="doesn't have storage"):
         x.data_ptr()
+
+
+# ------------------------------------------------------------------ dense to sparse
+def test_to_sparse_stores_the_nonzero_entries_coalesced() -> None:
+    s = tp.tensor(DENSE).to_sparse()
+    assert (s.is_sparse, s.layout, s.is_coalesced(), s.shape) == (True, tp.sparse_coo, True, (3, 3))
+    assert np.asarray(s.indices().value).tolist() == I  # torch's row-major order
+    np.testing.assert_allclose(s.values().numpy(), V)
+    assert tp.ones(2).layout == tp.strided
+
+
+def test_to_sparse_with_dense_dimensions_keeps_slices_with_any_nonzero() -> None:
+    y = tp.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    for s in (y.to_sparse(1), y.to_sparse(dense_dim=1)):
+        assert (s.sparse_dim(), s.dense_dim(), _idx(s)) == (1, 1, [[1]])
+        assert _vals(s).tolist() == [[1.0, 0.0]]
+
+
+def test_to_sparse_counts_nan_and_not_negative_zero_and_keeps_the_dtype() -> None:
+    s = tp.tensor([float("nan"), -0.0, 1.0]).to_sparse()
+    assert _idx(s) == [[0, 2]] and np.isnan(_vals(s)[0]) and _vals(s)[1] == 1.0
+    ints = tp.tensor([1, 0, 2]).to_sparse()
+    assert (_idx(ints), _vals(ints).tolist(), ints.dtype) == ([[0, 2]], [1, 2], tp.tensor(1).dtype)
+    flags = tp.tensor([True, False]).to_sparse()
+    assert (_idx(flags), _vals(flags).tolist()) == ([[0]], [True])
+
+
+def test_to_sparse_of_zeros_and_of_a_scalar_matches_torch() -> None:
+    empty = tp.zeros(2, 2).to_sparse()
+    assert (empty._nnz(), np.asarray(empty._indices().value).shape) == (0, (2, 0))
+    three, zero = tp.tensor(3.0).to_sparse(), tp.tensor(0.0).to_sparse()
+    assert (three._nnz(), _vals(three).tolist(), three.shape) == (1, [3.0], ())
+    assert zero._nnz() == 0
+
+
+def test_to_sparse_backward_gives_the_dense_input_a_dense_gradient() -> None:
+    w = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], np.float32)
+    x = tp.tensor(DENSE, requires_grad=True)
+    (x.to_sparse().to_dense() * tp.tensor(w)).sum().backward()
+    assert not x.grad.is_sparse  # torch: w where x is nonzero, 0 elsewhere
+    np.testing.assert_allclose(x.grad.numpy(), np.where(DENSE != 0, w, 0.0))
+    x.grad = None
+    tp.sparse.sum(x.to_sparse() * 2).backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.where(DENSE != 0, 2.0, 0.0))
+
+
+def test_to_sparse_of_a_sparse_tensor_is_itself_and_dense_to_dense_too() -> None:
+    s, d = build(), tp.ones(2)
+    assert s.to_sparse() is s and s.to_sparse(2) is s and s.to_sparse_coo() is s
+    assert d.to_dense() is d
+    with pytest.raises(RuntimeError, match="Sparse to Sparse with sparse_dim"):
+        s.to_sparse(1)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda t: t.to_sparse(3), RuntimeError, r"must be in \[0,2\] range, but 3"),
+        (lambda t: t.to_sparse(-1), RuntimeError, r"must be in \[0,2\] range, but -1"),
+        (lambda t: t.to_sparse(0), RuntimeError, "must be in >0 when self.dim"),
+        (lambda t: t.to_sparse(dense_dim=2), RuntimeError, "dense_dim argument must be !="),
+        (lambda t: t.to_sparse(layout="sparse_csr"), NotImplementedError, "sparse_csr"),
+        (lambda t: t.to_sparse(blocksize=(1, 1)), NotImplementedError, "blocksize"),
+        (lambda t: t.to_sparse(1.5), TypeError, "float"),
+    ],
+)
+def test_to_sparse_refuses_what_torch_refuses(call, error, match) -> None:
+    with pytest.raises(error, match=match):
+        call(tp.ones(2, 2))
+
+
+def test_to_sparse_inside_a_jax_trace_says_it_needs_values() -> None:
+    with pytest.raises(TypeError, match="holds a JAX tracer"):
+        jax.jit(lambda v: tp.Tensor(v).to_sparse().to_dense().value)(jnp.ones(2))

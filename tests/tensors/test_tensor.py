@@ -100,6 +100,14 @@ def test_repr():
     assert "dtype=float16" in repr(tp.ones(1, dtype=tp.float16))
 
 
+def test_repr_of_an_empty_tensor_names_its_size_and_a_dtype_its_elements_cannot_show():
+    # torch's: tensor([]), tensor([], size=(2, 0)), tensor([], dtype=torch.int64)
+    assert repr(tp.zeros(0)) == "tensor([])"
+    assert repr(tp.zeros(2, 0)) == "tensor([], size=(2, 0))"
+    assert repr(tp.zeros(0, dtype=tp.int32)) == "tensor([], dtype=int32)"
+    assert repr(tp.zeros(2, 0, dtype=tp.bool)) == "tensor([], size=(2, 0), dtype=bool)"
+
+
 def test_no_grad_and_grad_mode():
     x = tp.ones(2, requires_grad=True)
     assert tp.is_grad_enabled()
