@@ -345,6 +345,106 @@ def randn_like(
     return _like("randn_like", input, value, device, requires_grad)
 
 
+def full_like(
+    input: Tensor,
+    fill_value: Any,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """``fill_value`` in ``input``'s shape (and dtype unless given)."""
+    value = _filled(tuple(input.shape), fill_value, dtype or input.dtype)
+    return _like("full_like", input, value, device, requires_grad)
+
+
+def empty_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """A Tensor of ``input``'s shape to be overwritten; zeros (JAX has no uninitialised
+    memory)."""
+    value = _filled(tuple(input.shape), 0, dtype or input.dtype)
+    return _like("empty_like", input, value, device, requires_grad)
+
+
+def rand_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """Uniform samples on ``[0, 1)`` with ``input``'s shape (and float dtype unless given)."""
+    dtype = _float_dtype("rand_like", dtype or input.dtype)
+    value = _random.draw("uniform", _random.next_key(), input.shape, dtype)
+    return _like("rand_like", input, value, device, requires_grad)
+
+
+def randint_like(
+    input: Tensor, low: int = 0, high: int | None = None, *, dtype: Any = None, device: Any = None
+) -> Tensor:
+    """Integers uniform on ``[low, high)`` with ``input``'s shape (``randint_like(x, high)``
+    or ``(x, low, high)``), in ``input``'s dtype unless given."""
+    if high is None:
+        low, high = 0, low
+    value = _random.integers(
+        _random.next_key(), tuple(input.shape), int(low), int(high), dtype or input.dtype
+    )
+    return _like("randint_like", input, value, device, False)
+
+
+def linspace(
+    start: Any,
+    end: Any,
+    steps: int,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end``, both included.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.linspace(0, 1, steps=5)
+        tensor([0.  , 0.25, 0.5 , 0.75, 1.  ])
+    """
+    if int(steps) < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    check_dtype(dtype, "tp.linspace")
+    values = np.linspace(float(start), float(end), int(steps))
+    value = from_host(values, jnp.dtype(dtype or DEFAULT_FLOAT))
+    return _leaf(value, requires_grad, device, "linspace")
+
+
+def logspace(
+    start: Any,
+    end: Any,
+    steps: int,
+    base: float = 10.0,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """``steps`` values from ``base ** start`` to ``base ** end``, evenly spaced in the
+    exponent."""
+    if int(steps) < 0:
+        raise RuntimeError(f"logspace: number of steps must be non-negative, got {steps}")
+    check_dtype(dtype, "tp.logspace")
+    values = np.logspace(float(start), float(end), int(steps), base=float(base))
+    value = from_host(values, jnp.dtype(dtype or DEFAULT_FLOAT))
+    return _leaf(value, requires_grad, device, "logspace")
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """``data`` as a Tensor: a Tensor of that dtype and device is returned as it is (with its
+    graph, as torch's ``as_tensor``); anything else as ``tp.tensor(data, dtype=...)``."""
+    if isinstance(data, Tensor):
+        if dtype is not None and jnp.dtype(dtype) != data.dtype:
+            data = data.to(dtype)
+        if device is not None:
+            data = data.to(device)
+        return data
+    return tensor(data, dtype=dtype, device=device)
+
+
 def _typed_tensor(kind: str, dtype: Any) -> Any:
     def make(data: Any = None, *sizes: int) -> Tensor:
         if isinstance(data, int) and not isinstance(data, bool):

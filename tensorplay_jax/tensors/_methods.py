@@ -13,6 +13,7 @@ once on import, after the class and the operation modules exist, so
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +23,14 @@ import jax.numpy as jnp
 from tensorplay_jax.autograd import register_hook, register_post_accumulate_grad_hook
 from tensorplay_jax.tensors import (
     _device,
+    _factories,
+    _gathers,
     _indexing,
     _inplace,
+    _matrix_ops,
     _ops,
     _reductions,
+    _scans_and_sorts,
     _shape_ops,
     _sparse,
     _sparse_ops,
@@ -97,6 +102,105 @@ def _is_contiguous(self: Tensor, memory_format: Any = None) -> bool:
 def _is_sparse(self: Tensor) -> bool:
     """False for a dense Tensor (a sparse COO tensor is a ``SparseTensor``, where it is True)."""
     return False
+
+
+def _where(self: Tensor, condition: Any, other: Any) -> Tensor:
+    """``self`` where ``condition`` holds, ``other`` elsewhere (``tp.where(condition, self,
+    other)``)."""
+    return _ops.where(condition, self, other)
+
+
+def _type_as(self: Tensor, other: Tensor) -> Tensor:
+    """``self`` converted to ``other``'s dtype."""
+    return self if self.dtype == other.dtype else _ops.astype(self, other.dtype)
+
+
+def _new_factory(name: str, make: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``Tensor.new_*``: ``make(...)`` with ``self``'s dtype and device unless given."""
+
+    def method(
+        self: Tensor, *args: Any, dtype: Any = None, device: Any = None, **kw: Any
+    ) -> Tensor:
+        device = device if device is not None else _factories._device_of(self)
+        return make(*args, dtype=dtype or self.dtype, device=device, **kw)
+
+    method.__name__ = method.__qualname__ = name
+    plain = name.removeprefix("new_")
+    method.__doc__ = (
+        f"``tp.{plain}(...)`` with this Tensor's dtype and device (unless given), as torch's "
+        f"``{name}``."
+    )
+    return method
+
+
+def _new_tensor(
+    self: Tensor, data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """``tp.tensor(data)`` with this Tensor's dtype and device (unless given)."""
+    device = device if device is not None else _factories._device_of(self)
+    return _factories.tensor(
+        data, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad
+    )
+
+
+def _is_floating_point(self: Tensor) -> bool:
+    """Whether the dtype is a floating-point type."""
+    return bool(jnp.issubdtype(self.dtype, jnp.floating))
+
+
+def _is_complex(self: Tensor) -> bool:
+    """Whether the dtype is a complex type."""
+    return bool(jnp.issubdtype(self.dtype, jnp.complexfloating))
+
+
+def _element_size(self: Tensor) -> int:
+    """Bytes per element."""
+    return int(self.dtype.itemsize)
+
+
+def _nbytes(self: Tensor) -> int:
+    """Bytes of all the elements."""
+    return int(self.dtype.itemsize) * self.numel()
+
+
+def _is_cuda(self: Tensor) -> bool:
+    """Whether the value is on a GPU."""
+    device = self.device
+    return device is not None and device.platform in ("gpu", "cuda", "rocm")
+
+
+def _retain_grad(self: Tensor) -> None:
+    """Keep this non-leaf Tensor's gradient in ``.grad`` on each backward (accumulated, as a
+    leaf's); a leaf keeps it anyway.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> x = tp.ones(2, requires_grad=True)
+        >>> y = x * 3
+        >>> y.retain_grad()
+        >>> (y * y).sum().backward()
+        >>> y.grad
+        tensor([6., 6.])
+    """
+    if not self.requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if self.grad_fn is None or self.__dict__.get("_retains_grad"):
+        return
+    self.__dict__["_retains_grad"] = True
+    ref = weakref.ref(self)  # the hook lives on the node, which the Tensor keeps alive
+
+    def keep(grad: Tensor) -> None:
+        t = ref()
+        if t is not None:
+            g = grad.detach()
+            t._grad = g if t._grad is None else Tensor(t._grad._value + g._value)
+
+    register_hook(self, keep)
+
+
+def _retains_grad(self: Tensor) -> bool:
+    """Whether ``retain_grad()`` was called on this non-leaf Tensor."""
+    return bool(self.__dict__.get("_retains_grad", False))
 
 
 def _layout(self: Tensor) -> str:
@@ -173,12 +277,76 @@ _METHODS: dict[str, Any] = {
     "bmm": _ops.bmm,
     "mm": _ops.mm,
     "equal": _ops.equal,
+    "allclose": _ops.allclose,
+    "isclose": _ops.isclose,
     "nonzero": _indexing.nonzero,
+    "maximum": _ops.maximum,
+    "minimum": _ops.minimum,
+    "where": _where,
+    "floor": _ops.floor,
+    "ceil": _ops.ceil,
+    "trunc": _ops.trunc,
+    "frac": _ops.frac,
+    "round": _ops.round,
+    "sign": _ops.sign,
+    "reciprocal": _ops.reciprocal,
+    "rsqrt": _ops.rsqrt,
+    "log1p": _ops.log1p,
+    "expm1": _ops.expm1,
+    "log2": _ops.log2,
+    "log10": _ops.log10,
+    "erf": _ops.erf,
+    "sinh": _ops.sinh,
+    "cosh": _ops.cosh,
+    "asin": _ops.asin,
+    "acos": _ops.acos,
+    "atan": _ops.atan,
+    "atan2": _ops.atan2,
+    "fmod": _ops.fmod,
+    "remainder": _ops.remainder,
+    "clip": _ops.clamp,
+    "nan_to_num": _ops.nan_to_num,
+    "isnan": _ops.isnan,
+    "isinf": _ops.isinf,
+    "isfinite": _ops.isfinite,
+    "logical_not": _ops.logical_not,
+    "logical_and": _ops.logical_and,
+    "logical_or": _ops.logical_or,
+    "logical_xor": _ops.logical_xor,
+    # scans, sorting, gathers
+    "cumsum": _scans_and_sorts.cumsum,
+    "cumprod": _scans_and_sorts.cumprod,
+    "sort": _scans_and_sorts.sort,
+    "argsort": _scans_and_sorts.argsort,
+    "topk": _scans_and_sorts.topk,
+    "gather": _gathers.gather,
+    "take_along_dim": _gathers.take_along_dim,
+    "index_select": _gathers.index_select,
+    "masked_select": _gathers.masked_select,
+    "index_add": _gathers.index_add,
+    # matrices
+    "tril": _matrix_ops.tril,
+    "triu": _matrix_ops.triu,
+    "diag": _matrix_ops.diag,
+    "diagonal": _matrix_ops.diagonal,
+    "trace": _matrix_ops.trace,
+    "outer": _matrix_ops.outer,
+    "dot": _matrix_ops.dot,
+    "cross": _matrix_ops.cross,
+    "addmm": _matrix_ops.addmm,
     # autograd and layout
     "register_hook": register_hook,
     "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     "is_contiguous": _is_contiguous,
+    "retain_grad": _retain_grad,
+    "retains_grad": property(_retains_grad),
     "is_sparse": property(_is_sparse),
+    "is_floating_point": _is_floating_point,
+    "is_complex": _is_complex,
+    "is_cuda": property(_is_cuda),
+    "element_size": _element_size,
+    "nbytes": property(_nbytes),
+    "itemsize": property(_element_size),
     "layout": property(_layout),
     "to_sparse": _sparse_ops.to_sparse,
     "to_sparse_coo": _sparse_ops.to_sparse,
@@ -192,6 +360,14 @@ _METHODS: dict[str, Any] = {
     "long": _cast(jax.dtypes.canonicalize_dtype(jnp.int64), "Convert to the default integer type."),
     "int": _cast(jnp.int32, "Convert to int32."),
     "bool": _cast(jnp.bool_, "Convert to bool."),
+    "half": _cast(jnp.float16, "Convert to float16."),
+    "bfloat16": _cast(jnp.bfloat16, "Convert to bfloat16."),
+    "type_as": _type_as,
+    "new_zeros": _new_factory("new_zeros", _factories.zeros),
+    "new_ones": _new_factory("new_ones", _factories.ones),
+    "new_empty": _new_factory("new_empty", _factories.empty),
+    "new_full": _new_factory("new_full", _factories.full),
+    "new_tensor": _new_tensor,
     # reductions
     "sum": _reductions.sum,
     "mean": _reductions.mean,
@@ -208,6 +384,7 @@ _METHODS: dict[str, Any] = {
     "logsumexp": _reductions.logsumexp,
     "any": _reductions.any,
     "all": _reductions.all,
+    "count_nonzero": _reductions.count_nonzero,
     # shape
     "reshape": _shape_ops.reshape,
     "view": _shape_ops.reshape,
@@ -224,6 +401,13 @@ _METHODS: dict[str, Any] = {
     "split": _shape_ops.split,
     "chunk": _shape_ops.chunk,
     "unbind": _shape_ops.unbind,
+    "select": _shape_ops.select,
+    "tensor_split": _shape_ops.tensor_split,
+    "flip": _shape_ops.flip,
+    "roll": _shape_ops.roll,
+    "repeat": _shape_ops.repeat,
+    "repeat_interleave": _shape_ops.repeat_interleave,
+    "expand_as": _shape_ops.expand_as,
 }
 
 

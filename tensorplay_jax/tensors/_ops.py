@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
@@ -201,6 +202,88 @@ cos = _unary_op("cos", jnp.cos, "Elementwise cosine.")
 sigmoid = _unary_op(
     "sigmoid", jax.nn.sigmoid, "Elementwise logistic sigmoid ``1 / (1 + exp(-x))``."
 )
+log1p = _unary_op("log1p", jnp.log1p, "Elementwise ``log(1 + x)``, exact for small ``x``.")
+expm1 = _unary_op("expm1", jnp.expm1, "Elementwise ``exp(x) - 1``, exact for small ``x``.")
+log2 = _unary_op("log2", jnp.log2, "Elementwise base-2 logarithm.")
+log10 = _unary_op("log10", jnp.log10, "Elementwise base-10 logarithm.")
+sinh = _unary_op("sinh", jnp.sinh, "Elementwise hyperbolic sine.")
+cosh = _unary_op("cosh", jnp.cosh, "Elementwise hyperbolic cosine.")
+asin = _unary_op("asin", jnp.arcsin, "Elementwise arcsine.")
+acos = _unary_op("acos", jnp.arccos, "Elementwise arccosine.")
+atan = _unary_op("atan", jnp.arctan, "Elementwise arctangent.")
+atan2 = _binary_op("atan2", jnp.arctan2, "Elementwise arctangent of ``input / other`` by quadrant.")
+erf = _unary_op("erf", jax.scipy.special.erf, "Elementwise Gauss error function.")
+
+
+def _float_of(x: jax.Array) -> jax.Array:
+    """``x`` as a float array: integers and bools become the default float type, as torch's
+    float-valued operations make them."""
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
+
+
+def _reciprocal(x: jax.Array) -> jax.Array:
+    return 1 / _float_of(x)
+
+
+def _rsqrt(x: jax.Array) -> jax.Array:
+    return jax.lax.rsqrt(_float_of(x))
+
+
+reciprocal = _unary_op("reciprocal", _reciprocal, "Elementwise ``1 / x`` (integers give floats).")
+rsqrt = _unary_op("rsqrt", _rsqrt, "Elementwise ``1 / sqrt(x)``.")
+
+
+# ------------------------------------------------------------------ rounding (zero gradient)
+def _integral(fn: Any) -> Any:
+    """``fn`` for floats; an integer or bool array is already integral and stays as it is."""
+
+    def rounded(x: jax.Array) -> jax.Array:
+        return fn(x) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+
+    return rounded
+
+
+floor = _unary_op("floor", _integral(jnp.floor), "Elementwise floor (integers are kept).")
+ceil = _unary_op("ceil", _integral(jnp.ceil), "Elementwise ceiling (integers are kept).")
+trunc = _unary_op("trunc", _integral(jnp.trunc), "Elementwise rounding toward zero.")
+frac = _unary_op(
+    "frac", lambda x: x - jnp.trunc(x), "Elementwise fractional part ``x - trunc(x)``."
+)
+
+
+def _round(x: jax.Array, decimals: int) -> jax.Array:
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    if decimals == 0:
+        return jnp.round(x)
+    scale = 10.0**decimals
+    return jnp.round(x * scale) / scale
+
+
+def round(input: Any, *, decimals: int = 0) -> Tensor:
+    """Elementwise rounding to ``decimals`` places, halves to even (torch's and NumPy's rule).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.round(tp.tensor([0.5, 1.5, 2.5, -0.5]))
+        tensor([ 0.,  2.,  2., -0.])
+    """
+    return call_op(
+        _round, "RoundBackward", (_operand(input, "round"),), (("decimals", int(decimals)),)
+    )
+
+
+def _sign(x: jax.Array) -> jax.Array:
+    s = jnp.sign(x)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        s = jnp.where(jnp.isnan(x), jnp.zeros_like(s), s) + 0  # torch: sign(nan) = 0, no -0
+    return s
+
+
+sign = _unary_op("sign", _sign, "Elementwise sign: -1, 0 or 1 (0 for NaN, as torch's).")
+fmod = _binary_op(
+    "fmod", jnp.fmod, "Elementwise remainder with the sign of the dividend (C's ``fmod``)."
+)
 
 
 def relu(input: Any) -> Tensor:
@@ -243,6 +326,38 @@ def clamp(input: Any, min: Any = None, max: Any = None) -> Tensor:
     if min is None and max is None:
         raise ValueError("tp.clamp: at least one of min and max must be given")
     return call_op(_clamp, "ClampBackward", (input, min, max))
+
+
+clip = clamp
+
+
+def _nan_to_num(x: jax.Array, nan: Any, posinf: Any, neginf: Any) -> jax.Array:
+    return jnp.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
+
+
+def nan_to_num(input: Any, nan: float = 0.0, posinf: Any = None, neginf: Any = None) -> Tensor:
+    """NaN, +inf and -inf replaced (by 0 and the dtype's largest and lowest finite values,
+    unless given)."""
+    static = (("nan", float(nan)), ("posinf", posinf), ("neginf", neginf))
+    return call_op(_nan_to_num, "NanToNumBackward", (_operand(input, "nan_to_num"),), static)
+
+
+isnan = _unary_op("isnan", jnp.isnan, "Elementwise: is NaN (bool Tensor).")
+isinf = _unary_op("isinf", jnp.isinf, "Elementwise: is +inf or -inf (bool Tensor).")
+isfinite = _unary_op("isfinite", jnp.isfinite, "Elementwise: neither infinite nor NaN (bool).")
+
+
+def _isclose(a: jax.Array, b: jax.Array, rtol: float, atol: float, equal_nan: bool) -> jax.Array:
+    return jnp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def isclose(
+    input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> Tensor:
+    """Elementwise ``|input - other| <= atol + rtol * |other|`` (bool Tensor)."""
+    static = (("rtol", float(rtol)), ("atol", float(atol)), ("equal_nan", builtins.bool(equal_nan)))
+    args = (_operand(input, "isclose"), _operand(other, "isclose"))
+    return call_op(_isclose, "IscloseBackward", args, static)
 
 
 def where(condition: Any, input: Any, other: Any) -> Tensor:
@@ -291,6 +406,7 @@ logical_not = _unary_op(
 )
 logical_and = _binary_op("logical_and", jnp.logical_and, "Elementwise logical and (``&``).")
 logical_or = _binary_op("logical_or", jnp.logical_or, "Elementwise logical or (``|``).")
+logical_xor = _binary_op("logical_xor", jnp.logical_xor, "Elementwise logical exclusive or.")
 
 
 def equal(input: Any, other: Any) -> bool:

@@ -189,3 +189,17 @@ def any(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
 def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether every element (over ``dim``) is true."""
     return _reduce(jnp.all, "AllBackward", input, _dims("all", dim, None), keepdim)
+
+
+def _count_nonzero(x: jax.Array, axis: Any) -> jax.Array:
+    return jnp.count_nonzero(x, axis=axis).astype(jax.dtypes.canonicalize_dtype(jnp.int64))
+
+
+def count_nonzero(input: Any, dim: Any = None) -> Tensor:
+    """How many elements (over ``dim``) are not zero (an integer Tensor)."""
+    return call_op(
+        _count_nonzero,
+        "CountNonzeroBackward",
+        (input,),
+        (("axis", _dims("count_nonzero", dim, None)),),
+    )

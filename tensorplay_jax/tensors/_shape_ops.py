@@ -10,6 +10,7 @@ write to the result reaches ``input``. Indexing is in ``_indexing``.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -298,3 +299,205 @@ def unbind(input: Any, dim: int = 0) -> tuple[Tensor, ...]:
         for i, out in enumerate(outs):
             _link_slice(out, input, d, ("int",), (i,))
     return outs
+
+
+def select(input: Any, dim: int, index: int) -> Tensor:
+    """``input`` at position ``index`` of ``dim``, that dimension removed: ``x[:, i]`` for
+    ``dim=1`` (a view).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.select(tp.tensor([[1.0, 2.0], [3.0, 4.0]]), 1, -1)
+        tensor([2., 4.])
+    """
+    shape = _shape(input)
+    if not shape:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = _norm_dim("select", dim, len(shape))
+    if not -shape[d] <= index < shape[d]:
+        raise IndexError(
+            f"select(): index {index} out of range for tensor of size {list(shape)} at "
+            f"dimension {d}"
+        )
+    i = int(index) % shape[d]
+    out = call_op(_select, "SelectBackward", (input,), (("axis", d), ("index", i)), saves=False)
+    if isinstance(input, Tensor):
+        _link_slice(out, input, d, ("int",), (i,))
+    return out
+
+
+def _select(x: jax.Array, axis: int, index: int) -> jax.Array:
+    return jax.lax.index_in_dim(x, index, axis, keepdims=False)
+
+
+def tensor_split(input: Any, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    """Split along ``dim`` into ``n`` nearly equal pieces (the first ``size % n`` one longer),
+    or at the listed indices (views, as ``split``'s)."""
+    shape = _shape(input)
+    d = _norm_dim("tensor_split", dim, len(shape))
+    n = shape[d]
+    if isinstance(indices_or_sections, int | np.integer):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {k}")
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+    else:
+        cuts = [min(max(int(c) + (n if int(c) < 0 else 0), 0), n) for c in indices_or_sections]
+        bounds = [0, *cuts, n]
+        sizes = [max(b - a, 0) for a, b in itertools.pairwise(bounds)]
+    return _split_at(input, sizes, d, "TensorSplit")
+
+
+# ------------------------------------------------------------------ reordering and repeating
+def _flip(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    return jnp.flip(x, axes)
+
+
+def flip(input: Any, dims: Any) -> Tensor:
+    """``input`` with the order of the elements along ``dims`` reversed (a copy, as torch's).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.flip(tp.tensor([[1, 2], [3, 4]]), [1])
+        tensor([[2, 1],
+                [4, 3]])
+    """
+    nd = _ndim(input)
+    dims = (dims,) if isinstance(dims, int | np.integer) else tuple(dims)
+    axes = tuple(_norm_dim("flip", int(d), nd) for d in dims)
+    if len(set(axes)) != len(axes):
+        raise RuntimeError(f"dims has duplicates, original flip dims size={len(axes)}")
+    return call_op(_flip, "FlipBackward", (input,), (("axes", axes),), saves=False)
+
+
+def _roll(x: jax.Array, shifts: Any, axes: Any) -> jax.Array:
+    return jnp.roll(x, shifts, axes)
+
+
+def roll(input: Any, shifts: Any, dims: Any = None) -> Tensor:
+    """``input``'s elements shifted by ``shifts`` along ``dims``, wrapping around; without
+    ``dims``, of the flattened input (its shape kept)."""
+    nd = _ndim(input)
+    if dims is None:
+        if not isinstance(shifts, int | np.integer):
+            raise RuntimeError("roll: shifts must be one int when dims is not given")
+        static = (("shifts", int(shifts)), ("axes", None))
+    else:
+        sh = (shifts,) if isinstance(shifts, int | np.integer) else tuple(shifts)
+        dm = (dims,) if isinstance(dims, int | np.integer) else tuple(dims)
+        if len(sh) != len(dm):
+            raise RuntimeError(
+                f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dm)}"
+            )
+        axes = tuple(_norm_dim("roll", int(d), nd) for d in dm)
+        static = (("shifts", tuple(int(s) for s in sh)), ("axes", axes))
+    return call_op(_roll, "RollBackward", (input,), static, saves=False)
+
+
+def _tile(x: jax.Array, reps: tuple[int, ...]) -> jax.Array:
+    return jnp.tile(x, reps)
+
+
+def repeat(input: Any, *sizes: Any) -> Tensor:
+    """``input`` tiled ``sizes[i]`` times along each dimension (torch's ``repeat``: NumPy's
+    ``tile``); ``sizes`` may have more dimensions than ``input``, which gains leading ones.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.tensor([1, 2]).repeat(2, 2)
+        tensor([[1, 2, 1, 2],
+                [1, 2, 1, 2]])
+    """
+    reps = _shape_arg("repeat", sizes)
+    if len(reps) < _ndim(input):
+        raise RuntimeError(
+            "Number of dimensions of repeat dims can not be smaller than number of dimensions "
+            "of tensor"
+        )
+    return call_op(_tile, "RepeatBackward", (input,), (("reps", reps),), saves=False)
+
+
+def _repeat_each(x: jax.Array, repeats: Any, axis: int | None, total: int) -> jax.Array:
+    if axis is None:
+        x = x.reshape(-1)
+    counts = repeats if isinstance(repeats, int) else np.asarray(repeats)
+    return jnp.repeat(x, counts, axis=0 if axis is None else axis, total_repeat_length=total)
+
+
+def repeat_interleave(input: Any, repeats: Any, dim: int | None = None) -> Tensor:
+    """Each element (each slice along ``dim``) repeated ``repeats`` times in place; ``repeats``
+    an int or a 1-d Tensor of counts, one per slice.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.repeat_interleave(tp.tensor([1, 2]), 2)
+        tensor([1, 1, 2, 2])
+    """
+    shape = _shape(input)
+    axis = None if dim is None else _norm_dim("repeat_interleave", dim, len(shape))
+    n = int(np.prod(shape)) if axis is None else shape[axis]
+    if isinstance(repeats, int | np.integer):
+        reps: Any = int(repeats)
+        total = reps * n
+    else:
+        counts = np.asarray(repeats._value if isinstance(repeats, Tensor) else repeats)
+        if counts.ndim > 1 or counts.size not in (1, n):
+            raise RuntimeError(
+                f"repeats must have the same size as input along dim, but got repeats.size(0) "
+                f"= {counts.size} and input.size({0 if dim is None else dim}) = {n}"
+            )
+        if counts.size and counts.min() < 0:
+            raise RuntimeError("repeats can not be negative")
+        reps = tuple(int(c) for c in np.broadcast_to(counts.reshape(-1), (n,)))
+        total = sum(reps)
+    static = (("repeats", reps), ("axis", axis), ("total", total))
+    return call_op(_repeat_each, "RepeatInterleaveBackward", (input,), static, saves=False)
+
+
+def expand_as(input: Any, other: Any) -> Tensor:
+    """``input`` expanded to ``other``'s shape (``expand(other.shape)``)."""
+    return expand(input, *_shape(other))
+
+
+def broadcast_tensors(*tensors: Any) -> tuple[Tensor, ...]:
+    """The Tensors expanded to their common broadcast shape."""
+    shape = np.broadcast_shapes(*(_shape(t) for t in tensors))
+    return tuple(expand(t, *shape) for t in tensors)
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-d Tensors: ``indexing="ij"`` (torch's default) gives shape
+    ``(len(t0), len(t1), ...)``, ``"xy"`` swaps the first two."""
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f'meshgrid: indexing must be "ij" or "xy", got {indexing!r}')
+    sizes = [int(np.prod(_shape(t))) for t in tensors]
+    for t in tensors:
+        if _ndim(t) > 1:
+            raise RuntimeError("torch.meshgrid: Expected 0D or 1D tensor in the tensor list")
+    order = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:
+        order[0], order[1] = 1, 0
+    shape = tuple(sizes[i] for i in order)
+    out = []
+    for i, t in enumerate(tensors):
+        place = [1] * len(tensors)
+        place[order.index(i)] = sizes[i]
+        out.append(expand(reshape(t, *place), *shape))
+    return tuple(out)
+
+
+def _at_least_2d(t: Any) -> Any:
+    return reshape(t, 1, -1) if _ndim(t) < 2 else t
+
+
+def vstack(tensors: Sequence[Any]) -> Tensor:
+    """Concatenate along the first dimension, 1-d Tensors taken as rows."""
+    return cat([_at_least_2d(t) for t in tensors], dim=0)
+
+
+def hstack(tensors: Sequence[Any]) -> Tensor:
+    """Concatenate along the second dimension (the first for 1-d Tensors)."""
+    tensors = list(tensors)
+    return cat(tensors, dim=0 if tensors and _ndim(tensors[0]) == 1 else 1)

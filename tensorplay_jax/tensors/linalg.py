@@ -1,7 +1,7 @@
 """``tp.linalg``: torch's ``torch.linalg`` functions, each one recorded node (differentiable).
 
-``multi_dot``, ``norm``, ``vector_norm``, ``matrix_norm``, ``inv``, ``solve`` and
-``det`` follow torch's signatures and shape rules; the maths is JAX's
+``multi_dot``, ``norm``, ``vector_norm``, ``matrix_norm``, ``inv``, ``solve``, ``det`` and
+``cross`` follow torch's signatures and shape rules; the maths is JAX's
 (``jnp.linalg``), except the vector norms, written out so that their gradient
 at a zero vector is 0 as in torch (``jnp.linalg.norm``'s is NaN there), and
 ``|x|`` in the norms, whose gradient at 0 is 0 as torch's (``jnp.abs``'s is 1).
@@ -25,10 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors import _matrix_ops
 from tensorplay_jax.tensors._tensor import Tensor
 
 # (``tensor_norm`` is ``tp.norm`` / ``Tensor.norm``, not a name of ``tp.linalg``)
-__all__ = ["det", "inv", "matrix_norm", "multi_dot", "norm", "solve", "vector_norm"]
+__all__ = ["cross", "det", "inv", "matrix_norm", "multi_dot", "norm", "solve", "vector_norm"]
 
 _INF = math.inf
 
@@ -316,3 +317,9 @@ def det(A: Any) -> Tensor:
     """
     _square("det", A)
     return call_op(jnp.linalg.det, "LinalgDetBackward", (A,))
+
+
+def cross(input: Any, other: Any, *, dim: int = -1) -> Tensor:
+    """The cross product of 3-vectors along ``dim`` (the last by default: ``tp.cross``
+    without ``dim`` takes the first of size 3)."""
+    return _matrix_ops.cross(input, other, dim)
