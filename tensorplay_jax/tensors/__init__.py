@@ -6,8 +6,10 @@ What it owns
   its place on the tape; the methods with real bodies. Operators and the math,
   reduction and shape methods are attached from one table (``_methods``).
 * The operations, each one recorded node: elementwise and activations
-  (``_ops``), reductions (``_reductions``), shapes, joining and splitting
-  (``_shape_ops``), indexing (``_indexing``) and the in-place methods
+  (``_ops``), reductions (``_reductions``), shapes, joining, splitting, flips and
+  repeats (``_shape_ops``), indexing (``_indexing``), reads at indices along a
+  dimension (``_gathers``), scans and sorting (``_scans_and_sorts``), matrix parts
+  and products (``_matrix_ops``) and the in-place methods with the scatters
   (``_inplace``). Views and in-place writes (a write reaches the Tensor's base
   and views, as torch's storage does) are ``_views``.
 * Factories (``tensor``, ``randn``, ``zeros`` ... in ``_factories``), the
