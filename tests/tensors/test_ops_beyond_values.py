@@ -108,6 +108,10 @@ def test_orderings_and_gathers_run_inside_jax_jit_and_grad():
     )
 
 
-def test_masked_select_inside_jit_says_to_use_where():
-    with pytest.raises(TypeError, match=r"tp\.where"):
-        jax.jit(lambda a: tp.Tensor(a).masked_select(tp.Tensor(a) > 0).value)(jnp.ones(3))
+@pytest.mark.parametrize(
+    "op",
+    [lambda t: t.masked_select(t > 0), lambda t: t.nonzero(), lambda t: t.to_sparse().values()],
+)
+def test_value_sized_results_inside_jit_say_what_to_use_there(op):
+    with pytest.raises(TypeError, match=r"jax\.jit"):
+        jax.jit(lambda a: op(tp.Tensor(a)).value)(jnp.ones(3))
