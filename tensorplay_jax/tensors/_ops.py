@@ -179,7 +179,14 @@ def neg(input: Any) -> Tensor:
     return _unary(jnp.negative, "NegBackward", input, saves=False)
 
 
-abs = _unary_op("abs", jnp.abs, "Elementwise absolute value.")
+def magnitude(x: jax.Array) -> jax.Array:
+    """``|x|`` whose gradient is ``sign(x)``, 0 at 0 as torch's (``jnp.abs``'s is 1 there)."""
+    if jnp.issubdtype(x.dtype, jnp.complexfloating) or not jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.abs(x)
+    return x * jnp.sign(x)
+
+
+abs = _unary_op("abs", magnitude, "Elementwise absolute value (gradient 0 at 0, as torch's).")
 sqrt = _unary_op("sqrt", jnp.sqrt, "Elementwise square root.")
 square = _unary_op("square", jnp.square, "Elementwise square.")
 
@@ -314,11 +321,10 @@ def log_softmax(input: Any, dim: int = -1) -> Tensor:
 
 
 def _clamp(x: jax.Array, lo: Any, hi: Any) -> jax.Array:
-    if lo is not None:
-        x = jnp.maximum(x, lo)
-    if hi is not None:
-        x = jnp.minimum(x, hi)
-    return x
+    # min(max(x, lo), hi) with torch's gradient: 1 for x in [lo, hi], bounds included, and
+    # to a Tensor bound where it applies (jnp.maximum/minimum would split a tie in half).
+    out = x if lo is None else jnp.where(x < lo, lo, x)
+    return out if hi is None else jnp.where(out > hi, hi, out)
 
 
 def clamp(input: Any, min: Any = None, max: Any = None) -> Tensor:

@@ -68,18 +68,28 @@ def mean(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None
 
 
 def _moment_op(public: str, jfn: Any, node: str, doc: str) -> Callable[..., Tensor]:
-    """The public moment ``public(input, dim, keepdim, *, correction, axis)`` (var, std)."""
+    """The public moment ``public(input, dim, unbiased, keepdim, *, correction, axis)``
+    (var, std), with torch's two forms: ``unbiased`` (a bool: ``correction`` 1 or 0, also
+    as the only positional argument) or ``correction``."""
 
     def op(
         input: Any,
         dim: Any = None,
+        unbiased: bool | None = None,
         keepdim: bool = False,
         *,
-        correction: int = 1,
+        correction: Any = None,
         axis: Any = None,
     ) -> Tensor:
+        if isinstance(dim, bool):  # x.var(False): the unbiased flag, over every element
+            dim, unbiased = None, dim
+        if unbiased is not None and correction is not None:
+            raise TypeError(f"tp.{public}: pass unbiased or correction, not both")
+        ddof = 1 if correction is None and unbiased is None else correction
+        if unbiased is not None:
+            ddof = 1 if unbiased else 0
         dims = _dims(public, dim, axis)
-        return _reduce(jfn, node, input, dims, keepdim, ddof=int(correction))
+        return _reduce(jfn, node, input, dims, keepdim, ddof=int(ddof))
 
     op.__name__ = op.__qualname__ = public
     op.__doc__ = doc

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
-from tensorplay_jax.tensors import _matrix_ops
+from tensorplay_jax.tensors import _matrix_ops, _ops
 from tensorplay_jax.tensors._tensor import Tensor
 
 # (``tensor_norm`` is ``tp.norm`` / ``Tensor.norm``, not a name of ``tp.linalg``)
@@ -95,9 +95,7 @@ def _safe_root(s: jax.Array, p: float) -> jax.Array:
     return jnp.where(pos, jnp.where(pos, s, 1.0) ** (1.0 / p), 0.0)
 
 
-def _abs(x: jax.Array) -> jax.Array:
-    """``|x|`` whose gradient at 0 is 0 (torch's ``sgn``); ``jnp.abs``'s is 1 there."""
-    return x * jnp.sign(x)
+_abs = _ops.magnitude  # |x| with torch's gradient at 0
 
 
 def _vector_norm(x: jax.Array, ord: float, dims: Any, keepdim: bool) -> jax.Array:

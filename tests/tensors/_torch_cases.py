@@ -2,11 +2,10 @@
 
 Each case is ``fn(m, *tensors)``, where ``m`` is the ``torch`` module or
 ``tensorplay_jax`` (the same names on both, as a port would write them), and its inputs
-as NumPy arrays: float inputs become leaves that require grad. ``python -m
-tests.tensors._torch_oracle`` runs every case with torch and stores its outputs and the
+as NumPy arrays: float inputs become leaves that require grad.
+``golden/make_golden.py`` runs every case with torch and stores its outputs and the
 inputs' gradients of ``sum(out * w)`` (``w`` fixed, :func:`weights`) in
-``tests/tensors/data/torch_ops.npz``; ``test_torch_parity.py`` runs them here and
-compares.
+``golden/torch_ops.npz``; ``test_torch_parity.py`` runs them here and compares.
 """
 
 from __future__ import annotations
@@ -247,6 +246,108 @@ CASES: dict[str, Case] = {
         lambda m, x: m.count_nonzero(x, dim=(0, 1)),
         (np.array([[[0, 1], [2, 0]], [[0, 0], [3, 4]]], np.float32),),
         differentiable=False,
+    ),
+    # the operations that were there before the table: edges torch decides
+    "abs_sqrt_at_zero": Case(
+        lambda m, x: (x.abs(), (x * x + 1).sqrt()), (np.array([0.0, -2.0, 3.0], np.float32),)
+    ),
+    "relu_at_zero": Case(lambda m, x: m.relu(x), (np.array([-1.0, 0.0, 2.0], np.float32),)),
+    "clamp_at_bounds": Case(
+        lambda m, x: x.clamp(-1.0, 1.0), (np.array([-2.0, -1.0, 0.0, 1.0, 2.0], np.float32),)
+    ),
+    "maximum_ties": Case(
+        lambda m, a, b: m.maximum(a, b),
+        (np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, 5.0, 3.0], np.float32)),
+    ),
+    "max_all_ties": Case(lambda m, x: x.max(), (np.array([3.0, 1.0, 3.0], np.float32),)),
+    "amax_ties": Case(
+        lambda m, x: m.amax(x, dim=1), (np.array([[3.0, 1.0, 3.0], [0.0, 2.0, 2.0]], np.float32),)
+    ),
+    "max_dim_ties": Case(
+        lambda m, x: tuple(x.max(dim=1)),
+        (np.array([[3.0, 1.0, 3.0], [0.0, 2.0, 2.0]], np.float32),),
+    ),
+    "min_dim_keepdim": Case(lambda m, x: tuple(m.min(x, dim=0, keepdim=True)), (_distinct(3, 2),)),
+    "argmax_ties": Case(lambda m, x: x.argmax(dim=1), (np.array([[1.0, 4.0, 4.0]], np.float32),)),
+    "prod_with_zero": Case(
+        lambda m, x: (x.prod(), x.prod(dim=1)),
+        (np.array([[2.0, 0.0, 3.0], [1.0, 4.0, 0.5]], np.float32),),
+    ),
+    "var_std": Case(
+        lambda m, x: (x.var(), x.std(dim=0), m.var(x, dim=1, unbiased=False)), (_n(3, 4),)
+    ),
+    "mean_sum_dims": Case(
+        lambda m, x: (x.mean(dim=(0, 2)), m.sum(x, dim=-1, keepdim=True)), (_n(2, 3, 4),)
+    ),
+    "logsumexp_neg_inf": Case(
+        lambda m, x: m.logsumexp(x, dim=0),
+        (np.array([[-np.inf, 1.0], [-np.inf, 2.0]], np.float32),),
+        differentiable=False,
+    ),
+    "softmax_log_softmax": Case(
+        lambda m, x: (x.softmax(dim=0), m.log_softmax(x, dim=-1)), (_n(3, 4),)
+    ),
+    "pow_edges": Case(
+        lambda m, x: (x**2, x**0.5, m.pow(x, 3)), (np.array([0.0, 1.0, 4.0], np.float32),)
+    ),
+    "div_int": Case(
+        lambda m, a, b: (a / b, a // b, a % b), (np.array([7, -7, 9]), np.array([2, 2, -4]))
+    ),
+    "remainder_float": Case(lambda m, a: (a % 1.5, m.remainder(a, -1.5)), (_SPECIAL,)),
+    "matmul_broadcast": Case(lambda m, a, b: a @ b, (_n(2, 3, 4), _n(4, 5))),
+    "matmul_vector": Case(lambda m, a, b: (a @ b, b @ a.T), (_n(3, 4), _n(4))),
+    "where_grads": Case(lambda m, c, a, b: m.where(c > 0, a, b), (_n(5), _n(5), _n(5))),
+    "masked_fill": Case(lambda m, x: x.masked_fill(x > 0, 2.0), (_n(3, 4),)),
+    "addcmul_addcdiv": Case(
+        lambda m, a, b, c: (a.addcmul(b, c, value=0.5), a.addcdiv(b, c, value=2.0)),
+        (_n(4), _n(4), _pos(4)),
+    ),
+    "scatter_add_repeats": Case(
+        lambda m, x, s: x.scatter_add(0, m.tensor([1, 1, 0, 1]), s), (_n(3), _n(4))
+    ),
+    "cat_stack": Case(
+        lambda m, a, b: (m.cat([a, b], dim=1), m.stack([a, b], dim=-1)), (_n(2, 3), _n(2, 3))
+    ),
+    "split_chunk_unbind": Case(
+        lambda m, x: (*x.split([1, 3], dim=1), *m.chunk(x, 3, dim=0), *x.unbind(1)), (_n(3, 4),)
+    ),
+    "narrow_permute_transpose": Case(
+        lambda m, x: (x.narrow(2, 1, 2), x.permute(2, 0, 1), m.transpose(x, 0, 2)), (_n(2, 3, 4),)
+    ),
+    "expand_squeeze_unsqueeze_flatten": Case(
+        lambda m, x: (x.expand(2, 3, 4), x.squeeze(0), x.unsqueeze(-1), m.flatten(x, 1)),
+        (_n(1, 3, 4),),
+    ),
+    "indexing_basic": Case(
+        lambda m, x: (x[1], x[:, -1], x[::2, 1:3], x[None, ..., 0]), (_n(3, 4),)
+    ),
+    "indexing_advanced": Case(
+        lambda m, x: (x[m.tensor([2, 0, 2])], x[m.tensor([0, 1]), m.tensor([3, 3])], x[x > 0]),
+        (_n(3, 4),),
+    ),
+    "norm": Case(lambda m, x: (x.norm(), m.linalg.vector_norm(x, ord=1, dim=1)), (_n(3, 4),)),
+    "norm_at_zero": Case(lambda m, x: x.norm(), (np.zeros(3, np.float32),)),
+    "std_one_element": Case(lambda m, x: x.std(), (np.array([2.0], np.float32),), False),
+    "sigmoid_tanh_exp_log": Case(
+        lambda m, x: (x.sigmoid(), m.tanh(x), x.exp(), (x * x + 0.1).log()), (_n(5),)
+    ),
+    "arange_eye_full": Case(
+        lambda m: (m.arange(5), m.arange(0, 1, 0.25), m.eye(2, 3), m.full((2,), 1.5)), ()
+    ),
+    "var_std_positional_forms": Case(
+        lambda m, x: (x.var(1, False), x.std(False), x.var(0, True, True), x.std(correction=0)),
+        (_n(3, 4),),
+    ),
+    "clamp_tensor_bounds": Case(
+        lambda m, x, lo, hi: m.clamp(x, lo, hi), (_n(6), _n(6) - 1.0, _n(6) + 1.0)
+    ),
+    "clamp_min_above_max": Case(lambda m, x: x.clamp(1.0, -1.0), (_n(4),)),
+    "clamp_int_float_bound": Case(
+        lambda m, x: x.clamp(min=1.5), (np.array([1, 2, 3]),), differentiable=False
+    ),
+    "abs_int_and_negative_zero": Case(
+        lambda m, x, y: (x.abs(), m.abs(y)),
+        (np.array([-3, 0, 2]), np.array([-0.0, -1.5], np.float32)),
     ),
 }
 

@@ -1,5 +1,6 @@
 """Tensor operations against torch: the cases of ``_torch_cases``, their values, dtypes and
-gradients as torch 2.13 gave them (``data/torch_ops.npz``, written by ``_torch_oracle``)."""
+gradients as torch 2.13 gave them (``golden/torch_ops.npz``, written by
+``golden/make_golden.py``; where torch is installed, a test recomputes them)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 
 import tensorplay_jax as tp
 from tests.tensors._torch_cases import CASES, outputs, weights
-from tests.tensors._torch_oracle import PATH
+from tests.tensors.golden.make_golden import GOLDEN
 
-_TORCH = dict(np.load(PATH))
+_TORCH = dict(np.load(GOLDEN))
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -20,7 +21,9 @@ def _kind(dtype: np.dtype) -> str:
 
 def test_every_case_has_torchs_answer() -> None:
     stored = {k.split("/")[0] for k in _TORCH if "/" in k}
-    assert stored == set(CASES), "rerun: PYTHONPATH=<torch> python -m tests.tensors._torch_oracle"
+    assert stored == set(CASES), (
+        "rerun: PYTHONPATH=<torch>:. python tests/tensors/golden/make_golden.py"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -50,3 +53,15 @@ def test_values_dtypes_and_gradients_match_torch(name: str) -> None:
             continue
         got = np.zeros(leaf.shape, np.float32) if leaf.grad is None else leaf.grad.numpy()
         np.testing.assert_allclose(got, _TORCH[key], rtol=1e-5, atol=1e-6, err_msg=f"grad {j}")
+
+
+def test_the_golden_file_holds_torchs_values() -> None:
+    pytest.importorskip(
+        "torch", reason="torch recomputes the golden values; without it the file is used as it is"
+    )
+    from tests.tensors.golden.make_golden import cases
+
+    fresh = cases()
+    assert sorted(fresh) == sorted(_TORCH)
+    for k, v in fresh.items():
+        np.testing.assert_allclose(_TORCH[k], v, rtol=1e-6, atol=0, err_msg=k)
