@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
-from tensorplay_jax.tensors import _ops, _random, _views
+from tensorplay_jax.tensors import _gathers, _matrix_ops, _ops, _random, _scans_and_sorts, _views
 from tensorplay_jax.tensors._generator import Generator, key_for
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -257,4 +257,21 @@ METHODS: dict[str, Any] = {
     "tanh_": _inplace("tanh_", _ops.tanh),
     "sigmoid_": _inplace("sigmoid_", _ops.sigmoid),
     "relu_": _inplace("relu_", _ops.relu),
+    "floor_": _inplace("floor_", _ops.floor),
+    "ceil_": _inplace("ceil_", _ops.ceil),
+    "trunc_": _inplace("trunc_", _ops.trunc),
+    "round_": _inplace("round_", _ops.round),
+    "sign_": _inplace("sign_", _ops.sign),
+    "reciprocal_": _inplace("reciprocal_", _ops.reciprocal),
+    "rsqrt_": _inplace("rsqrt_", _ops.rsqrt),
+    "log1p_": _inplace("log1p_", _ops.log1p),
+    "expm1_": _inplace("expm1_", _ops.expm1),
+    "square_": _inplace("square_", _ops.square),
+    "fmod_": _inplace("fmod_", _ops.fmod),
+    "remainder_": _inplace("remainder_", _ops.remainder),
+    "nan_to_num_": _inplace("nan_to_num_", _ops.nan_to_num),
+    "cumsum_": _inplace("cumsum_", _scans_and_sorts.cumsum),
+    "index_add_": _inplace("index_add_", _gathers.index_add),
+    "tril_": _inplace("tril_", _matrix_ops.tril),
+    "triu_": _inplace("triu_", _matrix_ops.triu),
 }

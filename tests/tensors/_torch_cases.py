@@ -349,7 +349,38 @@ CASES: dict[str, Case] = {
         lambda m, x, y: (x.abs(), m.abs(y)),
         (np.array([-3, 0, 2]), np.array([-0.0, -1.5], np.float32)),
     ),
+    # writes: in place, through views and indexing
+    "setitem_then_grad": Case(lambda m, x, v: _written(x, v), (_n(3, 4), _n(4))),
+    "inplace_chain": Case(lambda m, x: _inplace_chain(x), (_n(5),)),
+    "view_write_reaches_base": Case(lambda m, x, v: _view_write(x, v), (_n(2, 3), _n(3))),
+    "masked_fill_inplace_nonleaf": Case(
+        lambda m, x: (x * 1).masked_fill_(x < 0, 0.0) * x, (_n(6),)
+    ),
+    "index_add_inplace": Case(
+        lambda m, x, s: (x * 1).index_add_(0, m.tensor([0, 0]), s), (_n(2, 3), _n(2, 3))
+    ),
 }
+
+
+def _written(x: Any, v: Any) -> Any:
+    y = x * 2
+    y[1] = v  # a row replaced: no gradient reaches x's row 1 through y
+    y[:, 0] += 1.0
+    return y * x
+
+
+def _inplace_chain(x: Any) -> Any:
+    y = x * 2.0  # (torch refuses in-place writes to a saved output, as exp's)
+    y.add_(1.0).mul_(2.0)
+    y.clamp_(max=3.0)
+    return y
+
+
+def _view_write(x: Any, v: Any) -> Any:
+    y = x.clone()
+    row = y[0]  # a view of y
+    row.mul_(v)  # the write reaches y
+    return y.sum(dim=0), row
 
 
 def weights(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
