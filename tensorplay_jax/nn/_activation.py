@@ -1,4 +1,5 @@
-"""Parameter-free layers: activations, Flatten, Dropout, max and adaptive average pooling."""
+"""Parameter-free layers: activations, Flatten, Unflatten, Dropout, max and adaptive average
+pooling."""
 
 from __future__ import annotations
 
@@ -88,6 +89,28 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
+class Unflatten(Module):
+    """Split dimension ``dim`` into ``unflattened_size`` (the inverse of ``Flatten``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.Unflatten(1, (3, 4))(tp.zeros(2, 12)).shape
+        (2, 3, 4)
+    """
+
+    def __init__(self, dim: int, unflattened_size: Any) -> None:
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input: Any) -> Any:
+        shape = list(input.shape)
+        d = self.dim % len(shape)
+        return input.reshape(*shape[:d], *self.unflattened_size, *shape[d + 1 :])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
 class Dropout(Module):
     """Zero elements with probability ``p`` while training (scaling the rest by ``1/(1-p)``).
 
@@ -161,3 +184,65 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+def _elementwise(
+    name: str, fn: Any, doc: str, params: tuple[tuple[str, Any], ...] = ()
+) -> type[Module]:
+    """A module ``name(**params)`` whose forward is ``fn(input, **params)``; its
+    ``extra_repr`` lists the parameters (torch's module of the same name)."""
+
+    def __init__(self: Module, *args: Any, **kwargs: Any) -> None:
+        Module.__init__(self)
+        names = [p for p, _ in params] + ["inplace"]  # torch's trailing ``inplace``
+        if len(args) > len(names):
+            raise TypeError(f"{name}() takes at most {len(names)} arguments ({len(args)} given)")
+        given = dict(zip(names, args, strict=False))
+        values = {**dict(params), "inplace": False, **given}
+        for key, value in kwargs.items():
+            if key not in values or key in given:
+                raise TypeError(f"{name}() got an unexpected or repeated argument {key!r}")
+            values[key] = value
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def forward(self: Module, input: Any) -> Any:
+        return fn(input, **{p: getattr(self, p) for p, _ in params})
+
+    def extra_repr(self: Module) -> str:
+        shown = ((p, getattr(self, p)) for p, _ in params)
+        return ", ".join(f"{p}={v!r}" if isinstance(v, str) else f"{p}={v}" for p, v in shown)
+
+    cls = type(
+        name, (Module,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr}
+    )
+    cls.__doc__ = doc
+    cls.__module__ = __name__
+    return cls
+
+
+LeakyReLU = _elementwise(
+    "LeakyReLU", F.leaky_relu, "``F.leaky_relu`` as a module.", (("negative_slope", 0.01),)
+)
+ELU = _elementwise("ELU", F.elu, "``F.elu`` as a module.", (("alpha", 1.0),))
+CELU = _elementwise("CELU", F.celu, "``F.celu`` as a module.", (("alpha", 1.0),))
+SELU = _elementwise("SELU", F.selu, "``F.selu`` as a module.")
+GELU = _elementwise("GELU", F.gelu, "``F.gelu`` as a module.", (("approximate", "none"),))
+SiLU = _elementwise("SiLU", F.silu, "``F.silu`` (swish) as a module.")
+Mish = _elementwise("Mish", F.mish, "``F.mish`` as a module.")
+Softplus = _elementwise(
+    "Softplus", F.softplus, "``F.softplus`` as a module.", (("beta", 1.0), ("threshold", 20.0))
+)
+Softsign = _elementwise("Softsign", F.softsign, "``F.softsign`` as a module.")
+Hardtanh = _elementwise(
+    "Hardtanh", F.hardtanh, "``F.hardtanh`` as a module.", (("min_val", -1.0), ("max_val", 1.0))
+)
+ReLU6 = _elementwise("ReLU6", F.relu6, "``F.relu6`` as a module.")
+Hardswish = _elementwise("Hardswish", F.hardswish, "``F.hardswish`` as a module.")
+Hardsigmoid = _elementwise("Hardsigmoid", F.hardsigmoid, "``F.hardsigmoid`` as a module.")
+LogSigmoid = _elementwise("LogSigmoid", F.logsigmoid, "``F.logsigmoid`` as a module.")
+Softmin = _elementwise("Softmin", F.softmin, "``F.softmin`` along ``dim``.", (("dim", None),))
+GLU = _elementwise("GLU", F.glu, "``F.glu`` along ``dim``.", (("dim", -1),))
+Threshold = _elementwise(
+    "Threshold", F.threshold, "``F.threshold`` as a module.", (("threshold", 0.0), ("value", 0.0))
+)

@@ -278,3 +278,15 @@ def adaptive_avg_pool2d(x: jax.Array, output_size: tuple[int, int]) -> jax.Array
     ph = jnp.asarray(_bins(x.shape[-2], output_size[0]), x.dtype)
     pw = jnp.asarray(_bins(x.shape[-1], output_size[1]), x.dtype)
     return jnp.einsum("ih,...hw,jw->...ij", ph, x, pw, precision=jax.lax.Precision.HIGHEST)
+
+
+def one_hot(x: jax.Array, num_classes: int) -> jax.Array:
+    """One row of ``num_classes`` per integer of ``x``, a one at its value."""
+    return jax.nn.one_hot(x, num_classes, dtype=jax.dtypes.canonicalize_dtype(jnp.int64))
+
+
+def pad(x: jax.Array, widths: tuple[tuple[int, int], ...], mode: str, value: float) -> jax.Array:
+    """``jnp.pad`` with NumPy's mode names (``value`` for ``"constant"``)."""
+    if mode == "constant":
+        return jnp.pad(x, widths, mode="constant", constant_values=jnp.asarray(value, x.dtype))
+    return jnp.pad(x, widths, mode=mode)

@@ -10,11 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax import tensors as _tensors
 from tensorplay_jax.autograd import apply, assign_value, call_rule
 from tensorplay_jax.nn import _embedding_ops, _jax_impl
+from tensorplay_jax.nn._functional_activations import *  # noqa: F403
+from tensorplay_jax.nn._functional_activations import __all__ as _activations
+from tensorplay_jax.nn._functional_losses import *  # noqa: F403
+from tensorplay_jax.nn._functional_losses import __all__ as _losses
 from tensorplay_jax.tensors import Tensor, in_key_scope, next_key
 
 __all__ = [
@@ -37,6 +42,10 @@ __all__ = [
     "sigmoid",
     "softmax",
     "tanh",
+    "one_hot",
+    "pad",
+    *_activations,
+    *_losses,
 ]
 
 relu = _tensors.relu
@@ -387,3 +396,64 @@ def _dropout(name: str, impl: Any, input: Any, p: float, training: bool) -> Any:
             "module.eval()"
         )
     return apply(impl, input, next_key(), float(p))
+
+
+def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
+    """Each integer of ``tensor`` as a row of ``num_classes`` zeros with a one at it (the
+    default integer type); ``num_classes=-1``: one more than the largest value.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.one_hot(tp.tensor([0, 2]), 3)
+        tensor([[1, 0, 0],
+                [0, 0, 1]])
+    """
+    values = tensor._value if isinstance(tensor, Tensor) else jnp.asarray(tensor)
+    if not jnp.issubdtype(values.dtype, jnp.integer):
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if not isinstance(values, jax.core.Tracer):
+        host = np.asarray(values)
+        if host.size and host.min() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if num_classes == -1:
+            num_classes = int(host.max()) + 1 if host.size else 0
+        elif host.size and host.max() >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    elif num_classes == -1:
+        raise TypeError("one_hot: give num_classes inside a JAX transformation")
+    return apply(_jax_impl.one_hot, tensor, int(num_classes))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:
+    """``input`` padded: ``pad`` lists (before, after) amounts from the last dimension
+    backwards, as torch's (``(1, 2)`` pads the last dimension by 1 and 2); ``mode`` is
+    ``"constant"`` (``value``, default 0), ``"reflect"``, ``"replicate"`` or ``"circular"``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.pad(tp.tensor([[1.0, 2.0]]), (1, 0), value=9.0)
+        tensor([[9., 1., 2.]])
+    """
+    amounts = [int(a) for a in pad]
+    ndim = len(input.shape)
+    if len(amounts) % 2 or len(amounts) // 2 > ndim:
+        raise ValueError(
+            f"Padding length must be divisible by 2 and at most twice the input's dimensions "
+            f"({ndim}), got {len(amounts)}"
+        )
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"pad: mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    if mode != "constant" and value:
+        raise ValueError(f'Padding mode "{mode}" doesn\'t take in value argument.')
+    if mode == "constant" and min(amounts, default=0) < 0:
+        raise NotImplementedError("pad: negative (cropping) amounts are not supported here")
+    widths = [(0, 0)] * ndim
+    for k in range(len(amounts) // 2):
+        widths[ndim - 1 - k] = (amounts[2 * k], amounts[2 * k + 1])
+    fill = 0.0 if value is None else float(value)
+    return apply(_jax_impl.pad, input, tuple(widths), _PAD_MODES[mode], fill)

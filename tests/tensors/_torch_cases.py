@@ -1,19 +1,17 @@
 """Tensor operations written once for torch and for tensorplay_jax: torch is the oracle.
 
-Each case is ``fn(m, *tensors)``, where ``m`` is the ``torch`` module or
-``tensorplay_jax`` (the same names on both, as a port would write them), and its inputs
-as NumPy arrays: float inputs become leaves that require grad.
-``golden/make_golden.py`` runs every case with torch and stores its outputs and the
-inputs' gradients of ``sum(out * w)`` (``w`` fixed, :func:`weights`) in
-``golden/torch_ops.npz``; ``test_torch_parity.py`` runs them here and compares.
+Each case (``tests/_torch_golden.py``'s ``Case``) is ``fn(m, *tensors)`` with ``m`` the
+``torch`` module or ``tensorplay_jax``. ``golden/make_golden.py`` stores torch's answers in
+``golden/torch_ops.npz``; ``test_torch_parity.py`` runs the cases here and compares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
+
+from tests._torch_golden import Case
 
 _R = np.random.default_rng(20261207)
 
@@ -41,12 +39,6 @@ def _ints(high: int, *shape: int) -> np.ndarray:
 
 _SPECIAL = np.array([-2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 1.2345, -7.75], np.float32)
 _WITH_NAN = np.array([1.0, np.nan, -np.inf, np.inf, -0.0, 3.0], np.float32)
-
-
-class Case(NamedTuple):
-    fn: Callable[..., Any]
-    inputs: tuple[np.ndarray, ...]
-    differentiable: bool = True  # float inputs require grad
 
 
 CASES: dict[str, Case] = {
@@ -381,14 +373,3 @@ def _view_write(x: Any, v: Any) -> Any:
     row = y[0]  # a view of y
     row.mul_(v)  # the write reaches y
     return y.sum(dim=0), row
-
-
-def weights(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """The fixed cotangent for an output of ``shape``: ``cos(0), cos(1), ...``."""
-    n = int(np.prod(shape))
-    return np.cos(np.arange(n, dtype=np.float64)).reshape(shape).astype(dtype)
-
-
-def outputs(result: Any) -> tuple[Any, ...]:
-    """A case's result as a tuple of tensors."""
-    return tuple(result) if isinstance(result, tuple | list) else (result,)

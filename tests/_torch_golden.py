@@ -1,0 +1,93 @@
+"""Golden values from torch for code written once for both libraries.
+
+A case is ``fn(m, *tensors)``, where ``m`` is the ``torch`` module or
+``tensorplay_jax`` (the same names on both, as a port writes them), and its inputs as
+NumPy arrays; float inputs become leaves that require grad. :func:`torch_answers` runs
+cases with torch and gives their outputs (``<case>/out<i>``) and each float input's
+gradient (``<case>/grad<j>``) of ``sum(out * weights(out))`` over the float outputs;
+a golden file stores them, so the checks (:func:`check_case`) run without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Case(NamedTuple):
+    fn: Callable[..., Any]
+    inputs: tuple[np.ndarray, ...]
+    differentiable: bool = True  # float inputs require grad
+
+
+def weights(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """The fixed cotangent for an output of ``shape``: ``cos(0), cos(1), ...``."""
+    n = int(np.prod(shape))
+    return np.cos(np.arange(n, dtype=np.float64)).reshape(shape).astype(dtype)
+
+
+def outputs(result: Any) -> tuple[Any, ...]:
+    """A case's result as a tuple of tensors."""
+    return tuple(result) if isinstance(result, tuple | list) else (result,)
+
+
+def _run(m: Any, name: str, case: Case) -> tuple[list[Any], tuple[Any, ...]]:
+    leaves = [
+        m.tensor(a, requires_grad=case.differentiable and a.dtype.kind == "f") for a in case.inputs
+    ]
+    outs = outputs(case.fn(m, *leaves))
+    floats = [o for o in outs if o.is_floating_point() and o.requires_grad]
+    if floats:
+        loss = m.zeros(())
+        for o in floats:
+            loss = loss + (o * m.tensor(weights(tuple(o.shape), np.float32))).sum()
+        loss.backward()
+    return leaves, outs
+
+
+def torch_answers(cases: Mapping[str, Case]) -> dict[str, np.ndarray]:
+    """Every case's outputs and input gradients, computed by torch."""
+    import torch
+
+    got: dict[str, np.ndarray] = {}
+    for name, case in cases.items():
+        leaves, outs = _run(torch, name, case)
+        got.update({f"{name}/out{i}": o.detach().numpy() for i, o in enumerate(outs)})
+        for j, leaf in enumerate(leaves):
+            if leaf.requires_grad:
+                g = leaf.grad
+                got[f"{name}/grad{j}"] = (
+                    np.zeros(leaf.shape, np.float32) if g is None else g.numpy()
+                )
+    return got
+
+
+def _kind(dtype: np.dtype) -> str:
+    """The dtype's family: 64-bit integers are int32 here without JAX's 64-bit mode."""
+    return {"i": "int", "u": "int", "b": "bool", "f": f"float{dtype.itemsize * 8}"}[dtype.kind]
+
+
+def check_case(name: str, case: Case, stored: Mapping[str, np.ndarray]) -> None:
+    """Run ``case`` with tensorplay_jax; its outputs (shape, dtype family, values) and
+    gradients must be torch's, as ``stored``."""
+    import tensorplay_jax as tp
+
+    leaves, outs = _run(tp, name, case)
+    assert len(outs) == sum(1 for k in stored if k.startswith(f"{name}/out"))
+    for i, o in enumerate(outs):
+        want, got = stored[f"{name}/out{i}"], np.asarray(o.detach().numpy())
+        assert got.shape == want.shape, f"output {i}"
+        assert _kind(got.dtype) == _kind(want.dtype), f"output {i}: {got.dtype} vs {want.dtype}"
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"output {i}")
+    for j, leaf in enumerate(leaves):
+        key = f"{name}/grad{j}"
+        if key in stored:
+            got = np.zeros(leaf.shape, np.float32) if leaf.grad is None else leaf.grad.numpy()
+            np.testing.assert_allclose(got, stored[key], rtol=1e-5, atol=1e-6, err_msg=f"grad {j}")
+
+
+def stored_cases(stored: Mapping[str, np.ndarray]) -> set[str]:
+    """The names of the cases a golden file holds."""
+    return {k.split("/")[0] for k in stored if "/" in k}

@@ -1,0 +1,28 @@
+"""torch's answers to the cases of ``tests/nn/_torch_functional_cases.py``
+(``torch_functional.npz``); what each case stores is said in ``tests/_torch_golden.py``.
+
+Regenerate (after changing a case)::
+
+    PYTHONPATH=/path/to/torch:. python tests/nn/golden/make_functional_golden.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests._torch_golden import torch_answers
+from tests.nn._torch_functional_cases import CASES
+
+GOLDEN = Path(__file__).with_name("torch_functional.npz")
+
+
+def cases() -> dict[str, np.ndarray]:
+    """Every case's outputs and gradients, computed by torch."""
+    return torch_answers(CASES)
+
+
+if __name__ == "__main__":
+    np.savez_compressed(GOLDEN, **cases())
+    print(f"wrote {GOLDEN}")
