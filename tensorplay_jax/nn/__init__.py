@@ -15,6 +15,7 @@ from tensorplay_jax.nn._activation import GELU as GELU
 from tensorplay_jax.nn._activation import GLU as GLU
 from tensorplay_jax.nn._activation import SELU as SELU
 from tensorplay_jax.nn._activation import AdaptiveAvgPool2d as AdaptiveAvgPool2d
+from tensorplay_jax.nn._activation import AvgPool2d as AvgPool2d
 from tensorplay_jax.nn._activation import Dropout as Dropout
 from tensorplay_jax.nn._activation import Dropout2d as Dropout2d
 from tensorplay_jax.nn._activation import Flatten as Flatten
@@ -40,6 +41,7 @@ from tensorplay_jax.nn._activation import Unflatten as Unflatten
 from tensorplay_jax.nn._container import ModuleDict as ModuleDict
 from tensorplay_jax.nn._container import ModuleList as ModuleList
 from tensorplay_jax.nn._container import Sequential as Sequential
+from tensorplay_jax.nn._conv import Conv1d as Conv1d
 from tensorplay_jax.nn._conv import Conv2d as Conv2d
 from tensorplay_jax.nn._functional_call import functional_call as functional_call
 from tensorplay_jax.nn._functional_call import get_parameters as get_parameters
@@ -58,7 +60,10 @@ from tensorplay_jax.nn._loss import NLLLoss as NLLLoss
 from tensorplay_jax.nn._loss import PairwiseDistance as PairwiseDistance
 from tensorplay_jax.nn._loss import SmoothL1Loss as SmoothL1Loss
 from tensorplay_jax.nn._module import Module as Module
+from tensorplay_jax.nn._normalization import BatchNorm1d as BatchNorm1d
 from tensorplay_jax.nn._normalization import BatchNorm2d as BatchNorm2d
+from tensorplay_jax.nn._normalization import BatchNorm3d as BatchNorm3d
+from tensorplay_jax.nn._normalization import GroupNorm as GroupNorm
 from tensorplay_jax.nn._normalization import LayerNorm as LayerNorm
 from tensorplay_jax.nn._parameter import Parameter as Parameter
 from tensorplay_jax.nn._recurrent import LSTM as LSTM
@@ -67,10 +72,14 @@ from tensorplay_jax.nn._sparse import EmbeddingBag as EmbeddingBag
 
 __all__ = [
     "AdaptiveAvgPool2d",
+    "AvgPool2d",
     "BCELoss",
     "BCEWithLogitsLoss",
+    "BatchNorm1d",
     "BatchNorm2d",
+    "BatchNorm3d",
     "CELU",
+    "Conv1d",
     "Conv2d",
     "CosineSimilarity",
     "CrossEntropyLoss",
@@ -82,6 +91,7 @@ __all__ = [
     "Flatten",
     "GELU",
     "GLU",
+    "GroupNorm",
     "Hardsigmoid",
     "Hardswish",
     "Hardtanh",

@@ -1,5 +1,5 @@
-"""Parameter-free layers: activations, Flatten, Unflatten, Dropout, max and adaptive average
-pooling."""
+"""Parameter-free layers: activations, Flatten, Unflatten, Dropout, max, average and adaptive
+average pooling."""
 
 from __future__ import annotations
 
@@ -164,6 +164,41 @@ class MaxPool2d(Module):
 
     def forward(self, input: Any) -> Any:
         return F.max_pool2d(input, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(Module):
+    """``F.avg_pool2d`` as a layer.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.AvgPool2d(2)(tp.ones(1, 1, 4, 4)).shape
+        (1, 1, 2, 2)
+    """
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input: Any) -> Any:
+        return F.avg_pool2d(
+            input,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
 
 
 class AdaptiveAvgPool2d(Module):

@@ -1,4 +1,5 @@
-"""``Conv2d``: 2-D convolution over NCHW images, one tape node per call."""
+"""``Conv2d`` and ``Conv1d``: convolutions over NCHW images and NCL sequences, one tape node
+per call."""
 
 from __future__ import annotations
 
@@ -98,6 +99,83 @@ class Conv2d(Module):
             )
         if self.dilation != (1, 1):
             s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class Conv1d(Module):
+    """1-D convolution (cross-correlation) over ``(N, C, L)``, with tensorplay's arguments
+    and initialisation (``weight`` is ``(out_channels, in_channels // groups, k)``; weight and
+    bias from U(-sqrt(g), sqrt(g)), ``g = groups / (in_channels * k)``).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.nn.Conv1d(2, 4, 3, padding=1)(tp.randn(5, 2, 10)).shape
+        (5, 4, 10)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        *,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"Conv1d: in_channels={in_channels} and out_channels={out_channels} must both "
+                f"be divisible by groups={groups}"
+            )
+        if padding_mode != "zeros":
+            raise ValueError(
+                f"Conv1d: padding_mode={padding_mode!r} is not supported; only 'zeros'"
+            )
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = (F._single("kernel_size", kernel_size),)
+        self.stride = (F._single("stride", stride),)
+        self.dilation = (F._single("dilation", dilation),)
+        self.padding = padding if isinstance(padding, str) else (F._single("padding", padding),)
+        self.weight = Parameter(
+            zeros(out_channels, in_channels // groups, self.kernel_size[0], dtype=dtype)
+        )
+        if bias:
+            self.bias = Parameter(zeros(out_channels, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Redraw weight and bias from U(-sqrt(g), sqrt(g))."""
+        fan_in = (self.in_channels // self.groups) * self.kernel_size[0]
+        init._reset_affine(self.weight, self.bias, fan_in)
+
+    def forward(self, input: Any) -> Any:
+        return F.conv1d(
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding not in ((0,), "valid"):
+            s += (
+                f", padding={self.padding!r}"
+                if isinstance(self.padding, str)
+                else (f", padding={self.padding}")
+            )
         if self.groups != 1:
             s += f", groups={self.groups}"
         if self.bias is None:

@@ -290,3 +290,69 @@ def pad(x: jax.Array, widths: tuple[tuple[int, int], ...], mode: str, value: flo
     if mode == "constant":
         return jnp.pad(x, widths, mode="constant", constant_values=jnp.asarray(value, x.dtype))
     return jnp.pad(x, widths, mode=mode)
+
+
+def group_norm(
+    x: jax.Array, groups: int, weight: jax.Array | None, bias: jax.Array | None, eps: float
+) -> jax.Array:
+    """Normalise each group of channels of each sample (biased variance), then scale and
+    shift each channel."""
+    n, c = x.shape[0], x.shape[1]
+    g = x.reshape(n, groups, -1)
+    mean = jnp.mean(g, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(g - mean), axis=-1, keepdims=True)
+    y = ((g - mean) * jax.lax.rsqrt(var + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
+
+
+def avg_pool2d(
+    x: jax.Array,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    count_include_pad: bool,
+    divisor: int | None,
+) -> jax.Array:
+    """The mean over each ``kernel`` window of the last two axes (zero padding; without
+    ``count_include_pad`` the padded places are not counted)."""
+    window = (1,) * (x.ndim - 2) + kernel
+    strides = (1,) * (x.ndim - 2) + stride
+    pads = ((0, 0),) * (x.ndim - 2) + tuple((q, q) for q in padding)
+    total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, pads)  # a window sum
+    if divisor is not None:
+        return total / divisor
+    if count_include_pad:
+        return total / (kernel[0] * kernel[1])
+    ones = jnp.ones(x.shape[-2:], x.dtype)
+    counts = jax.lax.reduce_window(
+        ones, 0.0, jax.lax.add, kernel, stride, tuple((q, q) for q in padding)
+    )
+    return total / counts
+
+
+def conv1d(
+    x: jax.Array,
+    weight: jax.Array,
+    bias: jax.Array | None,
+    stride: int,
+    padding: tuple[int, int],
+    dilation: int,
+    groups: int,
+) -> jax.Array:
+    """1-D cross-correlation, NCL input, OIK weight (unbatched CL accepted): ``conv2d`` of a
+    height-1 image."""
+    y = conv2d(
+        x[..., None, :],
+        weight[..., None, :],
+        bias,
+        (1, stride),
+        ((0, 0), padding),
+        (1, dilation),
+        groups,
+    )
+    return y[..., 0, :]

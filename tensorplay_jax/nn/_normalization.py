@@ -1,4 +1,6 @@
-"""``LayerNorm`` and ``BatchNorm2d``: normalisation layers, one tape node per call."""
+"""Normalisation layers: ``LayerNorm``, ``GroupNorm`` and the batch norms (``BatchNorm1d``,
+``2d``, ``3d``: one ``_BatchNorm`` for inputs of 2-3, 4 and 5 dimensions), one tape node
+per call."""
 
 from __future__ import annotations
 
@@ -60,8 +62,9 @@ class LayerNorm(Module):
         )
 
 
-class BatchNorm2d(Module):
-    """Normalise each channel of ``(N, C, H, W)`` over the batch and the image, as torch's.
+class _BatchNorm(Module):
+    """Normalise each channel (dimension 1) over the batch and the other dimensions, as
+    torch's; the subclasses say which input dimensions they take.
 
     In training mode the batch's mean and (biased) variance normalise, and the
     buffers ``running_mean`` / ``running_var`` follow them:
@@ -78,17 +81,11 @@ class BatchNorm2d(Module):
         track_running_stats: keep running stats (else batch stats in both modes).
 
     Raises:
-        ValueError: the input is not 4-D (at call time).
+        ValueError: the input has other dimensions than the class takes (at call time).
 
-    Example:
-        >>> import tensorplay_jax as tp
-        >>> bn = tp.nn.BatchNorm2d(3)
-        >>> y = bn(tp.randn(4, 3, 2, 2))
-        >>> max(abs(v) for v in y.mean(dim=(0, 2, 3)).tolist()) < 1e-5  # per-channel mean 0
-        True
-        >>> sorted(bn.state_dict())
-        ['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
     """
+
+    _DIMS: tuple[int, ...] = ()  # the input dimensions a subclass takes
 
     def __init__(
         self,
@@ -126,8 +123,11 @@ class BatchNorm2d(Module):
             self.num_batches_tracked.data = tensor(0).value
 
     def forward(self, input: Any) -> Any:
-        if input.ndim != 4:
-            raise ValueError(f"BatchNorm2d: expected 4D input (got {input.ndim}D input)")
+        if input.ndim not in self._DIMS:
+            want = " or ".join(f"{d}D" for d in self._DIMS)
+            raise ValueError(
+                f"{type(self).__name__}: expected {want} input (got {input.ndim}D input)"
+            )
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.data = self.num_batches_tracked.value + 1
@@ -150,3 +150,78 @@ class BatchNorm2d(Module):
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
             f"affine={self.affine}, track_running_stats={self.track_running_stats}"
         )
+
+
+class BatchNorm1d(_BatchNorm):
+    """``_BatchNorm`` of ``(N, C)`` or ``(N, C, L)`` inputs (features, or channels of a
+    sequence).
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> bn = tp.nn.BatchNorm1d(2)
+        >>> [round(v, 4) for v in bn(tp.tensor([[1.0, 4.0], [3.0, 8.0]])).tolist()[0]]
+        [-1.0, -1.0]
+    """
+
+    _DIMS = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """``_BatchNorm`` of ``(N, C, H, W)`` images.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> bn = tp.nn.BatchNorm2d(3)
+        >>> y = bn(tp.randn(4, 3, 2, 2))
+        >>> max(abs(v) for v in y.mean(dim=(0, 2, 3)).tolist()) < 1e-5  # per-channel mean 0
+        True
+        >>> sorted(bn.state_dict())
+        ['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
+    """
+
+    _DIMS = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """``_BatchNorm`` of ``(N, C, D, H, W)`` volumes."""
+
+    _DIMS = (5,)
+
+
+class GroupNorm(Module):
+    """Normalise each of ``num_groups`` groups of channels over its channels and the other
+    dimensions (per sample), then ``* weight + bias`` per channel when ``affine``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> gn = tp.nn.GroupNorm(2, 4)
+        >>> gn(tp.randn(3, 4, 5)).shape
+        (3, 4, 5)
+    """
+
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        *,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels = int(num_groups), int(num_channels)
+        self.eps, self.affine = float(eps), affine
+        if affine:
+            self.weight = Parameter(ones(self.num_channels, dtype=dtype))
+            self.bias = Parameter(zeros(self.num_channels, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input: Any) -> Any:
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

@@ -44,6 +44,9 @@ __all__ = [
     "tanh",
     "one_hot",
     "pad",
+    "avg_pool2d",
+    "conv1d",
+    "group_norm",
     *_activations,
     *_losses,
 ]
@@ -457,3 +460,84 @@ def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None
         widths[ndim - 1 - k] = (amounts[2 * k], amounts[2 * k + 1])
     fill = 0.0 if value is None else float(value)
     return apply(_jax_impl.pad, input, tuple(widths), _PAD_MODES[mode], fill)
+
+
+def group_norm(
+    input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5
+) -> Tensor:
+    """Group normalisation of ``(N, C, ...)``: each of ``num_groups`` channel groups of each
+    sample normalised, then ``* weight + bias`` per channel."""
+    c = input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(
+            f"Expected number of channels in input to be divisible by num_groups, but got input "
+            f"of shape {tuple(input.shape)} and num_groups={num_groups}"
+        )
+    return apply(_jax_impl.group_norm, input, int(num_groups), weight, bias, float(eps))
+
+
+def avg_pool2d(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    """The mean over each ``kernel_size`` window of the last two dimensions.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.avg_pool2d(tp.arange(16.0).reshape(1, 4, 4), 2)
+        tensor([[[ 2.5,  4.5],
+                 [10.5, 12.5]]])
+    """
+    if ceil_mode:
+        raise NotImplementedError("avg_pool2d: ceil_mode=True is not supported here")
+    kernel = _pair("kernel_size", kernel_size)
+    strides = kernel if stride is None else _pair("stride", stride)
+    pads = _pair("padding", padding)
+    if any(2 * p > k for p, k in zip(pads, kernel, strict=True)):
+        raise RuntimeError("pad should be at most half of effective kernel size")
+    divisor = None if divisor_override is None else int(divisor_override)
+    return apply(
+        _jax_impl.avg_pool2d, input, kernel, strides, pads, bool(count_include_pad), divisor
+    )
+
+
+def conv1d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    """1-D convolution (cross-correlation) of NCL ``input`` with an OIK ``weight``.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> import tensorplay_jax.nn.functional as F
+        >>> F.conv1d(tp.ones(1, 2, 5), tp.ones(3, 2, 3), padding="same").shape
+        (1, 3, 5)
+    """
+    s, d = _single("stride", stride), _single("dilation", dilation)
+    k = int(weight.shape[2])
+    if isinstance(padding, str):
+        lo_hi = conv_padding(padding, (1, k), (1, d), (1, s))[1]
+    else:
+        p = _single("padding", padding)
+        lo_hi = (p, p)
+    return apply(_jax_impl.conv1d, input, weight, bias, s, lo_hi, d, int(groups))
+
+
+def _single(name: str, v: Any) -> int:
+    if isinstance(v, int):
+        return v
+    t = tuple(int(i) for i in v)
+    if len(t) != 1:
+        raise ValueError(f"conv1d: {name} must be an int or a 1-tuple, got {v!r}")
+    return t[0]

@@ -167,4 +167,49 @@ CASES: dict[str, Case] = {
         ),
         (_n(1, 2, 4),),
     ),
+    # layers, their weights as inputs
+    "conv1d": Case(
+        lambda m, x, w, b: (
+            m.nn.functional.conv1d(x, w, b),
+            m.nn.functional.conv1d(x, w, None, stride=2, padding=1),
+            m.nn.functional.conv1d(x, w, b, padding="same", dilation=2),
+        ),
+        (_n(2, 3, 9), _n(4, 3, 3), _n(4)),
+    ),
+    "conv1d_groups": Case(
+        lambda m, x, w: m.nn.functional.conv1d(x, w, groups=2), (_n(1, 4, 6), _n(6, 2, 2))
+    ),
+    "avg_pool2d": Case(
+        lambda m, x: (
+            m.nn.functional.avg_pool2d(x, 2),
+            m.nn.functional.avg_pool2d(x, 3, stride=2, padding=1),
+            m.nn.functional.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+            m.nn.AvgPool2d((2, 3), divisor_override=2)(x),
+        ),
+        (_n(2, 3, 5, 6),),
+    ),
+    "group_norm": Case(
+        lambda m, x, w, b: (
+            m.nn.functional.group_norm(x, 2, w, b),
+            m.nn.functional.group_norm(x, 4, eps=1e-3),
+        ),
+        (_n(3, 4, 5), _n(4), _n(4)),
+    ),
+    "batch_norm_1d": Case(
+        lambda m, x, x3: (m.nn.BatchNorm1d(4)(x), m.nn.BatchNorm1d(4, affine=False)(x3)),
+        (_n(6, 4), _n(2, 4, 5)),
+    ),
+    "conv1d_module_values": Case(
+        lambda m, x: _loaded(m, m.nn.Conv1d(3, 2, 2, stride=2, bias=True), _CONV_W, _CONV_B)(x),
+        (_n(2, 3, 7),),
+    ),
 }
+
+
+_CONV_W, _CONV_B = _n(2, 3, 2), _n(2)
+
+
+def _loaded(m, module, weight, bias):
+    """``module`` with the given weight and bias (the same on both libraries)."""
+    module.load_state_dict({"weight": m.tensor(weight), "bias": m.tensor(bias)})
+    return module
