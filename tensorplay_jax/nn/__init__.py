@@ -66,7 +66,9 @@ from tensorplay_jax.nn._normalization import BatchNorm3d as BatchNorm3d
 from tensorplay_jax.nn._normalization import GroupNorm as GroupNorm
 from tensorplay_jax.nn._normalization import LayerNorm as LayerNorm
 from tensorplay_jax.nn._parameter import Parameter as Parameter
+from tensorplay_jax.nn._recurrent import GRU as GRU
 from tensorplay_jax.nn._recurrent import LSTM as LSTM
+from tensorplay_jax.nn._recurrent import RNN as RNN
 from tensorplay_jax.nn._sparse import Embedding as Embedding
 from tensorplay_jax.nn._sparse import EmbeddingBag as EmbeddingBag
 
@@ -91,6 +93,7 @@ __all__ = [
     "Flatten",
     "GELU",
     "GLU",
+    "GRU",
     "GroupNorm",
     "Hardsigmoid",
     "Hardswish",
@@ -115,6 +118,7 @@ __all__ = [
     "NLLLoss",
     "PairwiseDistance",
     "Parameter",
+    "RNN",
     "ReLU",
     "ReLU6",
     "SELU",

@@ -5,6 +5,8 @@ make_functional_golden.py`` stores torch's answers in ``golden/torch_functional.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from tests._torch_golden import Case
@@ -203,7 +205,48 @@ CASES: dict[str, Case] = {
         lambda m, x: _loaded(m, m.nn.Conv1d(3, 2, 2, stride=2, bias=True), _CONV_W, _CONV_B)(x),
         (_n(2, 3, 7),),
     ),
+    # recurrent layers, their weights fixed by name (the same on both libraries)
+    "gru": Case(
+        lambda m, x, h0: _fixed(
+            m, m.nn.GRU(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+        )(x, h0),
+        (_n(2, 5, 3) * 0.5, _n(4, 2, 4) * 0.5),
+    ),
+    "gru_unbatched_no_bias": Case(
+        lambda m, x: _fixed(m, m.nn.GRU(3, 2, bias=False))(x), (_n(4, 3) * 0.5,)
+    ),
+    "rnn_tanh": Case(
+        lambda m, x, h0: _fixed(m, m.nn.RNN(3, 4, num_layers=2))(x, h0),
+        (_n(5, 2, 3) * 0.5, _n(2, 2, 4) * 0.5),
+    ),
+    "rnn_relu_bidirectional": Case(
+        lambda m, x: _fixed(m, m.nn.RNN(3, 4, nonlinearity="relu", bidirectional=True))(x),
+        (_n(5, 2, 3) * 0.5,),
+    ),
+    "lstm_through_the_shared_base": Case(
+        lambda m, x: _lstm_outputs(_fixed(m, m.nn.LSTM(3, 4, num_layers=2))(x)),
+        (_n(5, 2, 3) * 0.5,),
+    ),
 }
+
+
+def _fixed(m, module):
+    """``module`` with every parameter drawn from a generator seeded by its name."""
+    state = {
+        k: m.tensor(
+            np.random.default_rng(zlib.crc32(k.encode()))
+            .uniform(-0.5, 0.5, tuple(v.shape))
+            .astype(np.float32)
+        )
+        for k, v in module.state_dict().items()
+    }
+    module.load_state_dict(state)
+    return module
+
+
+def _lstm_outputs(result):
+    out, (h, c) = result
+    return out, h, c
 
 
 _CONV_W, _CONV_B = _n(2, 3, 2), _n(2)
