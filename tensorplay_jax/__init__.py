@@ -12,6 +12,7 @@ from tensorplay_jax import distributions as distributions
 from tensorplay_jax import futures as futures
 from tensorplay_jax import nn as nn
 from tensorplay_jax import tensors as tensors
+from tensorplay_jax import utils as utils
 from tensorplay_jax.autograd import apply as apply
 from tensorplay_jax.autograd import compile as compile
 from tensorplay_jax.autograd import enable_grad as enable_grad

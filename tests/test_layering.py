@@ -71,6 +71,8 @@ LAYERS: dict[str, set[str]] = {
     "distributions": {"runtime", "autograd", "tensors"},
     # optim/: torch's local optimizers; a step writes Tensors (tensors.overwrite), nothing more.
     "optim": {"runtime", "autograd", "tensors"},
+    # utils/: torch.utils.data; DistributedSampler reads the process group's rank and size.
+    "utils": {"runtime", "autograd", "tensors", "process_group", "collectives", "futures"},
     "rpc": {"runtime", "futures"},
     # process groups need only the runtime and ReduceOp (collectives/reduce_op.py), and
     # "futures", the one public Future module that process groups and RPC return.
