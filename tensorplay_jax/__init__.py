@@ -16,6 +16,7 @@ from tensorplay_jax import utils as utils
 from tensorplay_jax.autograd import apply as apply
 from tensorplay_jax.autograd import compile as compile
 from tensorplay_jax.autograd import enable_grad as enable_grad
+from tensorplay_jax.autograd import inference_mode as inference_mode
 from tensorplay_jax.autograd import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd import (
     lift as function,  # @tp.function (autograd.function is torch's module)
@@ -119,6 +120,7 @@ __all__ = [
     "is_grad_enabled",
     "long",
     "nn",
+    "inference_mode",
     "no_grad",
     "optim",  # noqa: F405  (loaded on first use by __getattr__)
     "set_grad_enabled",

@@ -112,6 +112,7 @@ from tensorplay_jax.autograd._engine import run_backward as run_backward
 from tensorplay_jax.autograd._grad import backward as backward
 from tensorplay_jax.autograd._grad import grad as grad
 from tensorplay_jax.autograd._grad_mode import enable_grad as enable_grad
+from tensorplay_jax.autograd._grad_mode import inference_mode as inference_mode
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled as is_grad_enabled
 from tensorplay_jax.autograd._grad_mode import no_grad as no_grad
 from tensorplay_jax.autograd._grad_mode import set_grad_enabled as set_grad_enabled
@@ -175,6 +176,7 @@ __all__ = [
     "make_node",
     "assign_value",
     "materialize",
+    "inference_mode",
     "no_grad",
     "once_differentiable",
     "register_numpy_rule",

@@ -1,4 +1,5 @@
-"""Thread-local gradient recording mode: ``no_grad``, ``enable_grad``, ``set_grad_enabled``."""
+"""Thread-local gradient recording mode: ``no_grad``, ``enable_grad``, ``set_grad_enabled``,
+``inference_mode``."""
 
 from __future__ import annotations
 
@@ -126,3 +127,48 @@ class enable_grad(_GradModeContext):
     """
 
     _mode = True
+
+
+class inference_mode:
+    """torch's ``inference_mode``: no operation records a graph node inside it, as under
+    ``no_grad`` (``mode=False``: recording is left as it is). A context manager and a
+    decorator, with or without the call (``@tp.inference_mode`` and
+    ``@tp.inference_mode()``).
+
+    Tensors made inside are ordinary Tensors that do not require grad: unlike torch's
+    inference tensors, they may later take part in recorded operations.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> x = tp.ones(2, requires_grad=True)
+        >>> with tp.inference_mode():
+        ...     (x * 2).requires_grad
+        False
+    """
+
+    def __new__(cls, mode: Any = True) -> Any:
+        if callable(mode):  # the bare decorator: @tp.inference_mode
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True) -> None:
+        self._on = bool(mode)
+        self._prev: list[bool] = []
+
+    def __enter__(self) -> None:
+        self._prev.append(is_grad_enabled())
+        if self._on:
+            _set(False)
+
+    def __exit__(self, *exc: object) -> None:
+        _set(self._prev.pop())
+
+    def __call__(self, fn: F) -> F:
+        on = self._on
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with inference_mode(on):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]

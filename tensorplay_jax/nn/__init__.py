@@ -9,6 +9,7 @@ Initialisations follow tensorplay and draw from ``tp.manual_seed``.
 
 from tensorplay_jax.nn import functional as functional
 from tensorplay_jax.nn import init as init
+from tensorplay_jax.nn import utils as utils
 from tensorplay_jax.nn._activation import CELU as CELU
 from tensorplay_jax.nn._activation import ELU as ELU
 from tensorplay_jax.nn._activation import GELU as GELU
@@ -137,4 +138,5 @@ __all__ = [
     "functional_call",
     "get_parameters",
     "init",
+    "utils",
 ]
