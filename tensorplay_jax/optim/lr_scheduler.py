@@ -1,5 +1,10 @@
 """Learning-rate schedules for ``tensorplay_jax.optim`` (tensorplay's ``optim.lr_scheduler``).
 
+The epoch-driven schedules are here; the base class is ``_lr_base``, the cyclic ones
+(``CosineAnnealingWarmRestarts``, ``OneCycleLR``) ``_lr_cycles``, ``ReduceLROnPlateau``
+``_lr_plateau`` and the combinations (``SequentialLR``, ``ChainedScheduler``)
+``_lr_combined``; this module is where users import all of them from.
+
 A scheduler writes ``group["lr"]`` of its optimizer's param groups; the optimizer
 reads it at its next ``step()`` without compiling again. Call ``scheduler.step()``
 after ``optimizer.step()``, once per epoch (or per iteration), as in tensorplay.
@@ -22,95 +27,35 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from tensorplay_jax.optim._lr_base import LRScheduler, positive_int
+from tensorplay_jax.optim._lr_combined import ChainedScheduler, SequentialLR
+from tensorplay_jax.optim._lr_cycles import CosineAnnealingWarmRestarts, OneCycleLR
+from tensorplay_jax.optim._lr_plateau import ReduceLROnPlateau
 from tensorplay_jax.optim._optimizer import Optimizer
 
 __all__ = [
+    "ChainedScheduler",
+    "ConstantLR",
     "CosineAnnealingLR",
+    "CosineAnnealingWarmRestarts",
     "ExponentialLR",
     "LRScheduler",
     "LambdaLR",
     "LinearLR",
     "MultiStepLR",
+    "MultiplicativeLR",
+    "OneCycleLR",
+    "PolynomialLR",
+    "ReduceLROnPlateau",
+    "SequentialLR",
     "StepLR",
 ]
-
-
-class LRScheduler:
-    """Base class: ``step()`` advances ``last_epoch`` and writes ``get_lr()`` into the groups.
-
-    Args:
-        optimizer: a ``tensorplay_jax.optim`` optimizer.
-        last_epoch: the index of the last epoch done; -1 starts afresh (each group's
-            ``initial_lr`` is set to its ``lr``), a larger value resumes, and then every
-            group must already hold ``initial_lr`` (from the optimizer's ``state_dict``).
-
-    Raises:
-        TypeError: ``optimizer`` is not a ``tensorplay_jax.optim.Optimizer``.
-        KeyError: resuming (``last_epoch >= 0``) and a group has no ``initial_lr``.
-    """
-
-    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(
-                f"{type(self).__name__}: {type(optimizer).__name__} is not a "
-                "tensorplay_jax.optim Optimizer (e.g. tensorplay_jax.optim.SGD)"
-            )
-        self.optimizer = optimizer
-        groups = optimizer.param_groups
-        if last_epoch == -1:
-            for group in groups:
-                group.setdefault("initial_lr", group["lr"])
-        else:
-            for i, group in enumerate(groups):
-                if "initial_lr" not in group:
-                    raise KeyError(
-                        f"{type(self).__name__}: param 'initial_lr' is not specified in "
-                        f"param_groups[{i}] when resuming with last_epoch={last_epoch}; load "
-                        "the optimizer's state_dict first, or pass last_epoch=-1"
-                    )
-        self.base_lrs: list[float] = [group["initial_lr"] for group in groups]
-        self.last_epoch = last_epoch
-        self._step_count = 0
-        self._is_initial = True
-        try:
-            self.step()
-        finally:
-            self._is_initial = False
-
-    def get_lr(self) -> list[float]:
-        """The rate of each group for epoch ``last_epoch`` (subclasses define it)."""
-        raise NotImplementedError
-
-    def _current(self) -> list[float]:
-        return [group["lr"] for group in self.optimizer.param_groups]
-
-    def step(self) -> None:
-        """Advance one epoch and set each group's ``lr`` to its new rate."""
-        self._step_count += 1
-        self.last_epoch += 1
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
-            group["lr"] = lr
-        self._last_lr = self._current()
-
-    def get_last_lr(self) -> list[float]:
-        """The rates the last ``step()`` set, one per param group."""
-        return list(self._last_lr)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The scheduler's state (every attribute but the optimizer)."""
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        self.__dict__.update(state_dict)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(last_epoch={self.last_epoch}, lr={self._last_lr})"
 
 
 class LambdaLR(LRScheduler):
@@ -148,19 +93,13 @@ class LambdaLR(LRScheduler):
         return state
 
 
-def _positive_int(cls: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{cls}: {name} must be a positive int, got {value!r}")
-    return value
-
-
 class StepLR(LRScheduler):
     """Multiply each group's rate by ``gamma`` every ``step_size`` epochs."""
 
     def __init__(
         self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1
     ) -> None:
-        self.step_size = _positive_int("StepLR", "step_size", step_size)
+        self.step_size = positive_int("StepLR", "step_size", step_size)
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
@@ -168,6 +107,9 @@ class StepLR(LRScheduler):
         if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
             return self._current()
         return [lr * self.gamma for lr in self._current()]
+
+    def _closed_form(self) -> list[float]:
+        return [b * self.gamma ** (self.last_epoch // self.step_size) for b in self.base_lrs]
 
 
 class MultiStepLR(LRScheduler):
@@ -190,6 +132,10 @@ class MultiStepLR(LRScheduler):
             return self._current()
         return [lr * self.gamma**times for lr in self._current()]
 
+    def _closed_form(self) -> list[float]:
+        times = bisect.bisect_right(sorted(self.milestones.elements()), self.last_epoch)
+        return [b * self.gamma**times for b in self.base_lrs]
+
 
 class ExponentialLR(LRScheduler):
     """Multiply each group's rate by ``gamma`` every epoch."""
@@ -202,6 +148,9 @@ class ExponentialLR(LRScheduler):
         if self._is_initial:
             return self._current()
         return [lr * self.gamma for lr in self._current()]
+
+    def _closed_form(self) -> list[float]:
+        return [b * self.gamma**self.last_epoch for b in self.base_lrs]
 
 
 class LinearLR(LRScheduler):
@@ -225,7 +174,7 @@ class LinearLR(LRScheduler):
         if not 0 <= end_factor <= 1:
             raise ValueError(f"LinearLR: end_factor must be in [0, 1], got {end_factor}")
         self.start_factor, self.end_factor = start_factor, end_factor
-        self.total_iters = _positive_int("LinearLR", "total_iters", total_iters)
+        self.total_iters = positive_int("LinearLR", "total_iters", total_iters)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -237,6 +186,11 @@ class LinearLR(LRScheduler):
         ratio = 1.0 + delta / (self.total_iters * self.start_factor + (self.last_epoch - 1) * delta)
         return [lr * ratio for lr in self._current()]
 
+    def _closed_form(self) -> list[float]:
+        done = min(self.total_iters, self.last_epoch) / self.total_iters
+        factor = self.start_factor + (self.end_factor - self.start_factor) * done
+        return [b * factor for b in self.base_lrs]
+
 
 class CosineAnnealingLR(LRScheduler):
     """Anneal each rate from its initial value to ``eta_min`` along a cosine (period 2 T_max)."""
@@ -244,7 +198,7 @@ class CosineAnnealingLR(LRScheduler):
     def __init__(
         self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1
     ) -> None:
-        self.T_max = _positive_int("CosineAnnealingLR", "T_max", T_max)
+        self.T_max = positive_int("CosineAnnealingLR", "T_max", T_max)
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
 
@@ -261,3 +215,99 @@ class CosineAnnealingLR(LRScheduler):
             return [lr + (b - low) * rise / 2 for lr, b in zip(current, self.base_lrs, strict=True)]
         ratio = (1 + math.cos(math.pi * t / period)) / (1 + math.cos(math.pi * (t - 1) / period))
         return [ratio * (lr - low) + low for lr in current]
+
+    def _closed_form(self) -> list[float]:
+        rise = 1 + math.cos(math.pi * self.last_epoch / self.T_max)
+        return [self.eta_min + (b - self.eta_min) * rise / 2 for b in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """Multiply each rate by ``factor`` until epoch ``total_iters``, then restore it.
+
+    Raises:
+        ValueError: ``factor`` outside [0, 1].
+    """
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        factor: float = 1.0 / 3,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ) -> None:
+        if not 0 <= factor <= 1:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._current()]
+        if self.last_epoch != self.total_iters:
+            return self._current()
+        return [lr * (1.0 / self.factor) for lr in self._current()]
+
+    def _closed_form(self) -> list[float]:
+        factor = self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor)
+        return [b * factor for b in self.base_lrs]
+
+
+class MultiplicativeLR(LRScheduler):
+    """Multiply each rate by ``lr_lambda(epoch)`` every epoch (one function, or one per
+    group); the functions are not part of :meth:`state_dict`.
+
+    Raises:
+        ValueError: a list of functions whose length is not the number of groups.
+    """
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
+        last_epoch: int = -1,
+    ) -> None:
+        n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
+        if isinstance(lr_lambda, list | tuple):
+            if len(lr_lambda) != n:
+                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * n
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch > 0:
+            pairs = zip(self.lr_lambdas, self._current(), strict=True)
+            return [lr * f(self.last_epoch) for f, lr in pairs]
+        return self._current()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state.pop("lr_lambdas")
+        return state
+
+
+class PolynomialLR(LRScheduler):
+    """Decay each rate to 0 over ``total_iters`` epochs: ``(1 - epoch / total_iters) ** power``
+    times the initial rate."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        total_iters: int = 5,
+        power: float = 1.0,
+        last_epoch: int = -1,
+    ) -> None:
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        t = self.last_epoch
+        if self._is_initial or t == 0 or t > self.total_iters:
+            return self._current()
+        decay = ((1.0 - t / self.total_iters) / (1.0 - (t - 1) / self.total_iters)) ** self.power
+        return [lr * decay for lr in self._current()]
+
+    def _closed_form(self) -> list[float]:
+        done = min(self.total_iters, self.last_epoch) / self.total_iters
+        return [b * (1.0 - done) ** self.power for b in self.base_lrs]
