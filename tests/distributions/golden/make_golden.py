@@ -1,0 +1,28 @@
+"""torch's answers to the cases of ``tests/distributions/_torch_distribution_cases.py``
+(``torch_distributions.npz``); what each case stores is said in ``tests/_torch_golden.py``.
+
+Regenerate (after changing a case)::
+
+    PYTHONPATH=/path/to/torch:. python tests/distributions/golden/make_golden.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests._torch_golden import torch_answers
+from tests.distributions._torch_distribution_cases import CASES
+
+GOLDEN = Path(__file__).with_name("torch_distributions.npz")
+
+
+def cases() -> dict[str, np.ndarray]:
+    """Every case's outputs and gradients, computed by torch."""
+    return torch_answers(CASES)
+
+
+if __name__ == "__main__":
+    np.savez_compressed(GOLDEN, **cases())
+    print(f"wrote {GOLDEN}")
