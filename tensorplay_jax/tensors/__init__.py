@@ -174,15 +174,28 @@ from tensorplay_jax.tensors._reductions import logsumexp as logsumexp
 from tensorplay_jax.tensors._reductions import max as max
 from tensorplay_jax.tensors._reductions import mean as mean
 from tensorplay_jax.tensors._reductions import min as min
+from tensorplay_jax.tensors._reductions import nanmean as nanmean
+from tensorplay_jax.tensors._reductions import nansum as nansum
 from tensorplay_jax.tensors._reductions import prod as prod
 from tensorplay_jax.tensors._reductions import std as std
+from tensorplay_jax.tensors._reductions import std_mean as std_mean
 from tensorplay_jax.tensors._reductions import sum as sum
 from tensorplay_jax.tensors._reductions import var as var
+from tensorplay_jax.tensors._reductions import var_mean as var_mean
 from tensorplay_jax.tensors._scans_and_sorts import argsort as argsort
+from tensorplay_jax.tensors._scans_and_sorts import bincount as bincount
+from tensorplay_jax.tensors._scans_and_sorts import bucketize as bucketize
 from tensorplay_jax.tensors._scans_and_sorts import cumprod as cumprod
 from tensorplay_jax.tensors._scans_and_sorts import cumsum as cumsum
+from tensorplay_jax.tensors._scans_and_sorts import diff as diff
+from tensorplay_jax.tensors._scans_and_sorts import kthvalue as kthvalue
+from tensorplay_jax.tensors._scans_and_sorts import logcumsumexp as logcumsumexp
+from tensorplay_jax.tensors._scans_and_sorts import median as median
+from tensorplay_jax.tensors._scans_and_sorts import quantile as quantile
+from tensorplay_jax.tensors._scans_and_sorts import searchsorted as searchsorted
 from tensorplay_jax.tensors._scans_and_sorts import sort as sort
 from tensorplay_jax.tensors._scans_and_sorts import topk as topk
+from tensorplay_jax.tensors._scans_and_sorts import unique as unique
 from tensorplay_jax.tensors._shape_ops import broadcast_tensors as broadcast_tensors
 from tensorplay_jax.tensors._shape_ops import cat as cat
 from tensorplay_jax.tensors._shape_ops import chunk as chunk
@@ -237,8 +250,10 @@ __all__ = [
     "asin",
     "atan",
     "atan2",
+    "bincount",
     "bmm",
     "broadcast_tensors",
+    "bucketize",
     "cat",
     "ceil",
     "chunk",
@@ -252,6 +267,7 @@ __all__ = [
     "cumsum",
     "diag",
     "diagonal",
+    "diff",
     "div",
     "dot",
     "einsum",
@@ -286,6 +302,7 @@ __all__ = [
     "isfinite",
     "isinf",
     "isnan",
+    "kthvalue",
     "le",
     "lerp",
     "linalg",
@@ -296,6 +313,7 @@ __all__ = [
     "log1p",
     "log2",
     "log_softmax",
+    "logcumsumexp",
     "logical_and",
     "logical_not",
     "logical_or",
@@ -311,12 +329,15 @@ __all__ = [
     "max",
     "maximum",
     "mean",
+    "median",
     "meshgrid",
     "min",
     "minimum",
     "mm",
     "mul",
     "nan_to_num",
+    "nanmean",
+    "nansum",
     "narrow",
     "ne",
     "neg",
@@ -328,6 +349,7 @@ __all__ = [
     "permute",
     "pow",
     "prod",
+    "quantile",
     "rand",
     "rand_like",
     "randint",
@@ -346,6 +368,7 @@ __all__ = [
     "save",
     "scatter",
     "scatter_add",
+    "searchsorted",
     "select",
     "sigmoid",
     "sign",
@@ -363,6 +386,7 @@ __all__ = [
     "squeeze",
     "stack",
     "std",
+    "std_mean",
     "strided",
     "sub",
     "sum",
@@ -378,8 +402,10 @@ __all__ = [
     "triu",
     "trunc",
     "unbind",
+    "unique",
     "unsqueeze",
     "var",
+    "var_mean",
     "view",
     "vstack",
     "where",

@@ -213,3 +213,53 @@ def count_nonzero(input: Any, dim: Any = None) -> Tensor:
         (input,),
         (("axis", _dims("count_nonzero", dim, None)),),
     )
+
+
+def nansum(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Sum over ``dim``, NaN taken as 0."""
+    return _reduce(jnp.nansum, "NansumBackward", input, _dims("nansum", dim, None), keepdim)
+
+
+def nanmean(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Mean over ``dim`` of the elements that are not NaN."""
+    return _reduce(jnp.nanmean, "NanmeanBackward", input, _dims("nanmean", dim, None), keepdim)
+
+
+def _moments(x: jax.Array, axis: Any, keepdims: bool, ddof: int, root: bool) -> Any:
+    var = jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+    return (jnp.sqrt(var) if root else var), jnp.mean(x, axis=axis, keepdims=keepdims)
+
+
+def _moments_op(public: str, root: bool) -> Callable[..., tuple[Tensor, Tensor]]:
+    def op(
+        input: Any,
+        dim: Any = None,
+        unbiased: bool | None = None,
+        keepdim: bool = False,
+        *,
+        correction: Any = None,
+    ) -> tuple[Tensor, Tensor]:
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        ddof = 1 if correction is None else int(correction)
+        if unbiased is not None:
+            ddof = 1 if unbiased else 0
+        static = (
+            ("axis", _dims(public, dim, None)),
+            ("keepdims", builtins.bool(keepdim)),
+            ("ddof", ddof),
+            ("root", root),
+        )
+        out = call_op(_moments, f"{public.title().replace('_', '')}Backward", (input,), static)
+        return tuple(out)  # type: ignore[return-value]
+
+    op.__name__ = op.__qualname__ = public
+    op.__doc__ = (
+        f"``({'std' if root else 'var'}, mean)`` over ``dim`` in one pass (``unbiased`` or "
+        "``correction`` as ``var``'s)."
+    )
+    return op
+
+
+var_mean = _moments_op("var_mean", root=False)
+std_mean = _moments_op("std_mean", root=True)

@@ -341,6 +341,56 @@ CASES: dict[str, Case] = {
         lambda m, x, y: (x.abs(), m.abs(y)),
         (np.array([-3, 0, 2]), np.array([-0.0, -1.5], np.float32)),
     ),
+    # order statistics, differences, counts
+    "median_all_and_dim": Case(
+        lambda m, x: (x.median(), *m.median(x, dim=1), *x.median(0, keepdim=True)),
+        (_distinct(3, 4),),
+    ),
+    "kthvalue": Case(lambda m, x: tuple(m.kthvalue(x, 2, dim=0)), (_distinct(4, 3),)),
+    "quantile": Case(
+        lambda m, x: (
+            m.quantile(x, 0.3),
+            x.quantile(m.tensor([0.25, 0.5, 0.9]), dim=1, keepdim=True),
+            m.quantile(x, 0.4, dim=0, interpolation="nearest"),
+            m.quantile(x, 0.4, dim=0, interpolation="midpoint"),
+        ),
+        (_distinct(3, 5),),
+    ),
+    "diff": Case(
+        lambda m, x, p: (m.diff(x), x.diff(n=2, dim=0), m.diff(x, dim=1, prepend=p)),
+        (_n(4, 3), _n(4, 1)),
+    ),
+    "logcumsumexp": Case(lambda m, x: m.logcumsumexp(x, 1), (_n(3, 4),)),
+    "nansum_nanmean": Case(
+        lambda m, x: (m.nansum(x), x.nanmean(dim=0)),
+        (np.array([[1.0, np.nan, 2.0], [np.nan, 4.0, -1.0]], np.float32),),
+    ),
+    "var_mean_std_mean": Case(
+        lambda m, x: (*m.var_mean(x, dim=1), *m.std_mean(x, unbiased=False)), (_n(3, 4),)
+    ),
+    "unique": Case(
+        lambda m, x: m.unique(x, return_inverse=True, return_counts=True),
+        (np.array([3, 1, 2, 3, 1, 7]),),
+    ),
+    "unique_dim": Case(
+        lambda m, x: m.unique(x, dim=0, return_counts=True),
+        (np.array([[1, 2], [0, 5], [1, 2]]),),
+    ),
+    "bincount": Case(
+        lambda m, x, w: (m.bincount(x), x.bincount(minlength=8), m.bincount(x, weights=w)),
+        (np.array([0, 2, 2, 5]), np.array([0.5, 1.0, 2.0, 0.25], np.float32)),
+        differentiable=False,
+    ),
+    "searchsorted_bucketize": Case(
+        lambda m, s, v: (
+            m.searchsorted(s, v),
+            m.searchsorted(s, v, right=True),
+            m.bucketize(v, s),
+            m.searchsorted(m.tensor([[1.0, 3.0], [0.0, 9.0]]), m.tensor([[2.0], [9.0]])),
+        ),
+        (np.array([1.0, 3.0, 5.0], np.float32), np.array([0.0, 3.0, 4.0, 6.0], np.float32)),
+        differentiable=False,
+    ),
     # writes: in place, through views and indexing
     "setitem_then_grad": Case(lambda m, x, v: _written(x, v), (_n(3, 4), _n(4))),
     "inplace_chain": Case(lambda m, x: _inplace_chain(x), (_n(5),)),

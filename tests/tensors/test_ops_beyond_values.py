@@ -35,6 +35,10 @@ import tensorplay_jax as tp
         (lambda x: tp.diag(x[None]), RuntimeError, "Supports 1D or 2D"),
         (lambda x: tp.linspace(0, 1, -1), RuntimeError, "non-negative"),
         (lambda x: tp.meshgrid(x, x), RuntimeError, "0D or 1D"),
+        (lambda x: x.kthvalue(5, dim=1), RuntimeError, "k out of range"),
+        (lambda x: x.quantile(0.5, interpolation="cubic"), RuntimeError, "interpolation"),
+        (lambda x: tp.bincount(x.int()), RuntimeError, "1-d non-negative"),
+        (lambda x: tp.searchsorted(x[0], x[0], side="up"), RuntimeError, "'left' or 'right'"),
     ],
 )
 def test_bad_arguments_raise_torchs_error_type_naming_the_problem(call, error, match):
@@ -110,7 +114,13 @@ def test_orderings_and_gathers_run_inside_jax_jit_and_grad():
 
 @pytest.mark.parametrize(
     "op",
-    [lambda t: t.masked_select(t > 0), lambda t: t.nonzero(), lambda t: t.to_sparse().values()],
+    [
+        lambda t: t.masked_select(t > 0),
+        lambda t: t.nonzero(),
+        lambda t: t.to_sparse().values(),
+        lambda t: t.unique(),
+        lambda t: t.int().bincount(),
+    ],
 )
 def test_value_sized_results_inside_jit_say_what_to_use_there(op):
     with pytest.raises(TypeError, match=r"jax\.jit"):
