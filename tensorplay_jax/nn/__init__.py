@@ -72,6 +72,9 @@ from tensorplay_jax.nn._recurrent import LSTM as LSTM
 from tensorplay_jax.nn._recurrent import RNN as RNN
 from tensorplay_jax.nn._sparse import Embedding as Embedding
 from tensorplay_jax.nn._sparse import EmbeddingBag as EmbeddingBag
+from tensorplay_jax.nn._transformer import MultiheadAttention as MultiheadAttention
+from tensorplay_jax.nn._transformer import TransformerEncoder as TransformerEncoder
+from tensorplay_jax.nn._transformer import TransformerEncoderLayer as TransformerEncoderLayer
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -116,6 +119,7 @@ __all__ = [
     "Module",
     "ModuleDict",
     "ModuleList",
+    "MultiheadAttention",
     "NLLLoss",
     "PairwiseDistance",
     "Parameter",
@@ -133,6 +137,8 @@ __all__ = [
     "Softsign",
     "Tanh",
     "Threshold",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "Unflatten",
     "functional",
     "functional_call",

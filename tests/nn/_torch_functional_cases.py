@@ -227,7 +227,47 @@ CASES: dict[str, Case] = {
         lambda m, x: _lstm_outputs(_fixed(m, m.nn.LSTM(3, 4, num_layers=2))(x)),
         (_n(5, 2, 3) * 0.5,),
     ),
+    # attention and the transformer encoder (eval mode: no dropout)
+    "multihead_attention": Case(
+        lambda m, q, k: _fixed(m, m.nn.MultiheadAttention(8, 2, batch_first=True)).eval()(
+            q, k, k, key_padding_mask=m.tensor([[False, False, True], [False, False, False]])
+        ),
+        (_n(2, 4, 8) * 0.5, _n(2, 3, 8) * 0.5),
+    ),
+    "multihead_attention_masks_per_head": Case(
+        lambda m, x: _fixed(m, m.nn.MultiheadAttention(4, 2)).eval()(
+            x, x, x, attn_mask=m.tensor(_CAUSAL), average_attn_weights=False
+        ),
+        (_n(3, 2, 4) * 0.5,),
+    ),
+    "multihead_attention_float_mask_unbatched_no_bias": Case(
+        lambda m, x: _fixed(m, m.nn.MultiheadAttention(4, 1, bias=False)).eval()(
+            x, x, x, attn_mask=m.tensor(_BIAS_MASK), need_weights=False
+        )[0],
+        (_n(3, 4) * 0.5,),
+    ),
+    "transformer_encoder_post_norm": Case(
+        lambda m, x: _fixed(
+            m,
+            m.nn.TransformerEncoder(
+                m.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True), 2
+            ),
+        ).eval()(x),
+        (_n(2, 5, 8) * 0.5,),
+    ),
+    "transformer_encoder_layer_pre_norm_gelu_mask": Case(
+        lambda m, x: _fixed(
+            m,
+            m.nn.TransformerEncoderLayer(
+                4, 2, dim_feedforward=8, activation="gelu", norm_first=True
+            ),
+        ).eval()(x, src_mask=m.tensor(_CAUSAL)),
+        (_n(3, 2, 4) * 0.5,),
+    ),
 }
+
+_CAUSAL = np.triu(np.ones((3, 3), bool), k=1)
+_BIAS_MASK = np.array([[0.0, -1.0, 0.5], [0.2, 0.0, -0.3], [0.0, 0.0, 0.0]], np.float32)
 
 
 def _fixed(m, module):
