@@ -282,8 +282,8 @@ def round(input: Any, *, decimals: int = 0) -> Tensor:
 
 def _sign(x: jax.Array) -> jax.Array:
     s = jnp.sign(x)
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        s = jnp.where(jnp.isnan(x), jnp.zeros_like(s), s) + 0  # torch: sign(nan) = 0, no -0
+    if jnp.issubdtype(x.dtype, jnp.floating):  # torch: sign(nan) and sign(-0.0) are +0.0
+        s = jnp.where(jnp.isnan(x) | (s == 0), jnp.zeros_like(s), s)
     return s
 
 

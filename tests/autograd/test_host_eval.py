@@ -379,3 +379,19 @@ def test_a_running_sum_on_the_host_never_writes_an_array_it_did_not_make():
 )
 def test_sums_numpy_would_not_match_are_left_to_the_compiled_add(held, grad):
     assert _host_eval.sum_into(held, grad) is NotImplemented
+
+
+def test_abs_and_sign_give_the_compiled_programs_signed_zeros_and_nans():
+    x = np.array([-0.0, 0.0, np.nan, -np.inf, 2.5, -3.0], np.float32)
+    for name, op in (("abs", tp.abs), ("sign", tp.sign), ("x*sign", lambda t: t * t.sign())):
+        with events(COMPILE) as compiles:
+            got = op(tp.tensor(x)).numpy()
+        old = STATE.host_limit
+        STATE.host_limit = 0  # the compiled program (XLA)
+        try:
+            want = op(tp.tensor(x)).numpy()
+        finally:
+            STATE.host_limit = old
+        assert not compiles, name  # evaluated with NumPy
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)

@@ -19,7 +19,7 @@ dispatch of a compiled call costs less than this evaluation.
 
 Only primitives whose NumPy counterpart computes the same IEEE operation are
 evaluated: arithmetic (``add``, ``sub``, ``mul``, float ``div``, ``sqrt``,
-``rem``), comparisons and logic, ``max``/``min``, conversions between float,
+``rem``, ``abs``, ``sign``), comparisons and logic, ``max``/``min``, conversions between float,
 integer and bool types (float to integer excepted: XLA and NumPy differ out of
 range), shape operations (``slice``, ``pad``, ``concatenate``, ``split``, ...),
 reads and writes at integer and slice indices (``dynamic_slice``,

@@ -60,6 +60,12 @@ def _unary(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda eqn, x: fn(x)
 
 
+def _sign(x: Any) -> Any:
+    # XLA keeps the sign of a zero (sign(-0.0) is -0.0); NumPy's is +0.0
+    s = np.sign(x)
+    return np.copysign(s, x) if s.dtype.kind == "f" else s
+
+
 def _integer_pow(eqn: Any, x: Any) -> Any:
     # the order of jax's own lowering (binary exponentiation), so the rounding matches
     y = eqn.params["y"]
@@ -210,6 +216,7 @@ IMPL: dict[str, Callable[..., Any]] = {
     "min": _binary(np.minimum),
     "neg": _unary(np.negative),
     "abs": _unary(np.abs),
+    "sign": _unary(_sign),
     "sqrt": _unary(np.sqrt),
     "square": _unary(np.square),
     "floor": _unary(np.floor),
