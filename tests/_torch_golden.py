@@ -91,3 +91,44 @@ def check_case(name: str, case: Case, stored: Mapping[str, np.ndarray]) -> None:
 def stored_cases(stored: Mapping[str, np.ndarray]) -> set[str]:
     """The names of the cases a golden file holds."""
     return {k.split("/")[0] for k in stored if "/" in k}
+
+
+def write_golden(path: Any, cases: Mapping[str, Case]) -> None:
+    """Store torch's answers to ``cases`` at ``path`` (a generator's ``__main__``)."""
+    np.savez_compressed(path, **torch_answers(cases))
+    print(f"wrote {path}")
+
+
+def parity_tests(cases: Mapping[str, Case], golden: Any, maker: str) -> tuple[Any, Any, Any]:
+    """The three tests of a golden file: every case has torch's answer, each case matches
+    it, and (where torch is installed) the file still holds torch's values. ``maker`` is
+    the generator's path, named in the message of a missing case.
+
+    A test module assigns them to its own ``test_*`` names, so pytest collects them there.
+    """
+    import pytest
+
+    stored = dict(np.load(golden))
+
+    def test_every_case_has_torchs_answer() -> None:
+        assert stored_cases(stored) == set(cases), f"regenerate: see {maker}"
+
+    @pytest.mark.parametrize("name", sorted(cases))
+    def test_values_dtypes_and_gradients_match_torch(name: str) -> None:
+        check_case(name, cases[name], stored)
+
+    def test_the_golden_file_holds_torchs_values() -> None:
+        pytest.importorskip(
+            "torch",
+            reason="torch recomputes the golden values; without it the file is used as it is",
+        )
+        fresh = torch_answers(cases)
+        assert sorted(fresh) == sorted(stored)
+        for k, v in fresh.items():
+            np.testing.assert_allclose(stored[k], v, rtol=1e-6, atol=0, err_msg=k)
+
+    return (
+        test_every_case_has_torchs_answer,
+        test_values_dtypes_and_gradients_match_torch,
+        test_the_golden_file_holds_torchs_values,
+    )

@@ -13,6 +13,20 @@ from tensorplay_jax.nn._parameter import Parameter
 from tensorplay_jax.tensors import zeros
 
 
+def _check_channels(
+    name: str, in_channels: int, out_channels: int, groups: int, padding_mode: str
+) -> None:
+    """Raise ValueError for channels that ``groups`` does not divide, or a padding mode
+    other than zeros."""
+    if in_channels % groups or out_channels % groups:
+        raise ValueError(
+            f"{name}: in_channels={in_channels} and out_channels={out_channels} must both "
+            f"be divisible by groups={groups}"
+        )
+    if padding_mode != "zeros":
+        raise ValueError(f"{name}: padding_mode={padding_mode!r} is not supported; only 'zeros'")
+
+
 class Conv2d(Module):
     """2-D convolution (cross-correlation) with tensorplay's arguments and initialisation.
 
@@ -52,15 +66,7 @@ class Conv2d(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"Conv2d: in_channels={in_channels} and out_channels={out_channels} must both "
-                f"be divisible by groups={groups}"
-            )
-        if padding_mode != "zeros":
-            raise ValueError(
-                f"Conv2d: padding_mode={padding_mode!r} is not supported; only 'zeros'"
-            )
+        _check_channels("Conv2d", in_channels, out_channels, groups, padding_mode)
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = F._pair("kernel_size", kernel_size)
         self.stride = F._pair("stride", stride)
@@ -132,15 +138,7 @@ class Conv1d(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"Conv1d: in_channels={in_channels} and out_channels={out_channels} must both "
-                f"be divisible by groups={groups}"
-            )
-        if padding_mode != "zeros":
-            raise ValueError(
-                f"Conv1d: padding_mode={padding_mode!r} is not supported; only 'zeros'"
-            )
+        _check_channels("Conv1d", in_channels, out_channels, groups, padding_mode)
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = (F._single("kernel_size", kernel_size),)
         self.stride = (F._single("stride", stride),)

@@ -44,12 +44,7 @@ class LRScheduler:
                     )
         self.base_lrs: list[float] = [group["initial_lr"] for group in groups]
         self.last_epoch = last_epoch
-        self._step_count = 0
-        self._is_initial = True
-        try:
-            self.step()
-        finally:
-            self._is_initial = False
+        self._initial_step()
 
     def get_lr(self) -> list[float]:
         """The rate of each group for epoch ``last_epoch`` (subclasses define it)."""

@@ -13,6 +13,22 @@ from tensorplay_jax.optim._optimizer import Optimizer
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
 
+def _combined_state(self: Any) -> dict[str, Any]:
+    """The state of a combination: its own and each scheduler's (not the optimizer)."""
+    state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+    state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+    return state
+
+
+def _load_combined_state(self: Any, state_dict: dict[str, Any]) -> None:
+    """Restore :func:`_combined_state`'s state."""
+    state = dict(state_dict)
+    inner = state.pop("_schedulers")
+    self.__dict__.update(state)
+    for s, sd in zip(self._schedulers, inner, strict=True):
+        s.load_state_dict(sd)
+
+
 class SequentialLR(LRScheduler):
     """``schedulers[0]`` until ``milestones[0]``, then ``schedulers[1]`` (started afresh at
     its epoch 0), and so on: the usual warm-up then decay.
@@ -82,17 +98,8 @@ class SequentialLR(LRScheduler):
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
 
-    def state_dict(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state = dict(state_dict)
-        inner = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for s, sd in zip(self._schedulers, inner, strict=True):
-            s.load_state_dict(sd)
+    state_dict = _combined_state
+    load_state_dict = _load_combined_state
 
 
 class ChainedScheduler(LRScheduler):
@@ -128,14 +135,5 @@ class ChainedScheduler(LRScheduler):
             s.step()
         self._last_lr = self._current()
 
-    def state_dict(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state = dict(state_dict)
-        inner = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for s, sd in zip(self._schedulers, inner, strict=True):
-            s.load_state_dict(sd)
+    state_dict = _combined_state
+    load_state_dict = _load_combined_state

@@ -58,6 +58,23 @@ __all__ = [
 ]
 
 
+def _lambdas(cls: str, optimizer: Any, lr_lambda: Any) -> list[Callable[[int], float]]:
+    """One function per param group: the list given, or the one function for each."""
+    n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
+    if isinstance(lr_lambda, list | tuple):
+        if len(lr_lambda) != n:
+            raise ValueError(f"{cls}: expected {n} lr_lambdas, but got {len(lr_lambda)}")
+        return list(lr_lambda)
+    return [lr_lambda] * n
+
+
+def _state_without_lambdas(self: LRScheduler) -> dict[str, Any]:
+    """The state of a schedule of functions, without them (they may not be picklable)."""
+    state = LRScheduler.state_dict(self)
+    state.pop("lr_lambdas")
+    return state
+
+
 class LambdaLR(LRScheduler):
     """``lr = initial_lr * lr_lambda(epoch)``, one function for all groups or one per group.
 
@@ -74,23 +91,14 @@ class LambdaLR(LRScheduler):
         lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
         last_epoch: int = -1,
     ) -> None:
-        n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
-        if isinstance(lr_lambda, list | tuple):
-            if len(lr_lambda) != n:
-                raise ValueError(f"LambdaLR: expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
+        self.lr_lambdas = _lambdas("LambdaLR", optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
         pairs = zip(self.lr_lambdas, self.base_lrs, strict=True)
         return [base * f(self.last_epoch) for f, base in pairs]
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state.pop("lr_lambdas")
-        return state
+    state_dict = _state_without_lambdas
 
 
 class StepLR(LRScheduler):
@@ -266,13 +274,7 @@ class MultiplicativeLR(LRScheduler):
         lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
         last_epoch: int = -1,
     ) -> None:
-        n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
-        if isinstance(lr_lambda, list | tuple):
-            if len(lr_lambda) != n:
-                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
+        self.lr_lambdas = _lambdas("MultiplicativeLR", optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -281,10 +283,7 @@ class MultiplicativeLR(LRScheduler):
             return [lr * f(self.last_epoch) for f, lr in pairs]
         return self._current()
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state.pop("lr_lambdas")
-        return state
+    state_dict = _state_without_lambdas
 
 
 class PolynomialLR(LRScheduler):

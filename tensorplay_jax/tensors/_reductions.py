@@ -67,6 +67,19 @@ def mean(input: Any, dim: Any = None, keepdim: bool = False, *, axis: Any = None
     return _reduce(jnp.mean, "MeanBackward", input, _dims("mean", dim, axis), keepdim)
 
 
+def _ddof(public: str, dim: Any, unbiased: Any, correction: Any) -> tuple[Any, int]:
+    """torch's two forms of a moment's divisor: ``unbiased`` (a bool: ``correction`` 1 or
+    0, also as the only positional argument, in ``dim``'s place) or ``correction``;
+    returns ``(dim, ddof)``."""
+    if isinstance(dim, bool):  # x.var(False): the unbiased flag, over every element
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError(f"tp.{public}: pass unbiased or correction, not both")
+    if unbiased is not None:
+        return dim, 1 if unbiased else 0
+    return dim, 1 if correction is None else int(correction)
+
+
 def _moment_op(public: str, jfn: Any, node: str, doc: str) -> Callable[..., Tensor]:
     """The public moment ``public(input, dim, unbiased, keepdim, *, correction, axis)``
     (var, std), with torch's two forms: ``unbiased`` (a bool: ``correction`` 1 or 0, also
@@ -81,15 +94,8 @@ def _moment_op(public: str, jfn: Any, node: str, doc: str) -> Callable[..., Tens
         correction: Any = None,
         axis: Any = None,
     ) -> Tensor:
-        if isinstance(dim, bool):  # x.var(False): the unbiased flag, over every element
-            dim, unbiased = None, dim
-        if unbiased is not None and correction is not None:
-            raise TypeError(f"tp.{public}: pass unbiased or correction, not both")
-        ddof = 1 if correction is None and unbiased is None else correction
-        if unbiased is not None:
-            ddof = 1 if unbiased else 0
-        dims = _dims(public, dim, axis)
-        return _reduce(jfn, node, input, dims, keepdim, ddof=int(ddof))
+        dim, ddof = _ddof(public, dim, unbiased, correction)
+        return _reduce(jfn, node, input, _dims(public, dim, axis), keepdim, ddof=ddof)
 
     op.__name__ = op.__qualname__ = public
     op.__doc__ = doc
@@ -239,11 +245,7 @@ def _moments_op(public: str, root: bool) -> Callable[..., tuple[Tensor, Tensor]]
         *,
         correction: Any = None,
     ) -> tuple[Tensor, Tensor]:
-        if isinstance(dim, bool):
-            dim, unbiased = None, dim
-        ddof = 1 if correction is None else int(correction)
-        if unbiased is not None:
-            ddof = 1 if unbiased else 0
+        dim, ddof = _ddof(public, dim, unbiased, correction)
         static = (
             ("axis", _dims(public, dim, None)),
             ("keepdims", builtins.bool(keepdim)),

@@ -1,38 +1,15 @@
-"""Activations, losses, distances and padding of ``nn.functional`` (and their modules)
+"""Activations, losses, distances, padding, layers, recurrent and attention modules
 against torch: the cases of ``_torch_functional_cases``, their values and gradients as
-torch 2.13 gave them (``golden/torch_functional.npz``, written by
-``golden/make_functional_golden.py``; where torch is installed, a test recomputes them)."""
+torch 2.13 gave them (``golden/torch_functional.npz``)."""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
-from tests._torch_golden import check_case, stored_cases
+from tests._torch_golden import parity_tests
 from tests.nn._torch_functional_cases import CASES
 from tests.nn.golden.make_functional_golden import GOLDEN
 
-_TORCH = dict(np.load(GOLDEN))
-
-
-def test_every_case_has_torchs_answer() -> None:
-    assert stored_cases(_TORCH) == set(CASES), (
-        "regenerate: see tests.nn.golden.make_functional_golden.py"
-    )
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_values_dtypes_and_gradients_match_torch(name: str) -> None:
-    check_case(name, CASES[name], _TORCH)
-
-
-def test_the_golden_file_holds_torchs_values() -> None:
-    pytest.importorskip(
-        "torch", reason="torch recomputes the golden values; without it the file is used as it is"
-    )
-    from tests.nn.golden.make_functional_golden import cases
-
-    fresh = cases()
-    assert sorted(fresh) == sorted(_TORCH)
-    for k, v in fresh.items():
-        np.testing.assert_allclose(_TORCH[k], v, rtol=1e-6, atol=0, err_msg=k)
+(
+    test_every_case_has_torchs_answer,
+    test_values_dtypes_and_gradients_match_torch,
+    test_the_golden_file_holds_torchs_values,
+) = parity_tests(CASES, GOLDEN, "tests/nn/golden/make_functional_golden.py")

@@ -10,19 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from tests._torch_golden import torch_answers
+from tests._torch_golden import write_golden
 from tests.distributions._torch_distribution_cases import CASES
 
 GOLDEN = Path(__file__).with_name("torch_distributions.npz")
 
-
-def cases() -> dict[str, np.ndarray]:
-    """Every case's outputs and gradients, computed by torch."""
-    return torch_answers(CASES)
-
-
 if __name__ == "__main__":
-    np.savez_compressed(GOLDEN, **cases())
-    print(f"wrote {GOLDEN}")
+    write_golden(GOLDEN, CASES)
