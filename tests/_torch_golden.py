@@ -81,6 +81,11 @@ def check_case(name: str, case: Case, stored: Mapping[str, np.ndarray]) -> None:
         assert got.shape == want.shape, f"output {i}"
         assert _kind(got.dtype) == _kind(want.dtype), f"output {i}: {got.dtype} vs {want.dtype}"
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"output {i}")
+        if got.dtype.kind == "f":  # a zero's sign too (torch's sign(-0.0) is +0.0, ...)
+            zeros = (want == 0) & (got == 0)
+            np.testing.assert_array_equal(
+                np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=f"output {i}: -0.0"
+            )
     for j, leaf in enumerate(leaves):
         key = f"{name}/grad{j}"
         if key in stored:

@@ -84,7 +84,8 @@ def hardtanh(x: jax.Array, min_val: float, max_val: float) -> jax.Array:
 def hardswish(x: jax.Array) -> jax.Array:
     """``x * relu6(x + 3) / 6``; at -3 the gradient is 0 and at 3 it is 1, as torch's."""
     middle = x * (x + 3) / 6
-    return jnp.where(x <= -3, jnp.zeros_like(x), jnp.where(x < 3, middle, x))
+    # x * 0 below -3: -0.0 there, as torch's x * relu6(x + 3) / 6 gives
+    return jnp.where(x <= -3, x * 0.0, jnp.where(x < 3, middle, x))
 
 
 def hardsigmoid(x: jax.Array) -> jax.Array:
