@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from tensorplay_jax.nn import _jax_impl
+
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
@@ -71,8 +73,8 @@ def mish(x: jax.Array) -> jax.Array:
 
 
 def softsign(x: jax.Array) -> jax.Array:
-    """``x / (1 + |x|)`` (``|x|`` as ``x * sign(x)``: torch's gradient 0 at 0)."""
-    return x / (1 + x * jnp.sign(x))
+    """``x / (1 + |x|)``."""
+    return x / (1 + _jax_impl.magnitude(x))
 
 
 def hardtanh(x: jax.Array, min_val: float, max_val: float) -> jax.Array:

@@ -145,11 +145,14 @@ def mse_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:
     return _reduce(jnp.square(input - target), reduction)
 
 
+def magnitude(x: jax.Array) -> jax.Array:
+    """``|x|`` with torch's gradient ``sign(x)``, 0 at 0 (``jnp.abs``'s is 1 there)."""
+    return x * jnp.sign(x)
+
+
 def l1_loss(input: jax.Array, target: jax.Array, reduction: str) -> jax.Array:
-    """Absolute error, reduced (gradient ``sign(input - target)``, 0 where equal, as torch's;
-    ``jnp.abs``'s gradient at 0 is 1)."""
-    d = input - target
-    return _reduce(d * jnp.sign(d), reduction)
+    """Absolute error, reduced (gradient ``sign(input - target)``, 0 where equal)."""
+    return _reduce(magnitude(input - target), reduction)
 
 
 def _class_last(x: jax.Array) -> jax.Array:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 
 from tensorplay_jax.nn._jax_impl import _reduce as reduce
+from tensorplay_jax.nn._jax_impl import magnitude
 
 
 def binary_cross_entropy(
@@ -40,13 +41,9 @@ def binary_cross_entropy_with_logits(
     return reduce(losses if weight is None else losses * weight, reduction)
 
 
-def _abs(d: jax.Array) -> jax.Array:
-    return d * jnp.sign(d)  # torch's gradient 0 at 0
-
-
 def smooth_l1_loss(x: jax.Array, t: jax.Array, reduction: str, beta: float) -> jax.Array:
     """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (``d = x - t``)."""
-    d = _abs(x - t)
+    d = magnitude(x - t)
     if beta == 0:
         return reduce(d, reduction)
     return reduce(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
@@ -54,7 +51,7 @@ def smooth_l1_loss(x: jax.Array, t: jax.Array, reduction: str, beta: float) -> j
 
 def huber_loss(x: jax.Array, t: jax.Array, reduction: str, delta: float) -> jax.Array:
     """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
-    d = _abs(x - t)
+    d = magnitude(x - t)
     return reduce(jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
 
@@ -84,7 +81,7 @@ def cosine_similarity(x1: jax.Array, x2: jax.Array, dim: int, eps: float) -> jax
 
 def _p_norm(x: jax.Array, p: float, axis: int, keepdims: bool) -> jax.Array:
     """``|x|_p`` along ``axis``, with gradient 0 (not NaN) at a zero vector, as torch's."""
-    s = jnp.sum(_abs(x) ** p, axis=axis, keepdims=keepdims)
+    s = jnp.sum(magnitude(x) ** p, axis=axis, keepdims=keepdims)
     nonzero = s > 0
     return jnp.where(nonzero, jnp.where(nonzero, s, 1.0) ** (1 / p), 0.0)
 

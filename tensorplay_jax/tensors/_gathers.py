@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors._host import concrete
 from tensorplay_jax.tensors._tensor import Tensor
 
 __all__ = ["gather", "index_add", "index_select", "masked_select", "take_along_dim"]
@@ -141,13 +142,8 @@ def masked_select(input: Any, mask: Any) -> Tensor:
         >>> tp.masked_select(x, x > 0)
         tensor([1., 4.])
     """
-    m = _array(mask)
-    if isinstance(m, jax.core.Tracer) or isinstance(_array(input), jax.core.Tracer):
-        raise TypeError(
-            "masked_select: the result's length depends on the mask's values, so it runs "
-            "outside jax.jit / jax.vmap; use tp.where(mask, input, 0) there"
-        )
-    m = np.asarray(m)
+    concrete(_array(input), "masked_select", "tp.where(mask, input, 0)")  # no tracer
+    m = concrete(_array(mask), "masked_select", "tp.where(mask, input, 0)")
     if m.dtype != np.bool_:
         raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {m.dtype}")
     shape = np.broadcast_shapes(np.shape(_array(input)), m.shape)

@@ -1,4 +1,5 @@
-"""Host data (NumPy arrays, lists) into ``jax.Array`` s without compiling a program.
+"""Host data (NumPy arrays, lists) into ``jax.Array`` s without compiling a program, and
+back (``concrete``: the values an operation whose result size depends on them reads).
 
 ``jnp.array`` and ``jnp.asarray`` of a NumPy array compile a small program per
 shape and dtype (their ``lax.stage``), which a first step or a loop over new
@@ -48,3 +49,20 @@ def from_host(
         warn_if_truncated(arr.dtype, what, stacklevel)
     dtype = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else arr.dtype)
     return to_device(np.array(arr, dtype=dtype) if copy else np.asarray(arr, dtype=dtype))
+
+
+def concrete(value: Any, op: str, instead: str = "") -> np.ndarray:
+    """``value`` (a Tensor's array, or any array) as a NumPy array, for an operation whose
+    result's size depends on the values (``nonzero``, ``masked_select``, ``unique``, ...).
+
+    Raises:
+        TypeError: ``value`` is a JAX tracer (inside ``jax.jit``, ``jax.vmap``, ...), naming
+            ``op`` and what to use there (``instead``).
+    """
+    if isinstance(value, jax.core.Tracer):
+        hint = f"; use {instead} there" if instead else ""
+        raise TypeError(
+            f"{op}: the input holds a JAX tracer, and the result's size depends on the "
+            f"values, so it runs outside jax.jit / jax.vmap / jax.grad{hint}"
+        )
+    return np.asarray(value)

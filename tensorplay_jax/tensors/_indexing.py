@@ -28,6 +28,7 @@ import numpy as np
 
 from tensorplay_jax.autograd import call_op, is_grad_enabled, register_numpy_rule
 from tensorplay_jax.tensors import _views
+from tensorplay_jax.tensors._host import concrete
 from tensorplay_jax.tensors._tensor import Tensor
 
 Spec = tuple[tuple[Any, ...], ...]
@@ -277,13 +278,8 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
         >>> [t.tolist() for t in tp.nonzero(tp.tensor([0, 2, 5]), as_tuple=True)]
         [[1, 2]]
     """
-    a = input._value if isinstance(input, Tensor) else input
-    if isinstance(a, jax.core.Tracer):
-        raise TypeError(
-            "nonzero: how many indices there are depends on the values, so it runs outside "
-            "jax.jit / jax.vmap; use tp.where(input != 0, ...) or a mask there"
-        )
-    a = np.asarray(a)
+    value = input._value if isinstance(input, Tensor) else input
+    a = concrete(value, "nonzero", "tp.where(input != 0, ...) or a mask")
     idx = np.nonzero(a.reshape(1) if a.ndim == 0 else a)
     dtype = jax.dtypes.canonicalize_dtype(np.int64)
     if as_tuple:

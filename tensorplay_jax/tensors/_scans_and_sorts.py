@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax.autograd import call_op
+from tensorplay_jax.tensors._host import concrete
 from tensorplay_jax.tensors._tensor import Tensor
 
 __all__ = [
@@ -281,12 +282,7 @@ def logcumsumexp(input: Any, dim: int) -> Tensor:
 
 # ------------------------------------------------------------------ counting (eager)
 def _host(x: Any, op: str) -> np.ndarray:
-    value = x._value if isinstance(x, Tensor) else x
-    if isinstance(value, jax.core.Tracer):
-        raise TypeError(
-            f"{op}: the result's size depends on the values, so it runs outside jax.jit / jax.vmap"
-        )
-    return np.asarray(value)
+    return concrete(x._value if isinstance(x, Tensor) else x, op)
 
 
 def unique(

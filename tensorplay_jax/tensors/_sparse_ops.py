@@ -40,6 +40,7 @@ from tensorplay_jax.autograd import attach_outputs, is_grad_enabled, make_node
 from tensorplay_jax.autograd import sparse_arrays as sa
 from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _sparse
+from tensorplay_jax.tensors._host import concrete
 from tensorplay_jax.tensors._sparse import SparseTensor, _dense_only
 from tensorplay_jax.tensors._tensor import Tensor
 
@@ -167,12 +168,7 @@ def to_sparse(
     if nd > 0 and sd == 0:
         raise RuntimeError("dense_to_sparse: sparse_dim argument must be in >0 when self.dim()>0")
     v = x._value
-    if isinstance(v, jax.core.Tracer):
-        raise TypeError(
-            "to_sparse: the Tensor holds a JAX tracer; how many entries a sparse tensor "
-            "stores depends on the values, so it is made outside jax.jit / jax.grad / jax.vmap"
-        )
-    host = np.asarray(v)
+    host = concrete(v, "to_sparse")
     nonzero = host != 0
     if sd < nd:
         nonzero = nonzero.reshape(*host.shape[:sd], -1).any(axis=-1)

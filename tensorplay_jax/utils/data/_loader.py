@@ -1,9 +1,9 @@
 """``DataLoader``: batches of a dataset, in the order of a sampler, collated into Tensors.
 
 Samples are loaded in the calling process. ``num_workers > 0`` is accepted, so ported
-code runs as written, and loads there too: JAX arrays are made by the process that
-uses them, and the eager tape runs batches faster than worker processes would hand
-them over on these workloads (``docs/porting.md``).
+code runs as written, and loads there too: worker processes would be forks of a process
+whose JAX runtime is multi-threaded (JAX warns that a fork may deadlock), and the
+batches' arrays belong to the process that uses them (``docs/porting.md``).
 """
 
 from __future__ import annotations
