@@ -18,7 +18,11 @@ from typing import Any
 
 _FIXTURE = "_conformance_fixture"
 # Torch names that are test scaffolding, not API: the fixture supplies them.
-_SCAFFOLDING = {("torch.distributed.rpc.internal", "RPCExecMode")}
+_SCAFFOLDING = {
+    ("torch.distributed.rpc.internal", "RPCExecMode"),
+    ("torch._utils_internal", "TEST_MASTER_ADDR"),
+    ("torch._utils_internal", "TEST_MASTER_PORT"),
+}
 missed: list[str] = []
 importing = threading.Event()
 

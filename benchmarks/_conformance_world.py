@@ -50,16 +50,43 @@ def load_suite(path: Path) -> types.ModuleType:
     return module
 
 
+def _run_driven(module: types.ModuleType, tests: type, test_name: str, rank: int) -> None:
+    """Run a test as torch's runner does for a suite with a driver class: the driver's
+    ``_run`` starts the process group, runs the test between barriers and exits; an exit
+    code other than 0 is a skip (``TEST_SKIPS``) or a failure."""
+    from _conformance_process_groups import skip_reason
+
+    driver = getattr(module, os.environ["TPJ_CONFORMANCE_DRIVER"])
+    case = type(f"{driver.__name__}WithSpawn", (driver, tests), {})
+    try:
+        case._run(rank, test_name, os.environ["TPJ_CONFORMANCE_FILE"], None)
+    except SystemExit as e:
+        code = e.code or 0
+        if code == 0:
+            return
+        reason = skip_reason(code) if isinstance(code, int) else None
+        if reason is None:
+            raise RuntimeError(f"the rank exited with {code}") from e
+        raise unittest.SkipTest(reason) from e
+
+
 def run_one(suite: Path, class_name: str, test_name: str) -> dict[str, Any]:
     """Run ``class_name.test_name`` of ``suite`` in this process; the verdict as a dict."""
     from _conformance_fixture import TorchTestCase
 
     started = time.monotonic()
-    verdict: dict[str, Any] = {"rank": int(os.environ["TPJ_CONFORMANCE_RANK"])}
+    rank = int(os.environ["TPJ_CONFORMANCE_RANK"])
+    verdict: dict[str, Any] = {"rank": rank}
     try:
         module = load_suite(suite)
-        case = type(class_name, (getattr(module, class_name), TorchTestCase), {})
-        getattr(case(methodName=test_name), test_name)()
+        tests = module
+        for part in class_name.split("."):
+            tests = getattr(tests, part)
+        if "TPJ_CONFORMANCE_DRIVER" in os.environ:
+            _run_driven(module, tests, test_name, rank)
+        else:
+            case = type(class_name, (tests, TorchTestCase), {})
+            getattr(case(methodName=test_name), test_name)()
         if missed:
             raise MissingAPI(f"tensorplay_jax has no {missed[0]} (the test caught the error)")
         verdict["status"] = "pass"

@@ -72,7 +72,15 @@ SUITES = {
         "rpc/examples/reinforcement_learning_rpc_test.py",
         ("ReinforcementLearningRpcTest",),
     ),
+    # The process-group suite (collectives, groups, DDP), as torch runs it on CPU:
+    # test/distributed/test_distributed_spawn.py with BACKEND=gloo.
+    "c10d": ("distributed_test.py", ("DistributedTest._DistTestBase",)),
 }
+# Suites whose ranks torch runs through a class of the suite's own (its
+# ``MultiProcessTestCase`` subclass, whose ``_run`` starts the process group, runs the test
+# between two barriers and leaves), with the world size and environment of torch's CI:
+# ``run_test.py`` runs the gloo suite with WORLD_SIZE=3 on a machine without GPUs.
+DRIVERS = {"c10d": ("TestDistBackend", 3, {"BACKEND": "gloo"})}
 # Classes whose every test is not applicable, with the reason.
 OTHER_CLASSES = {
     "CudaRpcTest": "CUDA",
@@ -255,6 +263,7 @@ def collect(suite: str, directory: Path) -> list[Case]:
     path = directory / filename
     text = path.read_text()
     tree = ast.parse(text)
+    driven = DRIVERS.get(suite)
     source = text.splitlines(keepends=True)
     scripted = _scripted(tree, source)
     # Module-level helpers a test may name (the test classes themselves are not helpers).
@@ -264,7 +273,7 @@ def collect(suite: str, directory: Path) -> list[Case]:
         if isinstance(n, ast.FunctionDef) or (isinstance(n, ast.ClassDef) and "Test" not in n.name)
     }
     info = _Suite(source, scripted, top)
-    defs = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    defs = _classes(tree.body)
     names = _constants(tree)
 
     def methods(klass: str) -> dict[str, ast.FunctionDef]:
@@ -284,15 +293,36 @@ def collect(suite: str, directory: Path) -> list[Case]:
             if not name.startswith("test"):
                 continue
             reach = _reach(fn, table, info)
+            if driven:
+                # This suite's helpers branch on a ``cuda`` argument that a CPU test
+                # leaves False: only the test's own code (decorators included) says
+                # whether it needs a GPU, the profiler or private API.
+                # (``cuda=False`` and ``profiler_ctx=None`` say a call uses neither).
+                own = re.sub(r"\b(cuda|profiler_ctx)=(False|None)\b", "", _segment(source, fn))
+                reach = _Reach(own, "", reach.named)
             reason = (
                 OTHER_CLASSES.get(klass)
                 or DIFFERENCES.get(f"{klass}.{name}")
-                or (None if f"{klass}.{name}" in APPLICABLE else _reason(reach, info))
+                or (
+                    None
+                    if f"{klass}.{name}" in APPLICABLE
+                    else _reason(reach, info, driven is not None)
+                )
             )
             x64 = bool(_FLOAT64.search(reach.own) or _FLOAT64.search(reach.helpers))
-            size = _world_size(klass, defs, names) or WORLD_SIZE
+            size = driven[1] if driven else _world_size(klass, defs, names) or WORLD_SIZE
             cases.append(Case(suite, path, klass, name, reason, x64, size))
     return cases
+
+
+def _classes(body: list[ast.stmt], prefix: str = "") -> dict[str, ast.ClassDef]:
+    """Every class of a suite by its qualified name (``DistributedTest._DistTestBase``)."""
+    found = {}
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            found[prefix + node.name] = node
+            found.update(_classes(node.body, f"{prefix}{node.name}."))
+    return found
 
 
 def _constants(tree: ast.Module) -> dict[str, int]:
@@ -399,12 +429,21 @@ def _reach(fn: ast.FunctionDef, table: dict[str, ast.FunctionDef], suite: _Suite
     return _Reach("\n".join(text), helpers, named)
 
 
-def _reason(reach: _Reach, suite: _Suite) -> str | None:
+# In a suite run by a driver, a test runs on GPUs when its decorators ask for them or its
+# own code moves to one, not when its name says "cuda" (the rest skip at run time, by the
+# suite's own decorators, and count as not applicable then).
+_DRIVEN_CUDA = re.compile(r"skip_if_lt_x_gpu|skip_if_no_gpu|\.cuda\(|cuda\.set_device")
+
+
+def _reason(reach: _Reach, suite: _Suite, driven: bool = False) -> str | None:
     """Why a test is not applicable, from its own code and helpers (the module-level
     ones it names count only for private APIs)."""
     if reach.named & suite.scripted:
         return "TorchScript"
-    found = next((why for why, pattern in NOT_APPLICABLE if pattern.search(reach.own)), None)
+    patterns = NOT_APPLICABLE
+    if driven:
+        patterns = (("CUDA", _DRIVEN_CUDA), *NOT_APPLICABLE[1:])
+    found = next((why for why, pattern in patterns if pattern.search(reach.own)), None)
     if found is None:
         private = NOT_APPLICABLE[-1]
         found = private[0] if private[1].search(reach.helpers) else None
@@ -430,6 +469,20 @@ def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
         ),
         TPJ_CONFORMANCE_FILE=str(scratch / "init_file"),
     )
+    if case.suite in DRIVERS:
+        # What torch's runner and the driver's setUp give every rank: the backend, the
+        # world size, and the shared folders (initialize_temp_directories) the suite's
+        # file barrier and its tests use.
+        driver, _, extra = DRIVERS[case.suite]
+        for sub in ("barrier", "test_dir", "init_dir"):
+            (scratch / sub).mkdir(exist_ok=True)
+        env.update(extra)
+        env.update(
+            TPJ_CONFORMANCE_DRIVER=driver,
+            WORLD_SIZE=str(case.world_size),
+            TEMP_DIR=str(scratch),
+            INIT_METHOD=f"file://{scratch / 'init_dir' / 'shared_init_file'}",
+        )
     if case.x64:
         env["JAX_ENABLE_X64"] = "1"
     return env

@@ -75,6 +75,8 @@ int32 = _jnp.int32
 int64 = _jnp.int64
 long = _jnp.int64  # int64 too: JAX keeps 64-bit integers in its 64-bit mode only
 bool_ = _jnp.bool_
+complex64 = cfloat = _jnp.complex64
+complex128 = cdouble = _jnp.complex128  # needs JAX's 64-bit mode, as float64
 
 __version__ = "0.1.0"
 _BUILTIN_NAMED_DTYPES = {"float": _jnp.float32, "int": _jnp.int32, "bool": _jnp.bool_}
@@ -100,7 +102,11 @@ __all__ = [
     "autograd",
     "bfloat16",
     "bool_",
+    "cdouble",
+    "cfloat",
     "collectives",
+    "complex64",
+    "complex128",
     "compile",
     "cuda",
     "device",

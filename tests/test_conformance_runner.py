@@ -205,3 +205,124 @@ def test_a_world_size_given_by_module_constants_is_read(tmp_path: Path, runner) 
     sizes = {(c.klass, c.name): c.world_size for c in cases}
     assert sizes[("ThreeWorkersTest", "test_remote_add")] == 3
     assert sizes[("TwoWorkersTest", "test_remote_add")] == 2
+
+
+# A suite written as torch's process-group suite (distributed_test.py) is: a mixin class
+# nested in another, run by a driver class of the suite's own whose ``_run`` starts the
+# process group, runs the test between file barriers and leaves with an exit code.
+DRIVEN_SUITE = textwrap.dedent(
+    """
+    import os
+    import sys
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.common_distributed import (
+        TEST_SKIPS,
+        MultiProcessTestCase,
+        skip_if_odd_worldsize,
+    )
+
+    BACKEND = os.environ["BACKEND"]
+
+
+    class Barrier:
+        count = 0
+
+        @classmethod
+        def sync(cls):
+            cls.count += 1
+            folder = os.path.join(os.environ["TEMP_DIR"], "barrier")
+            with open(os.path.join(folder, str(os.getpid())), "w") as f:
+                f.write(str(cls.count))
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                marks = [open(os.path.join(folder, n)).read() for n in os.listdir(folder)]
+                if sum(int(m or 0) >= cls.count for m in marks) == int(os.environ["WORLD_SIZE"]):
+                    return
+                time.sleep(0.05)
+            raise RuntimeError("barrier timeout")
+
+
+    class TestDistBackend(MultiProcessTestCase):
+        @classmethod
+        def _run(cls, rank, test_name, file_name, pipe):
+            self = cls(test_name)
+            self.rank = rank
+            dist.init_process_group(
+                init_method=f"file://{file_name}",
+                backend=BACKEND,
+                world_size=int(os.environ["WORLD_SIZE"]),
+                rank=rank,
+            )
+            Barrier.sync()
+            self.run_test(test_name, pipe)
+            Barrier.sync()
+            dist.destroy_process_group()
+            sys.exit(0)
+
+
+    class DistributedTest:
+        class _DistTestBase:
+            def test_all_reduce(self):
+                t = torch.ones(3) * (self.rank + 1)
+                dist.all_reduce(t)
+                self.assertEqual(t, torch.ones(3) * 6)
+
+            def test_wrong_sum(self):
+                t = torch.ones(3)
+                dist.all_reduce(t)
+                self.assertEqual(t, torch.ones(3))
+
+            @skip_if_odd_worldsize
+            def test_even_worlds_only(self):
+                pass
+
+            def test_exits_as_skipped(self):
+                sys.exit(TEST_SKIPS["no_cuda"].exit_code)
+
+            def test_on_gpu(self, cuda=False):
+                self._helper(cuda=True)
+    """
+)
+
+
+@pytest.fixture
+def driven(tmp_path: Path, runner):
+    module = runner[0]
+    (tmp_path / "driven_test.py").write_text(DRIVEN_SUITE)
+    module.SUITES["driven"] = ("driven_test.py", ("DistributedTest._DistTestBase",))
+    module.DRIVERS["driven"] = ("TestDistBackend", 3, {"BACKEND": "gloo"})
+    try:
+        yield module, {c.name: c for c in module.collect("driven", tmp_path)}
+    finally:
+        del module.SUITES["driven"], module.DRIVERS["driven"]
+
+
+def test_a_driven_suite_runs_its_tests_through_its_driver_in_a_world_of_its_size(driven) -> None:
+    module, cases = driven
+    assert {c.world_size for c in cases.values()} == {3}
+    verdict = module.run_case(cases["test_all_reduce"], 60, None)
+    assert verdict["status"] == "pass", verdict
+
+
+def test_a_wrong_value_in_a_driven_suite_fails_with_the_assertion(driven) -> None:
+    module, cases = driven
+    verdict = module.run_case(cases["test_wrong_sum"], 60, None)
+    assert verdict["status"] == "fail"
+    assert "values differ" in verdict["error"]
+
+
+def test_a_driven_suite_skips_by_its_decorators_and_by_torch_s_exit_codes(driven) -> None:
+    module, cases = driven
+    odd = module.run_case(cases["test_even_worlds_only"], 60, None)
+    assert odd["status"] == "skip" and "odd world size" in odd["error"], odd
+    exited = module.run_case(cases["test_exits_as_skipped"], 60, None)
+    assert exited["status"] == "skip" and "CUDA is not available" in exited["error"], exited
+
+
+def test_a_driven_suite_s_gpu_tests_are_read_from_the_test_s_own_code(driven) -> None:
+    _, cases = driven
+    assert cases["test_on_gpu"].not_applicable == "CUDA"
+    assert cases["test_all_reduce"].not_applicable is None

@@ -49,6 +49,7 @@ class ReduceOp(enum.StrEnum):
     MAX = "max"
     MIN = "min"
     PROD = "prod"
+    PRODUCT = "prod"  # tensorplay's name of PROD (the same member)
 
 
 def normalize_op(fn_name: str, op: Any) -> ReduceOp:
@@ -61,6 +62,8 @@ def normalize_op(fn_name: str, op: Any) -> ReduceOp:
             return ReduceOp(name.lower())
         except ValueError:
             pass
+        if name.upper() in ReduceOp.__members__:  # an alias's name: "product"
+            return ReduceOp[name.upper()]
     valid = ", ".join(repr(o.value) for o in ReduceOp)
     raise ValueError(f"{fn_name}: unknown op={op!r}; expected one of {valid} (or a ReduceOp).")
 

@@ -4,7 +4,10 @@ nn, optim, algorithms (``Join``, DDP communication hooks) and parallel
 subpackages (imported on first use).
 
 The process-group names (``init_process_group``, the collectives, ``Work``...) are
-``tensorplay_jax.process_group``'s ``__all__``, re-exported here as they stand.
+``tensorplay_jax.process_group``'s ``__all__``, re-exported here; the collectives and
+point-to-point calls in their tensorplay forms (``_inplace_collectives``): a Tensor is
+filled in place and outputs come first (``dist.all_gather(tensor_list, t)``), while
+``jax.Array`` inputs keep the JAX forms that return results.
 
 Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``):
   >>> import jax.numpy as jnp
@@ -17,6 +20,9 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 import importlib
 
 from tensorplay_jax import process_group as _process_group
+
+# The collectives again, in tensorplay's forms (Tensors in place) beside the JAX forms.
+from tensorplay_jax.distributed._inplace_collectives import *  # noqa: F403
 from tensorplay_jax.process_group import *  # noqa: F403  (process_group's __all__ is ours)
 
 _SUBPACKAGES = ("rpc", "autograd", "nn", "optim", "algorithms", "parallel")

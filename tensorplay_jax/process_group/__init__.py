@@ -13,6 +13,8 @@ data in host memory share). The private modules:
 - ``_work``: the ``Work`` handles and futures of ``async_op=True`` and isend/irecv.
 - ``_objects``: the object collectives (signed cloudpickle bytes over the collectives).
 - ``_membership``: rank maps, ``new_subgroups``, ``monitored_barrier``, ``GroupMember``.
+- ``_backend``: ``Backend`` and which backends run here (``is_gloo_available``, ...).
+- ``_debug_level``: ``DebugLevel`` (``TORCH_DISTRIBUTED_DEBUG``).
 - ``_engine_shm`` / ``_shared_memory``: the same-host engine and its segments and barrier.
 - ``_engine_tcp`` / ``_tcp_mesh``: the across-hosts engine and its authenticated mesh.
 - ``_engine_xla``: compiled XLA programs over the group's mesh (and over a pair, for send/recv).
@@ -34,13 +36,22 @@ from tensorplay_jax.collectives.reduce_op import ReduceOp as ReduceOp
 
 # _builtin_engines: the one table that registers the built-in engines (``engine.py``).
 from tensorplay_jax.process_group import (
+    _backend,
     _builtin_engines,  # noqa: F401
     _collectives,
+    _debug_level,
     _group,
     _membership,
     _objects,
     _p2p,
 )
+from tensorplay_jax.process_group._backend import Backend as Backend
+from tensorplay_jax.process_group._backend import is_available as is_available
+from tensorplay_jax.process_group._backend import is_backend_available as is_backend_available
+from tensorplay_jax.process_group._backend import is_gloo_available as is_gloo_available
+from tensorplay_jax.process_group._backend import is_mpi_available as is_mpi_available
+from tensorplay_jax.process_group._backend import is_nccl_available as is_nccl_available
+from tensorplay_jax.process_group._backend import is_ucc_available as is_ucc_available
 from tensorplay_jax.process_group._collectives import all_gather as all_gather
 from tensorplay_jax.process_group._collectives import (
     all_gather_into_tensor as all_gather_into_tensor,
@@ -56,6 +67,12 @@ from tensorplay_jax.process_group._collectives import (
     reduce_scatter_tensor as reduce_scatter_tensor,
 )
 from tensorplay_jax.process_group._collectives import scatter as scatter
+from tensorplay_jax.process_group._debug_level import DebugLevel as DebugLevel
+from tensorplay_jax.process_group._debug_level import get_debug_level as get_debug_level
+from tensorplay_jax.process_group._debug_level import set_debug_level as set_debug_level
+from tensorplay_jax.process_group._debug_level import (
+    set_debug_level_from_env as set_debug_level_from_env,
+)
 from tensorplay_jax.process_group._group import ProcessGroup as ProcessGroup
 from tensorplay_jax.process_group._group import barrier as barrier
 from tensorplay_jax.process_group._group import destroy_process_group as destroy_process_group
@@ -72,12 +89,6 @@ from tensorplay_jax.process_group._membership import (
     get_process_group_ranks as get_process_group_ranks,
 )
 from tensorplay_jax.process_group._membership import group as group
-from tensorplay_jax.process_group._membership import is_available as is_available
-from tensorplay_jax.process_group._membership import is_backend_available as is_backend_available
-from tensorplay_jax.process_group._membership import is_gloo_available as is_gloo_available
-from tensorplay_jax.process_group._membership import is_mpi_available as is_mpi_available
-from tensorplay_jax.process_group._membership import is_nccl_available as is_nccl_available
-from tensorplay_jax.process_group._membership import is_ucc_available as is_ucc_available
 from tensorplay_jax.process_group._membership import monitored_barrier as monitored_barrier
 from tensorplay_jax.process_group._membership import new_subgroups as new_subgroups
 from tensorplay_jax.process_group._objects import all_gather_object as all_gather_object
@@ -103,6 +114,8 @@ __all__ = [
     *_p2p.__all__,
     *_objects.__all__,
     *_membership.__all__,
+    *_backend.__all__,
+    *_debug_level.__all__,
     "Future",
     "Work",
 ]

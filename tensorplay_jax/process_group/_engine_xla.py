@@ -143,7 +143,7 @@ class XlaEngine:
                 ]
                 self.broken = f"{fn} timed out"
                 raise TimeoutError(
-                    f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) {late} "
+                    f"{fn}: Timed out after {self.timeout_s:.3g}s waiting for rank(s) {late} "
                     "to join the collective (a peer is missing, stuck or made different calls)"
                 ) from None
             except _kv.ForgedValue:

@@ -74,6 +74,7 @@ class ProcessGroup:
     ranks: tuple[int, ...]
     gid: int
     engine: Engine | None = None
+    timeout_s: float | None = None  # its collectives' deadline (None: the default group's)
     barriers: int = 0
     monitored: int = 0  # monitored_barrier calls so far (``_membership``)
 
@@ -214,14 +215,14 @@ def init_process_group(
         raise
 
 
-def _spec(ranks: tuple[int, ...], key: str, fn: str) -> GroupSpec:
+def _spec(ranks: tuple[int, ...], key: str, fn: str, timeout_s: float | None = None) -> GroupSpec:
     """The group of ``ranks`` as this process (a member) sees it: what engines are built from."""
     w = _state()
     return GroupSpec(
         key=key,
         ranks=ranks,
         me=ranks.index(w.rank),
-        timeout_s=w.timeout_s,
+        timeout_s=w.timeout_s if timeout_s is None else timeout_s,
         devices=tuple(w.devices[r] for r in ranks),
         hosts=tuple(w.hosts[r] for r in ranks),
         backend=w.backend,
@@ -232,14 +233,18 @@ def _spec(ranks: tuple[int, ...], key: str, fn: str) -> GroupSpec:
 
 
 def _make_group(
-    ranks: tuple[int, ...], engine: str | None = None, fn: str = "new_group"
+    ranks: tuple[int, ...],
+    engine: str | None = None,
+    fn: str = "new_group",
+    timeout_s: float | None = None,
 ) -> ProcessGroup:
     w = _state()
     gid = w.next_gid
     w.next_gid += 1
-    g = ProcessGroup(ranks, gid)
+    g = ProcessGroup(ranks, gid, timeout_s=timeout_s)
     if w.rank in ranks:
-        g.engine = make_engine(_spec(ranks, f"{w.prefix}/g{gid}", fn), engine or w.engine_pref)
+        spec = _spec(ranks, f"{w.prefix}/g{gid}", fn, timeout_s)
+        g.engine = make_engine(spec, engine or w.engine_pref)
     w.groups.append(g)
     return g
 
@@ -275,8 +280,8 @@ def new_group(
 
     Args:
       ranks: global ranks of the members (any order; None means all).
-      timeout: unused, accepted for tensorplay compatibility (the group keeps the
-        default group's timeout).
+      timeout: the deadline of the group's collectives and barriers, seconds or a
+        ``datetime.timedelta`` (default: the default group's).
       engine: ``"auto"``, ``"shm"``, ``"tcp"``, ``"xla"`` or another registered engine;
         default: the one given to :func:`init_process_group`.
 
@@ -301,7 +306,8 @@ def new_group(
             + (f" ({bad} out of range)" if bad else "")
             + "."
         )
-    return _make_group(ranks_t, engine)
+    timeout_s = None if timeout is None else _startup.timeout_s("new_group", timeout)
+    return _make_group(ranks_t, engine, timeout_s=timeout_s)
 
 
 def resolve(fn: str, group: ProcessGroup | None, *, p2p: bool = False) -> ProcessGroup:
@@ -324,6 +330,11 @@ def resolve(fn: str, group: ProcessGroup | None, *, p2p: bool = False) -> Proces
             "only members may call collectives on it."
         )
     return g
+
+
+def group_timeout(g: ProcessGroup) -> float:
+    """The deadline, in seconds, of ``g``'s waits: its own, or the default group's."""
+    return _state().timeout_s if g.timeout_s is None else g.timeout_s
 
 
 def run_pending(timeout: float | None = None) -> None:
@@ -354,14 +365,27 @@ def get_rank(group: ProcessGroup | None = None) -> int:
 
 
 def get_world_size(group: ProcessGroup | None = None) -> int:
-    """Number of processes in ``group`` (default: the world)."""
+    """Number of processes in ``group`` (default: the world); -1 if not a member."""
     w = _state("get_world_size")
-    return w.world_size if group is None else group.size()
+    if group is None:
+        return w.world_size
+    return group.size() if group.rank() >= 0 else -1
 
 
 def get_backend(group: ProcessGroup | None = None) -> str:
-    """``"gloo"`` or ``"nccl"``."""
-    return _state("get_backend").backend
+    """``"gloo"`` or ``"nccl"``: the backend of ``group`` (default: the world).
+
+    Raises:
+      ValueError: this process is not a member of ``group`` (tensorplay's words:
+        "Invalid process group specified").
+    """
+    w = _state("get_backend")
+    if group is not None and group.rank() < 0:
+        raise ValueError(
+            f"Invalid process group specified: get_backend: rank {w.rank} is not a member of "
+            f"the group with ranks {list(group.ranks)}."
+        )
+    return w.backend
 
 
 def barrier(
@@ -384,13 +408,13 @@ def barrier(
     fn = "barrier"
     w = _state(fn)
     g = resolve(fn, group)
-    t = w.timeout_s if timeout is None else _startup.timeout_s(fn, timeout)
+    t = group_timeout(g) if timeout is None else _startup.timeout_s(fn, timeout)
     g.barriers += 1
     try:
         _kv.barrier(f"{w.prefix}/g{g.gid}/barrier/{g.barriers}", t, g.ranks)
     except _kv.KVTimeout:
         raise TimeoutError(
-            f"{fn}: timed out after {t:.3g}s; not every rank of {list(g.ranks)} arrived."
+            f"{fn}: Timed out after {t:.3g}s; not every rank of {list(g.ranks)} arrived."
         ) from None
     if async_op:
         return Work.completed(None)

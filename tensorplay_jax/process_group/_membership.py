@@ -3,13 +3,10 @@
 The tensorplay helpers that scripts call around their collectives:
 ``get_process_group_ranks``, ``get_global_rank``, ``get_group_rank``,
 ``new_subgroups``, ``monitored_barrier`` (which names the ranks that did not
-arrive), ``is_available`` and the backend checks (``is_gloo_available``,
-``is_nccl_available``, ``is_backend_available``, ...), and ``GroupMember.WORLD`` /
-``group.WORLD`` (the default group, None before ``init_process_group``).
+arrive), and ``GroupMember.WORLD`` / ``group.WORLD`` (the default group, None
+before ``init_process_group``).
 
 Example:
-  >>> is_available()
-  True
   >>> GroupMember.WORLD is None  # no process group in this process
   True
 """
@@ -20,7 +17,13 @@ import time
 from typing import Any
 
 from tensorplay_jax.process_group import _group, _kv, _startup
-from tensorplay_jax.process_group._group import ProcessGroup, new_group, resolve, world
+from tensorplay_jax.process_group._group import (
+    ProcessGroup,
+    group_timeout,
+    new_group,
+    resolve,
+    world,
+)
 
 __all__ = [
     "GroupMember",
@@ -28,12 +31,6 @@ __all__ = [
     "get_group_rank",
     "get_process_group_ranks",
     "group",
-    "is_available",
-    "is_backend_available",
-    "is_gloo_available",
-    "is_mpi_available",
-    "is_nccl_available",
-    "is_ucc_available",
     "monitored_barrier",
     "new_subgroups",
 ]
@@ -68,70 +65,6 @@ class group(metaclass=_HasWorld):
       >>> group.WORLD is GroupMember.WORLD
       True
     """
-
-
-def is_available() -> bool:
-    """Whether process groups are available: always True here.
-
-    Example:
-      >>> is_available()
-      True
-    """
-    return True
-
-
-def is_gloo_available() -> bool:
-    """Whether the ``gloo`` backend is available: always True here (CPU collectives).
-
-    Example:
-      >>> is_gloo_available()
-      True
-    """
-    return True
-
-
-def is_nccl_available() -> bool:
-    """Whether the ``nccl`` backend is available: a JAX GPU plugin (CUDA or ROCm) is installed.
-
-    Example:
-      >>> is_nccl_available() in (True, False)
-      True
-    """
-    return _startup.gpu_plugin_installed()
-
-
-def is_mpi_available() -> bool:
-    """Whether an ``mpi`` backend is available: never here (``init_process_group`` takes
-    ``gloo`` and ``nccl``).
-
-    Example:
-      >>> is_mpi_available()
-      False
-    """
-    return False
-
-
-def is_ucc_available() -> bool:
-    """Whether a ``ucc`` backend is available: never here.
-
-    Example:
-      >>> is_ucc_available()
-      False
-    """
-    return False
-
-
-def is_backend_available(backend: str) -> bool:
-    """Whether ``init_process_group(backend)`` can run here (any case; ``"cpu:gloo,cuda:nccl"``
-    when every backend it names can).
-
-    Example:
-      >>> is_backend_available("gloo"), is_backend_available("GLOO"), is_backend_available("mpi")
-      (True, True, False)
-    """
-    names = [part.rpartition(":")[2] for part in str(backend).lower().split(",")]
-    checks = {"gloo": is_gloo_available, "nccl": is_nccl_available}
-    return all(name in checks and checks[name]() for name in names)
 
 
 def _group_of(fn: str, g: ProcessGroup | None) -> ProcessGroup:
@@ -264,7 +197,7 @@ def monitored_barrier(
     fn = "monitored_barrier"
     w = world()
     g = resolve(fn, group)
-    t = w.timeout_s if timeout is None else _startup.timeout_s(fn, timeout)
+    t = group_timeout(g) if timeout is None else _startup.timeout_s(fn, timeout)
     g.monitored += 1
     base = f"{w.prefix}/g{g.gid}/monitored"
     here = f"{base}/{g.monitored}"

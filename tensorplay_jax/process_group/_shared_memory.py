@@ -242,7 +242,7 @@ class TickBarrier:
                 continue
             if now > deadline:
                 late = [self.ranks[i] for i in np.flatnonzero(ticks < tick)]
-                raise WaitTimeout(f"{what}: timed out waiting for rank(s) {late}")
+                raise WaitTimeout(f"{what}: Timed out waiting for rank(s) {late}")
             if now > next_check:
                 next_check = now + PG_LIVENESS_CHECK_S
                 for i in np.flatnonzero(ticks < tick):

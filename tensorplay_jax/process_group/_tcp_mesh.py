@@ -104,7 +104,7 @@ def connect_mesh(
 def _left(deadline: float, fn: str, waiting: list[int]) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TimeoutError(f"{fn}: timed out connecting the group; no connection from {waiting}.")
+        raise TimeoutError(f"{fn}: Timed out connecting the group; no connection from {waiting}.")
     return left
 
 
@@ -201,7 +201,7 @@ class TcpMesh:
                     waiting = sorted(self.ranks[j] for j in set(out) | set(inn))
                     self.broken = f"timed out waiting for rank(s) {waiting}"
                     raise TimeoutError(
-                        f"{fn}: timed out after {self.timeout_s:.3g}s waiting for rank(s) "
+                        f"{fn}: Timed out after {self.timeout_s:.3g}s waiting for rank(s) "
                         f"{waiting} (they did not send or take their data)."
                     )
                 if self.stop:

@@ -283,6 +283,8 @@ def sparse_coo_tensor(
     from tensorplay_jax.runtime.device import to_device
 
     idx = np.asarray(indices._value if isinstance(indices, Tensor) else indices)
+    if np.issubdtype(idx.dtype, np.floating) and np.array_equal(idx, np.trunc(idx)):
+        idx = idx.astype(np.int64)  # whole numbers held as floats, as tensorplay casts them
     if idx.ndim != 2 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
         raise ValueError(
             f"sparse_coo_tensor: indices must be a 2-d integer array (sparse_dim, nnz), got "

@@ -1,0 +1,425 @@
+"""tensorplay's forms of the process-group collectives: Tensors filled in place, outputs first.
+
+``tensorplay_jax.process_group`` is JAX-shaped: a collective returns its result and
+leaves its input alone (JAX arrays are immutable). tensorplay code passes Tensors and
+reads them afterwards (``dist.all_reduce(t); print(t)``), and passes outputs first
+(``dist.all_gather(tensor_list, t)``, ``dist.scatter(t, scatter_list, src)``,
+``dist.reduce_scatter(out, input_list)``, ``dist.all_to_all(outs, ins)``). Each
+function here takes tensorplay's signature and its JAX form alike:
+
+- a tensorplay_jax ``Tensor`` where tensorplay writes (the tensor of ``all_reduce``,
+  ``broadcast``, ``reduce`` on ``dst``, ``recv``/``irecv``; an output Tensor; the
+  Tensors of an output list) receives the result in place, unrecorded, with its
+  version bumped (``tensors.overwrite``), and the call returns what tensorplay's
+  returns: None, a ``Work`` with ``async_op=True`` (its ``result()`` is the list of
+  written Tensors), the sender's rank for ``recv``;
+- an output list of arrays gets the results in its slots;
+- with ``jax.Array`` or NumPy inputs in the JAX form the call is
+  ``process_group``'s, returning the result.
+
+Example (one process per rank):
+  >>> import tensorplay_jax as tp
+  >>> import tensorplay_jax.distributed as dist
+  >>> t = tp.ones(3) * (dist.get_rank() + 1)  # doctest: +SKIP
+  >>> dist.all_reduce(t)  # doctest: +SKIP
+  >>> gathered = [tp.zeros(3) for _ in range(dist.get_world_size())]  # doctest: +SKIP
+  >>> dist.all_gather(gathered, t)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from tensorplay_jax import process_group as pg
+from tensorplay_jax.process_group import ProcessGroup, ReduceOp, Work
+from tensorplay_jax.tensors import Tensor, overwrite
+
+__all__ = [
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "batch_isend_irecv",
+    "broadcast",
+    "gather",
+    "irecv",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+]
+
+
+def _array(x: Any) -> Any:
+    return x.value if isinstance(x, Tensor) else x
+
+
+def _fill(fn: str, t: Tensor, value: Any) -> None:
+    """Write ``value`` into ``t`` as tensorplay's collectives do (shapes must agree)."""
+    if tuple(t.shape) != tuple(value.shape):
+        raise ValueError(
+            f"{fn}: the output tensor has shape {tuple(t.shape)}, but the result has shape "
+            f"{tuple(value.shape)}."
+        )
+    overwrite(t, jnp.asarray(value, dtype=t.dtype))
+
+
+def _fill_list(fn: str, outputs: list[Any], values: Any) -> None:
+    """Each slot of ``outputs`` gets its row of ``values``: Tensors in place, others replaced."""
+    for i, slot in enumerate(outputs):
+        if isinstance(slot, Tensor):
+            _fill(fn, slot, values[i])
+        else:
+            outputs[i] = values[i]
+
+
+def _list(fn: str, arg: str, items: Any, n: int) -> list[Any]:
+    if not isinstance(items, list | tuple) or len(items) != n:
+        size = len(items) if isinstance(items, list | tuple) else type(items).__name__
+        raise ValueError(
+            f"{fn}: {arg} must be a list of {n} tensors (one per rank of the group), got {size}."
+        )
+    return list(items)
+
+
+def _stack(fn: str, arg: str, items: Sequence[Any]) -> Any:
+    values = [jnp.asarray(_array(x)) for x in items]
+    shapes = {tuple(v.shape) for v in values}
+    if len(shapes) != 1:
+        raise ValueError(f"{fn}: the tensors of {arg} must have one shape, got {sorted(shapes)}.")
+    return jnp.stack(values)
+
+
+def _written(async_op: bool, tensors: list[Any]) -> Work | None:
+    """What tensorplay returns once the outputs are written: None, or a finished Work."""
+    return Work.completed(tensors) if async_op else None
+
+
+def _size(group: ProcessGroup | None) -> int:
+    return pg.get_world_size(group)
+
+
+def _global(group: ProcessGroup | None, rank: int | None, group_rank: int | None) -> int | None:
+    """A global rank from ``rank`` or ``group_rank`` (tensorplay's ``group_src``/``group_dst``)."""
+    if group_rank is None:
+        return rank
+    if rank is not None:
+        raise ValueError("pass either the global rank or the group rank, not both.")
+    return pg.get_global_rank(group, group_rank)
+
+
+def all_reduce(
+    tensor: Any,
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """Reduce ``tensor`` across the group: a Tensor in place (returns None), an array
+    returned."""
+    if not isinstance(tensor, Tensor):
+        return pg.all_reduce(tensor, op, group, async_op)
+    _fill("all_reduce", tensor, pg.all_reduce(tensor.value, op, group))
+    return _written(async_op, [tensor])
+
+
+def broadcast(
+    tensor: Any,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+) -> Any:
+    """``src``'s ``tensor`` on every rank: a Tensor in place, an array returned."""
+    src = _global(group, src, group_src)
+    if not isinstance(tensor, Tensor):
+        return pg.broadcast(tensor, src, group, async_op)
+    _fill("broadcast", tensor, pg.broadcast(tensor.value, src, group))
+    return _written(async_op, [tensor])
+
+
+def reduce(
+    tensor: Any,
+    dst: int | None = None,
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_dst: int | None = None,
+) -> Any:
+    """The reduction on ``dst``: a Tensor there in place (others unchanged), or returned."""
+    dst = _global(group, dst, group_dst)
+    if not isinstance(tensor, Tensor):
+        return pg.reduce(tensor, dst, op, group, async_op)
+    out = pg.reduce(tensor.value, dst, op, group)
+    if pg.get_rank() == dst:
+        _fill("reduce", tensor, out)
+    return _written(async_op, [tensor])
+
+
+def all_gather(tensor_list: Any, *args: Any, **kwargs: Any) -> Any:
+    """tensorplay's ``all_gather(tensor_list, tensor, group=None, async_op=False)``: slot j
+    gets rank j's ``tensor``. The JAX form ``all_gather(x, group=None, async_op=False)``
+    returns them stacked."""
+    if not isinstance(tensor_list, list):
+        return pg.all_gather(tensor_list, *args, **kwargs)
+    return _all_gather(tensor_list, *args, **kwargs)
+
+
+def _all_gather(
+    tensor_list: list[Any], tensor: Any, group: ProcessGroup | None = None, async_op: bool = False
+) -> Any:
+    fn = "all_gather"
+    outputs = _list(fn, "tensor_list", tensor_list, _size(group))
+    _fill_list(fn, tensor_list, pg.all_gather(_array(tensor), group))
+    return _written(async_op, outputs)
+
+
+def gather(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    """tensorplay's ``gather(tensor, gather_list=None, dst=None, group=None, async_op=False,
+    group_dst=None)``: ``dst``'s ``gather_list`` gets every rank's ``tensor``. The JAX form
+    ``gather(x, dst=0, group=None, async_op=False)`` (an array, ``dst`` second) returns them
+    stacked on ``dst``."""
+    jax_form = not isinstance(tensor, Tensor) and "gather_list" not in kwargs
+    if jax_form and (not args or isinstance(args[0], int)):
+        return pg.gather(tensor, *args, **kwargs)
+    return _gather(tensor, *args, **kwargs)
+
+
+def _gather(
+    tensor: Any,
+    gather_list: list[Any] | None = None,
+    dst: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_dst: int | None = None,
+) -> Any:
+    fn = "gather"
+    dst = _global(group, dst, group_dst)
+    dst = 0 if dst is None else dst
+    here = pg.get_rank() == dst
+    if here and not gather_list:
+        raise ValueError(f"{fn}: Argument ``gather_list`` must be specified on destination rank.")
+    if not here and gather_list:
+        raise ValueError(
+            f"{fn}: Argument ``gather_list`` must NOT be specified on non-destination ranks."
+        )
+    if here:
+        _list(fn, "gather_list", gather_list, _size(group))
+    out = pg.gather(_array(tensor), dst, group)
+    if here:
+        _fill_list(fn, gather_list, out)
+    return _written(async_op, list(gather_list or []))
+
+
+def scatter(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    """tensorplay's ``scatter(tensor, scatter_list=None, src=None, group=None, async_op=False,
+    group_src=None)``: ``tensor`` on rank i gets ``src``'s ``scatter_list[i]``. The JAX form
+    ``scatter(xs, src=0, group=None, async_op=False)`` (an ``(N, ...)`` array, ``src``
+    second) returns this rank's slice."""
+    jax_form = not isinstance(tensor, Tensor) and "scatter_list" not in kwargs
+    if jax_form and (not args or isinstance(args[0], int)):
+        return pg.scatter(tensor, *args, **kwargs)
+    return _scatter(tensor, *args, **kwargs)
+
+
+def _scatter(
+    tensor: Any,
+    scatter_list: list[Any] | None = None,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+) -> Any:
+    fn = "scatter"
+    src = _global(group, src, group_src)
+    src = 0 if src is None else src
+    n = _size(group)
+    if pg.get_rank() == src:
+        if not scatter_list:
+            raise ValueError(f"{fn}: Argument ``scatter_list`` must be specified on source rank.")
+        stacked = _stack(fn, "scatter_list", _list(fn, "scatter_list", scatter_list, n))
+    else:
+        if scatter_list:
+            raise ValueError(
+                f"{fn}: Argument ``scatter_list`` must NOT be specified on non-source ranks."
+            )
+        like = jnp.asarray(_array(tensor))
+        stacked = jnp.zeros((n, *like.shape), like.dtype)
+    out = pg.scatter(stacked, src, group)
+    return _result(fn, tensor, out, async_op)
+
+
+def reduce_scatter(output: Any, *args: Any, **kwargs: Any) -> Any:
+    """tensorplay's ``reduce_scatter(output, input_list, op=SUM, group=None, async_op=False)``:
+    ``output`` on rank i gets the reduction of every rank's ``input_list[i]``. The JAX form
+    ``reduce_scatter(xs, op=SUM, group=None, async_op=False)`` returns it."""
+    given = args[0] if args else kwargs.get("input_list")
+    if not isinstance(given, list | tuple):
+        return pg.reduce_scatter(output, *args, **kwargs)
+    return _reduce_scatter(output, *args, **kwargs)
+
+
+def _reduce_scatter(
+    output: Any,
+    input_list: list[Any],
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    fn = "reduce_scatter"
+    stacked = _stack(fn, "input_list", _list(fn, "input_list", input_list, _size(group)))
+    return _result(fn, output, pg.reduce_scatter(stacked, op, group), async_op)
+
+
+def _result(fn: str, output: Any, value: Any, async_op: bool) -> Any:
+    """A Tensor ``output`` gets ``value`` (tensorplay's return follows); else ``value`` is
+    returned (in a finished Work with ``async_op``)."""
+    if not isinstance(output, Tensor):
+        return Work.completed(value) if async_op else value
+    _fill(fn, output, value)
+    return _written(async_op, [output])
+
+
+def all_gather_into_tensor(
+    output_tensor: Any, input_tensor: Any, group: ProcessGroup | None = None, async_op: bool = False
+) -> Any:
+    """Every rank's ``input_tensor`` concatenated (or stacked) into ``output_tensor``: a Tensor
+    in place, or returned."""
+    fn = "all_gather_into_tensor"
+    out = pg.all_gather_into_tensor(_array(output_tensor), _array(input_tensor), group)
+    return _result(fn, output_tensor, out, async_op)
+
+
+def reduce_scatter_tensor(
+    output: Any,
+    input: Any,  # tensorplay's name
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """Rank i's block of the reduction of every rank's ``input``, into ``output``: a Tensor in
+    place, or returned."""
+    out = pg.reduce_scatter_tensor(_array(output), _array(input), op, group)
+    return _result("reduce_scatter_tensor", output, out, async_op)
+
+
+def all_to_all(output_tensor_list: Any, *args: Any, **kwargs: Any) -> Any:
+    """tensorplay's ``all_to_all(output_tensor_list, input_tensor_list, group=None,
+    async_op=False)``: ``output_tensor_list[j]`` on rank i gets rank j's
+    ``input_tensor_list[i]``. The JAX form ``all_to_all(xs, group=None, async_op=False)``
+    returns the stacked result."""
+    if not isinstance(output_tensor_list, list):
+        return pg.all_to_all(output_tensor_list, *args, **kwargs)
+    return _all_to_all(output_tensor_list, *args, **kwargs)
+
+
+def _all_to_all(
+    output_tensor_list: list[Any],
+    input_tensor_list: list[Any],
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    fn = "all_to_all"
+    n = _size(group)
+    outputs = _list(fn, "output_tensor_list", output_tensor_list, n)
+    stacked = _stack(fn, "input_tensor_list", _list(fn, "input_tensor_list", input_tensor_list, n))
+    _fill_list(fn, output_tensor_list, pg.all_to_all(stacked, group))
+    return _written(async_op, outputs)
+
+
+def all_to_all_single(output: Any, *args: Any, **kwargs: Any) -> Any:
+    """tensorplay's ``all_to_all_single(output, input, output_split_sizes=None,
+    input_split_sizes=None, group=None, async_op=False)``, into ``output``. The JAX form
+    ``all_to_all_single(x, output_split_sizes=None, input_split_sizes=None, group=None,
+    async_op=False)`` (split sizes second) returns the result."""
+    given = args[0] if args else kwargs.get("input")
+    if given is None or isinstance(given, list | tuple):
+        return pg.all_to_all_single(output, *args, **kwargs)
+    return _all_to_all_single(output, *args, **kwargs)
+
+
+def _all_to_all_single(
+    output: Any,
+    input: Any,  # tensorplay's name
+    output_split_sizes: list[int] | None = None,
+    input_split_sizes: list[int] | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    out = pg.all_to_all_single(_array(input), output_split_sizes, input_split_sizes, group)
+    return _result("all_to_all_single", output, out, async_op)
+
+
+class _Filling(Work):
+    """The Work of an ``irecv`` into a Tensor: the Tensor gets the data when the call is done."""
+
+    def __init__(self, inner: Work, tensor: Tensor) -> None:
+        super().__init__(inner.get_future())
+        self._inner, self._tensor, self._written = inner, tensor, False
+
+    def _write(self) -> None:
+        if not self._written:
+            _fill("irecv", self._tensor, self._inner.result())
+            self._written = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._inner.wait(timeout)
+        self._write()
+        return True
+
+    def is_completed(self) -> bool:
+        done = self._inner.is_completed()
+        if done and self._inner.exception() is None:
+            self._write()
+        return done
+
+    def result(self) -> Any:
+        self.wait()
+        return [self._tensor]
+
+
+def irecv(
+    tensor: Any,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    tag: int = 0,
+    group_src: int | None = None,
+) -> Work:
+    """Queue receiving into ``tensor`` (a Tensor is filled when the Work is waited on; for an
+    array, ``result()`` is the received array)."""
+    work = pg.irecv(_array(tensor), src, group, tag, group_src)
+    return _Filling(work, tensor) if isinstance(tensor, Tensor) else work
+
+
+def recv(
+    tensor: Any,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    tag: int = 0,
+    group_src: int | None = None,
+    async_op: bool = False,
+) -> Any:
+    """Receive from ``src``: into a Tensor in place (returns the sender's rank, as
+    tensorplay's), or the received array returned."""
+    if not isinstance(tensor, Tensor):
+        return pg.recv(tensor, src, group, tag, group_src, async_op)
+    work = irecv(tensor, src, group, tag, group_src)
+    if async_op:
+        return work
+    work.wait()
+    return _global(group, src, group_src)
+
+
+def batch_isend_irecv(p2p_op_list: Sequence[pg.P2POp]) -> list[Work]:
+    """``process_group.batch_isend_irecv``; each ``irecv`` into a Tensor fills it when waited on."""
+    works = pg.batch_isend_irecv(p2p_op_list)
+    return [
+        _Filling(w, p.tensor)
+        if getattr(p.op, "__name__", None) == "irecv" and isinstance(p.tensor, Tensor)
+        else w
+        for p, w in zip(p2p_op_list, works, strict=True)
+    ]
