@@ -59,6 +59,9 @@ class Missing:
 
     __hash__ = object.__hash__
 
+    def __instancecheck__(self, obj: Any) -> bool:
+        return False  # nothing is an instance of a class tensorplay_jax lacks
+
     def _fail(self) -> Any:
         missed.append(self._path)
         raise MissingAPI(f"tensorplay_jax has no {self._path.replace('torch.', '', 1)}")

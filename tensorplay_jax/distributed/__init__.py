@@ -20,10 +20,14 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 import importlib
 
 from tensorplay_jax import process_group as _process_group
-
-# The collectives again, in tensorplay's forms (Tensors in place) beside the JAX forms.
-from tensorplay_jax.distributed._inplace_collectives import *  # noqa: F403
+from tensorplay_jax.distributed import _inplace_collectives
 from tensorplay_jax.process_group import *  # noqa: F403  (process_group's __all__ is ours)
+
+# The collectives again, in tensorplay's forms (Tensors in place) beside the JAX forms:
+# these names replace process_group's.
+globals().update(
+    {name: getattr(_inplace_collectives, name) for name in _inplace_collectives.__all__}
+)
 
 _SUBPACKAGES = ("rpc", "autograd", "nn", "optim", "algorithms", "parallel")
 

@@ -115,7 +115,9 @@ def _call(fn: str, method: Callable[..., Any], x: Any, *args: Any) -> Any:
     try:
         return method(x, *args)
     finally:
-        span.end(bytes=int(x.nbytes), shape=list(x.shape), dtype=str(x.dtype))
+        span.end(
+            bytes=int(x.nbytes), shape=list(x.shape), dtype=str(x.dtype), backend=world().backend
+        )
 
 
 # ----------------------------------------------------------------- collectives
@@ -359,7 +361,7 @@ def all_gather_into_tensor(
         )
     _check_dtype(fn, out, x)
     x = x.reshape(1) if x.ndim == 0 else x  # gathered as (N, 1): the same bytes as (N,)
-    y = _call("all_gather", g.engine.all_gather, x, _desc("all_gather", g, x))
+    y = _call(fn, g.engine.all_gather, x, _desc("all_gather", g, x))
     return _done(y.reshape(out.shape), async_op)
 
 
@@ -402,7 +404,7 @@ def reduce_scatter_tensor(
     x = x.reshape(stacked)
     op = _reduce_op(fn, op, x)
     y = _call(
-        "reduce_scatter",
+        fn,
         g.engine.reduce_scatter,
         x,
         op,

@@ -57,8 +57,10 @@ __all__ = [
     "drain",
     "flow_id",
     "launch_phases",
+    "mark",
     "now",
     "settle",
+    "since",
     "span",
     "start",
     "startup",
@@ -329,6 +331,29 @@ def drain() -> list[Event]:
         taken = list(_startup)
         _startup.clear()
     taken = [e if e[5] is None else (*e[:5], _args(e[5]), *e[6:]) for e in taken]
+    return taken + _decode(flat)
+
+
+def mark() -> int:
+    """Where the buffer ends now: :func:`since` reads the spans recorded after it.
+
+    Example:
+        >>> m = mark(); start(); begin("after", "user").end(); stop()
+        >>> [e[0] for e in since(m)]
+        ['after']
+    """
+    return len(_events)
+
+
+def since(at: int) -> list[Event]:
+    """The spans recorded after :func:`mark` returned ``at``, left in the buffer (an outer
+    trace still gets them); none if the buffer was drained or cleared meanwhile."""
+    flat = _events
+    return _decode(flat[at:]) if at <= len(flat) else []
+
+
+def _decode(flat: list[Any]) -> list[Event]:
+    taken: list[Event] = []
     i, n = 0, len(flat)
     while i + 9 <= n:
         name, cat, t0, dur, tid, flow_in, flow_out, call, k = flat[i : i + 9]

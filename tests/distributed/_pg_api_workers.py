@@ -33,7 +33,17 @@ def api() -> None:
     dist.init_process_group("gloo", timeout=60, engine=engine)
     r, n = dist.get_rank(), dist.get_world_size()
     got: dict[str, object] = {}
-    for section in (_basics, _async, _tensor_forms, _p2p, _objects, _subgroups, _monitored):
+    sections = (
+        _basics,
+        _async,
+        _tensor_forms,
+        _torch_forms,
+        _p2p,
+        _objects,
+        _subgroups,
+        _monitored,
+    )
+    for section in sections:
         got |= {f"{section.__name__[1:]}/{k}": v for k, v in section(r, n).items()}
     w = dist.isend(np.ones(2), dst=(r + 1) % n)  # queued, never run
     dist.destroy_process_group()
@@ -138,6 +148,64 @@ def _tensor_forms(r: int, n: int) -> dict[str, object]:
             dist.reduce_scatter_tensor, np.zeros(2, np.float32), np.zeros(3, np.float32)
         ),
     }
+
+
+def _torch_forms(r: int, n: int) -> dict[str, object]:
+    """tensorplay's forms: Tensors filled in place, output lists first."""
+    import tensorplay_jax as tp
+
+    def mine(k: int) -> tp.Tensor:
+        return tp.tensor(inputs(k, (2, 3)))
+
+    got: dict[str, object] = {}
+    t = mine(r)
+    got["all_reduce/returns"] = repr(dist.all_reduce(t))
+    got["all_reduce"] = t.numpy()
+    b = mine(r)
+    dist.broadcast(b, src=n - 1)
+    got["broadcast"] = b.numpy()
+    red = mine(r)
+    dist.reduce(red, dst=0, op="max")
+    got["reduce"] = red.numpy()
+    outs = [tp.zeros(2, 3) for _ in range(n)]
+    dist.all_gather(outs, mine(r))
+    got["all_gather"] = np.stack([o.numpy() for o in outs])
+    slots = [None] * n  # a list of arrays gets the results in its slots
+    dist.all_gather(slots, jnp.asarray(inputs(r, (2, 3))))
+    got["all_gather/array_slots"] = np.stack([np.asarray(s) for s in slots])
+    gathered = [tp.zeros(2, 3) for _ in range(n)] if r == 0 else None
+    dist.gather(mine(r), gathered, dst=0)
+    got["gather"] = np.stack([g.numpy() for g in gathered]) if r == 0 else None
+    got["gather/list_off_dst"] = error_text(dist.gather, mine(r), [mine(r)] * n, 0) if r else None
+    piece = tp.zeros(2, 3)
+    dist.scatter(piece, [mine(j) for j in range(n)] if r == 0 else None, src=0)
+    got["scatter"] = piece.numpy()
+    mixed = tp.zeros(2, 3)
+    dist.reduce_scatter(mixed, [mine(r * n + j) for j in range(n)])
+    got["reduce_scatter"] = mixed.numpy()
+    moved = [tp.zeros(2, 3) for _ in range(n)]
+    dist.all_to_all(moved, [mine(r * n + j) for j in range(n)])
+    got["all_to_all"] = np.stack([m.numpy() for m in moved])
+    into = tp.zeros(2 * n, 3)
+    dist.all_gather_into_tensor(into, mine(r))
+    got["all_gather_into_tensor"] = into.numpy()
+    work = dist.all_reduce(mine(r), async_op=True)
+    got["async/result_is_the_tensor"] = [type(x).__name__ for x in work.result()]
+    got["all_gather/short_list"] = error_text(dist.all_gather, [tp.zeros(2, 3)], mine(r))
+    buf = tp.zeros(4, 2)
+    q = dist.irecv(buf, src=(r - 1) % n)
+    dist.isend(tp.tensor(payload(r)), dst=(r + 1) % n)
+    q.wait()
+    got["irecv"] = buf.numpy()
+    got["recv/sender"] = None
+    if r in (0, 1):
+        pair = tp.zeros(4, 2)
+        if r == 0:
+            dist.send(tp.tensor(payload(7)), dst=1)
+        else:
+            got["recv/sender"] = dist.recv(pair, src=0)
+            got["recv"] = pair.numpy()
+    return got
 
 
 def _p2p(r: int, n: int) -> dict[str, object]:

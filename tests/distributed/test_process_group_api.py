@@ -147,6 +147,56 @@ def test_reduce_scatter_tensor(api):
         )
 
 
+def test_tensorplay_forms_fill_tensors_in_place(api):
+    n = len(api)
+    xs = [W.inputs(k, (2, 3)) for k in range(n)]
+    for r, got in enumerate(api):
+        assert got["torch_forms/all_reduce/returns"] == "None"
+        _close(got["torch_forms/all_reduce"], np.sum(xs, 0))
+        _close(got["torch_forms/broadcast"], xs[n - 1])
+        _close(got["torch_forms/reduce"], np.max(xs, 0) if r == 0 else xs[r])
+        assert got["torch_forms/async/result_is_the_tensor"] == ["Tensor"]
+
+
+def test_tensorplay_forms_fill_output_lists(api):
+    n = len(api)
+    xs = [W.inputs(k, (2, 3)) for k in range(n)]
+    for r, got in enumerate(api):
+        _close(got["torch_forms/all_gather"], np.stack(xs))
+        _close(got["torch_forms/all_gather/array_slots"], np.stack(xs))
+        _close(got["torch_forms/all_gather_into_tensor"], np.concatenate(xs))
+        _close(got["torch_forms/scatter"], xs[r])
+        # rank k sent inputs(k * n + j) to rank j
+        _close(
+            got["torch_forms/reduce_scatter"], sum(W.inputs(k * n + r, (2, 3)) for k in range(n))
+        )
+        _close(
+            got["torch_forms/all_to_all"], np.stack([W.inputs(k * n + r, (2, 3)) for k in range(n)])
+        )
+        if r == 0:
+            _close(got["torch_forms/gather"], np.stack(xs))
+        else:
+            _raised(
+                got["torch_forms/gather/list_off_dst"],
+                "ValueError",
+                "``gather_list`` must NOT be specified on non-destination ranks",
+            )
+        _raised(
+            got["torch_forms/all_gather/short_list"],
+            "ValueError",
+            f"all_gather: tensor_list must be a list of {n} tensors",
+        )
+
+
+def test_tensorplay_forms_receive_into_tensors(api):
+    n = len(api)
+    for r, got in enumerate(api):
+        _close(got["torch_forms/irecv"], W.payload((r - 1) % n))
+        if r == 1:
+            assert got["torch_forms/recv/sender"] == 0
+            _close(got["torch_forms/recv"], W.payload(7))
+
+
 def test_isend_irecv_ring_and_batch(api):
     n = len(api)
     for r, got in enumerate(api):
