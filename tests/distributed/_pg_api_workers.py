@@ -8,7 +8,9 @@ input (:func:`inputs`).
 
 from __future__ import annotations
 
+import datetime
 import sys
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -68,7 +70,20 @@ def _basics(r: int, n: int) -> dict[str, object]:
         "global_rank_bad": error_text(dist.get_global_rank, sub, 2),
         "group_rank_bad": error_text(dist.get_group_rank, sub, n),
         "ranks_of_a_string": error_text(dist.get_process_group_ranks, "world"),
+        "member_size_rank": [dist.get_world_size(sub), dist.get_rank(sub)],
+        "member_backend": error_text(dist.get_backend, sub) or dist.get_backend(sub),
+        **_group_timeout(r, n),
     }
+
+
+def _group_timeout(r: int, n: int) -> dict[str, object]:
+    """A group made with ``timeout=0.5 s``: rank 0 waits alone at its barrier."""
+    lonely = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=0.5))
+    if r != 0:
+        return {}
+    t0 = time.monotonic()
+    err = error_text(dist.barrier, lonely)
+    return {"group_timeout": err, "group_timeout_s": time.monotonic() - t0}
 
 
 def _work(w: object) -> dict[str, object]:
@@ -153,6 +168,7 @@ def _tensor_forms(r: int, n: int) -> dict[str, object]:
 def _torch_forms(r: int, n: int) -> dict[str, object]:
     """tensorplay's forms: Tensors filled in place, output lists first."""
     import tensorplay_jax as tp
+    from tensorplay_jax.autograd import profiler
 
     def mine(k: int) -> tp.Tensor:
         return tp.tensor(inputs(k, (2, 3)))
@@ -189,6 +205,9 @@ def _torch_forms(r: int, n: int) -> dict[str, object]:
     into = tp.zeros(2 * n, 3)
     dist.all_gather_into_tensor(into, mine(r))
     got["all_gather_into_tensor"] = into.numpy()
+    with profiler.profile(record_shapes=True) as prof:
+        dist.all_reduce(mine(r))
+    got["profile"] = [(e.name, e.is_async, e.input_shapes) for e in prof.function_events]
     work = dist.all_reduce(mine(r), async_op=True)
     got["async/result_is_the_tensor"] = [type(x).__name__ for x in work.result()]
     got["all_gather/short_list"] = error_text(dist.all_gather, [tp.zeros(2, 3)], mine(r))

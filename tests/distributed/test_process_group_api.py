@@ -60,6 +60,28 @@ def test_rank_maps_and_world(api):
         _raised(got["basics/ranks_of_a_string"], "TypeError", "is not a ProcessGroup")
 
 
+def test_a_non_member_sees_size_and_rank_minus_one_and_no_backend(api):
+    n = len(api)
+    for r, got in enumerate(api):
+        if r in (0, n - 1):
+            assert got["basics/member_size_rank"] == [2, [0, n - 1].index(r)]
+            assert got["basics/member_backend"] == "gloo"
+        else:
+            assert got["basics/member_size_rank"] == [-1, -1]
+            _raised(got["basics/member_backend"], "ValueError", "Invalid process group specified")
+
+
+def test_a_group_s_own_timeout_bounds_its_barrier(api):
+    _raised(api[0]["basics/group_timeout"], "TimeoutError", "barrier: Timed out after 0.5s")
+    assert 0.5 <= api[0]["basics/group_timeout_s"] < 5, api[0]["basics/group_timeout_s"]
+
+
+def test_the_autograd_profiler_names_a_collective_as_tensorplay_does(api):
+    for got in api:
+        events = [e for e in got["torch_forms/profile"] if ":" in e[0]]
+        assert events == [("gloo:all_reduce", True, [[2, 3]])], got["torch_forms/profile"]
+
+
 def test_async_all_reduce_work_and_future(api):
     n = len(api)
     total = np.stack([W.inputs(k) for k in range(n)]).sum(0)
