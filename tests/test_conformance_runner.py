@@ -221,6 +221,7 @@ DRIVEN_SUITE = textwrap.dedent(
     from torch.testing._internal.common_distributed import (
         TEST_SKIPS,
         MultiProcessTestCase,
+        skip_if_lt_x_gpu,
         skip_if_odd_worldsize,
     )
 
@@ -282,8 +283,18 @@ DRIVEN_SUITE = textwrap.dedent(
             def test_exits_as_skipped(self):
                 sys.exit(TEST_SKIPS["no_cuda"].exit_code)
 
-            def test_on_gpu(self, cuda=False):
+            @skip_if_lt_x_gpu(2)
+            def test_on_gpu(self):
                 self._helper(cuda=True)
+
+            def test_on_cpu_through_a_helper_that_can_use_gpus(self):
+                self._helper(cuda=False)
+
+            def _helper(self, cuda):
+                t = torch.ones(1)
+                if cuda:
+                    t = t.cuda(self.rank)
+                dist.all_reduce(t)
     """
 )
 
@@ -325,4 +336,4 @@ def test_a_driven_suite_skips_by_its_decorators_and_by_torch_s_exit_codes(driven
 def test_a_driven_suite_s_gpu_tests_are_read_from_the_test_s_own_code(driven) -> None:
     _, cases = driven
     assert cases["test_on_gpu"].not_applicable == "CUDA"
-    assert cases["test_all_reduce"].not_applicable is None
+    assert cases["test_on_cpu_through_a_helper_that_can_use_gpus"].not_applicable is None
