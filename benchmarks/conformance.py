@@ -297,6 +297,7 @@ def collect(suite: str, directory: Path) -> list[Case]:
             if not name.startswith("test"):
                 continue
             reach = _reach(fn, table, info)
+            x64 = bool(_FLOAT64.search(reach.own) or _FLOAT64.search(reach.helpers))
             if driven:
                 # This suite's helpers branch on a ``cuda`` argument that a CPU test
                 # leaves False: only the test's own code (decorators included) says
@@ -313,7 +314,6 @@ def collect(suite: str, directory: Path) -> list[Case]:
                     else _reason(reach, info, driven is not None)
                 )
             )
-            x64 = bool(_FLOAT64.search(reach.own) or _FLOAT64.search(reach.helpers))
             size = driven[1] if driven else _world_size(klass, defs, names) or WORLD_SIZE
             cases.append(Case(suite, path, klass, name, reason, x64, size))
     return cases
