@@ -375,6 +375,11 @@ class TcpServer(SocketServer):
         link._registry = self._registry
         return link
 
+    def stop(self) -> None:
+        """As :meth:`SocketServer.stop`; lanes still waiting for their link give up at once."""
+        self._registry.close()
+        super().stop()
+
 
 def connect_tcp(host: str, port: int, end: ClientEnd, *, lanes: int | None = None) -> TcpLink:
     """Connect ``end`` to the ``TcpServer`` at ``host:port``, authenticate, and start reading

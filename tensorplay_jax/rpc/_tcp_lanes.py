@@ -255,6 +255,13 @@ class Registry:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._links: dict[bytes, Any] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        """The server stopped: lanes waiting for their link's hello give up now."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def add(self, token: bytes, link: Any) -> None:
         """Keep ``link`` under ``token`` (until it closes: :meth:`drop`).
@@ -275,8 +282,10 @@ class Registry:
           StreamError: no live link took ``token`` in time.
         """
         with self._cond:
-            if not self._cond.wait_for(lambda: token in self._links, timeout):
+            if not self._cond.wait_for(lambda: token in self._links or self._closed, timeout):
                 raise StreamError("a lane for a link this server does not hold")
+            if token not in self._links:
+                raise StreamError("a lane that arrived as the server stopped")
             link = self._links[token]
         if not link.alive:
             raise StreamError("a lane for a link that has closed")

@@ -257,8 +257,10 @@ class SocketLink:
                     else:
                         msg = self._message(kind, body, fd)
                 except StreamError as e:
-                    # Nothing after this frame can be read: answer, then hang up.
-                    on_malformed(self, e)
+                    # Nothing after this frame can be read: answer, then hang up (a link
+                    # this side closed meanwhile, as a stopping server does, reports nothing).
+                    if not self._done:
+                        on_malformed(self, e)
                     self._flush(_ANSWER_FLUSH_S)
                     raise ConnectionError(f"protocol error: {e}") from None
                 except FramingError as e:
