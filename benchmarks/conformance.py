@@ -182,7 +182,7 @@ NOT_APPLICABLE = (
 
 # A test that asks for double precision: a port turns on JAX's 64-bit mode, the documented
 # switch (JAX_ENABLE_X64=1), for such a program; the other worlds run as JAX does by default.
-_FLOAT64 = re.compile(r"float64|\.double\(|torch\.double\b")
+_FLOAT64 = re.compile(r"float64|\.double\(|torch\.double\b|DoubleTensor")
 
 
 @dataclasses.dataclass

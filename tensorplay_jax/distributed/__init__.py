@@ -42,4 +42,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = list(_process_group.__all__)
+__all__ = list(dict.fromkeys([*_process_group.__all__, *_inplace_collectives.__all__]))

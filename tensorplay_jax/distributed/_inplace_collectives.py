@@ -34,13 +34,16 @@ from typing import Any
 import jax.numpy as jnp
 
 from tensorplay_jax import process_group as pg
+from tensorplay_jax.collectives.reduce_op import normalize_op
 from tensorplay_jax.process_group import ProcessGroup, ReduceOp, Work
 from tensorplay_jax.tensors import Tensor, overwrite
 
 __all__ = [
     "all_gather",
+    "all_gather_coalesced",
     "all_gather_into_tensor",
     "all_reduce",
+    "all_reduce_coalesced",
     "all_to_all",
     "all_to_all_single",
     "batch_isend_irecv",
@@ -69,13 +72,18 @@ def _fill(fn: str, t: Tensor, value: Any) -> None:
     overwrite(t, jnp.asarray(value, dtype=t.dtype))
 
 
+def _fill_slot(fn: str, outputs: list[Any], i: int, value: Any) -> None:
+    """Slot ``i`` of ``outputs`` gets ``value``: a Tensor in place, anything else replaced."""
+    if isinstance(outputs[i], Tensor):
+        _fill(fn, outputs[i], value)
+    else:
+        outputs[i] = value
+
+
 def _fill_list(fn: str, outputs: list[Any], values: Any) -> None:
-    """Each slot of ``outputs`` gets its row of ``values``: Tensors in place, others replaced."""
-    for i, slot in enumerate(outputs):
-        if isinstance(slot, Tensor):
-            _fill(fn, slot, values[i])
-        else:
-            outputs[i] = values[i]
+    """Each slot of ``outputs`` gets its row of ``values``."""
+    for i in range(len(outputs)):
+        _fill_slot(fn, outputs, i, values[i])
 
 
 def _list(fn: str, arg: str, items: Any, n: int) -> list[Any]:
@@ -125,6 +133,53 @@ def all_reduce(
         return pg.all_reduce(tensor, op, group, async_op)
     _fill("all_reduce", tensor, pg.all_reduce(tensor.value, op, group))
     return _written(async_op, [tensor])
+
+
+def all_reduce_coalesced(
+    tensors: Any,
+    op: ReduceOp | str = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """tensorplay's ``all_reduce_coalesced``: each Tensor of ``tensors`` reduced in place."""
+    items = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    for t in items:
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"all_reduce_coalesced: tensors must be Tensors, got {type(t).__name__}"
+            )
+        if jnp.issubdtype(t.dtype, jnp.complexfloating) and normalize_op(
+            "all_reduce_coalesced", op
+        ) not in (ReduceOp.SUM, ReduceOp.AVG):
+            raise ValueError(f"all_reduce does not support {op} on complex tensors")
+    for t in items:
+        _fill("all_reduce_coalesced", t, pg.all_reduce(t.value, op, group))
+    return _written(async_op, items)
+
+
+def all_gather_coalesced(
+    output_tensor_lists: Any,
+    input_tensor_list: Any,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """tensorplay's ``all_gather_coalesced``: ``output_tensor_lists[j][i]`` gets rank j's
+    ``input_tensor_list[i]``."""
+    fn = "all_gather_coalesced"
+    n = _size(group)
+    outputs = _list(fn, "output_tensor_lists", output_tensor_lists, n)
+    inputs = list(input_tensor_list)
+    for j, row in enumerate(outputs):
+        if not isinstance(row, list) or len(row) != len(inputs):
+            raise ValueError(
+                f"{fn}: output_tensor_lists[{j}] must be a list of {len(inputs)} tensors, one "
+                "per input."
+            )
+    for i, x in enumerate(inputs):
+        stacked = pg.all_gather(_array(x), group)
+        for j, row in enumerate(outputs):
+            _fill_slot(fn, row, i, stacked[j])
+    return _written(async_op, outputs)
 
 
 def broadcast(

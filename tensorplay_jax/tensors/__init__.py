@@ -47,6 +47,7 @@ from tensorplay_jax.autograd import set_tensor_class as _set_tensor_class
 from tensorplay_jax.tensors import _interop as _interop
 from tensorplay_jax.tensors import linalg as linalg
 from tensorplay_jax.tensors import sparse as sparse
+from tensorplay_jax.tensors._factories import DoubleTensor as DoubleTensor
 from tensorplay_jax.tensors._factories import FloatTensor as FloatTensor
 from tensorplay_jax.tensors._factories import LongTensor as LongTensor
 from tensorplay_jax.tensors._factories import arange as arange
@@ -218,6 +219,8 @@ from tensorplay_jax.tensors._shape_ops import transpose as transpose
 from tensorplay_jax.tensors._shape_ops import unbind as unbind
 from tensorplay_jax.tensors._shape_ops import unsqueeze as unsqueeze
 from tensorplay_jax.tensors._shape_ops import view as view
+from tensorplay_jax.tensors._shape_ops import view_as_complex as view_as_complex
+from tensorplay_jax.tensors._shape_ops import view_as_real as view_as_real
 from tensorplay_jax.tensors._shape_ops import vstack as vstack
 from tensorplay_jax.tensors._sparse import SparseTensor as SparseTensor
 from tensorplay_jax.tensors._sparse import sparse_coo as sparse_coo
@@ -282,6 +285,8 @@ __all__ = [
     "eye",
     "flatten",
     "flip",
+    "view_as_complex",
+    "view_as_real",
     "FloatTensor",
     "floor",
     "floor_divide",
@@ -321,6 +326,7 @@ __all__ = [
     "logspace",
     "logsumexp",
     "LongTensor",
+    "DoubleTensor",
     "lt",
     "manual_seed",
     "masked_fill",

@@ -217,7 +217,13 @@ def randperm(
     return _leaf(value, requires_grad, device, "randperm")
 
 
-def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(
+    *sizes: Any,
+    size: Any = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """A Tensor of ones (float32 unless ``dtype``).
 
     Example:
@@ -225,11 +231,17 @@ def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool 
         >>> tp.ones(2)
         tensor([1., 1.])
     """
-    value = _filled(_size("ones", size), 1, dtype or DEFAULT_FLOAT)
+    value = _filled(_size("ones", sizes or (size,)), 1, dtype or DEFAULT_FLOAT)
     return _leaf(value, requires_grad, device, "ones")
 
 
-def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(
+    *sizes: Any,
+    size: Any = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """A Tensor of zeros (float32 unless ``dtype``).
 
     Example:
@@ -237,11 +249,17 @@ def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         >>> tp.zeros(2, device="cpu")
         tensor([0., 0.])
     """
-    value = _filled(_size("zeros", size), 0, dtype or DEFAULT_FLOAT)
+    value = _filled(_size("zeros", sizes or (size,)), 0, dtype or DEFAULT_FLOAT)
     return _leaf(value, requires_grad, device, "zeros")
 
 
-def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def empty(
+    *sizes: Any,
+    size: Any = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """A Tensor to be overwritten (float32 unless ``dtype``); JAX has no uninitialised memory,
     so it holds zeros.
 
@@ -250,7 +268,7 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         >>> tp.empty(2, 3).shape
         (2, 3)
     """
-    value = _filled(_size("empty", size), 0, dtype or DEFAULT_FLOAT)
+    value = _filled(_size("empty", sizes or (size,)), 0, dtype or DEFAULT_FLOAT)
     return _leaf(value, requires_grad, device, "empty")
 
 
@@ -467,3 +485,4 @@ def _typed_tensor(kind: str, dtype: Any) -> Any:
 
 LongTensor = _typed_tensor("LongTensor", jnp.int64)
 FloatTensor = _typed_tensor("FloatTensor", jnp.float32)
+DoubleTensor = _typed_tensor("DoubleTensor", jnp.float64)

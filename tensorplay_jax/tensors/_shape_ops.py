@@ -349,6 +349,44 @@ def tensor_split(input: Any, indices_or_sections: Any, dim: int = 0) -> tuple[Te
 
 
 # ------------------------------------------------------------------ reordering and repeating
+def _view_as_real(x: jax.Array) -> jax.Array:
+    return jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+
+
+def view_as_real(input: Any) -> Tensor:
+    """A complex Tensor as a real one with a last dimension of 2 (real, imaginary parts);
+    a copy here (JAX arrays share no memory), gradients flow as through torch's view.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.view_as_real(tp.tensor([1 + 2j])).tolist()
+        [[1.0, 2.0]]
+    """
+    if not jnp.issubdtype(jnp.result_type(input), jnp.complexfloating):
+        raise RuntimeError(
+            f"view_as_real is only supported for complex tensors, got {jnp.result_type(input)}"
+        )
+    return call_op(_view_as_real, "ViewAsRealBackward", (input,), saves=False)
+
+
+def _view_as_complex(x: jax.Array) -> jax.Array:
+    return jax.lax.complex(x[..., 0], x[..., 1])
+
+
+def view_as_complex(input: Any) -> Tensor:
+    """The inverse of :func:`view_as_real`: a real Tensor whose last dimension is 2 as complex.
+
+    Example:
+        >>> import tensorplay_jax as tp
+        >>> tp.view_as_complex(tp.tensor([[1.0, 2.0]])).tolist()
+        [(1+2j)]
+    """
+    shape = tuple(jnp.shape(input))
+    if not shape or shape[-1] != 2:
+        raise RuntimeError(f"Tensor must have a last dimension of size 2, got shape {shape}")
+    return call_op(_view_as_complex, "ViewAsComplexBackward", (input,), saves=False)
+
+
 def _flip(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
     return jnp.flip(x, axes)
 
