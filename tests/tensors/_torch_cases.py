@@ -401,7 +401,33 @@ CASES: dict[str, Case] = {
     "index_add_inplace": Case(
         lambda m, x, s: (x * 1).index_add_(0, m.tensor([0, 0]), s), (_n(2, 3), _n(2, 3))
     ),
+    "augmented_assignment": Case(lambda m, x, v: _augmented(x, v), (_n(2, 3), _pos(2, 3))),
+    "augmented_assignment_reaches_the_model": Case(
+        lambda m, x: _sgd_step(m, x), (_n(4, 2),)
+    ),
 }
+
+
+def _augmented(x: Any, v: Any) -> Any:
+    y = x * 1.0
+    alias = y
+    y += v
+    y *= x
+    y -= 0.5
+    y /= v
+    y **= 2
+    return y, alias  # the alias sees every write: the same Tensor
+
+
+def _sgd_step(m: Any, x: Any) -> Any:
+    lin = m.nn.Linear(2, 1, bias=False)
+    with m.no_grad():
+        lin.weight.copy_(m.tensor([[0.5, -0.25]]))
+    (lin(x) ** 2).sum().backward()
+    for p in lin.parameters():
+        with m.no_grad():
+            p -= 0.1 * p.grad  # the model's own parameter moves
+    return lin(x)
 
 
 def _written(x: Any, v: Any) -> Any:
