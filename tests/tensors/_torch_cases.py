@@ -402,9 +402,7 @@ CASES: dict[str, Case] = {
         lambda m, x, s: (x * 1).index_add_(0, m.tensor([0, 0]), s), (_n(2, 3), _n(2, 3))
     ),
     "augmented_assignment": Case(lambda m, x, v: _augmented(x, v), (_n(2, 3), _pos(2, 3))),
-    "augmented_assignment_reaches_the_model": Case(
-        lambda m, x: _sgd_step(m, x), (_n(4, 2),)
-    ),
+    "augmented_assignment_reaches_the_model": Case(lambda m, x: _sgd_step(m, x), (_n(4, 2),)),
 }
 
 
