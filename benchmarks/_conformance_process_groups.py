@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import unittest
 from collections.abc import Callable
 from functools import reduce, wraps
 from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
 
 import tensorplay_jax as tp
 import tensorplay_jax.distributed as dist
@@ -244,6 +247,11 @@ def process_group_test_case(base: type) -> type:
             """torch's parent process prepares the world here; the runner has."""
 
         def run_test(self, test_name: str, parent_pipe: Any) -> None:
+            # torch seeds every rank alike first (common_utils.set_rng_seed: SEED = 1234),
+            # so tests that draw random tensors on each rank expect the same values
+            tp.manual_seed(1234)
+            random.seed(1234)
+            np.random.seed(1234)
             getattr(self, test_name)()
 
         @property

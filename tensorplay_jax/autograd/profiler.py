@@ -59,6 +59,8 @@ def _event(e: tuple, shapes: bool) -> FunctionEvent:
     if cat == "pg" and name.startswith("pg."):
         name = f"{args.get('backend', 'gloo')}:{name[3:]}"
     shape = [list(args["shape"])] if shapes and "shape" in args else []
+    if shape and "complex" in str(args.get("dtype", "")):
+        shape[0].append(2)  # as tensorplay records a complex tensor: its real view
     return FunctionEvent(name, dur / 1e3, 1, cat == "pg", shape, tid, t0 / 1e3)
 
 

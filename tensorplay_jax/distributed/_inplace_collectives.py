@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from tensorplay_jax import process_group as pg
 from tensorplay_jax.collectives.reduce_op import normalize_op
@@ -131,8 +132,35 @@ def all_reduce(
     returned."""
     if not isinstance(tensor, Tensor):
         return pg.all_reduce(tensor, op, group, async_op)
+    _complex_op_check("all_reduce", [tensor], op)
     _fill("all_reduce", tensor, pg.all_reduce(tensor.value, op, group))
     return _written(async_op, [tensor])
+
+
+def _complex_op_check(fn: str, tensors: Sequence[Any], op: Any) -> None:
+    """tensorplay's refusal of an op with no meaning on complex numbers (max, min, ...)."""
+    if normalize_op(fn, op) in (ReduceOp.SUM, ReduceOp.AVG):
+        return
+    if any(jnp.issubdtype(jnp.result_type(_array(t)), jnp.complexfloating) for t in tensors):
+        raise ValueError(f"{fn} does not support {op} on complex tensors")
+
+
+def _flat(fn: str, tensors: Sequence[Any]) -> Any:
+    """The tensors' elements in one vector (one dtype), for one collective over all of them."""
+    values = [jnp.asarray(_array(t)) for t in tensors]
+    dtypes = {v.dtype for v in values}
+    if len(dtypes) != 1:
+        raise TypeError(f"{fn}: the tensors must have one dtype, got {sorted(map(str, dtypes))}")
+    return jnp.concatenate([v.reshape(-1) for v in values]), [v.shape for v in values]
+
+
+def _split(flat: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
+    out, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        out.append(flat[..., start : start + size].reshape((*flat.shape[:-1], *shape)))
+        start += size
+    return out
 
 
 def all_reduce_coalesced(
@@ -141,19 +169,17 @@ def all_reduce_coalesced(
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Any:
-    """tensorplay's ``all_reduce_coalesced``: each Tensor of ``tensors`` reduced in place."""
+    """tensorplay's ``all_reduce_coalesced``: every Tensor of ``tensors`` reduced in place, in
+    one collective over all their elements (they share a dtype)."""
+    fn = "all_reduce_coalesced"
     items = [tensors] if isinstance(tensors, Tensor) else list(tensors)
-    for t in items:
-        if not isinstance(t, Tensor):
-            raise TypeError(
-                f"all_reduce_coalesced: tensors must be Tensors, got {type(t).__name__}"
-            )
-        if jnp.issubdtype(t.dtype, jnp.complexfloating) and normalize_op(
-            "all_reduce_coalesced", op
-        ) not in (ReduceOp.SUM, ReduceOp.AVG):
-            raise ValueError(f"all_reduce does not support {op} on complex tensors")
-    for t in items:
-        _fill("all_reduce_coalesced", t, pg.all_reduce(t.value, op, group))
+    bad = [type(t).__name__ for t in items if not isinstance(t, Tensor)]
+    if bad:
+        raise TypeError(f"{fn}: tensors must be Tensors, got {bad[0]}")
+    _complex_op_check("all_reduce", items, op)
+    flat, shapes = _flat(fn, items)
+    for t, value in zip(items, _split(pg.all_reduce(flat, op, group), shapes), strict=True):
+        _fill(fn, t, value)
     return _written(async_op, items)
 
 
@@ -164,10 +190,9 @@ def all_gather_coalesced(
     async_op: bool = False,
 ) -> Any:
     """tensorplay's ``all_gather_coalesced``: ``output_tensor_lists[j][i]`` gets rank j's
-    ``input_tensor_list[i]``."""
+    ``input_tensor_list[i]``, in one collective over all of them (they share a dtype)."""
     fn = "all_gather_coalesced"
-    n = _size(group)
-    outputs = _list(fn, "output_tensor_lists", output_tensor_lists, n)
+    outputs = _list(fn, "output_tensor_lists", output_tensor_lists, _size(group))
     inputs = list(input_tensor_list)
     for j, row in enumerate(outputs):
         if not isinstance(row, list) or len(row) != len(inputs):
@@ -175,10 +200,11 @@ def all_gather_coalesced(
                 f"{fn}: output_tensor_lists[{j}] must be a list of {len(inputs)} tensors, one "
                 "per input."
             )
-    for i, x in enumerate(inputs):
-        stacked = pg.all_gather(_array(x), group)
+    flat, shapes = _flat(fn, inputs)
+    pieces = _split(pg.all_gather(flat, group), shapes)  # piece i: (N, *shape_i)
+    for i, piece in enumerate(pieces):
         for j, row in enumerate(outputs):
-            _fill_slot(fn, row, i, stacked[j])
+            _fill_slot(fn, row, i, piece[j])
     return _written(async_op, outputs)
 
 

@@ -9,6 +9,7 @@ DDP under distributed autograd.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
@@ -184,6 +185,22 @@ def _fp16(got: dict) -> None:
     got["api/two_devices"] = error_text(DDP, _mlp(), device_ids=[0, 1])
 
 
+def _pickled(got: dict) -> None:
+    """``tp.save(ddp_model)`` / ``tp.load``: the loaded model trains as the saved one would."""
+    rank = dist.get_rank()
+    buf = io.BytesIO()
+    tp.save(DDP(_mlp(), timeout=TIMEOUT), buf)
+    buf.seek(0)
+    loaded = tp.load(buf, weights_only=False)
+    got["pickled/params"] = _params(loaded.module)
+    _loss(loaded, *C.batch(rank)).backward()
+    got["pickled/grads"] = _grads(loaded.module)
+    sub = dist.new_group([0, 1])
+    if rank < 2:
+        on_sub = DDP(_mlp(), process_group=sub, timeout=TIMEOUT)
+        got["pickled/subgroup"] = error_text(tp.save, on_sub, io.BytesIO())
+
+
 def _join(got: dict) -> None:
     rank = dist.get_rank()
     model = _mlp()
@@ -344,6 +361,7 @@ def scenarios() -> None:
     _unused(got)
     _buffers(got)
     _fp16(got)
+    _pickled(got)
     _join(got)
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=n)
     _dist_autograd(got)

@@ -189,6 +189,23 @@ def test_bad_arguments_are_clear_errors(got):
     assert got[0]["api/two_devices"].startswith("ValueError: DistributedDataParallel: device_ids")
 
 
+def test_a_saved_and_loaded_ddp_model_averages_gradients_as_before(got):
+    params = got[0]["pickled/params"]
+    xs = np.concatenate([C.batch(r)[0] for r in range(N)])
+    ys = np.concatenate([C.batch(r)[1] for r in range(N)])
+    want = _grad(_mlp_loss, params, xs, ys)
+    for r in range(N):
+        _close(got[r]["pickled/params"], params, what=f"rank {r} loaded")
+        _close(got[r]["pickled/grads"], want, what=f"rank {r}")
+
+
+def test_a_ddp_model_on_another_group_refuses_to_be_saved_as_torchs(got):
+    assert got[0]["pickled/subgroup"].startswith(
+        "RuntimeError: DDP Pickling/Unpickling are only supported when using DDP with the "
+        "default process group."
+    )
+
+
 def test_a_module_without_trainable_parameters_is_torchs_error():
     import tensorplay_jax as tp
     from tensorplay_jax.nn.parallel import DistributedDataParallel

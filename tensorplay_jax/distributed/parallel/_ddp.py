@@ -168,15 +168,41 @@ class DistributedDataParallel(Module, Joinable):
         self._check_same_model(named)
         if init_sync:
             _sync_states(self._states(), self._group_ranks[0], process_group)
-        self.reducer = Reducer(
+        self._timeout_s = DEFAULT_PG_TIMEOUT_S if timeout is None else float(timeout)
+        self.reducer = self._new_reducer()
+        self._comm_hook_set = False
+
+    def _new_reducer(self) -> Reducer:
+        named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
+        return Reducer(
             [p for _, p in named],
             [n for n, _ in named],
-            process_group,
+            self.process_group,
             self.bucket_bytes_cap,
-            find_unused_parameters or static_graph,
-            DEFAULT_PG_TIMEOUT_S if timeout is None else float(timeout),
+            self.find_unused_parameters or self.static_graph,
+            self._timeout_s,
         )
-        self._comm_hook_set = False
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """The module and options, without the reducer (``torch.save(ddp_model, f)``); only
+        for DDP on the default group, as tensorplay's."""
+        if self.process_group is not None and self.process_group is not dist.group.WORLD:
+            raise RuntimeError(
+                "DDP Pickling/Unpickling are only supported when using DDP with the default "
+                "process group. That is, when you have called init_process_group and have "
+                "not passed process_group argument to DDP constructor"
+            )
+        state = dict(self.__dict__)
+        del state["reducer"]
+        state["_comm_hook_set"] = False  # a communication hook is not saved
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Loaded in a process of the job: the reducer is made anew on the default group."""
+        self.__dict__.update(state)
+        self.process_group = None
+        self.reducer = self._new_reducer()
 
     # ------------------------------------------------------------------ set-up
     def _states(self) -> list[Tensor]:
