@@ -113,6 +113,13 @@ def _size(group: ProcessGroup | None) -> int:
     return pg.get_world_size(group)
 
 
+def _member(fn: str, group: ProcessGroup | None) -> None:
+    """Raise ``NotAMember`` on a process outside ``group``: the call then warns and does
+    nothing (``members_only``), as tensorplay's."""
+    if group is not None and pg.get_rank(group) < 0:
+        raise pg.NotAMember(fn, pg.get_rank())
+
+
 def _global(group: ProcessGroup | None, rank: int | None, group_rank: int | None) -> int | None:
     """A global rank from ``rank`` or ``group_rank`` (tensorplay's ``group_src``/``group_dst``)."""
     if group_rank is None:
@@ -122,6 +129,7 @@ def _global(group: ProcessGroup | None, rank: int | None, group_rank: int | None
     return pg.get_global_rank(group, group_rank)
 
 
+@pg.members_only
 def all_reduce(
     tensor: Any,
     op: ReduceOp | str = ReduceOp.SUM,
@@ -132,6 +140,7 @@ def all_reduce(
     returned."""
     if not isinstance(tensor, Tensor):
         return pg.all_reduce(tensor, op, group, async_op)
+    _member("all_reduce", group)
     _complex_op_check("all_reduce", [tensor], op)
     _fill("all_reduce", tensor, pg.all_reduce(tensor.value, op, group))
     return _written(async_op, [tensor])
@@ -163,6 +172,7 @@ def _split(flat: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
     return out
 
 
+@pg.members_only
 def all_reduce_coalesced(
     tensors: Any,
     op: ReduceOp | str = ReduceOp.SUM,
@@ -171,6 +181,7 @@ def all_reduce_coalesced(
 ) -> Any:
     """tensorplay's ``all_reduce_coalesced``: every Tensor of ``tensors`` reduced in place, in
     one collective over all their elements (they share a dtype)."""
+    _member("all_reduce_coalesced", group)
     fn = "all_reduce_coalesced"
     items = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     bad = [type(t).__name__ for t in items if not isinstance(t, Tensor)]
@@ -183,6 +194,7 @@ def all_reduce_coalesced(
     return _written(async_op, items)
 
 
+@pg.members_only
 def all_gather_coalesced(
     output_tensor_lists: Any,
     input_tensor_list: Any,
@@ -191,6 +203,7 @@ def all_gather_coalesced(
 ) -> Any:
     """tensorplay's ``all_gather_coalesced``: ``output_tensor_lists[j][i]`` gets rank j's
     ``input_tensor_list[i]``, in one collective over all of them (they share a dtype)."""
+    _member("all_gather_coalesced", group)
     fn = "all_gather_coalesced"
     outputs = _list(fn, "output_tensor_lists", output_tensor_lists, _size(group))
     inputs = list(input_tensor_list)
@@ -208,6 +221,7 @@ def all_gather_coalesced(
     return _written(async_op, outputs)
 
 
+@pg.members_only
 def broadcast(
     tensor: Any,
     src: int | None = None,
@@ -219,10 +233,12 @@ def broadcast(
     src = _global(group, src, group_src)
     if not isinstance(tensor, Tensor):
         return pg.broadcast(tensor, src, group, async_op)
+    _member("broadcast", group)
     _fill("broadcast", tensor, pg.broadcast(tensor.value, src, group))
     return _written(async_op, [tensor])
 
 
+@pg.members_only
 def reduce(
     tensor: Any,
     dst: int | None = None,
@@ -235,12 +251,14 @@ def reduce(
     dst = _global(group, dst, group_dst)
     if not isinstance(tensor, Tensor):
         return pg.reduce(tensor, dst, op, group, async_op)
+    _member("reduce", group)
     out = pg.reduce(tensor.value, dst, op, group)
     if pg.get_rank() == dst:
         _fill("reduce", tensor, out)
     return _written(async_op, [tensor])
 
 
+@pg.members_only
 def all_gather(tensor_list: Any, *args: Any, **kwargs: Any) -> Any:
     """tensorplay's ``all_gather(tensor_list, tensor, group=None, async_op=False)``: slot j
     gets rank j's ``tensor``. The JAX form ``all_gather(x, group=None, async_op=False)``
@@ -253,12 +271,14 @@ def all_gather(tensor_list: Any, *args: Any, **kwargs: Any) -> Any:
 def _all_gather(
     tensor_list: list[Any], tensor: Any, group: ProcessGroup | None = None, async_op: bool = False
 ) -> Any:
+    _member("all_gather", group)
     fn = "all_gather"
     outputs = _list(fn, "tensor_list", tensor_list, _size(group))
     _fill_list(fn, tensor_list, pg.all_gather(_array(tensor), group))
     return _written(async_op, outputs)
 
 
+@pg.members_only
 def gather(tensor: Any, *args: Any, **kwargs: Any) -> Any:
     """tensorplay's ``gather(tensor, gather_list=None, dst=None, group=None, async_op=False,
     group_dst=None)``: ``dst``'s ``gather_list`` gets every rank's ``tensor``. The JAX form
@@ -278,6 +298,7 @@ def _gather(
     async_op: bool = False,
     group_dst: int | None = None,
 ) -> Any:
+    _member("gather", group)
     fn = "gather"
     dst = _global(group, dst, group_dst)
     dst = 0 if dst is None else dst
@@ -296,6 +317,7 @@ def _gather(
     return _written(async_op, list(gather_list or []))
 
 
+@pg.members_only
 def scatter(tensor: Any, *args: Any, **kwargs: Any) -> Any:
     """tensorplay's ``scatter(tensor, scatter_list=None, src=None, group=None, async_op=False,
     group_src=None)``: ``tensor`` on rank i gets ``src``'s ``scatter_list[i]``. The JAX form
@@ -315,6 +337,7 @@ def _scatter(
     async_op: bool = False,
     group_src: int | None = None,
 ) -> Any:
+    _member("scatter", group)
     fn = "scatter"
     src = _global(group, src, group_src)
     src = 0 if src is None else src
@@ -334,6 +357,7 @@ def _scatter(
     return _result(fn, tensor, out, async_op)
 
 
+@pg.members_only
 def reduce_scatter(output: Any, *args: Any, **kwargs: Any) -> Any:
     """tensorplay's ``reduce_scatter(output, input_list, op=SUM, group=None, async_op=False)``:
     ``output`` on rank i gets the reduction of every rank's ``input_list[i]``. The JAX form
@@ -351,6 +375,7 @@ def _reduce_scatter(
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Any:
+    _member("reduce_scatter", group)
     fn = "reduce_scatter"
     stacked = _stack(fn, "input_list", _list(fn, "input_list", input_list, _size(group)))
     return _result(fn, output, pg.reduce_scatter(stacked, op, group), async_op)
@@ -365,16 +390,19 @@ def _result(fn: str, output: Any, value: Any, async_op: bool) -> Any:
     return _written(async_op, [output])
 
 
+@pg.members_only
 def all_gather_into_tensor(
     output_tensor: Any, input_tensor: Any, group: ProcessGroup | None = None, async_op: bool = False
 ) -> Any:
     """Every rank's ``input_tensor`` concatenated (or stacked) into ``output_tensor``: a Tensor
     in place, or returned."""
+    _member("all_gather_into_tensor", group)
     fn = "all_gather_into_tensor"
     out = pg.all_gather_into_tensor(_array(output_tensor), _array(input_tensor), group)
     return _result(fn, output_tensor, out, async_op)
 
 
+@pg.members_only
 def reduce_scatter_tensor(
     output: Any,
     input: Any,  # tensorplay's name
@@ -384,10 +412,12 @@ def reduce_scatter_tensor(
 ) -> Any:
     """Rank i's block of the reduction of every rank's ``input``, into ``output``: a Tensor in
     place, or returned."""
+    _member("reduce_scatter_tensor", group)
     out = pg.reduce_scatter_tensor(_array(output), _array(input), op, group)
     return _result("reduce_scatter_tensor", output, out, async_op)
 
 
+@pg.members_only
 def all_to_all(output_tensor_list: Any, *args: Any, **kwargs: Any) -> Any:
     """tensorplay's ``all_to_all(output_tensor_list, input_tensor_list, group=None,
     async_op=False)``: ``output_tensor_list[j]`` on rank i gets rank j's
@@ -404,6 +434,7 @@ def _all_to_all(
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Any:
+    _member("all_to_all", group)
     fn = "all_to_all"
     n = _size(group)
     outputs = _list(fn, "output_tensor_list", output_tensor_list, n)
@@ -412,6 +443,7 @@ def _all_to_all(
     return _written(async_op, outputs)
 
 
+@pg.members_only
 def all_to_all_single(output: Any, *args: Any, **kwargs: Any) -> Any:
     """tensorplay's ``all_to_all_single(output, input, output_split_sizes=None,
     input_split_sizes=None, group=None, async_op=False)``, into ``output``. The JAX form
@@ -431,6 +463,7 @@ def _all_to_all_single(
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Any:
+    _member("all_to_all_single", group)
     out = pg.all_to_all_single(_array(input), output_split_sizes, input_split_sizes, group)
     return _result("all_to_all_single", output, out, async_op)
 
@@ -463,6 +496,7 @@ class _Filling(Work):
         return [self._tensor]
 
 
+@pg.members_only
 def irecv(
     tensor: Any,
     src: int | None = None,
@@ -472,10 +506,12 @@ def irecv(
 ) -> Work:
     """Queue receiving into ``tensor`` (a Tensor is filled when the Work is waited on; for an
     array, ``result()`` is the received array)."""
+    _member("irecv", group)
     work = pg.irecv(_array(tensor), src, group, tag, group_src)
     return _Filling(work, tensor) if isinstance(tensor, Tensor) else work
 
 
+@pg.members_only
 def recv(
     tensor: Any,
     src: int | None = None,
@@ -488,6 +524,7 @@ def recv(
     tensorplay's), or the received array returned."""
     if not isinstance(tensor, Tensor):
         return pg.recv(tensor, src, group, tag, group_src, async_op)
+    _member("recv", group)
     work = irecv(tensor, src, group, tag, group_src)
     if async_op:
         return work

@@ -73,6 +73,7 @@ from tensorplay_jax.process_group._debug_level import set_debug_level as set_deb
 from tensorplay_jax.process_group._debug_level import (
     set_debug_level_from_env as set_debug_level_from_env,
 )
+from tensorplay_jax.process_group._group import NotAMember as NotAMember
 from tensorplay_jax.process_group._group import ProcessGroup as ProcessGroup
 from tensorplay_jax.process_group._group import barrier as barrier
 from tensorplay_jax.process_group._group import destroy_process_group as destroy_process_group
@@ -81,6 +82,7 @@ from tensorplay_jax.process_group._group import get_rank as get_rank
 from tensorplay_jax.process_group._group import get_world_size as get_world_size
 from tensorplay_jax.process_group._group import init_process_group as init_process_group
 from tensorplay_jax.process_group._group import is_initialized as is_initialized
+from tensorplay_jax.process_group._group import members_only as members_only
 from tensorplay_jax.process_group._group import new_group as new_group
 from tensorplay_jax.process_group._membership import GroupMember as GroupMember
 from tensorplay_jax.process_group._membership import get_global_rank as get_global_rank

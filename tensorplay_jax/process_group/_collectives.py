@@ -26,7 +26,7 @@ import numpy as np
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp, check_op_dtype, normalize_op
 from tensorplay_jax.process_group import _descriptor
-from tensorplay_jax.process_group._group import ProcessGroup, resolve, world
+from tensorplay_jax.process_group._group import ProcessGroup, members_only, resolve, world
 from tensorplay_jax.process_group._work import Work
 from tensorplay_jax.runtime import trace
 from tensorplay_jax.runtime.settings import PG_MAX_NDIM
@@ -121,6 +121,7 @@ def _call(fn: str, method: Callable[..., Any], x: Any, *args: Any) -> Any:
 
 
 # ----------------------------------------------------------------- collectives
+@members_only
 def all_reduce(
     tensor: Any,
     op: ReduceOp | str = ReduceOp.SUM,
@@ -152,6 +153,7 @@ def all_reduce(
     return _done(_call(fn, g.engine.all_reduce, x, op, d), async_op)
 
 
+@members_only
 def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None, async_op: bool = False):
     """Every rank gets ``src``'s ``tensor`` (others pass an array of the same shape).
 
@@ -166,6 +168,7 @@ def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None, async_op
     return _done(_call(fn, g.engine.broadcast, x, s, d), async_op)
 
 
+@members_only
 def reduce(
     tensor: Any,
     dst: int,
@@ -187,6 +190,7 @@ def reduce(
     return _done(_call(fn, g.engine.reduce, x, r, op, d), async_op)
 
 
+@members_only
 def all_gather(tensor: Any, group: ProcessGroup | None = None, async_op: bool = False):
     """Every rank gets every rank's ``tensor``, stacked: shape ``(N, *tensor.shape)``.
 
@@ -200,6 +204,7 @@ def all_gather(tensor: Any, group: ProcessGroup | None = None, async_op: bool = 
     return _done(_call(fn, g.engine.all_gather, x, d), async_op)
 
 
+@members_only
 def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None, async_op: bool = False):
     """``dst`` gets every rank's ``tensor`` stacked to ``(N, ...)``; other ranks get zeros.
 
@@ -214,6 +219,7 @@ def gather(tensor: Any, dst: int = 0, group: ProcessGroup | None = None, async_o
     return _done(_call(fn, g.engine.gather, x, r, d), async_op)
 
 
+@members_only
 def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None, async_op: bool = False):
     """Rank i gets slice i of ``src``'s ``tensor`` of shape ``(N, ...)``.
 
@@ -231,6 +237,7 @@ def scatter(tensor: Any, src: int = 0, group: ProcessGroup | None = None, async_
     return _done(_call(fn, g.engine.scatter, x, r, d), async_op)
 
 
+@members_only
 def reduce_scatter(
     tensor: Any,
     op: ReduceOp | str = ReduceOp.SUM,
@@ -251,6 +258,7 @@ def reduce_scatter(
     return _done(_call(fn, g.engine.reduce_scatter, x, op, d), async_op)
 
 
+@members_only
 def all_to_all(tensor: Any, group: ProcessGroup | None = None, async_op: bool = False):
     """Slice j of each rank's ``(N, ...)`` ``tensor`` goes to rank j: ``y_i[j] = x_j[i]``.
 
@@ -278,6 +286,7 @@ def _splits(fn: str, arg: str, sizes: Any, total: int, n: int) -> tuple[int, ...
     return sizes
 
 
+@members_only
 def all_to_all_single(
     tensor: Any,
     output_split_sizes: list[int] | None = None,
@@ -325,6 +334,7 @@ def _check_dtype(fn: str, out: Any, x: Any) -> None:
         )
 
 
+@members_only
 def all_gather_into_tensor(
     output_tensor: Any,
     input_tensor: Any,
@@ -365,6 +375,7 @@ def all_gather_into_tensor(
     return _done(y.reshape(out.shape), async_op)
 
 
+@members_only
 def reduce_scatter_tensor(
     output: Any,
     input: Any,  # tensorplay's name

@@ -34,6 +34,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 from tensorplay_jax.process_group import _kv, _startup
@@ -286,8 +289,8 @@ def new_group(
         default: the one given to :func:`init_process_group`.
 
     Returns:
-      The group; on a process that is not a member, its ``rank()`` is -1 and
-      collectives on it raise.
+      The group; on a process that is not a member, its ``rank()`` is -1 and a
+      collective on it warns and does nothing (returns None), as tensorplay's.
 
     Example:
       >>> pair = dist.new_group([0, 1])  # doctest: +SKIP
@@ -311,7 +314,7 @@ def new_group(
 
 
 def resolve(fn: str, group: ProcessGroup | None, *, p2p: bool = False) -> ProcessGroup:
-    """The group a collective runs on; raises unless this process is a member.
+    """The group a collective runs on; :class:`NotAMember` unless this process is a member.
 
     Unless ``p2p`` (a send or receive), this process's queued isend/irecv run first
     (:func:`run_pending`), so a collective never overtakes them.
@@ -325,11 +328,34 @@ def resolve(fn: str, group: ProcessGroup | None, *, p2p: bool = False) -> Proces
     if g.engine is None:
         if g not in w.groups:
             raise RuntimeError(f"{fn}: group {list(g.ranks)} has been destroyed.")
-        raise ValueError(
-            f"{fn}: rank {w.rank} is not a member of the group with ranks {list(g.ranks)}; "
-            "only members may call collectives on it."
-        )
+        raise NotAMember(fn, w.rank)
     return g
+
+
+class NotAMember(Exception):
+    """A call on a group this process is not a member of; :func:`members_only` turns it into
+    tensorplay's warning and a call that does nothing."""
+
+    def __init__(self, fn: str, rank: int) -> None:
+        super().__init__(
+            f"Running {fn} on global rank {rank} which does not belong to the given group."
+        )
+        self.fn, self.rank = fn, rank
+
+
+def members_only(func: Callable[..., Any]) -> Callable[..., Any]:
+    """On a process outside the group, the call warns and does nothing (returns None), as
+    tensorplay's collectives do: every rank may run the same code with a subgroup."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except NotAMember as e:
+            warnings.warn(str(e), UserWarning, stacklevel=2)
+            return None
+
+    return call
 
 
 def group_timeout(g: ProcessGroup) -> float:
@@ -388,6 +414,7 @@ def get_backend(group: ProcessGroup | None = None) -> str:
     return w.backend
 
 
+@members_only
 def barrier(
     group: ProcessGroup | None = None,
     async_op: bool = False,

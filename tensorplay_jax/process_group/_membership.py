@@ -20,6 +20,7 @@ from tensorplay_jax.process_group import _group, _kv, _startup
 from tensorplay_jax.process_group._group import (
     ProcessGroup,
     group_timeout,
+    members_only,
     new_group,
     resolve,
     world,
@@ -173,6 +174,7 @@ def new_subgroups(
     return mine, subgroups
 
 
+@members_only
 def monitored_barrier(
     group: ProcessGroup | None = None, timeout: Any = None, wait_all_ranks: bool = False
 ) -> None:
@@ -204,15 +206,20 @@ def monitored_barrier(
     root = g.ranks[0]
     if w.rank != root:
         _kv.set(f"{here}/arrived/{w.rank}", b"1")
+        # tensorplay's words for a rank that arrived while the barrier failed elsewhere
+        reached = (
+            f"{fn}: Rank {w.rank} successfully reached monitoredBarrier, but received errors "
+            f"while waiting for send/recv from rank {root}"
+        )
         try:  # the root answers within t of its own arrival: allow for it arriving late
             verdict = _kv.get(f"{here}/verdict", 2 * t + 1, fn)
         except _kv.KVTimeout:
             raise RuntimeError(
-                f"{fn}: rank {root} (the group's first rank) did not answer within "
+                f"{reached}: rank {root} (the group's first rank) did not answer within "
                 f"{2 * t + 1:.3g}s."
             ) from None
         if verdict != b"ok":
-            raise RuntimeError(verdict.decode())
+            raise RuntimeError(f"{reached}: {verdict.decode()}")
         return
     deadline = time.monotonic() + t
     others = g.ranks[1:]

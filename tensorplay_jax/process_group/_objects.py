@@ -36,7 +36,7 @@ import numpy as np
 
 from tensorplay_jax.process_group import _kv
 from tensorplay_jax.process_group._collectives import all_gather, broadcast, gather, scatter
-from tensorplay_jax.process_group._group import ProcessGroup, resolve, world
+from tensorplay_jax.process_group._group import ProcessGroup, members_only, resolve, world
 from tensorplay_jax.process_group._p2p import _peer, recv, send
 from tensorplay_jax.runtime import secret as _secret
 
@@ -97,8 +97,8 @@ def _sender(ctx: bytes, rank: int) -> bytes:
 
 def _list(fn: str, arg: str, value: Any, n: int | None = None) -> None:
     if not isinstance(value, MutableSequence) or (n is not None and len(value) < n):
-        want = "a list" if n is None else f"a list of at least {n} items (the group size)"
-        raise ValueError(f"{fn}: {arg} must be {want}, got {value!r:.80}.")
+        want = "a list" if n is None else f"a list of size at least {n}"
+        raise ValueError(f"{fn}: Expected argument {arg} to be {want}. Got {value!r:.80}.")
 
 
 def _root(fn: str, arg: str, g: ProcessGroup, rank: int | None, group_rank: int | None) -> int:
@@ -118,6 +118,7 @@ def _padded(datas: list[np.ndarray], width: int) -> np.ndarray:
     return out
 
 
+@members_only
 def all_gather_object(object_list: list[Any], obj: Any, group: ProcessGroup | None = None) -> None:
     """``object_list[i]`` becomes group rank i's ``obj``, on every rank.
 
@@ -142,6 +143,7 @@ def all_gather_object(object_list: list[Any], obj: Any, group: ProcessGroup | No
         object_list[i] = _loads(rows[i, : sizes[i]], _sender(ctx, g.ranks[i]), fn, g.ranks[i])
 
 
+@members_only
 def broadcast_object_list(
     object_list: list[Any],
     src: int | None = None,
@@ -181,6 +183,7 @@ def broadcast_object_list(
             object_list[i] = _loads(piece, ctx + b"/%d" % i, fn, root)
 
 
+@members_only
 def gather_object(
     obj: Any,
     object_gather_list: list[Any] | None = None,
@@ -218,6 +221,7 @@ def gather_object(
             object_gather_list[i] = _loads(rows[i, : sizes[i]], _sender(ctx, sender), fn, sender)
 
 
+@members_only
 def scatter_object_list(
     scatter_object_output_list: list[Any],
     scatter_object_input_list: list[Any] | None = None,
@@ -259,6 +263,7 @@ def scatter_object_list(
     scatter_object_output_list[0] = _loads(row[: sizes[me]], ctx + b"/%d" % me, fn, root)
 
 
+@members_only
 def send_object_list(
     object_list: list[Any],
     dst: int | None = None,
@@ -282,6 +287,7 @@ def send_object_list(
     send(np.concatenate(datas) if datas else np.zeros(0, np.uint8), peer)
 
 
+@members_only
 def recv_object_list(
     object_list: list[Any],
     src: int | None = None,

@@ -35,6 +35,7 @@ import numpy as np
 from tensorplay_jax.process_group._collectives import _array, _desc, _root
 from tensorplay_jax.process_group._group import (
     ProcessGroup,
+    members_only,
     pair_engine,
     resolve,
     run_pending,
@@ -116,6 +117,7 @@ def _queue(fn: str, tensor: Any, src: int, dst: int) -> Work:
     return Work(future)
 
 
+@members_only
 def isend(
     tensor: Any,
     dst: int | None = None,
@@ -137,6 +139,7 @@ def isend(
     return _queue(fn, tensor, world().rank, peer)
 
 
+@members_only
 def irecv(
     tensor: Any,
     src: int | None = None,
@@ -158,6 +161,7 @@ def irecv(
     return _queue(fn, tensor, peer, world().rank)
 
 
+@members_only
 def send(
     tensor: Any,
     dst: int | None = None,
@@ -175,13 +179,16 @@ def send(
     Example:
       >>> dist.send(x, dst=1)  # doctest: +SKIP
     """
-    work = isend(tensor, dst, group, tag, group_dst)
+    fn = "send"
+    _, peer = _peer(fn, "dst", dst, group, group_dst)
+    work = _queue(fn, tensor, world().rank, peer)
     if async_op:
         return work
     work.wait()
     return None
 
 
+@members_only
 def recv(
     tensor: Any,
     src: int | None = None,
@@ -200,7 +207,9 @@ def recv(
     Example:
       >>> y = dist.recv(jnp.zeros(4), src=0)  # doctest: +SKIP
     """
-    work = irecv(tensor, src, group, tag, group_src)
+    fn = "recv"
+    _, peer = _peer(fn, "src", src, group, group_src)
+    work = _queue(fn, tensor, peer, world().rank)
     return work if async_op else work.result()
 
 

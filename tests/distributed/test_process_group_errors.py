@@ -148,10 +148,6 @@ ERRORS = {
         ENGINES,
         ["ValueError: broadcast: src=1 is not a member of the group [0]", "absent"],
     ),
-    "non_member": (
-        ENGINES,
-        ["absent", "ValueError: rank 1 is not a member of the group with ranks [0]"],
-    ),
     "after_destroy": (ENGINES, ["RuntimeError: has not been initialized"] * 2),
 }
 
@@ -194,6 +190,14 @@ def test_shm_mismatched_broadcast_ahead_is_found_within_the_ring_depth(errors):
             errors[r]["shm/broadcast_that_finds_it"], ERRORS["broadcast_that_finds_it"][1][r]
         )
         assert errors[r]["shm/all_reduce_after_ahead"] == 2.0, r  # and the group works on
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_non_member_s_collective_warns_and_does_nothing(errors, engine):
+    assert errors[1][f"{engine}/non_member"] == [
+        "None",
+        ["Running all_reduce on global rank 1 which does not belong to the given group."],
+    ]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
