@@ -110,6 +110,35 @@ def _no_sync(got: dict) -> None:
     got["no_sync/synced"] = _grads(model)
 
 
+class _Alternating(tp.nn.Module):
+    """Rank 0 uses ``a`` then ``b`` on alternate passes; the other ranks ``c`` then ``d``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name in "abcd":
+            setattr(self, name, tp.nn.Linear(C.D_IN, C.D_OUT))
+        self.second = False
+
+    def forward(self, x):
+        first, second = ("a", "b") if dist.get_rank() == 0 else ("c", "d")
+        layer = getattr(self, second if self.second else first)
+        self.second = not self.second
+        return layer(x)
+
+
+def _no_sync_unused(got: dict) -> None:
+    """With find_unused_parameters, a parameter used only in a ``no_sync`` pass since the
+    last sync is averaged at the next synced pass (torch's local-used map)."""
+    rank = dist.get_rank()
+    model = _Alternating()
+    ddp = DDP(model, find_unused_parameters=True, timeout=TIMEOUT)
+    with ddp.no_sync():
+        _loss(ddp, *C.batch(rank, 1)).backward()
+    got["no_sync_unused/local"] = _grads(model)
+    _loss(ddp, *C.batch(rank, 2)).backward()
+    got["no_sync_unused/synced"] = _grads(model)
+
+
 class _Branches(tp.nn.Module):
     """``a`` always; ``b`` only on ranks listed in ``b_on``; ``c`` never."""
 
@@ -358,6 +387,7 @@ def scenarios() -> None:
         _equal_grads(got, "tcp-2", tcp2)
     _overlap(got)
     _no_sync(got)
+    _no_sync_unused(got)
     _unused(got)
     _buffers(got)
     _fp16(got)

@@ -122,6 +122,23 @@ def test_the_next_synced_backward_averages_what_accumulated(got):
 
 
 # ------------------------------------------------------------------ unused parameters
+def test_a_parameter_used_only_without_sync_is_averaged_at_the_next_sync(got):
+    # rank 0 used a (no_sync) then b; the others c then d: every parameter ends with one
+    # gradient on every rank, the mean over ranks of what each accumulated
+    local = [got[r]["no_sync_unused/local"] for r in range(N)]
+    synced = [got[r]["no_sync_unused/synced"] for r in range(N)]
+    a_sum = sum(
+        np.asarray(local[r]["a.weight"]) for r in range(N) if local[r]["a.weight"] is not None
+    )
+    for r in range(N):
+        assert all(g is not None for g in synced[r].values()), (r, synced[r])
+        _close(synced[r], synced[0], what=f"rank {r} against rank 0")
+    assert local[0]["a.weight"] is not None and local[1]["a.weight"] is None
+    np.testing.assert_allclose(synced[0]["a.weight"], a_sum / N, rtol=1e-6)
+    c_sum = sum(np.asarray(local[r]["c.weight"]) for r in range(1, N))
+    np.testing.assert_allclose(synced[0]["c.weight"], c_sum / N, rtol=1e-6)
+
+
 def test_find_unused_parameters_averages_a_branch_only_some_ranks_use(got):
     params = got[0]["unused/params"]
     per_rank = [

@@ -123,6 +123,10 @@ class Reducer:
         self.started = False  # that pass's first hook has run
         self.unfinished: list[int] | None = None  # params a finished pass never made ready
         self._unused: list[int] = []
+        # parameters that got a gradient in a backward pass without sync (``no_sync``) since
+        # the last synced one: torch counts them as used at the next sync, so their
+        # accumulated gradients are averaged and written on every rank
+        self._used_unsynced = np.zeros(len(params), np.int32)
         me = weakref.ref(self)  # the parameters' hooks do not keep this reducer alive
         self._handles = [
             p.register_post_accumulate_grad_hook(functools.partial(_hook, me, i))
@@ -180,6 +184,7 @@ class Reducer:
     def _on_grad(self, i: int, param: Tensor) -> None:
         """Post-accumulate-grad hook of parameter ``i``."""
         if not self.expect:
+            self._used_unsynced[i] = 1
             return
         with self._lock:
             if not self.started:
@@ -250,7 +255,8 @@ class Reducer:
                 self.unfinished = [i for i, r in enumerate(self._ready) if not r]
             used = None
             if self.find_unused and done:
-                local = self._used
+                local = np.maximum(self._used, self._used_unsynced)
+                self._used_unsynced = np.zeros_like(self._used_unsynced)
                 used = _comm.submit(lambda: dist.all_reduce(local, group=self.group))
         span = trace.begin("ddp.wait", "ddp") if trace.RECORDING else None
         try:
