@@ -175,6 +175,8 @@ NOT_APPLICABLE = (
             r"|backend_registry|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
             r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable|_init_rpc_backend"
             r"|internal\.serialize|_get_default_store|_dump_DDP_relevant_env_vars"
+            r"|_get_default_group|_get_pg_config|verify_ddp_error_logged|_get_ddp_logging_data"
+            r"|_set_ddp_runtime_logging_sample_rate"
         ),
     ),
 )
