@@ -13,6 +13,8 @@ transpose rules JAX already has. ``max``/``min`` have no differentiation rule in
 ``jax.lax`` (``pmax``/``pmin``), so they get a ``custom_jvp`` with a *linear* tangent
 rule built from ``psum``; JAX derives reverse mode by transposing it. ``prod`` is
 ``all_gather`` followed by ``jnp.prod``, whose derivative JAX knows (zeros included).
+The bitwise ops (band, bor, bxor) take integer and bool inputs, which have no
+derivative: ``all_gather`` followed by the bitwise reduction.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class ReduceOp(enum.StrEnum):
         ``jnp.argmax``). NaN inputs give no rank a gradient.
       * ``PROD``: as in calculus, the product of the other ranks' values (exact
         with zeros, no division).
+      * ``BAND`` / ``BOR`` / ``BXOR``: bitwise and, or, xor of integer or bool inputs
+        (no derivative).
     """
 
     SUM = "sum"
@@ -50,6 +54,9 @@ class ReduceOp(enum.StrEnum):
     MIN = "min"
     PROD = "prod"
     PRODUCT = "prod"  # tensorplay's name of PROD (the same member)
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
 
 
 def normalize_op(fn_name: str, op: Any) -> ReduceOp:
@@ -83,6 +90,28 @@ def check_op_dtype(fn_name: str, op: ReduceOp, dtype: Any) -> None:
         )
     if op in (ReduceOp.MAX, ReduceOp.MIN) and jnp.issubdtype(dtype, jnp.complexfloating):
         raise TypeError(f"{fn_name}: op={op.value!r} is not defined for complex dtype {dtype}.")
+    if op in _BITWISE and not (
+        jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_)
+    ):
+        raise TypeError(
+            f"{fn_name}: op={op.value!r} needs an integer or bool input, got dtype {dtype}."
+        )
+
+
+# --- band / bor / bxor ------------------------------------------------------------
+_BITWISE = {
+    ReduceOp.BAND: jnp.bitwise_and,
+    ReduceOp.BOR: jnp.bitwise_or,
+    ReduceOp.BXOR: jnp.bitwise_xor,
+}
+
+
+def _bitwise(z: jax.Array, op: ReduceOp) -> jax.Array:
+    """The bitwise reduction over axis 0 of a stacked array, rank by rank."""
+    out = z[0]
+    for k in range(1, z.shape[0]):
+        out = _BITWISE[op](out, z[k])
+    return out
 
 
 # --- max / min ------------------------------------------------------------------
@@ -140,6 +169,8 @@ def stacked_reduce(z: jax.Array, op: ReduceOp) -> jax.Array:
         return jnp.sum(z, axis=0) / z.shape[0]
     if op is ReduceOp.PROD:
         return jnp.prod(z, axis=0)
+    if op in _BITWISE:
+        return _bitwise(z, op)
     return stacked_extremum(z, op is ReduceOp.MAX)
 
 
@@ -152,6 +183,8 @@ def all_reduce_leaf(x: jax.Array, axis_name: Any, op: ReduceOp) -> jax.Array:
         return to_varying(lax.psum(x, axis_name), axis_name) / jnp.asarray(n, x.dtype)
     if op is ReduceOp.PROD:
         return jnp.prod(lax.all_gather(to_varying(x, axis_name), axis_name), axis=0)
+    if op in _BITWISE:
+        return _bitwise(lax.all_gather(to_varying(x, axis_name), axis_name), op)
     return _pextremum(x, axis_name, op is ReduceOp.MAX)
 
 
@@ -168,6 +201,8 @@ def lax_reduce(x: jax.Array, axis_name: Any, op: ReduceOp) -> jax.Array:
         return lax.pmax(x, axis_name)
     if op is ReduceOp.MIN:
         return lax.pmin(x, axis_name)
+    if op in _BITWISE:
+        return _bitwise(lax.all_gather(x, axis_name), op)
     return jnp.prod(lax.all_gather(x, axis_name), axis=0).astype(x.dtype)
 
 
@@ -177,6 +212,9 @@ _UFUNC = {
     ReduceOp.MAX: np.maximum,
     ReduceOp.MIN: np.minimum,
     ReduceOp.PROD: np.multiply,
+    ReduceOp.BAND: np.bitwise_and,
+    ReduceOp.BOR: np.bitwise_or,
+    ReduceOp.BXOR: np.bitwise_xor,
 }
 
 

@@ -64,3 +64,25 @@ def test_integer_inputs_forward():
     y = np.asarray(f(jnp.asarray(x)))
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, np.tile(x.max(0), (N, 1)))
+
+
+@pytest.mark.parametrize(
+    "op,np_op", [("band", np.bitwise_and), ("bor", np.bitwise_or), ("bxor", np.bitwise_xor)]
+)
+@pytest.mark.parametrize("dtype", [np.int32, np.bool_])
+def test_bitwise_ops_on_integers_and_bools(op, np_op, dtype):
+    x = (np.arange(N * 3).reshape(N, 3) * 5 % 7).astype(dtype)
+    want = np_op.reduce(x, axis=0)
+    for name, fn in [
+        ("all_reduce", lambda x, a: C.all_reduce(x, a, op=op)),
+        ("reduce_scatter", lambda x, a: C.reduce_scatter(jnp.stack([x] * N), a, op=op)),
+    ]:
+        got = np.asarray(spmd(fn, "shard_map-jit", N)(jnp.asarray(x)))
+        for r in range(N):
+            np.testing.assert_array_equal(got[r], want, err_msg=f"{name} rank {r}")
+
+
+def test_bitwise_ops_refuse_floats():
+    f = spmd(lambda x, a: C.all_reduce(x, a, op="band"), "shard_map-jit", N)
+    with pytest.raises(TypeError, match="op='band' needs an integer or bool input"):
+        f(jnp.ones((N, 2)))

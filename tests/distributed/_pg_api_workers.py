@@ -205,6 +205,16 @@ def _torch_forms(r: int, n: int) -> dict[str, object]:
     into = tp.zeros(2 * n, 3)
     dist.all_gather_into_tensor(into, mine(r))
     got["all_gather_into_tensor"] = into.numpy()
+    ints = np.array([r + 1, 2 * r + 3, 7 - r, 12], np.int32)
+    for op in ("band", "bor", "bxor"):
+        got[f"bitwise/{op}"] = np.asarray(dist.all_reduce(ints, op=op))
+        got[f"bitwise/{op}/reduce_scatter"] = np.asarray(
+            dist.reduce_scatter(np.stack([ints] * n), op=op)
+        )
+    got["bitwise/floats"] = error_text(dist.all_reduce, np.ones(2, np.float32), op="band")
+    got["bitwise/complex_tensor"] = error_text(
+        dist.all_reduce, tp.tensor([1 + 1j]), op=dist.ReduceOp.BAND
+    )
     with profiler.profile(record_shapes=True) as prof:
         dist.all_reduce(mine(r))
     got["profile"] = [(e.name, e.is_async, e.input_shapes) for e in prof.function_events]

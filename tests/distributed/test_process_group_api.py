@@ -210,6 +210,25 @@ def test_tensorplay_forms_fill_output_lists(api):
         )
 
 
+def test_bitwise_reductions_of_integers(api):
+    n = len(api)
+    ints = np.stack([np.array([k + 1, 2 * k + 3, 7 - k, 12], np.int32) for k in range(n)])
+    oracle = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+    for got in api:
+        for op, fn in oracle.items():
+            np.testing.assert_array_equal(got[f"torch_forms/bitwise/{op}"], fn.reduce(ints))
+            np.testing.assert_array_equal(
+                got[f"torch_forms/bitwise/{op}/reduce_scatter"], fn.reduce(ints)
+            )
+        _raised(got["torch_forms/bitwise/floats"], "TypeError", "needs an integer or bool input")
+        _raised(
+            got["torch_forms/bitwise/complex_tensor"],
+            "ValueError",
+            "all_reduce does not support",
+            "on complex tensors",
+        )
+
+
 def test_tensorplay_forms_receive_into_tensors(api):
     n = len(api)
     for r, got in enumerate(api):
