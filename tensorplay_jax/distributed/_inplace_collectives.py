@@ -15,7 +15,8 @@ function here takes tensorplay's signature and its JAX form alike:
   written Tensors), the sender's rank for ``recv``;
 - an output list of arrays gets the results in its slots;
 - with ``jax.Array`` or NumPy inputs in the JAX form the call is
-  ``process_group``'s, returning the result.
+  ``process_group``'s, returning the result;
+- on a process outside ``group`` the call warns and does nothing, as tensorplay's.
 
 Example (one process per rank):
   >>> import tensorplay_jax as tp
@@ -154,13 +155,17 @@ def _complex_op_check(fn: str, tensors: Sequence[Any], op: Any) -> None:
         raise ValueError(f"{fn} does not support {op} on complex tensors")
 
 
-def _flat(fn: str, tensors: Sequence[Any]) -> Any:
-    """The tensors' elements in one vector (one dtype), for one collective over all of them."""
+def _by_dtype(tensors: Sequence[Any]) -> list[tuple[list[int], Any, list[tuple[int, ...]]]]:
+    """The tensors grouped by dtype: per group, their indices, their elements in one vector
+    and their shapes (one collective per group moves them all)."""
+    groups: dict[Any, list[int]] = {}
     values = [jnp.asarray(_array(t)) for t in tensors]
-    dtypes = {v.dtype for v in values}
-    if len(dtypes) != 1:
-        raise TypeError(f"{fn}: the tensors must have one dtype, got {sorted(map(str, dtypes))}")
-    return jnp.concatenate([v.reshape(-1) for v in values]), [v.shape for v in values]
+    for i, v in enumerate(values):
+        groups.setdefault(v.dtype, []).append(i)
+    return [
+        (idx, jnp.concatenate([values[i].reshape(-1) for i in idx]), [values[i].shape for i in idx])
+        for idx in groups.values()
+    ]
 
 
 def _split(flat: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
@@ -180,7 +185,7 @@ def all_reduce_coalesced(
     async_op: bool = False,
 ) -> Any:
     """tensorplay's ``all_reduce_coalesced``: every Tensor of ``tensors`` reduced in place, in
-    one collective over all their elements (they share a dtype)."""
+    one collective per dtype over all their elements."""
     _member("all_reduce_coalesced", group)
     fn = "all_reduce_coalesced"
     items = [tensors] if isinstance(tensors, Tensor) else list(tensors)
@@ -188,9 +193,9 @@ def all_reduce_coalesced(
     if bad:
         raise TypeError(f"{fn}: tensors must be Tensors, got {bad[0]}")
     _complex_op_check("all_reduce", items, op)
-    flat, shapes = _flat(fn, items)
-    for t, value in zip(items, _split(pg.all_reduce(flat, op, group), shapes), strict=True):
-        _fill(fn, t, value)
+    for idx, flat, shapes in _by_dtype(items):
+        for i, value in zip(idx, _split(pg.all_reduce(flat, op, group), shapes), strict=True):
+            _fill(fn, items[i], value)
     return _written(async_op, items)
 
 
@@ -202,7 +207,7 @@ def all_gather_coalesced(
     async_op: bool = False,
 ) -> Any:
     """tensorplay's ``all_gather_coalesced``: ``output_tensor_lists[j][i]`` gets rank j's
-    ``input_tensor_list[i]``, in one collective over all of them (they share a dtype)."""
+    ``input_tensor_list[i]``, in one collective per dtype over all of them."""
     _member("all_gather_coalesced", group)
     fn = "all_gather_coalesced"
     outputs = _list(fn, "output_tensor_lists", output_tensor_lists, _size(group))
@@ -213,11 +218,11 @@ def all_gather_coalesced(
                 f"{fn}: output_tensor_lists[{j}] must be a list of {len(inputs)} tensors, one "
                 "per input."
             )
-    flat, shapes = _flat(fn, inputs)
-    pieces = _split(pg.all_gather(flat, group), shapes)  # piece i: (N, *shape_i)
-    for i, piece in enumerate(pieces):
-        for j, row in enumerate(outputs):
-            _fill_slot(fn, row, i, piece[j])
+    for idx, flat, shapes in _by_dtype(inputs):
+        pieces = _split(pg.all_gather(flat, group), shapes)  # piece k: (N, *shapes[k])
+        for i, piece in zip(idx, pieces, strict=True):
+            for j, row in enumerate(outputs):
+                _fill_slot(fn, row, i, piece[j])
     return _written(async_op, outputs)
 
 

@@ -205,6 +205,12 @@ def _torch_forms(r: int, n: int) -> dict[str, object]:
     into = tp.zeros(2 * n, 3)
     dist.all_gather_into_tensor(into, mine(r))
     got["all_gather_into_tensor"] = into.numpy()
+    a, b = mine(r), tp.tensor(np.arange(3, dtype=np.int32) * (r + 1))
+    dist.all_reduce_coalesced([a, b])  # two dtypes
+    got["coalesced/all_reduce"] = [a.numpy(), b.numpy()]
+    rows = [[tp.zeros(2, 3), tp.zeros(3, dtype=tp.int32)] for _ in range(n)]
+    dist.all_gather_coalesced(rows, [mine(r), tp.tensor(np.arange(3, dtype=np.int32) * (r + 1))])
+    got["coalesced/all_gather"] = [[o.numpy() for o in row] for row in rows]
     ints = np.array([r + 1, 2 * r + 3, 7 - r, 12], np.int32)
     for op in ("band", "bor", "bxor"):
         got[f"bitwise/{op}"] = np.asarray(dist.all_reduce(ints, op=op))

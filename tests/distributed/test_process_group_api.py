@@ -210,6 +210,18 @@ def test_tensorplay_forms_fill_output_lists(api):
         )
 
 
+def test_coalesced_calls_fill_every_tensor_of_every_dtype(api):
+    n = len(api)
+    xs = [W.inputs(k, (2, 3)) for k in range(n)]
+    ks = [np.arange(3, dtype=np.int32) * (k + 1) for k in range(n)]
+    for got in api:
+        _close(got["torch_forms/coalesced/all_reduce"][0], np.sum(xs, 0))
+        np.testing.assert_array_equal(got["torch_forms/coalesced/all_reduce"][1], np.sum(ks, 0))
+        for j, row in enumerate(got["torch_forms/coalesced/all_gather"]):
+            _close(row[0], xs[j])
+            np.testing.assert_array_equal(row[1], ks[j])
+
+
 def test_bitwise_reductions_of_integers(api):
     n = len(api)
     ints = np.stack([np.array([k + 1, 2 * k + 3, 7 - k, 12], np.int32) for k in range(n)])
