@@ -59,8 +59,10 @@ def _event(e: tuple, shapes: bool) -> FunctionEvent:
     if cat == "pg" and name.startswith("pg."):
         name = f"{args.get('backend', 'gloo')}:{name[3:]}"
     shape = [list(args["shape"])] if shapes and "shape" in args else []
-    if shape and "complex" in str(args.get("dtype", "")):
-        shape[0].append(2)  # as tensorplay records a complex tensor: its real view
+    if shapes and args.get("shapes") is not None:  # what the caller passed (coalesced calls)
+        shape = [list(s) for s in args["shapes"]]
+    if "complex" in str(args.get("dtype", "")):
+        shape = [[*s, 2] for s in shape]  # as tensorplay records a complex tensor: its real view
     return FunctionEvent(name, dur / 1e3, 1, cat == "pg", shape, tid, t0 / 1e3)
 
 

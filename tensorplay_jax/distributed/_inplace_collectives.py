@@ -194,7 +194,9 @@ def all_reduce_coalesced(
         raise TypeError(f"{fn}: tensors must be Tensors, got {bad[0]}")
     _complex_op_check("all_reduce", items, op)
     for idx, flat, shapes in _by_dtype(items):
-        for i, value in zip(idx, _split(pg.all_reduce(flat, op, group), shapes), strict=True):
+        with pg.recorded_shapes([list(s) for s in shapes]):
+            reduced = pg.all_reduce(flat, op, group)
+        for i, value in zip(idx, _split(reduced, shapes), strict=True):
             _fill(fn, items[i], value)
     return _written(async_op, items)
 
@@ -219,7 +221,9 @@ def all_gather_coalesced(
                 "per input."
             )
     for idx, flat, shapes in _by_dtype(inputs):
-        pieces = _split(pg.all_gather(flat, group), shapes)  # piece k: (N, *shapes[k])
+        with pg.recorded_shapes([list(s) for s in shapes]):
+            gathered = pg.all_gather(flat, group)
+        pieces = _split(gathered, shapes)  # piece k: (N, *shapes[k])
         for i, piece in zip(idx, pieces, strict=True):
             for j, row in enumerate(outputs):
                 _fill_slot(fn, row, i, piece[j])

@@ -61,6 +61,7 @@ from tensorplay_jax.process_group._collectives import all_to_all as all_to_all
 from tensorplay_jax.process_group._collectives import all_to_all_single as all_to_all_single
 from tensorplay_jax.process_group._collectives import broadcast as broadcast
 from tensorplay_jax.process_group._collectives import gather as gather
+from tensorplay_jax.process_group._collectives import recorded_shapes as recorded_shapes
 from tensorplay_jax.process_group._collectives import reduce as reduce
 from tensorplay_jax.process_group._collectives import reduce_scatter as reduce_scatter
 from tensorplay_jax.process_group._collectives import (

@@ -18,7 +18,9 @@ returns. Point-to-point calls live in ``_p2p``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -115,9 +117,35 @@ def _call(fn: str, method: Callable[..., Any], x: Any, *args: Any) -> Any:
     try:
         return method(x, *args)
     finally:
+        shapes = getattr(_recording, "shapes", None)
+        extra = {"shapes": shapes} if shapes is not None else {}
         span.end(
-            bytes=int(x.nbytes), shape=list(x.shape), dtype=str(x.dtype), backend=world().backend
+            bytes=int(x.nbytes),
+            shape=list(x.shape),
+            dtype=str(x.dtype),
+            backend=world().backend,
+            **extra,
         )
+
+
+_recording = threading.local()  # .shapes: what the caller's tensors were (recorded_shapes)
+
+
+@contextlib.contextmanager
+def recorded_shapes(shapes: list[list[int]]) -> Iterator[None]:
+    """While profiling, the collectives called in the block record ``shapes`` as their
+    inputs: a call that moves several tensors as one array (the coalesced collectives)
+    shows the tensors it was given.
+
+    Example:
+      >>> with recorded_shapes([[2], [3, 3]]):
+      ...     pass
+    """
+    _recording.shapes = shapes
+    try:
+        yield
+    finally:
+        _recording.shapes = None
 
 
 # ----------------------------------------------------------------- collectives
