@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -156,16 +157,29 @@ def _complex_op_check(fn: str, tensors: Sequence[Any], op: Any) -> None:
 
 
 def _by_dtype(tensors: Sequence[Any]) -> list[tuple[list[int], Any, list[tuple[int, ...]]]]:
-    """The tensors grouped by dtype: per group, their indices, their elements in one vector
-    and their shapes (one collective per group moves them all)."""
+    """The tensors grouped by dtype, a complex one as its real view (a last axis of 2, as
+    tensorplay coalesces them): per group, their indices, their elements in one vector and
+    their (real-view) shapes. One collective per group moves them all."""
     groups: dict[Any, list[int]] = {}
-    values = [jnp.asarray(_array(t)) for t in tensors]
+    values = [_real_view(jnp.asarray(_array(t))) for t in tensors]
     for i, v in enumerate(values):
         groups.setdefault(v.dtype, []).append(i)
     return [
         (idx, jnp.concatenate([values[i].reshape(-1) for i in idx]), [values[i].shape for i in idx])
         for idx in groups.values()
     ]
+
+
+def _real_view(v: Any) -> Any:
+    return jnp.stack([v.real, v.imag], -1) if jnp.iscomplexobj(v) else v
+
+
+def _like(value: Any, target: Any) -> Any:
+    """``value`` (a piece of a coalesced result) back in ``target``'s form: complex from its
+    real view when ``target`` is complex."""
+    if jnp.iscomplexobj(_array(target)):
+        return jax.lax.complex(value[..., 0], value[..., 1])
+    return value
 
 
 def _split(flat: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
@@ -197,7 +211,7 @@ def all_reduce_coalesced(
         with pg.recorded_shapes([list(s) for s in shapes]):
             reduced = pg.all_reduce(flat, op, group)
         for i, value in zip(idx, _split(reduced, shapes), strict=True):
-            _fill(fn, items[i], value)
+            _fill(fn, items[i], _like(value, items[i]))
     return _written(async_op, items)
 
 
@@ -226,7 +240,7 @@ def all_gather_coalesced(
         pieces = _split(gathered, shapes)  # piece k: (N, *shapes[k])
         for i, piece in zip(idx, pieces, strict=True):
             for j, row in enumerate(outputs):
-                _fill_slot(fn, row, i, piece[j])
+                _fill_slot(fn, row, i, _like(piece[j], inputs[i]))
     return _written(async_op, outputs)
 
 
