@@ -39,7 +39,7 @@ import numpy as np
 from tensorplay_jax import process_group as pg
 from tensorplay_jax.collectives.reduce_op import normalize_op
 from tensorplay_jax.process_group import ProcessGroup, ReduceOp, Work
-from tensorplay_jax.tensors import Tensor, overwrite
+from tensorplay_jax.tensors import SparseTensor, Tensor, overwrite, sparse_coo_tensor
 
 __all__ = [
     "all_gather",
@@ -131,6 +131,25 @@ def _global(group: ProcessGroup | None, rank: int | None, group_rank: int | None
     return pg.get_global_rank(group, group_rank)
 
 
+def _sparse_sum(t: SparseTensor, op: Any, group: ProcessGroup | None) -> SparseTensor:
+    """Every rank's sparse ``t`` summed, coalesced (tensorplay's sparse all_reduce, sum only):
+    each rank's indices and values travel padded to the largest count."""
+    if normalize_op("all_reduce", op) is not ReduceOp.SUM:
+        raise ValueError(f"all_reduce: a sparse tensor can only be summed, got op={op!r}")
+    idx = np.asarray(t._indices().value)
+    vals = jnp.asarray(t._values().value)
+    counts = np.asarray(pg.all_gather(np.array([idx.shape[1]], np.int64), group))[:, 0]
+    most = int(counts.max())
+    pad = most - idx.shape[1]
+    idx = np.pad(idx, ((0, 0), (0, pad)))
+    vals = jnp.pad(vals, ((0, pad),) + ((0, 0),) * (vals.ndim - 1))
+    every_idx = np.asarray(pg.all_gather(idx, group))
+    every_vals = pg.all_gather(vals, group)
+    indices = np.concatenate([every_idx[r][:, :c] for r, c in enumerate(counts)], axis=1)
+    values = jnp.concatenate([every_vals[r][:c] for r, c in enumerate(counts)])
+    return sparse_coo_tensor(indices, values, tuple(t.shape)).coalesce()
+
+
 @pg.members_only
 def all_reduce(
     tensor: Any,
@@ -143,6 +162,9 @@ def all_reduce(
     if not isinstance(tensor, Tensor):
         return pg.all_reduce(tensor, op, group, async_op)
     _member("all_reduce", group)
+    if isinstance(tensor, SparseTensor):
+        tensor._write(_sparse_sum(tensor, op, group), "all_reduce")
+        return _written(async_op, [tensor])
     _complex_op_check("all_reduce", [tensor], op)
     _fill("all_reduce", tensor, pg.all_reduce(tensor.value, op, group))
     return _written(async_op, [tensor])

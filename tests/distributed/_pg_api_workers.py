@@ -211,6 +211,10 @@ def _torch_forms(r: int, n: int) -> dict[str, object]:
     rows = [[tp.zeros(2, 3), tp.zeros(3, dtype=tp.int32)] for _ in range(n)]
     dist.all_gather_coalesced(rows, [mine(r), tp.tensor(np.arange(3, dtype=np.int32) * (r + 1))])
     got["coalesced/all_gather"] = [[o.numpy() for o in row] for row in rows]
+    sparse = tp.sparse_coo_tensor([[0, r + 1]], [1.0, 2.0 * (r + 1)], (n + 1,))
+    dist.all_reduce(sparse)
+    got["sparse/all_reduce"] = [sparse.to_dense().numpy(), sparse.is_coalesced()]
+    got["sparse/max"] = error_text(dist.all_reduce, sparse, op="max")
     ints = np.array([r + 1, 2 * r + 3, 7 - r, 12], np.int32)
     for op in ("band", "bor", "bxor"):
         got[f"bitwise/{op}"] = np.asarray(dist.all_reduce(ints, op=op))

@@ -222,6 +222,19 @@ def test_coalesced_calls_fill_every_tensor_of_every_dtype(api):
             np.testing.assert_array_equal(row[1], ks[j])
 
 
+def test_a_sparse_tensor_is_summed_in_place_and_coalesced(api):
+    n = len(api)
+    want = np.zeros(n + 1, np.float32)
+    for k in range(n):
+        want[0] += 1.0
+        want[k + 1] += 2.0 * (k + 1)
+    for got in api:
+        dense, coalesced = got["torch_forms/sparse/all_reduce"]
+        _close(dense, want)
+        assert coalesced is True
+        _raised(got["torch_forms/sparse/max"], "ValueError", "a sparse tensor can only be summed")
+
+
 def test_bitwise_reductions_of_integers(api):
     n = len(api)
     ints = np.stack([np.array([k + 1, 2 * k + 3, 7 - k, 12], np.int32) for k in range(n)])
