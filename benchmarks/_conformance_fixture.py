@@ -1,4 +1,4 @@
-"""The stand-ins for ``torch.testing._internal`` that torch's RPC suites import.
+"""The stand-ins for ``torch.testing._internal`` that torch's distributed suites import.
 
 torch's suites (``rpc_test.py``, ``dist_autograd_test.py``) are mixins: torch runs
 them through ``MultiProcessTestCase`` with a ``TensorPipeRpcAgentTestFixture``.
@@ -9,7 +9,8 @@ each rank and shuts it down, ``RpcAgentTestFixture`` gives the rank, the world
 size and the init method the runner chose, and ``TorchTestCase`` compares
 tensors with torch's default tolerances. A name the suites import that is not
 here resolves to a placeholder that fails the test that uses it (see
-``_conformance_world``).
+``_conformance_world``). The process-group suite's ``common_distributed`` helpers
+are in ``_conformance_process_groups`` and re-exported here.
 """
 
 from __future__ import annotations

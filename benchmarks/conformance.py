@@ -1,10 +1,13 @@
-"""Run torch's own RPC test suites against tensorplay_jax, imports changed; one verdict per test.
+"""Run torch's own distributed test suites against tensorplay_jax, imports changed; one verdict
+per test.
 
-torch ships its distributed RPC suites in the wheel, under
+torch ships its distributed suites in the wheel, under
 ``torch/testing/_internal/distributed/``: ``rpc/rpc_test.py``,
 ``rpc/dist_autograd_test.py``, ``rpc/dist_optimizer_test.py``,
-``nn/api/remote_module_test.py``, ``ddp_under_dist_autograd_test.py`` and the two
-example programs under ``rpc/examples/`` (``SUITES``).
+``nn/api/remote_module_test.py``, ``ddp_under_dist_autograd_test.py``, the two
+example programs under ``rpc/examples/`` and the process-group suite
+``distributed_test.py`` (``SUITES``; the last runs through its own driver class,
+``DRIVERS``, with three ranks and ``BACKEND=gloo`` as torch's CI runs it on CPU).
 This runner reads them from an installed torch at run time (torch is a benchmark-only
 extra: ``pip install torch==2.13.0``, or ``PYTHONPATH`` pointing at one), classifies each
 test (applicable, or not applicable with the reason), and runs every applicable test in
