@@ -472,13 +472,17 @@ def _typed_tensor(kind: str, dtype: Any) -> Any:
         return tensor([] if data is None else data, dtype=dtype)
 
     make.__name__ = make.__qualname__ = kind
+    wide = jnp.dtype(dtype) == jnp.float64  # needs JAX's 64-bit mode (runtime.x64)
+    skip = "  # doctest: +SKIP" if wide else ""
+    point = ".0" if jnp.issubdtype(dtype, jnp.floating) else ""
     make.__doc__ = (
         f"``tp.{kind}(data)``: tensorplay's legacy constructor, ``tp.tensor(data, "
         f"dtype=tp.{dtype.__name__})``; ``tp.{kind}(n, m)`` is ``tp.empty(n, m, "
-        f"dtype=tp.{dtype.__name__})`` (zeros: JAX has no uninitialized memory).\n\n"
-        f"Example:\n  >>> import tensorplay_jax as tp\n  >>> tp.{kind}([1, 2]).tolist()\n"
-        f"  [1{'.0' if 'Float' in kind else ''}, 2{'.0' if 'Float' in kind else ''}]\n"
-        f"  >>> tp.{kind}(2, 3).shape\n  (2, 3)\n"
+        f"dtype=tp.{dtype.__name__})`` (zeros: JAX has no uninitialized memory)"
+        f"{'; float64 needs JAX 64-bit mode' if wide else ''}.\n\n"
+        f"Example:\n  >>> import tensorplay_jax as tp\n  >>> tp.{kind}([1, 2]).tolist(){skip}\n"
+        f"  [1{point}, 2{point}]\n"
+        f"  >>> tp.{kind}(2, 3).shape{skip}\n  (2, 3)\n"
     )
     return make
 
