@@ -408,6 +408,7 @@ AUTOGRAD_CORE = [
     "_seams",
     "_tensor_class",
     "function",
+    "profiler",  # torch.autograd.profiler: reads runtime/trace's spans
     "sparse_arrays",
 ]
 
