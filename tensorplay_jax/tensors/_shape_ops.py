@@ -359,7 +359,7 @@ def view_as_real(input: Any) -> Tensor:
 
     Example:
         >>> import tensorplay_jax as tp
-        >>> tp.view_as_real(tp.tensor([1 + 2j])).tolist()
+        >>> tp.view_as_real(tp.tensor([1 + 2j], dtype=tp.complex64)).tolist()
         [[1.0, 2.0]]
     """
     if not jnp.issubdtype(jnp.result_type(input), jnp.complexfloating):
