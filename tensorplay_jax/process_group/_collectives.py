@@ -13,7 +13,10 @@ is compared across ranks and raises on every rank together.
 
 ``async_op=True`` (every collective takes it) runs the call at once, in issue order,
 and returns a completed ``_work.Work`` whose ``result()`` is what the blocking call
-returns. Point-to-point calls live in ``_p2p``.
+returns. On a process outside the group a call warns and does nothing (returns
+None), as tensorplay's (``_group.members_only``). Point-to-point calls live in
+``_p2p``. ``tensorplay_jax.distributed`` wraps these functions in tensorplay's
+in-place forms.
 """
 
 from __future__ import annotations
@@ -160,14 +163,16 @@ def all_reduce(
 
     Args:
       tensor: this rank's array; same shape and dtype on every rank.
-      op: a :class:`ReduceOp` (or its name): sum, avg, max, min, prod.
+      op: a :class:`ReduceOp` (or its name): sum, avg, max, min, prod; band, bor,
+        bxor for integer and bool arrays.
       group: a group from :func:`new_group` (default: all processes).
 
     Returns:
-      The reduction, a jax.Array of ``tensor``'s shape and dtype.
+      The reduction, a jax.Array of ``tensor``'s shape and dtype; None (with a warning)
+      on a process that is not a member of ``group``, as tensorplay's.
 
     Raises:
-      ValueError: shapes, dtypes or ops differ across ranks, or not a member.
+      ValueError: shapes, dtypes or ops differ across ranks.
       TimeoutError: a rank did not join within the group's timeout.
 
     Example:
