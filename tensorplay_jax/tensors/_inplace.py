@@ -270,18 +270,23 @@ METHODS: dict[str, Any] = {
     "fmod_": _inplace("fmod_", _ops.fmod),
     "remainder_": _inplace("remainder_", _ops.remainder),
     "floor_divide_": _inplace("floor_divide_", _ops.floor_divide),
-    # augmented assignment writes in place, as tensorplay's: ``p -= lr * p.grad`` updates
-    # the parameter a model holds (without these Python would rebind ``p`` to a new Tensor)
-    "__iadd__": _inplace("add_", _ops.add),
-    "__isub__": _inplace("sub_", _ops.sub),
-    "__imul__": _inplace("mul_", _ops.mul),
-    "__itruediv__": _inplace("div_", _ops.div),
-    "__ifloordiv__": _inplace("floor_divide_", _ops.floor_divide),
-    "__imod__": _inplace("remainder_", _ops.remainder),
-    "__ipow__": _inplace("pow_", _ops.pow),
     "nan_to_num_": _inplace("nan_to_num_", _ops.nan_to_num),
     "cumsum_": _inplace("cumsum_", _scans_and_sorts.cumsum),
     "index_add_": _inplace("index_add_", _gathers.index_add),
     "tril_": _inplace("tril_", _matrix_ops.tril),
     "triu_": _inplace("triu_", _matrix_ops.triu),
+}
+# Augmented assignment is the named in-place method, as tensorplay's: ``p -= lr * p.grad``
+# updates the parameter a model holds (without these Python rebinds ``p`` to a new Tensor).
+METHODS |= {
+    f"__i{op}__": METHODS[f"{name}_"]
+    for op, name in (
+        ("add", "add"),
+        ("sub", "sub"),
+        ("mul", "mul"),
+        ("truediv", "div"),
+        ("floordiv", "floor_divide"),
+        ("mod", "remainder"),
+        ("pow", "pow"),
+    )
 }
