@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tensorplay_jax.autograd import _hooks, _seams
+from tensorplay_jax.autograd import _grad_mode, _higher_order, _hooks, _seams
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad, add_gradients
 from tensorplay_jax.autograd._cache import ones_like
@@ -187,6 +187,7 @@ def run_backward(
     accumulate: Accumulate | None = None,
     inputs: Sequence[Tensor] | None = None,
     capture: bool = False,
+    create_graph: bool = False,
 ) -> None:
     """Backpropagate from ``roots`` through the local tape.
 
@@ -201,12 +202,18 @@ def run_backward(
             with its summed gradient (a ``jax.Array``); by default it adds into
             ``leaf.grad``. Distributed autograd passes one that writes into its
             context instead.
-        inputs: the leaves whose gradients are wanted (None: every leaf reached). The
-            others' sinks do not run: nothing is accumulated into them and none of their
-            hooks runs, as with torch's ``inputs=``.
+        inputs: the Tensors whose gradients are wanted (None: every leaf reached). The
+            other leaves' sinks do not run: nothing is accumulated into them and none of
+            their hooks runs, and a node that leads to none of ``inputs`` does not run,
+            as with torch's ``inputs=``. A non-leaf among them gets the summed gradient
+            of its output (``accumulate(tensor, grad)``).
         capture: the leaves' gradients are captured, not accumulated (``autograd.grad``):
             as in torch, their ``AccumulateGrad`` nodes' hooks and post-accumulate-grad
             hooks do not run (their Tensor hooks do).
+        create_graph: record the backward itself (``_higher_order``): gradients are
+            Tensors on the tape, handed to ``accumulate`` as such (by default
+            ``leaf.grad`` becomes, or is added to, that Tensor), so they can be
+            differentiated again.
 
     Raises:
         RuntimeError: a root needs no grad, a non-scalar root has no gradient,
@@ -229,11 +236,13 @@ def run_backward(
     grads_in = [None] * len(roots) if root_grads is None else list(root_grads)
     if len(grads_in) != len(roots):
         raise RuntimeError(f"run_backward: got {len(grads_in)} gradients for {len(roots)} roots")
-    accumulate = accumulate or accumulate_into_grad
+    accumulate = accumulate or (accumulate_graph if create_graph else accumulate_into_grad)
     wanted = None if inputs is None else {id(t) for t in inputs}
+    # a non-leaf among ``inputs``: (its node, its output) -> the Tensor
+    within = {} if inputs is None else {_edge_of(t): t for t in inputs if t._grad_fn is not None}
     if wanted is not None:  # for the planner's compiled backwards; the node loop skips too
         accumulate = _only(wanted, accumulate)
-    planner = _seams.planner
+    planner = None if create_graph or within else _seams.planner
     if (
         planner is not None
         and len(roots) == 1
@@ -250,6 +259,9 @@ def run_backward(
     for i, (root, g) in enumerate(zip(roots, grads_in, strict=True)):
         edge = _root_edge(root, i)
         grad = _root_grad(root, g, i)
+        if create_graph:  # a given Tensor keeps its graph (a gradient of a gradient)
+            keep = isinstance(g, _tc.Tensor) and g._value is grad
+            grad = g if keep else _tc.Tensor._wrap(grad)
         buf = buffers.get(edge.node)
         if buf is None:
             buf = buffers[edge.node] = [None] * edge.node.num_outputs
@@ -264,12 +276,13 @@ def run_backward(
         and planner.run_graph(starts, buffers, deps, retain_graph, accumulate)
     ):
         return
+    runs = None if wanted is None else _leading_to(starts, wanted, within)
     ready = [(-n.seq, id(n), n) for n in starts if deps.get(n, 0) == 0]
     heapq.heapify(ready)
-    with _hooks.final_callbacks(hooked):  # queue_callback: run after every node
+    with _hooks.final_callbacks(hooked), _grad_mode.set_grad_enabled(create_graph):
         while ready:
             _, _, node = heapq.heappop(ready)
-            grads = _placed(buffers.pop(node))
+            grads = buffers.pop(node) if create_graph else _placed(buffers.pop(node))
             if (
                 wanted is not None
                 and isinstance(node, AccumulateGrad)
@@ -277,20 +290,30 @@ def run_backward(
             ):
                 continue  # a leaf not asked for: its sink does not run
             if hooked:  # Tensor.register_hook on each output, then Node.register_prehook
-                grads = _hooks.before_node(node, grads, capture)
+                grads = _hooks.before_node(node, grads, capture, create_graph)
             if isinstance(node, AccumulateGrad):
                 if grads[0] is not None:
                     accumulate(node.variable, grads[0])
                     if hooked and not capture:  # post-accumulate-grad, then Node.register_hook
                         _hooks.after_accumulate(node.variable)
-                        _hooks.after_node(node, (), grads)
+                        _hooks.after_node(node, (), grads, create_graph)
                 continue
-            if all(g is None for g in grads) and not getattr(node, "run_without_grads", False):
+            if within:  # a non-leaf asked for: its summed gradient
+                for nr, g in enumerate(grads):
+                    t = within.get((node, nr))
+                    if t is not None and g is not None:
+                        accumulate(t, g)
+            if (runs is not None and node not in runs) or (
+                all(g is None for g in grads) and not getattr(node, "run_without_grads", False)
+            ):
                 in_grads: Sequence[Any] = (None,) * len(node.next_edges)
             else:
-                in_grads = node.apply(tuple(grads))
+                if create_graph:
+                    in_grads = _higher_order.apply_graph(node, grads)
+                else:
+                    in_grads = node.apply(tuple(grads))
                 if hooked:  # Node.register_hook
-                    in_grads = _hooks.after_node(node, in_grads, grads)
+                    in_grads = _hooks.after_node(node, in_grads, grads, create_graph)
                 if not retain_graph:
                     node.release()
             for edge, g in zip(node.next_edges, in_grads, strict=True):
@@ -301,11 +324,58 @@ def run_backward(
                 if buf is None:
                     buf = buffers[nxt] = [None] * nxt.num_outputs
                 if g is not None:
-                    buf[edge.output_nr] = _sum_into(buf[edge.output_nr], g)
+                    held = buf[edge.output_nr]
+                    if create_graph:
+                        buf[edge.output_nr] = g if held is None else held + g  # recorded
+                    else:
+                        buf[edge.output_nr] = _sum_into(held, g)
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if left == 0:
                     heapq.heappush(ready, (-nxt.seq, id(nxt), nxt))
+
+
+def _edge_of(t: Tensor) -> tuple[Node, int]:
+    return (t._grad_fn, t._output_nr)  # type: ignore[return-value]
+
+
+def _leading_to(
+    starts: Sequence[Node], wanted: set[int], within: dict[tuple[Node, int], Tensor]
+) -> set[Node]:
+    """The nodes with an edge into a wanted leaf's sink or a wanted non-leaf's node, or
+    into a node that has one: those a backward for ``inputs`` runs (torch runs no other)."""
+    targets = {node for node, _ in within}
+    runs: set[Node] = set()
+    done: set[Node] = set()
+    stack: list[tuple[Node, bool]] = [(n, False) for n in starts]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            for edge in node.next_edges:
+                if edge is None:
+                    continue
+                nxt = edge.node
+                if (
+                    nxt in runs
+                    or nxt in targets
+                    or (isinstance(nxt, AccumulateGrad) and id(nxt.variable) in wanted)
+                ):
+                    runs.add(node)
+                    break
+            continue
+        if node in done:
+            continue
+        done.add(node)
+        stack.append((node, True))
+        stack.extend((e.node, False) for e in node.next_edges if e is not None)
+    return runs
+
+
+def accumulate_graph(leaf: Tensor, grad: Tensor) -> None:
+    """``create_graph``'s ``accumulate``: ``leaf.grad`` becomes ``grad`` (a Tensor on the
+    tape), or ``leaf.grad + grad``, recorded, as torch's does."""
+    with _grad_mode.enable_grad():
+        leaf._grad = grad if leaf._grad is None else leaf._grad + grad
 
 
 def _only(wanted: set[int], accumulate: Accumulate) -> Accumulate:

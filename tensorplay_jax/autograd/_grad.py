@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._engine import run_backward
@@ -18,28 +19,39 @@ def grad(
     outputs: Tensor | Sequence[Tensor],
     inputs: Tensor | Sequence[Tensor],
     grad_outputs: Any = None,
-    *,
-    retain_graph: bool = False,
-    allow_unused: bool = False,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    only_inputs: bool = True,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
 ) -> tuple[Tensor | None, ...]:
-    """The gradients of ``outputs`` with respect to the leaf Tensors ``inputs``.
+    """The gradients of ``outputs`` with respect to ``inputs`` (torch's ``autograd.grad``).
 
     Nothing is added to any ``.grad``; the graph runs once with a collecting
-    ``accumulate`` callback (see ``run_backward``).
+    ``accumulate`` callback (see ``run_backward``), and only the nodes that lead to
+    ``inputs`` run.
 
     Args:
         outputs: the Tensor(s) to differentiate.
-        inputs: leaf Tensors that require grad.
-        grad_outputs: cotangents of ``outputs`` (``None`` = ones, scalar outputs only).
-        retain_graph: keep the graph for another backward.
+        inputs: Tensors that require grad: leaves, or results of recorded operations
+            (the summed gradient of that result).
+        grad_outputs: cotangents of ``outputs`` (``None`` = ones, scalar outputs only);
+            with ``create_graph`` a cotangent that requires grad is differentiated too.
+        retain_graph: keep the graph for another backward (default: ``create_graph``).
+        create_graph: record the backward, so the gradients returned are on the tape
+            and can be differentiated again (``_higher_order``).
+        only_inputs: ignored, as in torch (kept for old code).
         allow_unused: return ``None`` for an input that ``outputs`` do not depend on
-            (otherwise that raises).
+            (otherwise that raises); default ``materialize_grads``.
+        is_grads_batched: not supported (``jax.vmap`` over ``jax.vjp`` does it).
+        materialize_grads: zeros instead of ``None`` for an unused input.
 
     Returns:
         One gradient Tensor (or ``None``) per input.
 
     Raises:
-        RuntimeError: an input is not a grad-requiring leaf, or is unused and
+        RuntimeError: an input does not require grad, or is unused and
             ``allow_unused`` is False.
 
     Example:
@@ -50,21 +62,42 @@ def grad(
         tensor([2., 4.])
         >>> x.grad is None
         True
+        >>> (g,) = tp.autograd.grad((x**3).sum(), x, create_graph=True)
+        >>> tp.autograd.grad(g.sum(), x)  # the second derivative, 6 x
+        (tensor([ 6., 12.]),)
     """
+    if is_grads_batched:
+        raise NotImplementedError(
+            "autograd.grad: is_grads_batched=True is not supported; for a batch of "
+            "cotangents use jax.vmap over jax.vjp of the function (tp.apply)"
+        )
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    elif materialize_grads and not allow_unused:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, "
+            "but got: allow_unused=False."
+        )
+    if retain_graph is None:
+        retain_graph = create_graph
     outs = [outputs] if isinstance(outputs, _tc.Tensor) else list(outputs)
     ins = [inputs] if isinstance(inputs, _tc.Tensor) else list(inputs)
     for i, t in enumerate(ins):
-        if not (isinstance(t, _tc.Tensor) and t.is_leaf and t.requires_grad):
+        if not isinstance(t, _tc.Tensor):
+            raise TypeError(
+                f"autograd.grad: inputs[{i}] is a {type(t).__name__}; expected a Tensor"
+            )
+        if not t.requires_grad:
             raise RuntimeError(
-                f"autograd.grad: inputs[{i}] is not a leaf Tensor that requires grad; only "
-                "leaves are supported (compute gradients of intermediates with tp.apply/jax.vjp)"
+                f"One of the differentiated Tensors does not require grad (inputs[{i}]); "
+                "create it with requires_grad=True or call requires_grad_() on it"
             )
     if grad_outputs is None or isinstance(grad_outputs, _tc.Tensor | jax.Array):
         grad_outputs = [grad_outputs] * len(outs) if grad_outputs is None else [grad_outputs]
-    got: dict[int, jax.Array] = {}
+    got: dict[int, Any] = {}
 
-    def collect(leaf: Tensor, g: jax.Array) -> None:
-        got[id(leaf)] = g
+    def collect(t: Tensor, g: Any) -> None:
+        got[id(t)] = g
 
     run_backward(
         outs,
@@ -73,17 +106,21 @@ def grad(
         accumulate=collect,
         inputs=ins,
         capture=True,
+        create_graph=create_graph,
     )
     result: list[Tensor | None] = []
     for i, t in enumerate(ins):
         if id(t) in got:
-            result.append(_tc.Tensor._wrap(got[id(t)]))
+            g = got[id(t)]
+            result.append(g if isinstance(g, _tc.Tensor) else _tc.Tensor._wrap(g))
+        elif materialize_grads:
+            result.append(_tc.Tensor._wrap(jnp.zeros(t.shape, t.dtype)))
         elif allow_unused:
             result.append(None)
         else:
             raise RuntimeError(
-                f"autograd.grad: inputs[{i}] was not used in the graph of outputs; pass "
-                "allow_unused=True to get None for it"
+                f"The differentiated Tensor at index {i} appears to not have been used in the "
+                "graph. Set allow_unused=True if this is the desired behavior."
             )
     return tuple(result)
 
@@ -103,16 +140,15 @@ def backward(
         grad_tensors: one cotangent per Tensor (``None`` entries: ones, for
             one-element Tensors only); a single Tensor when ``tensors`` is one.
         retain_graph: keep the graph for another backward.
-        create_graph: not supported (higher-order gradients: use ``jax.grad``
-            through ``nn.functional_call`` or ``tp.apply``).
+        create_graph: record the backward: each ``.grad`` is a Tensor on the tape,
+            which can be differentiated again (``_higher_order``).
         grad_variables: the old name of ``grad_tensors``.
-        inputs: accumulate only into these leaves (the others are left alone, and
-            none of their hooks runs).
+        inputs: accumulate only into these Tensors (the other leaves are left alone,
+            none of their hooks runs, and nodes that lead to none of them do not run).
 
     Raises:
         RuntimeError: a Tensor needs no grad, a non-scalar one has no
             cotangent, or the graph was freed.
-        NotImplementedError: ``create_graph=True``.
 
     Example:
         >>> import tensorplay_jax as tp
@@ -121,11 +157,6 @@ def backward(
         >>> a.grad
         tensor([5., 5.])
     """
-    if create_graph:
-        raise NotImplementedError(
-            "autograd.backward: create_graph=True is not supported; for higher-order "
-            "gradients use jax.grad over nn.functional_call or tp.apply"
-        )
     if grad_variables is not None:
         if grad_tensors is not None:
             raise RuntimeError(
@@ -150,4 +181,6 @@ def backward(
         only = [inputs] if isinstance(inputs, _tc.Tensor) else list(inputs)
         if not only:
             raise RuntimeError("autograd.backward: inputs= is empty; pass at least one leaf")
-    run_backward(roots, grads, retain_graph=bool(retain_graph), inputs=only)
+    if retain_graph is None:
+        retain_graph = create_graph
+    run_backward(roots, grads, retain_graph=retain_graph, inputs=only, create_graph=create_graph)

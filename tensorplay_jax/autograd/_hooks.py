@@ -292,7 +292,10 @@ def reaches(nodes: Iterable[Node]) -> bool:
 
 
 def _run(hooks: Iterable[Hook], grad: Any) -> Any:
-    wrapped = _tc.Tensor._wrap(grad)
+    """``grad`` through ``hooks``: an array back for an array, a Tensor for a Tensor (a
+    backward with ``create_graph``, whose gradients are Tensors on the tape)."""
+    graph = isinstance(grad, _tc.Tensor)
+    wrapped = grad if graph else _tc.Tensor._wrap(grad)
     for hook in list(hooks):
         out = hook(wrapped)
         if out is None:
@@ -301,7 +304,7 @@ def _run(hooks: Iterable[Hook], grad: Any) -> Any:
             out = _tc.Tensor(out)
         _check_size(hook, out, wrapped)
         wrapped = out
-    return wrapped._value
+    return wrapped if graph else wrapped._value
 
 
 def leaf_gradient(leaf: Tensor, grad: Any) -> Any:
@@ -312,10 +315,13 @@ def leaf_gradient(leaf: Tensor, grad: Any) -> Any:
     return _run(table.values(), grad)
 
 
-def before_node(node: Node, grads: list[Any], capture: bool = False) -> list[Any]:
+def before_node(
+    node: Node, grads: list[Any], capture: bool = False, graph: bool = False
+) -> list[Any]:
     """The gradients of ``node``'s outputs after the hooks of the Tensors they belong to,
     then after the node's pre-hooks (none run for a leaf with ``capture``: its gradient
-    is captured by ``autograd.grad``, not accumulated)."""
+    is captured by ``autograd.grad``, not accumulated). ``graph``: the gradients are
+    Tensors (``create_graph``), and stay Tensors."""
     if isinstance(node, AccumulateGrad):
         out = [leaf_gradient(node.variable, grads[0])]
         if capture:
@@ -329,13 +335,16 @@ def before_node(node: Node, grads: list[Any], capture: bool = False) -> list[Any
     for hook in list(pre.values()) if pre else ():
         got = hook(_wrapped(out))
         if got is not None:
-            out = _replacement(hook, got, out)
+            out = _replacement(hook, got, out, graph)
     return out
 
 
-def after_node(node: Node, grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
+def after_node(
+    node: Node, grad_inputs: Sequence[Any], grad_outputs: Sequence[Any], graph: bool = False
+) -> Any:
     """``node``'s backward result ``grad_inputs`` after the node's post-hooks, each called
-    as ``hook(grad_inputs, grad_outputs)`` (Tensors; ``None`` where no gradient)."""
+    as ``hook(grad_inputs, grad_outputs)`` (Tensors; ``None`` where no gradient).
+    ``graph``: as for :func:`before_node`."""
     post = POST.get(node)
     if not post:
         return grad_inputs
@@ -344,7 +353,7 @@ def after_node(node: Node, grad_inputs: Sequence[Any], grad_outputs: Sequence[An
     for hook in list(post.values()):
         got = hook(_wrapped(out), outputs)
         if got is not None:
-            out = _replacement(hook, got, out)
+            out = _replacement(hook, got, out, graph)
     return out
 
 
@@ -359,11 +368,17 @@ def _check_size(hook: Callable[..., Any], new: Any, was: Any) -> None:
 
 
 def _wrapped(grads: Sequence[Any]) -> tuple[Tensor | None, ...]:
-    return tuple(None if g is None else _tc.Tensor._wrap(g) for g in grads)
+    return tuple(
+        None if g is None else g if isinstance(g, _tc.Tensor) else _tc.Tensor._wrap(g)
+        for g in grads
+    )
 
 
-def _replacement(hook: Callable[..., Any], got: Any, old: Sequence[Any]) -> list[Any]:
-    """A node hook's returned tuple as arrays, checked against the values it replaces."""
+def _replacement(
+    hook: Callable[..., Any], got: Any, old: Sequence[Any], graph: bool = False
+) -> list[Any]:
+    """A node hook's returned tuple as arrays (as Tensors with ``graph``), checked against
+    the values it replaces."""
     name = getattr(hook, "__name__", type(hook).__name__)
     if not isinstance(got, tuple):
         raise TypeError(
@@ -378,8 +393,10 @@ def _replacement(hook: Callable[..., Any], got: Any, old: Sequence[Any]) -> list
     out = []
     for new, was in zip(got, old, strict=True):
         if new is not None:
-            new = new._value if isinstance(new, _tc.Tensor) else _tc.Tensor(new)._value
+            new = new if isinstance(new, _tc.Tensor) else _tc.Tensor(new)
             if was is not None:
                 _check_size(hook, new, was)
+            if not graph:
+                new = new._value
         out.append(new)
     return out

@@ -124,6 +124,8 @@ def _run(
     if isinstance(out, jax.Array):  # one output (most operations): no pytree work
         info = (_cache.LEAF, ((out.shape, out.dtype),))
         node = VJPNode(entry.name, pullback, info, edges, 1, saved)
+        if saves:
+            node.recipe = (entry, mask, None, values)
         return _tc.Tensor._wrap_output(out, node, 0)
     leaves, treedef = jax.tree_util.tree_flatten(out)
     node = VJPNode(
@@ -134,6 +136,8 @@ def _run(
         len(leaves),
         saved,
     )
+    if saves:
+        node.recipe = (entry, mask, None, values)
     wrapped = [_tc.Tensor._wrap_output(leaf, node, i) for i, leaf in enumerate(leaves)]
     return jax.tree_util.tree_unflatten(treedef, wrapped)
 
@@ -231,11 +235,13 @@ def _call_rule(
     out = _cache.forward(entry, values)
     if not record or any(isinstance(v, jax.core.Tracer) for v in values):
         return _tc.Tensor._wrap(out)
-    vjp = jax.tree_util.Partial(_cache.rule_for(pullback, mask), *values)
+    rule = _cache.rule_for(pullback, mask)
+    vjp = jax.tree_util.Partial(rule, *values)
     edges = [t._gradient_edge() for t, m in zip(tensors, mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple(t for t in tensors if t is not None)
     info = (_cache.LEAF, ((out.shape, out.dtype),))
     node = VJPNode(entry.name, vjp, info, edges, 1, saved)
+    node.recipe = (entry, mask, rule, values)
     return _tc.Tensor._wrap_output(out, node, 0)
 
 

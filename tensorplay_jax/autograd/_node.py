@@ -222,9 +222,28 @@ class VJPNode(Node):
     jitted forward: it holds the residuals only, and its tree structure is the
     same object on every cache hit, so the backward is compiled once per
     operation, static arguments and input shapes/dtypes.
+
+    ``recipe`` is how the node's backward is recorded when a backward pass runs
+    with ``create_graph=True`` (``_higher_order``): ``(entry, mask, rule,
+    operands)``, the operation's cache entry, which operands are differentiated,
+    ``call_rule``'s bound pullback (None: ``jax.vjp`` of the entry), and the
+    operands as the operation got them (arrays and scalars, or Tensors whose value
+    has not been written since, which ``check_saved`` makes sure of). None for an
+    operation whose backward needs no operand value (``saves=False``: linear in
+    the cotangents), whose pullback is then recorded as it is.
     """
 
-    __slots__ = ("lazy", "lazy_index", "lazy_op", "origin", "out_info", "saved", "versions", "vjp")
+    __slots__ = (
+        "lazy",
+        "lazy_index",
+        "lazy_op",
+        "origin",
+        "out_info",
+        "recipe",
+        "saved",
+        "versions",
+        "vjp",
+    )
 
     def __init__(
         self,
@@ -247,6 +266,7 @@ class VJPNode(Node):
         self.lazy_index = 0
         self.lazy_op: Any = None
         self.origin: Any = None  # the program ``vjp`` came from (None: its operation's own)
+        self.recipe: Any = None  # (entry, mask, rule, operands) for create_graph, see above
 
     def check_saved(self) -> None:
         """Raise torch's error if an input this node saved was written in place since."""
@@ -262,6 +282,15 @@ class VJPNode(Node):
                     )
                 )
 
+    def keep_operand(self, tensor: Tensor, value: Any) -> None:
+        """An in-place write is about to give ``tensor``, an operand of this node, a new
+        value: the ``recipe`` keeps ``value``, the one the operation read."""
+        recipe = self.recipe
+        if recipe is not None:
+            entry, mask, rule, operands = recipe
+            kept = [value if o is tensor else o for o in operands]
+            self.recipe = (entry, mask, rule, kept)
+
     def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
         seg = self.lazy
         if seg is not None:
@@ -274,6 +303,7 @@ class VJPNode(Node):
         self.vjp = None
         self.saved = self.versions = ()
         self.lazy_op = None
+        self.recipe = None
 
 
 class FunctionNode(Node):

@@ -14,9 +14,12 @@ forward sets.
   ``None`` from ``backward``.
 * ``backward`` gets one gradient per forward output (zeros for an output no
   gradient reached, unless ``ctx.set_materialize_grads(False)``; ``None`` for
-  a non-Tensor output) and returns one per forward argument; it always runs
-  under ``no_grad`` (the tape has no ``create_graph``), which is what
-  :func:`once_differentiable` promises.
+  a non-Tensor output) and returns one per forward argument. It runs under
+  ``no_grad``, except in a backward with ``create_graph=True``, where it runs in
+  grad mode on Tensors on the tape, so what it computes is recorded and can be
+  differentiated again (``BackwardCFunction.apply_graph``); one decorated with
+  :func:`once_differentiable` runs under ``no_grad`` even then, and differentiating
+  its result raises torch's error.
 * The node is a Python-callable node of the tape, so the engine runs it node
   by node (the fused and known compiled passes, ``_fused``/``_known``, only take
   graphs of JAX-VJP nodes), locally, under ``autograd.grad`` and inside a
@@ -54,6 +57,7 @@ import numpy as np
 
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled, no_grad
+from tensorplay_jax.autograd._higher_order import not_differentiable
 from tensorplay_jax.autograd._node import (
     _FREED_MSG,
     _MODIFIED_MSG,
@@ -173,18 +177,53 @@ class BackwardCFunction(FunctionCtx, Node):
         self.materialize_grads = True
 
     def _apply(self, grads: Grads) -> Sequence[jax.Array | None]:
+        with no_grad():
+            result = self._fn.backward(self, *self._grad_outputs(grads))
+        out = self._checked(result)
+        return [None if g is None else self._fitted(g._value, k, i) for k, i, g in out]
+
+    def apply_graph(self, grads: Sequence[Tensor | None]) -> tuple[Tensor | None, ...]:
+        """The backward with ``create_graph`` (``_higher_order``): ``backward`` runs in grad
+        mode on the Tensors, so what it computes is recorded. A backward that recorded
+        nothing from cotangents requiring grad (``once_differentiable``) gives gradients
+        whose own backward raises torch's error."""
+        if self.__dict__.get("_saved", ()) is None:
+            raise RuntimeError(_FREED_MSG)
+        result = self._fn.backward(self, *self._grad_outputs(grads))
+        out = self._checked(result)
+        fitted: list[Tensor | None] = []
+        for k, i, g in out:
+            if g is not None and (tuple(g.shape), g.dtype) != self._in_avals[k]:
+                g = _tc.Tensor._wrap(self._fitted(g._value, k, i))  # (summed off the tape)
+            fitted.append(g)
+        needing = [g for g in grads if g is not None and g.requires_grad]
+        if needing and not any(g is not None and g.requires_grad for g in fitted):
+            why = (
+                "trying to differentiate twice a function that was marked with "
+                f"@once_differentiable ({self.name})"
+            )
+            return not_differentiable(fitted, needing, why)
+        return tuple(fitted)
+
+    def _grad_outputs(self, grads: Sequence[Any]) -> list[Any]:
+        """What ``backward`` gets: a Tensor per output (zeros where none came, unless
+        ``set_materialize_grads(False)``), ``None`` for a non-Tensor output."""
         wrapped: list[Any] = []
         for g, aval in zip(grads, self._out_avals, strict=True):
             if aval is None:  # a non-Tensor output
                 wrapped.append(None)
             elif g is not None:
-                wrapped.append(_tc.Tensor._wrap(g))
+                wrapped.append(g if isinstance(g, _tc.Tensor) else _tc.Tensor._wrap(g))
             elif self.materialize_grads:
                 wrapped.append(_tc.Tensor._wrap(jnp.zeros(*aval)))
             else:
                 wrapped.append(None)
-        with no_grad():
-            result = self._fn.backward(self, *wrapped)
+        return wrapped
+
+    def _checked(self, result: Any) -> list[tuple[int, int, Tensor | None]]:
+        """``backward``'s result checked against the forward's arguments: for each Tensor
+        argument, its index among them, its position among all arguments and its
+        gradient as a Tensor (None: none, or the argument needs none)."""
         if not isinstance(result, tuple):
             result = (result,)
         n_args = len(self._arg_is_tensor)
@@ -193,7 +232,7 @@ class BackwardCFunction(FunctionCtx, Node):
                 f"function {self.name} returned an incorrect number of gradients (expected "
                 f"{n_args}, got {len(result)})"
             )
-        out: list[jax.Array | None] = []
+        out: list[tuple[int, int, Tensor | None]] = []
         for i, (g, is_tensor) in enumerate(zip(result, self._arg_is_tensor, strict=False)):
             if not is_tensor:
                 if g is not None:
@@ -205,20 +244,25 @@ class BackwardCFunction(FunctionCtx, Node):
                 continue
             k = len(out)
             if g is None or self.next_edges[k] is None:
-                out.append(None)
+                out.append((k, i, None))
                 continue
-            if isinstance(g, _tc.Tensor):
-                g = g._value
-            elif not isinstance(g, jax.Array | np.ndarray):
+            if isinstance(g, jax.Array | np.ndarray):
+                g = _tc.Tensor._wrap(g)
+            elif not isinstance(g, _tc.Tensor):
                 raise TypeError(
                     f"function {self.name} returned a {type(g).__name__} as the gradient at "
                     f"position {i + 1}; expected a Tensor or None"
                 )
-            shape, dtype = self._in_avals[k]
-            if tuple(g.shape) != shape:
-                g = _sum_to(jnp.asarray(g), shape, self.name, i)
-            out.append(g if g.dtype == dtype else jnp.asarray(g, dtype))
+            out.append((k, i, g))
         return out
+
+    def _fitted(self, g: Any, k: int, i: int) -> Any:
+        """Gradient ``g`` of the ``k``-th Tensor argument (argument ``i``) in its shape
+        (summed down where it broadcasts, torch's rule) and dtype."""
+        shape, dtype = self._in_avals[k]
+        if tuple(g.shape) != shape:
+            g = _sum_to(jnp.asarray(g), shape, self.name, i)
+        return g if g.dtype == dtype else jnp.asarray(g, dtype)
 
     def release(self) -> None:
         super().release()
@@ -317,8 +361,9 @@ class Function:
 def once_differentiable(fn: F) -> F:
     """Mark a ``backward`` as not differentiable itself: it runs under ``no_grad``.
 
-    On this tape every custom backward already runs so (there is no
-    ``create_graph``); the decorator is kept for torch code.
+    In a backward with ``create_graph=True`` the gradients it returns are then on the
+    tape through a node that raises torch's "trying to differentiate twice" error
+    when they are differentiated, instead of a silent zero.
     """
 
     @functools.wraps(fn)

@@ -30,6 +30,7 @@ from tensorplay_jax.autograd import (
     pending_aval,
     run_backward,
 )
+from tensorplay_jax.autograd import backward as _autograd_backward
 from tensorplay_jax.runtime.device import to_device
 from tensorplay_jax.tensors import _views
 from tensorplay_jax.tensors._host import from_host
@@ -253,25 +254,33 @@ class Tensor(metaclass=_TensorMeta):
         gradient: Any = None,
         retain_graph: bool | None = None,
         create_graph: bool = False,
+        inputs: Any = None,
     ) -> None:
         """Accumulate d(self)/d(leaf) into every grad-requiring leaf's ``.grad``.
 
         Args:
             gradient: the cotangent of ``self``; may be omitted for one-element Tensors.
-            retain_graph: keep the graph's saved values for another backward.
-            create_graph: not supported (higher-order gradients: use ``jax.grad`` via
-                ``nn.functional_call`` or ``tp.apply``).
+            retain_graph: keep the graph's saved values for another backward (default:
+                ``create_graph``).
+            create_graph: record the backward, so each ``.grad`` is on the tape and can
+                be differentiated again (a gradient penalty, a Hessian-vector product).
+            inputs: accumulate only into these Tensors (see ``autograd.backward``).
 
         Raises:
             RuntimeError: ``self`` does not require grad, or is not scalar and no
                 ``gradient`` was given, or the graph was already freed.
+
+        Example:
+            >>> import tensorplay_jax as tp
+            >>> x = tp.tensor([1.0, 2.0], requires_grad=True)
+            >>> (x**3).sum().backward(create_graph=True)
+            >>> x.grad  # 3 x**2, on the tape
+            tensor([ 3., 12.], grad_fn=<PowBackwardBackward>)
         """
-        if create_graph:
-            raise NotImplementedError(
-                "Tensor.backward: create_graph=True is not supported; for higher-order "
-                "gradients use jax.grad over nn.functional_call or tp.apply"
-            )
-        run_backward([self], [gradient], retain_graph=bool(retain_graph))
+        if inputs is None and not create_graph:
+            run_backward([self], [gradient], retain_graph=bool(retain_graph))
+            return
+        _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self) -> Tensor:
         """A new leaf sharing this value, cut from the graph.

@@ -142,16 +142,18 @@ def check_writable(t: Tensor, op: str) -> None:
 
 def _rebind(t: Tensor, new: Tensor, linked: bool) -> None:
     """Give ``t`` the value (and, in grad mode, the history) of ``new``; bump its version."""
-    t._value = new._value
+    value = new._value
     node = new._grad_fn if new._requires_grad else None
-    if linked and node is not None:
-        t._grad_fn, t._output_nr, t._requires_grad = node, new._output_nr, True
-    t._version += 1
     saved = getattr(node, "saved", None)
     if saved and any(s is t for s in saved):  # the write's node holds t's old value itself
         keep = [i for i, s in enumerate(saved) if s is not t]
         node.saved = tuple(saved[i] for i in keep)
         node.versions = tuple(node.versions[i] for i in keep)
+        node.keep_operand(t, t._value)  # (its recorded backward reads the old value too)
+    t._value = value
+    if linked and node is not None:
+        t._grad_fn, t._output_nr, t._requires_grad = node, new._output_nr, True
+    t._version += 1
 
 
 def commit(t: Tensor, new: Tensor) -> Tensor:

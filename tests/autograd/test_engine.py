@@ -69,8 +69,6 @@ def test_root_errors():
         run_backward([])
     with pytest.raises(TypeError, match="expected a Tensor or a GradientEdge"):
         run_backward([1.0])
-    with pytest.raises(NotImplementedError, match="create_graph"):
-        tp.ones(1, requires_grad=True).sum().backward(create_graph=True)
 
 
 def test_multiple_roots_including_dependent_ones():
@@ -249,10 +247,12 @@ def test_autograd_grad_returns_without_accumulating():
     np.testing.assert_allclose(gx.numpy(), [3.0, 4.0])
     np.testing.assert_allclose(gw.numpy(), [1.0, 2.0])
     assert gu is None and x.grad is None and w.grad is None
-    with pytest.raises(RuntimeError, match="was not used in the graph"):
+    with pytest.raises(RuntimeError, match="index 0 appears to not have been used in the graph"):
         tp.autograd.grad((x * 2).sum(), [unused])
-    with pytest.raises(RuntimeError, match="is not a leaf Tensor"):
-        tp.autograd.grad((x * 2).sum(), [x * 2])
+    with pytest.raises(RuntimeError, match="index 0 appears to not have been used in the graph"):
+        tp.autograd.grad((x * 2).sum(), [x * 2])  # a result, but not of this graph
+    with pytest.raises(RuntimeError, match="One of the differentiated Tensors does not require"):
+        tp.autograd.grad((x * 2).sum(), [tp.ones(2)])
 
 
 def test_nodes_of_one_operation_share_one_name_object():

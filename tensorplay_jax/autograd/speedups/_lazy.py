@@ -430,19 +430,39 @@ def _append(
         (entry, mask, tkeys, trefs, rule),
         lambda: Spec(entry, mask, trefs, tkeys, info, rule),
     )
-    return _push(seg, pattern, tensors, saves)
+    operands = None
+    if saves:  # a pending operand is read from its Tensor (``VJPNode.recipe``)
+        operands = [t if v is PENDING else v for v, t in zip(values, tensors, strict=True)]
+    return _push(seg, pattern, tensors, saves, operands)
 
 
-def _push(seg: Segment, pattern: Pattern, tensors: Sequence[Tensor | None], saves: bool) -> Any:
+def _push(
+    seg: Segment,
+    pattern: Pattern,
+    tensors: Sequence[Tensor | None],
+    saves: bool,
+    operands: Sequence[Any] | None,
+) -> Any:
     """Make the node and pending outputs of ``pattern``'s last operation, appended to ``seg``."""
     edges = [t._gradient_edge() for t, m in zip(tensors, pattern.ops[-1].mask, strict=True) if m]  # type: ignore[union-attr]
     saved = tuple(t for t in tensors if t is not None) if saves else ()
-    return make(seg, pattern, edges, saved)
+    return make(seg, pattern, edges, saved, operands)
 
 
-def make(seg: Segment, pattern: Pattern, edges: list[GradientEdge], saved: tuple[Any, ...]) -> Any:
+def make(
+    seg: Segment,
+    pattern: Pattern,
+    edges: list[GradientEdge],
+    saved: tuple[Any, ...],
+    operands: Sequence[Any] | None,
+) -> Any:
+    """The node and pending outputs of ``pattern``'s last operation, appended to ``seg``;
+    ``operands`` (Tensors or values, None for an operation that saves nothing) make the
+    node's ``recipe``."""
     spec = pattern.ops[-1]
     node = VJPNode(spec.entry.name, None, spec.out_info, edges, spec.n_out, saved)
+    if operands is not None and spec.rule is not NO_GRAD:
+        node.recipe = (spec.entry, spec.mask, spec.rule, operands)
     node.lazy = seg
     node.lazy_index = len(seg.nodes)
     node.lazy_op = spec

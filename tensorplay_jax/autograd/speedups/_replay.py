@@ -126,4 +126,6 @@ def replay(entry: _Entry, args: Sequence[Any], saves: bool) -> Any:
             ids[id(v) if t is None else id(t)] = len(seg.inputs)
             seg.inputs.append(v)
             seg.input_tensors.append(t)
-        return _lazy.make(seg, nxt, edges, tuple(saved) if saves else ())
+        if saves:
+            return _lazy.make(seg, nxt, edges, tuple(saved), args)
+        return _lazy.make(seg, nxt, edges, (), None)
