@@ -90,6 +90,12 @@ class ProcessGroup:
         """Number of members."""
         return len(self.ranks)
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """``dist.monitored_barrier`` on this group (c10d's ``ProcessGroup`` method)."""
+        from tensorplay_jax.process_group import _membership  # (it imports this module)
+
+        _membership.monitored_barrier(self, timeout, wait_all_ranks)
+
     def __repr__(self) -> str:
         eng = self.engine.name if self.engine is not None else "non-member"
         return f"ProcessGroup(ranks={list(self.ranks)}, engine={eng!r})"

@@ -186,7 +186,8 @@ def monitored_barrier(
 
     Args:
       group: the group (default: all processes).
-      timeout: seconds or a timedelta (default: the group's timeout).
+      timeout: seconds or a timedelta (default: the group's timeout); zero has run out
+        at once (group rank 0 then only looks whether the others have arrived).
       wait_all_ranks: report every missing rank, not only the first.
 
     Raises:
@@ -199,7 +200,7 @@ def monitored_barrier(
     fn = "monitored_barrier"
     w = world()
     g = resolve(fn, group)
-    t = group_timeout(g) if timeout is None else _startup.timeout_s(fn, timeout)
+    t = group_timeout(g) if timeout is None else _startup.timeout_s(fn, timeout, zero_ok=True)
     g.monitored += 1
     base = f"{w.prefix}/g{g.gid}/monitored"
     here = f"{base}/{g.monitored}"
@@ -221,13 +222,24 @@ def monitored_barrier(
         if verdict != b"ok":
             raise RuntimeError(f"{reached}: {verdict.decode()}")
         return
-    deadline = time.monotonic() + t
+    start = time.monotonic()
+    deadline = start + t
     others = g.ranks[1:]
     missing: list[int] = []
+    spent = False  # the timeout ran out before a rank's turn came (tensorplay's "timed out")
     for i, r in enumerate(others):
-        try:
-            _kv.get(f"{here}/arrived/{r}", max(1e-3, deadline - time.monotonic()), fn)
-        except _kv.KVTimeout:
+        key = f"{here}/arrived/{r}"
+        left = deadline - time.monotonic()
+        if left < 0:  # the time ran out before this rank's turn: a probe, no wait
+            came = not _kv.missing([key])
+            spent = not came
+        else:
+            try:
+                _kv.get(key, max(1e-3, left), fn)
+                came = True
+            except _kv.KVTimeout:
+                came = False
+        if not came:
             if wait_all_ranks:
                 late = _kv.missing([f"{here}/arrived/{q}" for q in others[i:]])
                 missing = [int(k.rsplit("/", 1)[1]) for k in late]
@@ -244,5 +256,8 @@ def monitored_barrier(
         f"{fn}: rank(s) {missing} of the group {list(g.ranks)} did not arrive within "
         f"{t:.3g}s ({who} failed to pass monitoredBarrier in {int(t * 1000)} ms)."
     )
+    if spent:  # tensorplay's words when the time ran out before a rank was waited for
+        elapsed = int((time.monotonic() - start) * 1000)
+        msg = f"Rank {w.rank} timed out in monitoredBarrier after {elapsed} ms. {msg}"
     _kv.set(f"{here}/verdict", msg.encode())
     raise RuntimeError(msg)

@@ -81,8 +81,9 @@ def options(fn: str, backend: Any, engine: Any, timeout: Any) -> tuple[str, str,
     return backend, engine, timeout_s(fn, timeout)
 
 
-def timeout_s(fn: str, timeout: Any) -> float:
-    """``timeout`` (seconds or a timedelta; None: the default) in seconds, checked.
+def timeout_s(fn: str, timeout: Any, *, zero_ok: bool = False) -> float:
+    """``timeout`` (seconds or a timedelta; None: the default) in seconds, checked;
+    ``zero_ok``: zero is a timeout too (one that has run out when the call starts).
 
     Example:
       >>> timeout_s("barrier", datetime.timedelta(seconds=2))
@@ -92,9 +93,10 @@ def timeout_s(fn: str, timeout: Any) -> float:
         return DEFAULT_PG_TIMEOUT_S
     if isinstance(timeout, datetime.timedelta):
         timeout = timeout.total_seconds()
-    if not isinstance(timeout, int | float) or timeout <= 0:
+    if not isinstance(timeout, int | float) or timeout < 0 or (timeout == 0 and not zero_ok):
+        kind = "non-negative" if zero_ok else "positive"
         raise ValueError(
-            f"{fn}: timeout={timeout!r} must be a positive number of seconds or a timedelta."
+            f"{fn}: timeout={timeout!r} must be a {kind} number of seconds or a timedelta."
         )
     return float(timeout)
 

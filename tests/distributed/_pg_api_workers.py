@@ -406,4 +406,10 @@ def _monitored(r: int, n: int) -> dict[str, object]:
         got["first_missing"] = error_text(dist.monitored_barrier, None, 2)
         got["every_missing"] = error_text(dist.monitored_barrier, None, 2, True)
     dist.barrier()
+    # A timeout of zero runs out before rank 0 waits for anyone (c10d's group method).
+    if r == 0:
+        got["zero_timeout"] = error_text(dist.new_group(list(range(n))).monitored_barrier, 0)
+    else:
+        dist.new_group(list(range(n)))
+    dist.barrier()
     return got

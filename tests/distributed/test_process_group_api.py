@@ -384,6 +384,8 @@ def test_monitored_barrier_names_the_missing_ranks(api):
                 "waiting for send/recv from rank 0"
             )
             _raised(got["monitored/first_missing"], "RuntimeError", came)
+    zero = "Rank 0 timed out in monitoredBarrier"
+    _raised(api[0]["monitored/zero_timeout"], "RuntimeError", zero)
 
 
 def test_destroy_fails_a_queued_isend_and_clears_the_world(api):
