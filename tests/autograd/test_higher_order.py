@@ -124,9 +124,7 @@ def test_a_meta_learning_step_differentiates_through_the_inner_update():
         return ((x @ w - y) ** 2).mean()
 
     w = tp.tensor(w0, requires_grad=True)
-    (g,) = tp.autograd.grad(
-        ((tp.tensor(xa) @ w - tp.tensor(ya)) ** 2).mean(), w, create_graph=True
-    )
+    (g,) = tp.autograd.grad(((tp.tensor(xa) @ w - tp.tensor(ya)) ** 2).mean(), w, create_graph=True)
     adapted = w - lr * g
     ((tp.tensor(xb) @ adapted - tp.tensor(yb)) ** 2).mean().backward()
     want = jax.grad(lambda w: mse(w - lr * jax.grad(mse)(w, xa, ya), xb, yb))(w0)
