@@ -23,6 +23,7 @@ Usage::
     python benchmarks/conformance.py --suite dist_autograd -k backward     # a subset
     python benchmarks/conformance.py --list                                # classify only
     python benchmarks/conformance.py --json out.json --markdown            # the docs table
+    python benchmarks/conformance.py --suite c10d --world-size 4           # other world sizes
 
 A test passes when every rank passes; it fails with the first error in time (a rank
 that fails first names the cause; the others often fail because it left).
@@ -647,6 +648,12 @@ def main() -> None:
         default="file",
         help="the init method the fixture gives (torch's default: file)",
     )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        help="ranks per test of a driven suite (default: torch's CI size, 3 for c10d); the "
+        "suite's own decorators then skip or run its tests for worlds of 4 or 8",
+    )
     parser.add_argument("--list", action="store_true", help="classify and list, run nothing")
     parser.add_argument("--json", type=Path, help="write every verdict here")
     parser.add_argument("--logs", type=Path, help="keep each rank's output here")
@@ -663,6 +670,13 @@ def main() -> None:
     directory = torch_suite_dir(args.torch_dir)
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     cases = [c for s in suites for c in collect(s, directory)]
+    if args.world_size:
+        if args.world_size < 2:
+            parser.error("--world-size must be at least 2")
+        cases = [
+            dataclasses.replace(c, world_size=args.world_size) if c.suite in DRIVERS else c
+            for c in cases
+        ]
     if args.pattern:
         cases = [c for c in cases if re.search(args.pattern, c.label)]
     if args.failed:

@@ -400,6 +400,7 @@ AUTOGRAD_CORE = [
     "_engine",
     "_grad",
     "_grad_mode",
+    "_higher_order",
     "_hooks",
     "_lift",
     "_node",
@@ -408,6 +409,7 @@ AUTOGRAD_CORE = [
     "_seams",
     "_tensor_class",
     "function",
+    "gradcheck",  # torch.autograd.gradcheck / gradgradcheck: the tape against differences
     "profiler",  # torch.autograd.profiler: reads runtime/trace's spans
     "sparse_arrays",
 ]

@@ -88,8 +88,10 @@ a recurring training step runs its forward and backward as one compiled program.
 
 Engine runs are independent (no global state), so several threads may run
 backward at once; grad mode is thread-local. Gradients are ``jax.Array`` s in
-the engine; ``create_graph`` (higher order) is not supported: use ``jax.grad``
-through ``nn.functional_call`` or ``tp.apply`` for that.
+the engine; with ``create_graph=True`` each node's backward is recorded
+(``_higher_order``), so gradients of gradients come from the tape as well.
+``gradcheck`` / ``gradgradcheck`` (the module ``gradcheck``) check a function's
+gradients on the tape against finite differences, as torch's do.
 """
 
 from typing import Any
@@ -142,6 +144,9 @@ from tensorplay_jax.autograd._seams import set_deferred as set_deferred
 from tensorplay_jax.autograd._tensor_class import set_tensor_class as set_tensor_class
 from tensorplay_jax.autograd.function import Function as Function
 from tensorplay_jax.autograd.function import once_differentiable as once_differentiable
+from tensorplay_jax.autograd.gradcheck import GradcheckError as GradcheckError
+from tensorplay_jax.autograd.gradcheck import gradcheck as gradcheck
+from tensorplay_jax.autograd.gradcheck import gradgradcheck as gradgradcheck
 
 speedups.install()  # the one place the speed-up layer plugs into the core's seams
 
@@ -150,6 +155,7 @@ __all__ = [
     "Accumulator",
     "Function",
     "FunctionNode",
+    "GradcheckError",
     "GradientEdge",
     "Node",
     "RemovableHandle",
@@ -169,6 +175,8 @@ __all__ = [
     "function",
     "get_gradient_edge",
     "grad",
+    "gradcheck",
+    "gradgradcheck",
     "is_grad_enabled",
     "is_pending",
     "leaf_gradient",

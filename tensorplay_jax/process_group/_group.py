@@ -69,6 +69,9 @@ __all__ = [
 class ProcessGroup:
     """A set of processes that run collectives together.
 
+    Besides ``rank()`` and ``size()``, c10d's methods of the group object that torch
+    code calls (``monitored_barrier``) come from ``_group_methods``' table.
+
     Attributes:
       ranks: the members' global ranks, ascending; a member's group rank is its index.
       engine: the data mover (None on a process that is not a member).
@@ -89,12 +92,6 @@ class ProcessGroup:
     def size(self) -> int:
         """Number of members."""
         return len(self.ranks)
-
-    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
-        """``dist.monitored_barrier`` on this group (c10d's ``ProcessGroup`` method)."""
-        from tensorplay_jax.process_group import _membership  # (it imports this module)
-
-        _membership.monitored_barrier(self, timeout, wait_all_ranks)
 
     def __repr__(self) -> str:
         eng = self.engine.name if self.engine is not None else "non-member"
