@@ -409,6 +409,7 @@ AUTOGRAD_CORE = [
     "_seams",
     "_tensor_class",
     "function",
+    "functional",  # torch.autograd.functional: jacobian, hessian, vjp, jvp, hvp, vhp
     "gradcheck",  # torch.autograd.gradcheck / gradgradcheck: the tape against differences
     "profiler",  # torch.autograd.profiler: reads runtime/trace's spans
     "sparse_arrays",

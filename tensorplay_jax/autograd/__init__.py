@@ -98,6 +98,7 @@ from typing import Any
 
 from tensorplay_jax.autograd import _tensor_class
 from tensorplay_jax.autograd import function as function
+from tensorplay_jax.autograd import functional as functional
 from tensorplay_jax.autograd import speedups as speedups
 from tensorplay_jax.autograd._accumulate import Accumulator as Accumulator
 from tensorplay_jax.autograd._accumulate import accumulate_into_grad as accumulate_into_grad
@@ -173,6 +174,7 @@ __all__ = [
     "defer_final_callbacks",
     "enable_grad",
     "function",
+    "functional",
     "get_gradient_edge",
     "grad",
     "gradcheck",
