@@ -333,6 +333,14 @@ def test_a_driven_suite_skips_by_its_decorators_and_by_torch_s_exit_codes(driven
     assert exited["status"] == "skip" and "CUDA is not available" in exited["error"], exited
 
 
+def test_a_driven_suite_runs_at_another_world_size_when_asked(driven) -> None:
+    module, cases = driven
+    (even,) = module.at_world_size([cases["test_even_worlds_only"]], 4)
+    assert even.world_size == 4
+    verdict = module.run_case(even, 60, None)  # its decorator skips it at 3 ranks
+    assert verdict["status"] == "pass", verdict
+
+
 def test_a_driven_suite_s_gpu_tests_are_read_from_the_test_s_own_code(driven) -> None:
     _, cases = driven
     assert cases["test_on_gpu"].not_applicable == "CUDA"

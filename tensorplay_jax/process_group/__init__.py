@@ -12,7 +12,8 @@ data in host memory share). The private modules:
 - ``_p2p``: send/recv, isend/irecv and ``batch_isend_irecv`` (queued, run in pair order).
 - ``_work``: the ``Work`` handles and futures of ``async_op=True`` and isend/irecv.
 - ``_objects``: the object collectives (signed cloudpickle bytes over the collectives).
-- ``_membership``: rank maps, ``new_subgroups``, ``monitored_barrier``, ``GroupMember``.
+- ``_membership``: rank maps, ``new_subgroups`` (and ``_by_enumeration``),
+  ``monitored_barrier``, ``GroupMember``.
 - ``_backend``: ``Backend`` and which backends run here (``is_gloo_available``, ...).
 - ``_debug_level``: ``DebugLevel`` (``TORCH_DISTRIBUTED_DEBUG``).
 - ``_engine_shm`` / ``_shared_memory``: the same-host engine and its segments and barrier.
@@ -95,6 +96,9 @@ from tensorplay_jax.process_group._membership import (
 from tensorplay_jax.process_group._membership import group as group
 from tensorplay_jax.process_group._membership import monitored_barrier as monitored_barrier
 from tensorplay_jax.process_group._membership import new_subgroups as new_subgroups
+from tensorplay_jax.process_group._membership import (
+    new_subgroups_by_enumeration as new_subgroups_by_enumeration,
+)
 from tensorplay_jax.process_group._objects import all_gather_object as all_gather_object
 from tensorplay_jax.process_group._objects import broadcast_object_list as broadcast_object_list
 from tensorplay_jax.process_group._objects import gather_object as gather_object

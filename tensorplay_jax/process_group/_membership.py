@@ -34,6 +34,7 @@ __all__ = [
     "group",
     "monitored_barrier",
     "new_subgroups",
+    "new_subgroups_by_enumeration",
 ]
 
 
@@ -170,6 +171,55 @@ def new_subgroups(
     subgroups = [
         new_group(list(ranks[i : i + group_size])) for i in range(0, len(ranks), group_size)
     ]
+    mine = next((sg for sg in subgroups if w.rank in sg.ranks), None)
+    return mine, subgroups
+
+
+def new_subgroups_by_enumeration(
+    ranks_per_subgroup_list: list[list[int]],
+    timeout: Any = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    group_desc: str | None = None,
+) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
+    """One group per list of global ranks; each rank may be in one of them at most.
+
+    Every process calls it, in the same order (as :func:`new_group`), with the same
+    lists; the ranks are checked before any group is made.
+
+    Args:
+      ranks_per_subgroup_list: the members of each subgroup, global ranks.
+      timeout: bounds the subgroups' waits (as ``new_group``'s).
+      backend, pg_options, group_desc: accepted for tensorplay compatibility; the
+        subgroups keep the default group's engine.
+
+    Returns:
+      ``(this process's subgroup or None, every subgroup)``.
+
+    Raises:
+      ValueError: the list is empty, a rank is out of range, or a rank is in two lists
+        (tensorplay's words).
+
+    Example:
+      >>> mine, both = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]])  # doctest: +SKIP
+    """
+    if not ranks_per_subgroup_list:
+        raise ValueError("The arg 'ranks_per_subgroup_list' cannot be empty")
+    w = world()
+    seen: dict[int, list[int]] = {}
+    for ranks in ranks_per_subgroup_list:
+        for r in ranks:
+            if not isinstance(r, int) or not 0 <= r < w.world_size:
+                raise ValueError(
+                    f"Rank {r} is out of range: new_subgroups_by_enumeration takes global "
+                    f"ranks from 0 to {w.world_size - 1}."
+                )
+            if r in seen:
+                raise ValueError(
+                    f"Rank {r} has appeared in both subgroup {seen[r]} and {list(ranks)}"
+                )
+            seen[r] = list(ranks)
+    subgroups = [new_group(list(ranks), timeout) for ranks in ranks_per_subgroup_list]
     mine = next((sg for sg in subgroups if w.rank in sg.ranks), None)
     return mine, subgroups
 

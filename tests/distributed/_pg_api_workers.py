@@ -390,6 +390,15 @@ def _subgroups(r: int, n: int) -> dict[str, object]:
         got["singles/mine"] = mine.ranks
         got["errors/not_divisible"] = error_text(dist.new_subgroups, 3)
     got["errors/zero"] = error_text(dist.new_subgroups, 0)
+    # Subgroups by enumeration: the even ranks and the odd ones.
+    lists = [list(range(0, n, 2)), list(range(1, n, 2))]
+    mine, groups = dist.new_subgroups_by_enumeration(lists)
+    got["enumerated/ranks"] = [g.ranks for g in groups]
+    got["enumerated/mine"] = mine.ranks
+    got["enumerated/all_reduce"] = np.asarray(dist.all_reduce(np.float32(r + 1), group=mine))
+    got["errors/overlap"] = error_text(dist.new_subgroups_by_enumeration, [[0, 1], [1]])
+    got["errors/out_of_range"] = error_text(dist.new_subgroups_by_enumeration, [[0, n]])
+    got["errors/empty"] = error_text(dist.new_subgroups_by_enumeration, [])
     return got
 
 

@@ -366,6 +366,23 @@ def test_new_subgroups(api):
         _raised(got["subgroups/errors/zero"], "ValueError", "group_size=0 must be a positive int")
 
 
+def test_new_subgroups_by_enumeration(api):
+    n = len(api)
+    for r, got in enumerate(api):
+        evens, odds = tuple(range(0, n, 2)), tuple(range(1, n, 2))
+        assert got["subgroups/enumerated/ranks"] == [evens, odds]
+        assert got["subgroups/enumerated/mine"] == (evens if r % 2 == 0 else odds)
+        want = sum(q + 1 for q in (evens if r % 2 == 0 else odds))
+        _close(got["subgroups/enumerated/all_reduce"], want)
+        _raised(
+            got["subgroups/errors/overlap"],
+            "ValueError",
+            "Rank 1 has appeared in both subgroup [0, 1] and [1]",
+        )
+        _raised(got["subgroups/errors/out_of_range"], "ValueError", f"Rank {n} is out of range")
+        _raised(got["subgroups/errors/empty"], "ValueError", "cannot be empty")
+
+
 def test_monitored_barrier_names_the_missing_ranks(api):
     n = len(api)
     late = list(range(n // 2, n))
