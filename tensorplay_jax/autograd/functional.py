@@ -170,33 +170,45 @@ def jvp(
     """
     _, ins = _as_tuple(inputs, "inputs", "jvp")
     ins = _prepared(ins, create_graph)
-    if v is None:
-        if len(ins) != 1 or ins[0].numel() != 1:
-            raise RuntimeError(
-                "The vector v can only be None if the input to the user-provided function is "
-                "a single Tensor with a single element."
-            )
-        tangents: tuple[Tensor, ...] = (_tc.Tensor._wrap(jnp.ones(ins[0].shape, ins[0].dtype)),)
-    else:
-        tangents = _as_tuple(v, "v", "jvp")[1]
+    tangents = _tangents(ins, v, "jvp")
     many_out, outs = _outputs(func, ins, "jvp")
-    # u -> J^T u on the tape, then differentiated with respect to u along v: J v
-    dummies = [_tc.Tensor(jnp.zeros(o.shape, o.dtype), requires_grad=True) for o in outs]
-    back = _grad(outs, ins, dummies, create_graph=True, allow_unused=True)
-    used = [(b, t) for b, t in zip(back, tangents, strict=True) if b is not None]
-    if not used:
-        got: tuple[Tensor | None, ...] = (None,) * len(outs)
-    else:
-        got = _grad(
-            [b for b, _ in used],
-            dummies,
-            [t for _, t in used],
-            create_graph=create_graph,
-            allow_unused=True,
-        )
+    got = _along(outs, ins, tangents, create_graph)
     _strict_check(got, "jvp", strict)
     outs_done = tuple(o if create_graph else o.detach() for o in outs)
     return _back(many_out, outs_done), _back(many_out, _finished(got, outs, create_graph))
+
+
+def _tangents(ins: tuple[Tensor, ...], v: Inputs, fn: str) -> tuple[Tensor, ...]:
+    """``v`` as one tangent per input; ones for a single one-element input without it."""
+    if v is not None:
+        return _as_tuple(v, "v", fn)[1]
+    if len(ins) != 1 or ins[0].numel() != 1:
+        raise RuntimeError(
+            "The vector v can only be None if the input to the user-provided function is a "
+            "single Tensor with a single element."
+        )
+    return (_tc.Tensor._wrap(jnp.ones(ins[0].shape, ins[0].dtype)),)
+
+
+def _along(
+    outs: Sequence[Tensor], ins: Sequence[Tensor], tangents: Sequence[Tensor], create_graph: bool
+) -> tuple[Tensor | None, ...]:
+    """``J v`` (one per output, None where no input reaches it) for ``J = d outs / d ins``
+    by the double-backward trick: ``u -> J^T u`` recorded (``create_graph``) with a
+    cotangent ``u`` that requires grad, then differentiated with respect to ``u`` along
+    ``v``."""
+    dummies = [_tc.Tensor(jnp.zeros(o.shape, o.dtype), requires_grad=True) for o in outs]
+    back = _grad(list(outs), list(ins), dummies, create_graph=True, allow_unused=True)
+    used = [(b, t) for b, t in zip(back, tangents, strict=True) if b is not None]
+    if not used:
+        return (None,) * len(outs)
+    return _grad(
+        [b for b, _ in used],
+        dummies,
+        [t for _, t in used],
+        create_graph=create_graph,
+        allow_unused=True,
+    )
 
 
 def _stack_rows(rows: list[Tensor], shape: tuple[int, ...]) -> Tensor:
@@ -360,50 +372,22 @@ def _hessian_product(
         raise RuntimeError(
             f"The Tensor returned by the function given to {fn} should contain a single element"
         )
-    if v is None:
-        if len(ins) != 1 or ins[0].numel() != 1:
-            raise RuntimeError(
-                "The vector v can only be None if the input to the user-provided function is "
-                "a single Tensor with a single element."
-            )
-        vs: tuple[Tensor, ...] = (_tc.Tensor._wrap(jnp.ones(ins[0].shape, ins[0].dtype)),)
-    else:
-        vs = _as_tuple(v, "v", fn)[1]
+    vs = _tangents(ins, v, fn)
     jac = _grad(outs[0].reshape(()), ins, create_graph=True, allow_unused=True)
     _strict_check(jac, fn, strict)
-    pairs = [(j, w, t) for j, w, t in zip(jac, vs, ins, strict=True) if j is not None]
-    if fn == "vhp":
-        got: Sequence[Tensor | None] = (
-            _grad(
-                [j for j, _, _ in pairs],
-                ins,
-                [w for _, w, _ in pairs],
-                create_graph=create_graph,
-                allow_unused=True,
-            )
-            if pairs
-            else (None,) * len(ins)
+    present = [(j, w) for j, w in zip(jac, vs, strict=True) if j is not None]
+    got: tuple[Tensor | None, ...] = (None,) * len(ins)
+    if present and fn == "vhp":  # v^T H: the gradient's backward along v
+        got = _grad(
+            [j for j, _ in present],
+            ins,
+            [w for _, w in present],
+            create_graph=create_graph,
+            allow_unused=True,
         )
-    else:  # H v by the double-backward trick: u -> H^T u, differentiated along v
-        dummies = [_tc.Tensor(jnp.zeros(t.shape, t.dtype), requires_grad=True) for _, _, t in pairs]
-        back = (
-            _grad([j for j, _, _ in pairs], ins, dummies, create_graph=True, allow_unused=True)
-            if pairs
-            else (None,) * len(ins)
-        )
-        used = [(b, w) for b, w in zip(back, vs, strict=True) if b is not None]
-        if used:
-            part = _grad(
-                [b for b, _ in used],
-                dummies,
-                [w for _, w in used],
-                create_graph=create_graph,
-                allow_unused=True,
-            )
-            it = iter(part)
-            got = tuple(next(it) if j is not None else None for j in jac)
-        else:
-            got = (None,) * len(ins)
+    elif present:  # H v: the gradient's Jacobian along v
+        part = iter(_along([j for j, _ in present], ins, vs, create_graph))
+        got = tuple(next(part) if j is not None else None for j in jac)
     _strict_check(got, fn, strict)
     out = outs[0] if create_graph else outs[0].detach()
     return out, _back(many_in, _finished(got, ins, create_graph))

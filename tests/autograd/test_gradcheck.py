@@ -19,48 +19,11 @@ import warnings
 import pytest
 
 import tensorplay_jax as tp
-from tensorplay_jax.autograd import Function, GradcheckError, gradcheck, gradgradcheck
+from tensorplay_jax.autograd import GradcheckError, gradcheck, gradgradcheck
 from tensorplay_jax.runtime.settings import X64_ENV
+from tests.autograd._custom_functions import Cube, DetachedBackward, WrongFactor
 
 LOOSE = {"eps": 1e-3, "atol": 1e-2, "rtol": 1e-2}  # float32 finite differences
-
-
-class Cube(Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * x**2
-
-
-class WrongFactor(Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**2
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * x  # should be 2 x
-
-
-class DetachedBackward(Function):
-    """Right first derivative, but computed off the tape: its second derivative is wrong."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * x.detach() ** 2
 
 
 def _x() -> tp.Tensor:

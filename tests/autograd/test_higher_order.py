@@ -14,7 +14,8 @@ import pytest
 
 import tensorplay_jax as tp
 from tensorplay_jax import nn
-from tensorplay_jax.autograd import Function, once_differentiable
+from tensorplay_jax.autograd import Function
+from tests.autograd._custom_functions import Cube, CubeOnce
 
 pytestmark = pytest.mark.usefixtures("deferred")
 
@@ -187,31 +188,6 @@ def test_a_write_after_the_forward_is_refused_by_the_recorded_backward():
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         tp.autograd.grad(z2.sum(), x, create_graph=True)
     np.testing.assert_allclose(g.numpy(), [2.0, 4.0])
-
-
-class Cube(Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * x**2
-
-
-class CubeOnce(Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * x**2
 
 
 def test_a_custom_function_backward_is_recorded():
