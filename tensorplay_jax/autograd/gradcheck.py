@@ -40,7 +40,10 @@ from tensorplay_jax.autograd._grad import grad
 if TYPE_CHECKING:
     from tensorplay_jax.tensors import Tensor
 
-__all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
+# No ``__all__``: ``tensorplay_jax.autograd.gradcheck`` is the function, as torch's
+# ``torch.autograd.gradcheck`` is, so this module's three names are documented where
+# ``tensorplay_jax.autograd`` exports them; ``from tensorplay_jax.autograd.gradcheck
+# import GradcheckError`` works as torch's import does.
 
 
 # Two backward passes over one graph may differ by rounding: the CPU backend runs a small
@@ -272,8 +275,14 @@ def gradgradcheck(
         inputs: as for :func:`gradcheck`.
         grad_outputs: cotangents of ``func``'s float outputs (default: random values in
             ``[-1, 1)`` of each output's shape and dtype, requiring grad).
-        eps, atol, rtol, raise_exception, nondet_tol, check_undefined_grad,
-        check_grad_dtypes, fast_mode: as for :func:`gradcheck`.
+        eps: as for :func:`gradcheck`.
+        atol: as for :func:`gradcheck`.
+        rtol: as for :func:`gradcheck`.
+        raise_exception: as for :func:`gradcheck`.
+        nondet_tol: as for :func:`gradcheck`.
+        check_undefined_grad: as for :func:`gradcheck`.
+        check_grad_dtypes: as for :func:`gradcheck`.
+        fast_mode: as for :func:`gradcheck`.
         gen_non_contig_grad_outputs: accepted (every array here is contiguous).
         check_batched_grad: not supported (raises).
         check_fwd_over_rev: not supported (raises).
