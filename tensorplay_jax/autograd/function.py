@@ -58,6 +58,7 @@ import numpy as np
 from tensorplay_jax.autograd import _tensor_class as _tc
 from tensorplay_jax.autograd._grad_mode import is_grad_enabled, no_grad
 from tensorplay_jax.autograd._higher_order import not_differentiable
+from tensorplay_jax.autograd._lift import apply
 from tensorplay_jax.autograd._node import (
     _FREED_MSG,
     _MODIFIED_MSG,
@@ -194,7 +195,8 @@ class BackwardCFunction(FunctionCtx, Node):
         fitted: list[Tensor | None] = []
         for k, i, g in out:
             if g is not None and (tuple(g.shape), g.dtype) != self._in_avals[k]:
-                g = _tc.Tensor._wrap(self._fitted(g._value, k, i))  # (summed off the tape)
+                shape, dtype = self._in_avals[k]
+                g = apply(_fit, g, shape, dtype, str(self.name), i)  # (on the tape)
             fitted.append(g)
         needing = [g for g in grads if g is not None and g.requires_grad]
         if needing and not any(g is not None and g.requires_grad for g in fitted):
@@ -257,17 +259,24 @@ class BackwardCFunction(FunctionCtx, Node):
         return out
 
     def _fitted(self, g: Any, k: int, i: int) -> Any:
-        """Gradient ``g`` of the ``k``-th Tensor argument (argument ``i``) in its shape
-        (summed down where it broadcasts, torch's rule) and dtype."""
+        """Gradient ``g`` (an array) of the ``k``-th Tensor argument (argument ``i``) in its
+        shape (summed down where it broadcasts, torch's rule) and dtype."""
         shape, dtype = self._in_avals[k]
-        if tuple(g.shape) != shape:
-            g = _sum_to(jnp.asarray(g), shape, self.name, i)
-        return g if g.dtype == dtype else jnp.asarray(g, dtype)
+        if tuple(g.shape) == shape and g.dtype == dtype:
+            return g
+        return _fit(jnp.asarray(g), shape, dtype, str(self.name), i)
 
     def release(self) -> None:
         super().release()
         if self.__dict__.get("_saved"):
             self._saved = None  # ``saved_tensors`` now raises torch's "freed" error
+
+
+def _fit(g: jax.Array, shape: tuple[int, ...], dtype: Any, name: str, index: int) -> jax.Array:
+    """``g`` summed down to ``shape`` (see :func:`_sum_to`) and cast to ``dtype``."""
+    if tuple(g.shape) != shape:
+        g = _sum_to(g, shape, name, index)
+    return g.astype(dtype)
 
 
 def _is_traced(t: Tensor) -> bool:

@@ -135,7 +135,7 @@ def gradcheck(
     if not wanted:
         raise ValueError(
             "gradcheck expects at least one input tensor to require gradient, but none of "
-            "the them have requires_grad=True."
+            "them have requires_grad=True."
         )
     for i in wanted:
         if np.dtype(args[i].dtype) not in (np.float64, np.complex128):

@@ -198,6 +198,30 @@ def test_a_custom_function_backward_is_recorded():
     np.testing.assert_allclose(h.numpy(), [6.0, 12.0])
 
 
+class ScaleBroadcast(Function):
+    """``x * w`` for a vector ``x`` and a scalar-shaped ``w`` of shape (1,), whose backward
+    returns ``w``'s gradient unsummed (torch sums it down to (1,) itself)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w, g * x  # the second: shape of x, summed to (1,) by the tape
+
+
+def test_a_custom_gradient_summed_down_to_its_input_stays_on_the_tape():
+    x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = tp.tensor([2.0], requires_grad=True)
+    (gw,) = tp.autograd.grad((ScaleBroadcast.apply(x, w) ** 2).sum(), w, create_graph=True)
+    (h,) = tp.autograd.grad(gw.sum(), x)  # gw = sum(2 x**2 w): d/dx = 4 x w
+    np.testing.assert_allclose(gw.numpy(), [2 * 2 * 14.0])
+    np.testing.assert_allclose(h.numpy(), 4 * np.array([1.0, 2.0, 3.0]) * 2)
+
+
 def test_differentiating_a_once_differentiable_backward_raises_torchs_error():
     x = tp.tensor([1.0, 2.0], requires_grad=True)
     (g,) = tp.autograd.grad((CubeOnce.apply(x) * x).sum(), x, create_graph=True)
