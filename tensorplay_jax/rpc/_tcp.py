@@ -294,6 +294,7 @@ class TcpLink(SocketLink):
 
         Raises:
           StreamError: a second hello, a hello to a client, or one for no link held here.
+          ConnectionError: the server stopped before the lane's link was read.
         """
         token, index, lanes = _tcp_lanes.read_hello(body)
         if self._hello or self._registry is None:

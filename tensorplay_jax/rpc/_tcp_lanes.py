@@ -280,12 +280,14 @@ class Registry:
 
         Raises:
           StreamError: no live link took ``token`` in time.
+          ConnectionError: the server stopped first (the lane's connection just ends: not
+            a protocol error, so its owner's ``on_malformed`` hears nothing of it).
         """
         with self._cond:
             if not self._cond.wait_for(lambda: token in self._links or self._closed, timeout):
                 raise StreamError("a lane for a link this server does not hold")
             if token not in self._links:
-                raise StreamError("a lane that arrived as the server stopped")
+                raise ConnectionError("a lane that arrived as the server stopped")
             link = self._links[token]
         if not link.alive:
             raise StreamError("a lane for a link that has closed")

@@ -18,6 +18,7 @@ import pytest
 
 from tensorplay_jax import rpc
 from tensorplay_jax.rpc import _agent, _codec, _tcp, _tcp_lanes
+from tensorplay_jax.rpc._framing import StreamError
 from tensorplay_jax.rpc._link import Inbound
 from tensorplay_jax.rpc._local import frames
 from tensorplay_jax.rpc._socket import ClientEnd
@@ -288,3 +289,16 @@ def test_a_lane_for_a_link_the_server_does_not_hold_is_hung_up(server, monkeypat
     assert sink.closed.get(timeout=10)
     assert "does not hold" in str(sink.malformed[0])
     assert sink.messages.empty()
+
+
+def test_a_lane_that_arrives_as_its_server_stops_ends_its_connection_quietly():
+    """A stopped server's waiting lane gives up with ConnectionError (its connection closes,
+    ``on_closed``), not a protocol error for ``on_malformed`` to report: the stop was asked
+    for. (A doctest printed such a report into a later example's output.)"""
+    registry = _tcp_lanes.Registry()
+    registry.close()
+    with pytest.raises(ConnectionError, match="arrived as the server stopped"):
+        registry.find(b"token", 1.0)
+    fresh = _tcp_lanes.Registry()
+    with pytest.raises(StreamError, match="does not hold"):
+        fresh.find(b"token", 0.01)
