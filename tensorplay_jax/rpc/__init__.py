@@ -19,6 +19,7 @@ only; the RPC layer imports none of them.
 """
 
 from tensorplay_jax.rpc import api as api
+from tensorplay_jax.rpc import backend_registry as backend_registry
 from tensorplay_jax.rpc import constants as constants
 from tensorplay_jax.rpc import functions as functions
 from tensorplay_jax.rpc import transports as transports
@@ -39,11 +40,11 @@ from tensorplay_jax.rpc._errors import WorkerNameError as WorkerNameError
 from tensorplay_jax.rpc._futures import Future as Future
 from tensorplay_jax.rpc._futures import wait_all as wait_all
 from tensorplay_jax.rpc._rref import RRef as RRef
-from tensorplay_jax.rpc._types import BackendType as BackendType
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions as GrpcRpcBackendOptions
 from tensorplay_jax.rpc._types import RpcBackendOptions as RpcBackendOptions
 from tensorplay_jax.rpc._types import TensorPipeRpcBackendOptions as TensorPipeRpcBackendOptions
 from tensorplay_jax.rpc._types import WorkerInfo as WorkerInfo
+from tensorplay_jax.rpc.backend_registry import BackendType as BackendType
 from tensorplay_jax.rpc.api import _get_debug_info as _get_debug_info
 from tensorplay_jax.rpc.api import _rref_context_get_debug_info as _rref_context_get_debug_info
 from tensorplay_jax.rpc.api import _set_rpc_timeout as _set_rpc_timeout

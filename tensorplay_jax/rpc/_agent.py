@@ -28,7 +28,8 @@ import secrets
 import threading
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from tensorplay_jax.rpc import _call_hooks, _codec, _objref
 from tensorplay_jax.rpc._connections import Connections
@@ -68,18 +69,41 @@ from tensorplay_jax.runtime.secret import job_secret
 from tensorplay_jax.runtime.settings import RPC_SERVER_STOP_GRACE_S, RPC_SHUTDOWN_EXIT_WAIT_S
 
 # current_agent, get_agent and set_current stay importable from here (api and the tests).
-__all__ = ["Agent", "current_agent", "get_agent", "set_current"]
+__all__ = ["Agent", "Outgoing", "current_agent", "get_agent", "set_current"]
 
 log = logging.getLogger(__name__)
 
 
+class Outgoing(NamedTuple):
+    """A request about to be written, as an agent's ``outgoing`` filter sees it."""
+
+    to: WorkerInfo
+    kind: int  # a request kind of ``_protocol``
+    info: _call_hooks.CallInfo
+    extra: tuple  # the envelope's fields after the metadata (an RRef's id, a fork id)
+    header: bytes  # the body's encoded header (the function and the arguments but arrays)
+
+
 class Agent:
-    """Everything one worker needs to call and serve the others (see the module docstring)."""
+    """Everything one worker needs to call and serve the others (see the module docstring).
+
+    ``outgoing``, when given, is called with each request (an :class:`Outgoing`) after
+    its timeout has started and before it is written: it may wait (the request is
+    written later) or raise (the request is not written, and its Future gets the
+    exception). A backend registered with ``backend_registry`` passes one to inject
+    faults (``distributed/rpc/_testing``).
+    """
 
     def __init__(
-        self, name: str, rank: int, world_size: int | None, options: GrpcRpcBackendOptions
+        self,
+        name: str,
+        rank: int,
+        world_size: int | None,
+        options: GrpcRpcBackendOptions,
+        outgoing: Callable[[Outgoing], None] | None = None,
     ) -> None:
         self.options = options
+        self._outgoing = outgoing
         self.name = check_worker_name(name, "init_rpc")
         host, port, self.rank, self.world_size = resolve_init(
             options.init_method, rank, world_size, dynamic=True, timeout=options.init_timeout
@@ -370,6 +394,14 @@ class Agent:
             self._flight.handled += 1
         if timeout > 0:
             self._deadlines.add(time.monotonic() + timeout, mid)
+        if self._outgoing is not None:
+            try:
+                self._outgoing(Outgoing(to, kind, info, extra, bytes(enc.header)))
+            except Exception as exc:
+                with self.peers.lock:
+                    self._flight.pending.pop(mid, None)
+                fut._try_set_exception(exc)
+                return fut
         span = self._trace_send(pend, t0) if t0 and trace.RECORDING else None
         try:
             link.send(env, enc.header, enc.buffers)

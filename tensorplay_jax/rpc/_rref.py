@@ -30,12 +30,19 @@ the RRef.
 from __future__ import annotations
 
 import copy
+import functools
+import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tensorplay_jax.rpc import _codec, _current, _sending, _wire_types
+from tensorplay_jax.rpc import _codec, _current, _retries, _sending, _wire_types
 from tensorplay_jax.rpc._call_hooks import internal_target
-from tensorplay_jax.rpc._errors import RpcNotInitializedError, RpcTimeoutError, not_initialized
+from tensorplay_jax.rpc._errors import (
+    RpcNotInitializedError,
+    RpcPeerError,
+    RpcTimeoutError,
+    not_initialized,
+)
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import CALL, FETCH, FORK_ADD, REMOTE
 from tensorplay_jax.rpc._rref_proxy import Proxy, value_type
@@ -45,6 +52,7 @@ from tensorplay_jax.runtime.ids import RREF_ID
 
 __all__ = ["RRef"]
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -227,6 +235,8 @@ class RRef(Generic[T]):
             return RpcTimeoutError(
                 f"{what}: RRef creation was not confirmed by its owner in time: {exc}"
             )
+        if isinstance(exc, RpcPeerError):  # the value may not exist on the owner
+            return RpcPeerError(f"{what}: RRef creation failed on the way to its owner: {exc}")
         return _fresh(exc)
 
     def confirmed_by_owner(self) -> bool:
@@ -429,8 +439,20 @@ def _encode_rref(r: RRef[Any]) -> list[Any]:
         agent.rrefs.add_fork(r._id, fork, r._record, holder=holder)
     else:
         extra = (r._id, fork) if holder is None else (r._id, fork, holder)
-        agent.call(r._owner, FORK_ADD, extra=extra)
+        sent = _retries.with_retries(
+            lambda: agent.call(r._owner, FORK_ADD, extra=extra), "an RRef's fork registration"
+        )
+        # ``r`` stays alive until the owner has the new fork: its own release (FORK_DEL,
+        # when it is collected) cannot empty the owner's forks while this one is retried.
+        sent.add_done_callback(functools.partial(_forked, r))
     return [r._owner.id, r._owner.name, r._id, fork]
+
+
+def _forked(r: RRef[Any], sent: Future[Any]) -> None:
+    """``r``'s fork registration ended; a failure after the retries is logged."""
+    exc = sent.exception()
+    if exc is not None:
+        log.warning("rpc: the owner of RRef %#x did not get a fork of it: %s", r._id, exc)
 
 
 def _decode_rref(v: list[Any]) -> RRef[Any]:

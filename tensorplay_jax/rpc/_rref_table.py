@@ -55,6 +55,7 @@ from tensorplay_jax.rpc._deadlines import Deadlines
 from tensorplay_jax.rpc._errors import RpcPeerError, RpcTimeoutError
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._protocol import FORK_DEL
+from tensorplay_jax.rpc._retries import with_retries
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, WorkerInfo
 from tensorplay_jax.runtime.ids import RREF_ID
 from tensorplay_jax.runtime.settings import DEFAULT_RPC_TIMEOUT_S
@@ -412,18 +413,26 @@ class RRefTable:
             finally:
                 self.queued_deletes -= 1
 
-    def _send_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> None:
+    def _send_delete(self, owner: WorkerInfo, rref_id: int, fork: int) -> Future | None:
         try:
-            self._call(owner, FORK_DEL, extra=(rref_id, fork))
+            return with_retries(
+                lambda: self._call(owner, FORK_DEL, extra=(rref_id, fork)), "an RRef's release"
+            )
         except Exception as e:  # shutting down
             log.debug("rpc: could not release RRef %#x on %s: %s", rref_id, owner.name, e)
+            return None
 
-    def release_users(self) -> None:
-        """Graceful shutdown: tell owners this worker no longer holds its user RRefs."""
+    def release_users(self) -> list[Future]:
+        """Tell owners this worker no longer holds its user RRefs (graceful shutdown,
+        ``api._delete_all_user_and_unforked_owner_rrefs``); the Futures of the releases."""
+        sent = []
         for r in list(self._users):
             if r._fork is not None and not r._released:
                 r._released = True
-                self._send_delete(r._owner, r._id, r._fork)
+                fut = self._send_delete(r._owner, r._id, r._fork)
+                if fut is not None:
+                    sent.append(fut)
+        return sent
 
     def stop(self) -> None:
         self._stopped = True

@@ -16,6 +16,7 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
+from tensorplay_jax.rpc import _retries
 from tensorplay_jax.rpc._errors import RpcTimeoutError
 from tensorplay_jax.rpc._rendezvous import StoreTimeout
 from tensorplay_jax.runtime.settings import (
@@ -72,12 +73,16 @@ class ShutdownBarrier:
         self._resolve, self._call = resolve, call
 
     def outstanding(self) -> int:
-        """This worker's work left: calls, served requests and queued RRef releases."""
-        return self._flight.outstanding() + self._rrefs.queued_deletes
+        """This worker's work left: calls, served requests, queued RRef releases and
+        bookkeeping messages waiting to be sent again (``_retries``)."""
+        return self._flight.outstanding() + self._rrefs.queued_deletes + _retries.waiting()
 
     def outstanding_detail(self) -> str:
         """What :meth:`outstanding` counts, in words."""
-        return f"{self._flight.detail()}, {self._rrefs.queued_deletes} RRef release(s) queued"
+        return (
+            f"{self._flight.detail()}, {self._rrefs.queued_deletes} RRef release(s) queued, "
+            f"{_retries.waiting()} message(s) to send again"
+        )
 
     def wait_for_all_workers(self, timeout: float) -> None:
         """Graceful shutdown barrier: return once no worker has work left or in flight.

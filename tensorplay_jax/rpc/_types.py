@@ -1,9 +1,8 @@
-"""The plain records of the public API: WorkerInfo, BackendType and GrpcRpcBackendOptions."""
+"""The plain records of the public API: WorkerInfo and GrpcRpcBackendOptions."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from tensorplay_jax.runtime.settings import (
     RPC_INIT_TIMEOUT_S,
 )
 
-__all__ = ["BackendType", "GrpcRpcBackendOptions", "RpcBackendOptions", "WorkerInfo"]
+__all__ = ["GrpcRpcBackendOptions", "RpcBackendOptions", "WorkerInfo"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +43,6 @@ class WorkerInfo:
 _codec.register_type(
     WorkerInfo, lambda w: [w.name, w.id], lambda v: WorkerInfo(v[0], v[1]), name="WorkerInfo"
 )
-
-
-class BackendType(enum.Enum):
-    """RPC backends; there is one, gRPC (``TENSORPIPE`` is accepted as an alias for ported code)."""
-
-    GRPC = "GRPC"
-    TENSORPIPE = "GRPC"
 
 
 class RpcBackendOptions:

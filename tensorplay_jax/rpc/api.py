@@ -16,12 +16,8 @@ from tensorplay_jax.rpc._errors import not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
 from tensorplay_jax.rpc._shutdown import WHILE_ALIVE
-from tensorplay_jax.rpc._types import (
-    BackendType,
-    GrpcRpcBackendOptions,
-    RpcBackendOptions,
-    WorkerInfo,
-)
+from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, RpcBackendOptions, WorkerInfo
+from tensorplay_jax.rpc.backend_registry import BackendType, init_backend
 from tensorplay_jax.runtime.init_method import release
 
 __all__ = [
@@ -40,20 +36,22 @@ __all__ = [
 _init_lock = threading.Lock()
 
 
-def _check_backend(backend: Any, options: Any) -> GrpcRpcBackendOptions:
-    """The options ``init_rpc`` runs with; tensorplay's errors for a wrong backend or options.
+def _check_backend(backend: Any, options: Any) -> tuple[BackendType, GrpcRpcBackendOptions]:
+    """The backend and options ``init_rpc`` runs with; tensorplay's errors for wrong ones.
 
     As tensorplay: ``backend`` is a :class:`BackendType` member or None (inferred from the
-    options); the options are an :class:`RpcBackendOptions`, and ours when the backend is
-    given or to be inferred.
+    options: ``GRPC``, also named ``TENSORPIPE``); the options are an
+    :class:`RpcBackendOptions`, and ours when the backend is given or to be inferred.
+    A registered backend's agent handler checks its own options further.
     """
     if backend is not None and not isinstance(backend, BackendType):
         raise TypeError(
             f"init_rpc: Argument backend must be a member of BackendType, got {backend!r} "
             "(use rpc.BackendType.TENSORPIPE or rpc.BackendType.GRPC, the same backend here)"
         )
+    chosen = BackendType.GRPC if backend is None else backend
     if options is None:
-        return GrpcRpcBackendOptions()
+        return chosen, GrpcRpcBackendOptions()
     if not isinstance(options, RpcBackendOptions):
         raise TypeError(
             "init_rpc: Argument rpc_backend_options must be an instance of RpcBackendOptions, "
@@ -69,7 +67,7 @@ def _check_backend(backend: Any, options: Any) -> GrpcRpcBackendOptions:
             "init_rpc: `rpc_backend_options` must be a `TensorPipeRpcBackendOptions` (also named "
             f"GrpcRpcBackendOptions), got {type(options).__name__}"
         )
-    return options
+    return chosen, options
 
 
 def init_rpc(
@@ -113,7 +111,7 @@ def init_rpc(
       2
       >>> rpc.shutdown()
     """
-    opts = _check_backend(backend, rpc_backend_options)
+    backend, opts = _check_backend(backend, rpc_backend_options)
     with _init_lock:
         cur = _agent.current_agent()
         if cur is not None:
@@ -122,7 +120,7 @@ def init_rpc(
                 f"rank {cur.rank}); call shutdown() before calling init_rpc again"
             )
         try:
-            agent = _agent.Agent(name, rank, world_size, opts)
+            agent = init_backend(backend, name, rank, world_size, opts)
             agent.start()
         except BaseException:
             release("init_rpc")  # a file:// init method's handle on its file

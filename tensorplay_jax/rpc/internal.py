@@ -29,6 +29,12 @@ What is here:
   fails the contexts a worker that left or died took part in);
 * errors: :func:`not_initialized` (the "RPC has not been initialized" error,
   worded the same for every caller);
+* bookkeeping messages that must not be lost: :func:`with_retries` (sends again
+  when the message did not reach its peer, as tensorplay retries its RRef and
+  autograd-cleanup messages; distributed autograd's context releases);
+* backends (``rpc.backend_registry``): :class:`Agent`, what a backend's handler
+  returns, with its ``outgoing`` filter, which sees each request as an
+  :class:`Outgoing` (``distributed/rpc/_testing``'s fault injection);
 * a stand-in agent for one thread (see ``_current``): :func:`agent_for_this_thread`,
   :func:`current_agent`, :func:`calls_run_here`, and the request kinds an
   agent's ``call`` serves (``CALL``, ``REMOTE``, ``FETCH``, ``FORK_ADD``,
@@ -46,6 +52,8 @@ Example:
 """
 
 from tensorplay_jax.rpc import _call_hooks
+from tensorplay_jax.rpc._agent import Agent as Agent
+from tensorplay_jax.rpc._agent import Outgoing as Outgoing
 from tensorplay_jax.rpc._call_hooks import CallInfo as CallInfo
 from tensorplay_jax.rpc._call_hooks import RpcHooks as RpcHooks
 from tensorplay_jax.rpc._call_hooks import call_metadata as call_metadata
@@ -64,16 +72,21 @@ from tensorplay_jax.rpc._protocol import CALL as CALL
 from tensorplay_jax.rpc._protocol import FETCH as FETCH
 from tensorplay_jax.rpc._protocol import FORK_ADD as FORK_ADD
 from tensorplay_jax.rpc._protocol import FORK_DEL as FORK_DEL
+from tensorplay_jax.rpc._protocol import PING as PING
 from tensorplay_jax.rpc._protocol import REMOTE as REMOTE
+from tensorplay_jax.rpc._retries import with_retries as with_retries
 from tensorplay_jax.rpc._rref import register_backward as register_rref_backward
 
 # The hooks API is listed once, in ``_call_hooks.__all__``.
 __all__ = [
     *_call_hooks.__all__,
     "CALL",
+    "PING",
+    "Agent",
     "FETCH",
     "FORK_ADD",
     "FORK_DEL",
+    "Outgoing",
     "REMOTE",
     "agent_for_this_thread",
     "calls_run_here",
@@ -82,4 +95,5 @@ __all__ = [
     "on_worker_gone",
     "register_rref_backward",
     "register_type",
+    "with_retries",
 ]

@@ -23,6 +23,7 @@ RPC's), :func:`carry`/:func:`carried_id` and :func:`release_pending`/
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -42,6 +43,7 @@ from tensorplay_jax.rpc.internal import (
     current_caller,
     internal_target,
     not_initialized,
+    with_retries,
 )
 from tensorplay_jax.runtime.ids import CONTEXT_ID
 from tensorplay_jax.tensors import Tensor
@@ -452,7 +454,10 @@ def _flush_loop() -> None:
             if not ids or not _rpc_is_initialized():
                 continue
             try:
-                fut = _rpc_async(wid, _release_remote, args=(ids,))
+                fut = with_retries(
+                    functools.partial(_rpc_async, wid, _release_remote, args=(ids,)),
+                    "a release of autograd contexts",
+                )
             except Exception as e:  # RPC shut down meanwhile
                 log.debug("dist_autograd: could not release contexts on %d: %s", wid, e)
                 continue
