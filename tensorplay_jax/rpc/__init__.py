@@ -44,7 +44,6 @@ from tensorplay_jax.rpc._types import GrpcRpcBackendOptions as GrpcRpcBackendOpt
 from tensorplay_jax.rpc._types import RpcBackendOptions as RpcBackendOptions
 from tensorplay_jax.rpc._types import TensorPipeRpcBackendOptions as TensorPipeRpcBackendOptions
 from tensorplay_jax.rpc._types import WorkerInfo as WorkerInfo
-from tensorplay_jax.rpc.backend_registry import BackendType as BackendType
 from tensorplay_jax.rpc.api import _get_debug_info as _get_debug_info
 from tensorplay_jax.rpc.api import _rref_context_get_debug_info as _rref_context_get_debug_info
 from tensorplay_jax.rpc.api import _set_rpc_timeout as _set_rpc_timeout
@@ -58,6 +57,7 @@ from tensorplay_jax.rpc.api import remote as remote
 from tensorplay_jax.rpc.api import rpc_async as rpc_async
 from tensorplay_jax.rpc.api import rpc_sync as rpc_sync
 from tensorplay_jax.rpc.api import shutdown as shutdown
+from tensorplay_jax.rpc.backend_registry import BackendType as BackendType
 from tensorplay_jax.runtime.launch import spawn as spawn
 
 __all__ = [

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from tensorplay_jax.rpc._types import GrpcRpcBackendOptions, RpcBackendOptions
 from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD, DEFAULT_RPC_TIMEOUT_S
@@ -90,7 +90,7 @@ class BackendType(metaclass=_Members):
       value: its :class:`BackendValue` (the two handlers).
     """
 
-    _members: dict[str, BackendType] = {}
+    _members: ClassVar[dict[str, BackendType]] = {}
     __slots__ = ("name", "value")
 
     def __init__(self, name: str, value: BackendValue) -> None:
