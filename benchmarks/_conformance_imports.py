@@ -139,6 +139,13 @@ class RewriteImports(ast.NodeTransformer):
             if alias.name.split(".")[0] != "torch":
                 out.append(ast.copy_location(ast.Import(names=[alias]), node))
                 continue
+            if not alias.asname and alias.name != "torch":
+                # ``import torch.a.b`` imports torch.a.b (a module that registers
+                # something on import does it) and binds ``torch``.
+                load = ast.Call(
+                    ast.Name("__tpj_resolve__", ast.Load()), [ast.Constant(alias.name)], []
+                )
+                out.append(ast.copy_location(ast.Expr(load), node))
             path = alias.name if alias.asname else "torch"
             call = ast.Call(ast.Name("__tpj_resolve__", ast.Load()), [ast.Constant(path)], [])
             out.append(self._assign(alias.asname or "torch", call, node))

@@ -33,15 +33,16 @@ from _conformance_imports import (
 )
 
 SUITE_MODULE = "tpj_conformance_suite"
+FIXTURE_MODULE = "tpj_conformance_suite_fixture"
 
 
-def load_suite(path: Path) -> types.ModuleType:
-    """Execute torch's suite file with its imports rewritten, as module ``SUITE_MODULE``."""
+def load_suite(path: Path, name: str = SUITE_MODULE) -> types.ModuleType:
+    """Execute torch's suite file with its imports rewritten, as module ``name``."""
     tree = ast.fix_missing_locations(RewriteImports().visit(ast.parse(path.read_text())))
-    module = types.ModuleType(SUITE_MODULE)
+    module = types.ModuleType(name)
     module.__file__ = str(path)
     module.__dict__.update(__tpj_resolve__=resolve, __tpj_import_name__=import_name)
-    sys.modules[SUITE_MODULE] = module
+    sys.modules[name] = module
     importing.set()
     try:
         exec(compile(tree, str(path), "exec"), module.__dict__)
@@ -85,7 +86,12 @@ def run_one(suite: Path, class_name: str, test_name: str) -> dict[str, Any]:
         if "TPJ_CONFORMANCE_DRIVER" in os.environ:
             _run_driven(module, tests, test_name, rank)
         else:
-            case = type(class_name, (tests, TorchTestCase), {})
+            # A fixture torch mixes in (``FIXTURES``): loaded from torch as the suite is.
+            mixins: tuple[type, ...] = ()
+            if "TPJ_CONFORMANCE_FIXTURE" in os.environ:
+                where, fixture = os.environ["TPJ_CONFORMANCE_FIXTURE"].rsplit(":", 1)
+                mixins = (getattr(load_suite(Path(where), FIXTURE_MODULE), fixture),)
+            case = type(class_name, (tests, *mixins, TorchTestCase), {})
             getattr(case(methodName=test_name), test_name)()
         if missed:
             raise MissingAPI(f"tensorplay_jax has no {missed[0]} (the test caught the error)")

@@ -60,8 +60,9 @@ SUITES = {
     "rpc": ("rpc/rpc_test.py", ("RpcTest", "TensorPipeAgentRpcTest")),
     "dist_autograd": (
         "rpc/dist_autograd_test.py",
-        ("DistAutogradTest", "TensorPipeAgentDistAutogradTest"),
+        ("DistAutogradTest", "TensorPipeAgentDistAutogradTest", "FaultyAgentDistAutogradTest"),
     ),
+    "faulty_agent": ("rpc/faulty_agent_rpc_test.py", ("FaultyAgentRpcTest",)),
     "dist_optimizer": ("rpc/dist_optimizer_test.py", ("DistOptimizerTest",)),
     "remote_module": (
         "nn/api/remote_module_test.py",
@@ -85,14 +86,23 @@ SUITES = {
 # between two barriers and leaves), with the world size and environment of torch's CI:
 # ``run_test.py`` runs the gloo suite with WORLD_SIZE=3 on a machine without GPUs.
 DRIVERS = {"c10d": ("TestDistBackend", 3, {"BACKEND": "gloo"})}
+# Classes that torch runs with a fixture of its own mixed in (its rpc_utils.generate_tests:
+# the faulty agent's tests with FaultyRpcAgentTestFixture, which starts FAULTY_TENSORPIPE,
+# tensorplay's fault-injecting backend). The fixture is read from torch and loaded as the
+# suite is, its imports changed.
+FIXTURES = {
+    "FaultyAgentRpcTest": ("rpc/faulty_rpc_agent_test_fixture.py", "FaultyRpcAgentTestFixture"),
+    "FaultyAgentDistAutogradTest": (
+        "rpc/faulty_rpc_agent_test_fixture.py",
+        "FaultyRpcAgentTestFixture",
+    ),
+}
 # Classes whose every test is not applicable, with the reason.
 OTHER_CLASSES = {
     "CudaRpcTest": "CUDA",
     "TensorPipeAgentCudaRpcTest": "CUDA",
     "CudaDistAutogradTest": "CUDA",
     "TensorPipeCudaDistAutogradTest": "CUDA",
-    "FaultyAgentRpcTest": "faulty agent (torch's fault-injecting test agent)",
-    "FaultyAgentDistAutogradTest": "faulty agent (torch's fault-injecting test agent)",
     "CudaRemoteModuleTest": "CUDA",
     "CudaDdpComparisonTest": "CUDA",
 }
@@ -162,13 +172,16 @@ APPLICABLE = {
     "RemoteModuleTest.test_unsupported_methods": (
         "calls .cuda() only to assert that a RemoteModule refuses it"
     ),
+    "FaultyAgentRpcTest.test_check_failed_messages": (
+        "calls rpc.api._delete_all_user_and_unforked_owner_rrefs() only to release its "
+        "RRefs, which tensorplay_jax's rpc.api does as tensorplay's"
+    ),
 }
 # What in a test's own code (its body, decorators and the self._helpers it calls) makes it
 # not applicable. Checked in this order; the first that matches gives the reason.
 NOT_APPLICABLE = (
     ("CUDA", re.compile(r"cuda|skip_if_lt_x_gpu|_gpu\(")),
     ("TorchScript", re.compile(r"torch\.jit|ScriptModule|_script_|script_|\.jit\b")),
-    ("faulty agent", re.compile(r"faulty_messages|messages_to_delay|FaultyAgent")),
     (
         "torch profiler internals",
         re.compile(
@@ -181,11 +194,11 @@ NOT_APPLICABLE = (
             r"_internal_rpc_pickler|_use_rpc_pickler|_thread_local_var|PythonUDF|StubRpcAgent"
             r"|_set_and_start_rpc_agent|_get_current_rpc_agent|torch\._C|_tensorpipe|_transports"
             r"|mock\.patch|_delete_all_user_and_unforked_owner_rrefs|_set_rpc_backend"
-            r"|backend_registry|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
+            r"|_cleanup_python_rpc_handler|_get_profiling_key|rpc\.api\._agent"
             r"|_rref_context_get_debug_info\(\)\[|_test_clean_context_backward|_retryable|_init_rpc_backend"
             r"|internal\.serialize|_get_default_store|_dump_DDP_relevant_env_vars"
             r"|_get_default_group|_get_pg_config|verify_ddp_error_logged|_get_ddp_logging_data"
-            r"|_set_ddp_runtime_logging_sample_rate|_rank_not_in_group"
+            r"|_set_ddp_runtime_logging_sample_rate|_rank_not_in_group|\._serialize\(\)"
         ),
     ),
 )
@@ -207,6 +220,7 @@ class Case:
     not_applicable: str | None
     x64: bool = False  # the test asks for float64: its world turns on JAX's 64-bit mode
     world_size: int = WORLD_SIZE  # the class's own ``world_size`` when it sets one
+    fixture: str | None = None  # ``path:Class`` of the fixture torch mixes in (FIXTURES)
 
     @property
     def sparse(self) -> bool:
@@ -326,7 +340,9 @@ def collect(suite: str, directory: Path) -> list[Case]:
                 )
             )
             size = driven[1] if driven else _world_size(klass, defs, names) or WORLD_SIZE
-            cases.append(Case(suite, path, klass, name, reason, x64, size))
+            fixture = FIXTURES.get(klass)
+            mixed = None if fixture is None else f"{directory / fixture[0]}:{fixture[1]}"
+            cases.append(Case(suite, path, klass, name, reason, x64, size, mixed))
     return cases
 
 
@@ -498,6 +514,8 @@ def _env(case: Case, rank: int, port: int, scratch: Path) -> dict[str, str]:
             TEMP_DIR=str(scratch),
             INIT_METHOD=f"file://{scratch / 'init_dir' / 'shared_init_file'}",
         )
+    if case.fixture is not None:
+        env["TPJ_CONFORMANCE_FIXTURE"] = case.fixture
     if case.x64:
         env["JAX_ENABLE_X64"] = "1"
     return env

@@ -400,7 +400,9 @@ class Agent:
             except Exception as exc:
                 with self.peers.lock:
                     self._flight.pending.pop(mid, None)
-                fut._try_set_exception(exc)
+                # Without its traceback: the frames of this send (and of what it carries,
+                # RRefs passed on) would live as long as the Future does.
+                fut._try_set_exception(exc.with_traceback(None))
                 return fut
         span = self._trace_send(pend, t0) if t0 and trace.RECORDING else None
         try:

@@ -190,11 +190,11 @@ class RRef(Generic[T]):
         def settle(f: Future[Any]) -> None:
             exc = f.exception()
             if exc is not None:
-                rec.value._try_set_exception(exc)
+                rec.value._try_set_exception(_creation_failed(what, exc))
             agent.rrefs.del_fork(rref_id, fork)
 
         created.add_done_callback(settle)
-        mine = cls._make(agent, dest, rref_id, None, rec)
+        mine = cls._make(agent, dest, rref_id, None, rec, created)
         # Held here, it keeps the record its value lives in once the creation's fork is
         # gone: the RRef counters (``_rref_context_get_debug_info``) count it from here.
         agent.rrefs.track(mine)
@@ -231,13 +231,7 @@ class RRef(Generic[T]):
         if exc is None:
             self._confirmed = True
             return None
-        if isinstance(exc, RpcTimeoutError):
-            return RpcTimeoutError(
-                f"{what}: RRef creation was not confirmed by its owner in time: {exc}"
-            )
-        if isinstance(exc, RpcPeerError):  # the value may not exist on the owner
-            return RpcPeerError(f"{what}: RRef creation failed on the way to its owner: {exc}")
-        return _fresh(exc)
+        return _creation_failed(what, exc)
 
     def confirmed_by_owner(self) -> bool:
         """True when the owner is known to hold this reference (always on the owner).
@@ -392,6 +386,19 @@ class RRef(Generic[T]):
 
     def __repr__(self) -> str:
         return self._describe("RRefId = ", "ForkId = ", ", ")
+
+
+def _creation_failed(what: str, exc: BaseException) -> BaseException:
+    """The error a use (``what``) of an RRef raises when its ``remote()`` creation failed
+    with ``exc``: the RPC layer's own errors say that the creation failed (tensorplay's
+    "RRef creation"), the function's error is raised as it is."""
+    if isinstance(exc, RpcTimeoutError):
+        return RpcTimeoutError(
+            f"{what}: RRef creation was not confirmed by its owner in time: {exc}"
+        )
+    if isinstance(exc, RpcPeerError):  # the value may not exist on the owner
+        return RpcPeerError(f"{what}: RRef creation failed on the way to its owner: {exc}")
+    return _fresh(exc)
 
 
 def _fresh(exc: BaseException) -> BaseException:

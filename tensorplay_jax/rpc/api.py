@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import warnings
@@ -12,7 +13,7 @@ from tensorplay_jax.rpc import _agent, _sending
 from tensorplay_jax.rpc._all_gather import _all_gather as _all_gather
 from tensorplay_jax.rpc._all_gather import _barrier as _barrier
 from tensorplay_jax.rpc._all_gather import _wait_all_workers as _wait_all_workers
-from tensorplay_jax.rpc._errors import not_initialized
+from tensorplay_jax.rpc._errors import RpcTimeoutError, not_initialized
 from tensorplay_jax.rpc._futures import Future
 from tensorplay_jax.rpc._rref import RRef
 from tensorplay_jax.rpc._shutdown import WHILE_ALIVE
@@ -348,6 +349,34 @@ def _rref_context_get_debug_info() -> dict[str, str]:
             sum(u._created is not None and not u._created.done() for u in users)
         ),
     }
+
+
+def _delete_all_user_and_unforked_owner_rrefs(
+    timeout: datetime.timedelta = datetime.timedelta(minutes=5),
+) -> None:
+    """Release every user RRef this worker holds, and wait until their owners have the
+    releases (tensorplay's private helper; graceful shutdown does the same).
+
+    A released RRef refuses every later use ("Cannot call to_here() on it after
+    deletion"). An owner's value no other worker references goes when its last local
+    handle goes, as always: there is nothing more to delete on the owner's side.
+
+    Raises:
+      RpcTimeoutError: the releases were not all answered within ``timeout``.
+      RpcPeerError: a release did not reach its owner, sent again as often as
+        bookkeeping messages are (``rpc/_retries``).
+    """
+    agent = _agent.get_agent("_delete_all_user_and_unforked_owner_rrefs")
+    sent = agent.rrefs.release_users()
+    end = time.monotonic() + timeout.total_seconds()
+    for fut in sent:
+        try:
+            fut.wait(max(end - time.monotonic(), 0.0))
+        except TimeoutError as e:
+            raise RpcTimeoutError(
+                f"_delete_all_user_and_unforked_owner_rrefs: {len(sent)} RRef release(s) "
+                f"not answered by their owners within {timeout.total_seconds():g} s"
+            ) from e
 
 
 def _get_debug_info() -> dict[str, Any]:

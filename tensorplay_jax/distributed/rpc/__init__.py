@@ -15,6 +15,7 @@ _sys.modules[f"{__name__}.constants"] = constants
 _sys.modules[f"{__name__}.backend_registry"] = backend_registry
 # tensorplay's private helpers that its tests and some programs call (leading
 # underscores as tensorplay spells them; see docs/porting.md).
+_delete_all_user_and_unforked_owner_rrefs = api._delete_all_user_and_unforked_owner_rrefs
 _get_debug_info = api._get_debug_info
 _rref_context_get_debug_info = api._rref_context_get_debug_info
 _set_rpc_timeout = api._set_rpc_timeout

@@ -71,6 +71,7 @@ from tensorplay_jax.rpc.internal import (
 __all__ = [
     "FaultyTensorPipeAgent",
     "FaultyTensorPipeRpcBackendOptions",
+    "injected",
     "is_available",
     "message_type",
 ]
@@ -83,6 +84,16 @@ _AUTOGRAD_TARGETS: dict[Callable[..., Any], str] = {
 }
 _TENSOR_OPS = "tensorplay_jax.tensors."  # builtin operators: tensorplay's SCRIPT_* messages
 _REMEMBERED = 4096  # entries of each map a FaultInjector keeps (LRU)
+
+
+# ("failed" or "delayed", message type) -> how many times, in this process.
+_injected: collections.Counter[tuple[str, str]] = collections.Counter()
+
+
+def injected() -> dict[tuple[str, str], int]:
+    """The faults injected in this process so far: ``("failed" | "delayed", type) -> count``,
+    so a test can check that the faults it asked for happened."""
+    return dict(_injected)
 
 
 def is_available() -> bool:
@@ -177,6 +188,7 @@ class FaultInjector:
                 failed = self._failed.get(key, 0)
                 if failed < self._num_fail_sends:
                     self._remember(self._failed, key, failed + 1)
+                    _injected["failed", name] += 1
                     raise RpcPeerError(
                         f"Send attempt failed intentionally for {name} to {out.to.name!r} "
                         f"(failure {failed + 1} of num_fail_sends={self._num_fail_sends}, "
@@ -184,6 +196,8 @@ class FaultInjector:
                     )
         pause = self._delay.get(name, 0)
         if pause:
+            with self._lock:
+                _injected["delayed", name] += 1
             time.sleep(pause)
 
     def _remember(self, table: collections.OrderedDict[Any, Any], key: Any, value: Any) -> None:
