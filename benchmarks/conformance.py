@@ -158,10 +158,13 @@ DIFFERENCES = {
         "dynamically; here a group's store lives with its rank 0, so rank 3 waits for a new "
         "rank 0 until init_timeout (tensorplay's file store still says 'fixed-size')"
     ),
-    "DistributedTest._DistTestBase.test_send_recv_any_source": (
-        "we differ: receives with src=None (from any sender); here a receive names its "
-        "sender, as a send is one call both ranks of a pair run together (docs/porting.md)"
-    ),
+    **{
+        f"DistributedTest._DistTestBase.test_send_recv_any_source{form}": (
+            "we differ: receives with src=None (from any sender); here a receive names its "
+            "sender, as a send is one call both ranks of a pair run together (docs/porting.md)"
+        )
+        for form in ("", "_autograd_profiler", "_torch_profiler")
+    },
     "TensorPipeAgentRpcTest.test_op_with_invalid_args": (
         "we differ: matches the C++ dispatcher's schema error; operators here are Python "
         "functions, and a call with missing arguments raises Python's TypeError"
@@ -172,6 +175,14 @@ APPLICABLE = {
     "RemoteModuleTest.test_unsupported_methods": (
         "calls .cuda() only to assert that a RemoteModule refuses it"
     ),
+    **{
+        f"DistributedTest._DistTestBase.test_{test}_{kind}_profiler": (
+            "checks the point-to-point events (gloo:send, gloo:recv: count, async, input "
+            "shapes) of autograd.profiler.profile / profiler.profile, which ours record"
+        )
+        for test in ("send_recv", "send_recv_with_tag", "isend")
+        for kind in ("autograd", "torch")
+    },
     "FaultyAgentRpcTest.test_check_failed_messages": (
         "calls rpc.api._delete_all_user_and_unforked_owner_rrefs() only to release its "
         "RRefs, which tensorplay_jax's rpc.api does as tensorplay's"

@@ -88,7 +88,8 @@ LAYERS: dict[str, set[str]] = {
     "testing": {*_UNDER_DISTRIBUTED, "distributed"},
     # profiler/ is a top layer too: its trace() drives every worker over RPC. What records
     # (the flag, the buffer, spans) is runtime/trace.py, so every layer below can record.
-    "profiler": {"runtime", "futures", "rpc"},
+    # Its profile() is autograd.profiler's one-process profile with torch.profiler's API.
+    "profiler": {"runtime", "futures", "rpc", "autograd"},
 }
 
 _DOTTED = re.compile(r"^tensorplay_jax(\.\w+)+$")

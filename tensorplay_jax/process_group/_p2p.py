@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplay_jax.process_group._collectives import _array, _desc, _root
+from tensorplay_jax.process_group._collectives import _array, _call, _desc, _root
 from tensorplay_jax.process_group._group import (
     ProcessGroup,
     members_only,
@@ -107,8 +107,12 @@ def _queue(fn: str, tensor: Any, src: int, dst: int) -> Work:
     d = _desc("send/recv", ProcessGroup(eng.ranks, -1, eng), x, root=s)
     lo, hi = eng.ranks
 
+    # While profiling, a span "pg.send" or "pg.recv" (isend and irecv too), as tensorplay
+    # names its point-to-point events ("gloo:send", "gloo:recv").
+    span = "send" if src == me else "recv"
+
     def run() -> Any:
-        y = eng.send_recv(fn, x, s, r, d)
+        y = _call(span, lambda v: eng.send_recv(fn, v, s, r, d), x)
         return y if dst == me else None
 
     future = Future(drive=run_pending)

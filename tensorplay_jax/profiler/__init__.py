@@ -13,6 +13,9 @@ p99 time, bytes per worker and span), like tensorplay's ``key_averages()``;
 notebook or on a host with no browser, and ``python -m tensorplay_jax.profiler
 FILE`` prints a saved trace's table (``--plot out.png`` draws it).
 
+For one process, tensorplay's ``profile`` (with ``ProfilerActivity``) records the
+same spans inside a block and hands them over as events (``_profile``).
+
 What is recorded: RPC sends, serves and replies (``call``/``remote``/
 ``to_here``/``rref_delete``, with function names and payload bytes; the
 caller's whole call as an async span), distributed backward passes on each
@@ -43,6 +46,8 @@ from typing import Any
 from tensorplay_jax.profiler._chrome import WorkerEvents as WorkerEvents
 from tensorplay_jax.profiler._chrome import merge as merge
 from tensorplay_jax.profiler._plot import plot as plot
+from tensorplay_jax.profiler._profile import ProfilerActivity as ProfilerActivity
+from tensorplay_jax.profiler._profile import profile as profile
 from tensorplay_jax.profiler._session import trace as trace
 from tensorplay_jax.profiler._summary import Row as Row
 from tensorplay_jax.profiler._summary import Summary as Summary
@@ -50,11 +55,13 @@ from tensorplay_jax.profiler._summary import summarize as summarize
 from tensorplay_jax.runtime import trace as _recorder
 
 __all__ = [
+    "ProfilerActivity",
     "Row",
     "Summary",
     "WorkerEvents",
     "merge",
     "plot",
+    "profile",
     "record_function",
     "summarize",
     "trace",

@@ -168,6 +168,7 @@ def _tensor_forms(r: int, n: int) -> dict[str, object]:
 def _torch_forms(r: int, n: int) -> dict[str, object]:
     """tensorplay's forms: Tensors filled in place, output lists first."""
     import tensorplay_jax as tp
+    from tensorplay_jax import profiler as tp_profiler
     from tensorplay_jax.autograd import profiler
 
     def mine(k: int) -> tp.Tensor:
@@ -232,10 +233,15 @@ def _torch_forms(r: int, n: int) -> dict[str, object]:
     got["async/result_is_the_tensor"] = [type(x).__name__ for x in work.result()]
     got["all_gather/short_list"] = error_text(dist.all_gather, [tp.zeros(2, 3)], mine(r))
     buf = tp.zeros(4, 2)
-    q = dist.irecv(buf, src=(r - 1) % n)
-    dist.isend(tp.tensor(payload(r)), dst=(r + 1) % n)
-    q.wait()
+    acts = [tp_profiler.ProfilerActivity.CPU]
+    with tp_profiler.profile(activities=acts, record_shapes=True) as p2p:
+        q = dist.irecv(buf, src=(r - 1) % n)
+        dist.isend(tp.tensor(payload(r)), dst=(r + 1) % n)
+        q.wait()
     got["irecv"] = buf.numpy()
+    got["profile/p2p"] = sorted(
+        (e.name, e.is_async, e.input_shapes) for e in p2p.events() if ":" in e.name
+    )
     got["recv/sender"] = None
     if r in (0, 1):
         pair = tp.zeros(4, 2)

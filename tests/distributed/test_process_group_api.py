@@ -82,6 +82,13 @@ def test_the_autograd_profiler_names_a_collective_as_tensorplay_does(api):
         assert events == [("gloo:all_reduce", True, [[2, 3]])], got["torch_forms/profile"]
 
 
+def test_the_profilers_name_point_to_point_calls_as_tensorplay_does(api):
+    # profiler.profile (torch.profiler's API) around an irecv / isend ring
+    for got in api:
+        want = [("gloo:recv", True, [[4, 2]]), ("gloo:send", True, [[4, 2]])]
+        assert got["torch_forms/profile/p2p"] == want, got["torch_forms/profile/p2p"]
+
+
 def test_async_all_reduce_work_and_future(api):
     n = len(api)
     total = np.stack([W.inputs(k) for k in range(n)]).sum(0)
