@@ -4,8 +4,9 @@
 ``tensorplay_jax.profiler`` merges across workers) while the block runs and hands them
 over as ``function_events``: one :class:`FunctionEvent` per span, its time in
 microseconds. A process-group collective is named as tensorplay's are,
-``"<backend>:<collective>"`` (``"gloo:all_reduce"``), asynchronous, with its input's
-shape when ``record_shapes=True``; RPC and user spans (``record_function``) keep their
+``"<backend>:<collective>"`` (``"gloo:all_reduce"``; a point-to-point call
+``"gloo:send"`` or ``"gloo:recv"``, ``isend``/``irecv`` too), asynchronous, with its
+input's shape when ``record_shapes=True``; RPC and user spans (``record_function``) keep their
 names. For a job-wide timeline use ``tensorplay_jax.profiler.trace``; inside one, this
 profiler reads the same spans without taking them from it.
 
