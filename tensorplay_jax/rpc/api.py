@@ -42,8 +42,8 @@ def _check_backend(backend: Any, options: Any) -> tuple[BackendType, GrpcRpcBack
 
     As tensorplay: ``backend`` is a :class:`BackendType` member or None (inferred from the
     options: ``GRPC``, also named ``TENSORPIPE``); the options are an
-    :class:`RpcBackendOptions`, and ours when the backend is given or to be inferred.
-    A registered backend's agent handler checks its own options further.
+    :class:`RpcBackendOptions`, and ours for ``GRPC`` (given or inferred); another
+    registered backend's agent handler checks its own.
     """
     if backend is not None and not isinstance(backend, BackendType):
         raise TypeError(
@@ -58,7 +58,7 @@ def _check_backend(backend: Any, options: Any) -> tuple[BackendType, GrpcRpcBack
             "init_rpc: Argument rpc_backend_options must be an instance of RpcBackendOptions, "
             f"got {type(options).__name__} (use rpc.TensorPipeRpcBackendOptions(...))"
         )
-    if not isinstance(options, GrpcRpcBackendOptions):
+    if not isinstance(options, GrpcRpcBackendOptions) and chosen is BackendType.GRPC:
         if backend is None:
             raise TypeError(
                 f"init_rpc: Could not infer backend for options {type(options).__name__}: "
@@ -82,8 +82,8 @@ def init_rpc(
 
     Args:
       name: this worker's unique name (letters, digits, ``_ - : .``; shorter than 128).
-      backend: a :class:`BackendType` member (``TENSORPIPE`` and ``GRPC`` are the one
-        backend here) or None.
+      backend: a :class:`BackendType` member (``TENSORPIPE`` and ``GRPC`` are the
+        built-in backend; ``rpc.backend_registry`` adds others) or None.
       rank: this worker's rank; -1 reads ``RANK`` from the environment.
       world_size: number of workers; None joins a *dynamic* group, whatever
         ``WORLD_SIZE`` says (as tensorplay: launchers set it for every job, so pass

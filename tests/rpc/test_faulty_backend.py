@@ -4,14 +4,13 @@ A job of three workers on the backend (``w0`` is the test process; see
 ``_faulty_workers``): the RRef protocol's and distributed autograd's bookkeeping
 messages whose sends fail are sent again (``rpc/_retries``) and none is lost; a
 ``remote()`` whose send fails fails its RRef's uses, naming the creation; a delayed
-call runs into its timeout. Then, in this process: the request types, the retries
-and the backend registry.
+call runs into its timeout. Then, in this process: the request types and the
+retries (the backend registry itself: ``test_backend_registry.py``).
 """
 
 from __future__ import annotations
 
 import gc
-import uuid
 
 import numpy as np
 import pytest
@@ -182,22 +181,6 @@ def test_retries_end_after_max_retries_with_the_last_error(quick_retries):
     exc = _retries.with_retries(send, "a release").exception(30)
     assert str(exc) == f"lost {_retries.MAX_RETRIES}"
     assert len(attempts) == _retries.MAX_RETRIES + 1
-
-
-def test_a_registered_backend_is_a_member_of_backend_type_everywhere():
-    name = f"TEST_{uuid.uuid4().hex[:8].upper()}"
-    made = []
-
-    def construct(rpc_timeout, init_method, **kw):
-        return rpc.GrpcRpcBackendOptions(rpc_timeout=rpc_timeout, init_method=init_method, **kw)
-
-    member = rpc.backend_registry.register_backend(name, construct, lambda *a: made.append(a))
-    assert rpc.BackendType[name] is member is getattr(rpc.backend_registry.BackendType, name)
-    assert member in list(rpc.BackendType) and rpc.backend_registry.backend_registered(name)
-    opts = rpc.backend_registry.construct_rpc_backend_options(member, rpc_timeout=7)
-    assert opts.rpc_timeout == 7
-    with pytest.raises(RuntimeError, match=rf"^RPC backend {name}: already registered$"):
-        rpc.backend_registry.register_backend(name, construct, lambda *a: None)
 
 
 def test_the_faulty_backend_refuses_other_options_in_tensorplays_words():
