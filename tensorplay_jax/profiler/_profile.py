@@ -42,14 +42,14 @@ class ProfilerActivity(enum.Enum):
 class profile(_autograd_profiler.profile):
     """Record this process's spans while the block runs, as ``torch.profiler.profile``.
 
+    tensorplay's other keywords (``schedule``, ``profile_memory``, ``with_stack``,
+    ``with_flops``, ``with_modules``, ...) are accepted and change nothing.
+
     Args:
       activities: :class:`ProfilerActivity` members; only ``CPU`` has a timeline here,
         the others record nothing more (None: ``[CPU]``).
       record_shapes: each event keeps its input shapes (``event.input_shapes``).
       on_trace_ready: called with this profiler when the block ends.
-      schedule, profile_memory, with_stack, with_flops, with_modules,
-        experimental_config, execution_trace_observer, acc_events: accepted, and
-        change nothing.
 
     Raises:
       TypeError: an activity is not a :class:`ProfilerActivity`.
