@@ -11,9 +11,10 @@ does the same for any send: it sends again when an attempt fails with
 reply), after ``RETRY_S``, then 1.5 times longer each time, ``MAX_RETRIES`` times at
 most. Any other error (the peer's own, a timeout, RPC shut down) ends it at once.
 
-The receivers take a repeated message as the first: a fork registered twice is one
-fork, and a release of a fork the owner no longer holds is dropped after
-``rpc_timeout`` (``_rref_table``).
+A message whose reply was lost may arrive twice; the owner's table takes that (see
+``_rref_table``): a fork registered twice while held is one fork (a set), and what a
+late copy leaves (a placeholder for a fork already released, a release parked for a
+fork it no longer holds) is dropped after ``rpc_timeout``.
 
 Retries waiting for their turn count as work in the graceful shutdown's barrier
 (:func:`waiting`), so a release in its pause is sent before the workers leave.
