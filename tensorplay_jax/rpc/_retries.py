@@ -92,7 +92,9 @@ class _Retrying:
                 raise
             self.out._try_set_exception(exc)
             return
-        fut.add_done_callback(functools.partial(self._settled, n, pause))
+        # In the completing thread (the reply's reader): short, and no task for the pool
+        # that serves calls, for every fork an RRef passed on registers.
+        fut._when_done(functools.partial(self._settled, n, pause))
 
     def _settled(self, n: int, pause: float, f: Future[Any]) -> None:
         exc = f.exception()
