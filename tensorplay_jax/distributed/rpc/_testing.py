@@ -177,9 +177,10 @@ class FaultInjector:
         self._script_rrefs: collections.OrderedDict[int, bool] = collections.OrderedDict()
 
     def __call__(self, out: Outgoing) -> None:
-        if out.kind == REMOTE:
-            self._remember(self._script_rrefs, out.extra[0], _builtin(out.info.func))
-        name = message_type(out, self._script_rrefs)
+        with self._lock:  # requests are sent from many threads
+            if out.kind == REMOTE:
+                self._remember(self._script_rrefs, out.extra[0], _builtin(out.info.func))
+            name = message_type(out, self._script_rrefs)
         if name is None:
             return
         if name in self._fail and self._num_fail_sends:
@@ -201,6 +202,7 @@ class FaultInjector:
             time.sleep(pause)
 
     def _remember(self, table: collections.OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        # The caller holds the lock.
         table[key] = value
         table.move_to_end(key)
         while len(table) > _REMEMBERED:
