@@ -127,12 +127,29 @@ def guard(fut: Future[Any], rrefs: list[RRef[Any]], what: str) -> Future[Any]:
     if not pending:
         return fut
     out: Future[Any] = Future(callback_executor=fut._executor)
+    # What the callbacks settle, taken by the first that does: once ``out`` is settled
+    # they hold neither it nor the RRefs. ``fut`` can stay in flight long after a
+    # creation timed out (a call waiting on the owner), and ``out``'s error holds the
+    # use's frames: kept by ``fut``'s callback, they would keep RRefs the user dropped.
+    unsettled: list[tuple[Future[Any], list[RRef[Any]]]] = [(out, pending)]
+
+    def settle() -> Future[Any] | None:
+        try:
+            return unsettled.pop()[0]
+        except IndexError:  # settled already, in another thread
+            return None
 
     def failed() -> bool:
-        for r in pending:
+        try:
+            waiting = unsettled[0][1]
+        except IndexError:
+            return True
+        for r in waiting:
             exc = r._creation_error(what)
             if exc is not None:
-                out._try_set_exception(exc)
+                target = settle()
+                if target is not None:
+                    target._try_set_exception(exc)
                 return True
         return False
 
@@ -141,7 +158,9 @@ def guard(fut: Future[Any], rrefs: list[RRef[Any]], what: str) -> Future[Any]:
 
     def on_done(f: Future[Any]) -> None:
         if not failed():
-            out._copy_from(f)
+            target = settle()
+            if target is not None:
+                target._copy_from(f)
 
     for r in pending:
         r._created.add_done_callback(on_created)  # type: ignore[union-attr]

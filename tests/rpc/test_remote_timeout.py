@@ -50,6 +50,21 @@ def job():
         yield w
 
 
+def test_a_dropped_rref_is_released_while_a_use_that_timed_out_is_still_in_flight(job):
+    # (First in the module: the other tests run while the value is made.)
+    # The use's call to w2 goes on after the creation's timeout failed it (w2 waits for
+    # the value, made after 5 s); the user's release of its fork must not wait for it.
+    r = _remote(5.0, 4, T_OUT)
+    expect(rpc.RpcTimeoutError, SAYS, USES["passed to rpc_async"], r)
+    rid, fork = r._id, r._fork
+    del r
+    gc.collect()  # the use's error and its frames (the test's own)
+    record = lambda: [rec for rec in rpc.rpc_sync("w1", W.owner_records) if rec[0] == rid]
+    wait_until(lambda: fork not in record()[0][1], timeout=4)
+    # Released before the value exists, so while w2's fetch (and the use's call) waited.
+    assert record()[0][3] is False, record()
+
+
 @pytest.mark.parametrize("use", list(USES))
 def test_a_use_right_after_remote_fails_once_the_creation_is_overdue(job, use):
     # It fails at T_OUT, not when the value is made (SLOW), and never returns the value.
