@@ -7,7 +7,9 @@ The process-group names (``init_process_group``, the collectives, ``Work``...) a
 ``tensorplay_jax.process_group``'s ``__all__``, re-exported here; the collectives and
 point-to-point calls in their tensorplay forms (``_inplace_collectives``): a Tensor is
 filled in place and outputs come first (``dist.all_gather(tensor_list, t)``), while
-``jax.Array`` inputs keep the JAX forms that return results.
+``jax.Array`` inputs keep the JAX forms that return results. A group object has
+c10d's methods (``pg.allreduce([t], opts)``, group ranks, a ``Work`` back:
+``_group_methods``) and their options objects (``AllreduceOptions``, ...).
 
 Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``):
   >>> import jax.numpy as jnp
@@ -20,7 +22,8 @@ Example (one process per rank, e.g. started by ``python -m tensorplay_jax.run``)
 import importlib
 
 from tensorplay_jax import process_group as _process_group
-from tensorplay_jax.distributed import _inplace_collectives
+from tensorplay_jax.distributed import _group_methods, _group_options, _inplace_collectives
+from tensorplay_jax.distributed._group_options import *  # noqa: F403
 from tensorplay_jax.process_group import *  # noqa: F403  (process_group's __all__ is ours)
 
 # The collectives again, in tensorplay's forms (Tensors in place) beside the JAX forms:
@@ -28,6 +31,8 @@ from tensorplay_jax.process_group import *  # noqa: F403  (process_group's __all
 globals().update(
     {name: getattr(_inplace_collectives, name) for name in _inplace_collectives.__all__}
 )
+
+_group_methods.attach()  # c10d's methods of the group object: ``pg.allreduce([t]).wait()``
 
 _SUBPACKAGES = ("rpc", "autograd", "nn", "optim", "algorithms", "parallel")
 
@@ -42,4 +47,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = list(dict.fromkeys([*_process_group.__all__, *_inplace_collectives.__all__]))
+__all__ = list(
+    dict.fromkeys([*_process_group.__all__, *_inplace_collectives.__all__, *_group_options.__all__])
+)

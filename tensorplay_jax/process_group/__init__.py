@@ -42,7 +42,6 @@ from tensorplay_jax.process_group import (
     _collectives,
     _debug_level,
     _group,
-    _group_methods,
     _membership,
     _objects,
     _p2p,
@@ -113,8 +112,6 @@ from tensorplay_jax.process_group._p2p import recv as recv
 from tensorplay_jax.process_group._p2p import send as send
 from tensorplay_jax.process_group._work import Future as Future
 from tensorplay_jax.process_group._work import Work as Work
-
-_group_methods.attach()  # c10d's methods of the group object (``pg.monitored_barrier``)
 
 # The names are listed once, in the ``__all__`` of the modules they come from.
 __all__ = [

@@ -70,7 +70,9 @@ class ProcessGroup:
     """A set of processes that run collectives together.
 
     Besides ``rank()`` and ``size()``, c10d's methods of the group object that torch
-    code calls (``monitored_barrier``) come from ``_group_methods``' table.
+    code calls (``pg.allreduce([t])``, ``pg.monitored_barrier()``, ...) come from
+    ``tensorplay_jax.distributed``'s table (``distributed/_group_methods.py``): they
+    write Tensors in place, which this package's collectives leave to that layer.
 
     Attributes:
       ranks: the members' global ranks, ascending; a member's group rank is its index.

@@ -35,6 +35,8 @@ class Work:
       (True, [1, 2], None)
     """
 
+    _source: int | None = None  # a ProcessGroup.recv's source, as a group rank
+
     def __init__(self, future: Future) -> None:
         self._future = future
 
@@ -99,6 +101,24 @@ class Work:
           7
         """
         return self._future.wait()
+
+    def source_rank(self) -> int:
+        """The group rank a ``ProcessGroup.recv`` received from.
+
+        Raises:
+          RuntimeError: the Work is not a receive's.
+
+        Example:
+          >>> Work.completed(None).source_rank()
+          Traceback (most recent call last):
+          ...
+          RuntimeError: source_rank() may only be called on the Work of a ProcessGroup.recv
+        """
+        if self._source is None:
+            raise RuntimeError(
+                "source_rank() may only be called on the Work of a ProcessGroup.recv"
+            )
+        return self._source
 
     def get_future(self) -> Future:
         """A :class:`~tensorplay_jax.futures.Future` of :meth:`result`.
