@@ -4,19 +4,30 @@ Three ranks; most calls run on the group of global ranks 1 and 2, whose group ra
 and 1) differ from their global ranks, so a rank given to a method is read as a group
 rank or the values show it. Each rank hands back what each call wrote or raised
 (``tests._worker.hand_back``), keyed by case; the tests compare with numpy computed
-from the inputs (:func:`mine`).
+from the inputs (:func:`mine`) and with what torch's gloo wrote for the same calls.
+
+The calls are written once for both libraries, as a port writes them: with
+``TPJ_PG_ORACLE=torch`` they run on torch (``golden/make_pg_methods_golden.py``
+stores its values), without the bad calls, whose errors are this package's words.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 
 import numpy as np
 
-import tensorplay_jax as tp
-import tensorplay_jax.distributed as dist
 from tests._worker import error_text, hand_back
+
+ORACLE = os.environ.get("TPJ_PG_ORACLE") == "torch"
+if ORACLE:
+    import torch as tp
+    import torch.distributed as dist
+else:
+    import tensorplay_jax as tp
+    import tensorplay_jax.distributed as dist
 
 
 def mine(k: int, shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
@@ -29,14 +40,17 @@ def _t(k: int, shape: tuple[int, ...] = (2, 3)) -> tp.Tensor:
 
 
 def methods() -> None:
-    dist.init_process_group("gloo", timeout=60, engine=sys.argv[1])
+    if ORACLE:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    else:
+        dist.init_process_group("gloo", timeout=60, engine=sys.argv[1])
     r = dist.get_rank()
     sub = dist.new_group([1, 2])
     got: dict[str, object] = {"world": _world(r)}
     if r in (1, 2):
-        got["sub"] = _sub(r, sub)
-    else:
-        got["non_member"] = error_text(sub.allreduce, [_t(r)])
+        got["sub"], got["kept"] = _sub(r, sub)
+    if not ORACLE:
+        got["errors"] = _errors(r, sub)
     t = _t(r)  # the next call on the world works after every refusal above
     dist.group.WORLD.allreduce([t]).wait()
     got["after_errors"] = t.numpy()
@@ -66,19 +80,14 @@ def _world(r: int) -> dict[str, object]:
     pg.allreduce_coalesced([a, b]).wait()
     got["allreduce_coalesced"] = [a.numpy(), b.numpy()]
     got["barrier"] = [pg.barrier().wait(), pg.barrier(dist.BarrierOptions()).wait()]
-    second = datetime.timedelta(seconds=1)
-    got["errors/timeout"] = error_text(pg.allreduce, [_t(r)], dist.ReduceOp.SUM, second)
-    got["errors/array"] = error_text(pg.allreduce, [np.ones(2, np.float32)])
-    got["errors/two_shapes"] = error_text(pg.allreduce, [_t(r), _t(r, (4,))])
-    got["errors/empty"] = error_text(pg.allreduce, [])
-    got["errors/source_rank"] = error_text(pg.barrier().source_rank)
-    got["errors/other_options"] = error_text(pg.allreduce, [_t(r)], dist.BroadcastOptions())
     return got
 
 
-def _sub(r: int, g: dist.ProcessGroup) -> dict[str, object]:
+def _sub(r: int, g: dist.ProcessGroup) -> tuple[dict[str, object], dict[str, object]]:
+    """What the group's calls wrote, and what they left on ranks that are not the root."""
     me = g.rank()
     got: dict[str, object] = {"rank_size": [me, g.size()], "group_name": g.group_name}
+    kept: dict[str, object] = {}
     t = _t(r)
     g.broadcast(t, 1).wait()  # group rank 1: global rank 2
     got["broadcast"] = t.numpy()
@@ -87,14 +96,16 @@ def _sub(r: int, g: dist.ProcessGroup) -> dict[str, object]:
     pair = [_t(r), _t(r + 3)]
     g.broadcast(pair, opts).wait()
     got["broadcast/root_tensor"] = [p.numpy() for p in pair]
+    # A reduce writes the root's tensor; what another rank's holds afterwards is ours
+    # ("kept": as it was), not torch's (its gloo leaves partial results there).
     t = _t(r)
     g.reduce(t, 0).wait()
-    got["reduce"] = t.numpy()
+    (got if me == 0 else kept)["reduce"] = t.numpy()
     opts = dist.ReduceOptions()
     opts.rootRank, opts.reduceOp = 1, dist.ReduceOp.MAX
     t = _t(r)
     g.reduce([t], opts).wait()
-    got["reduce/opts_max"] = t.numpy()
+    (got if me == 1 else kept)["reduce/opts_max"] = t.numpy()
     outs = [tp.zeros(2, 3) for _ in range(2)]
     g.allgather([outs], [_t(r)]).wait()
     flat = [tp.zeros(2, 3) for _ in range(2)]
@@ -104,12 +115,12 @@ def _sub(r: int, g: dist.ProcessGroup) -> dict[str, object]:
     g._allgather_base(whole, _t(r)).wait()
     got["_allgather_base"] = whole.numpy()
     outs = [tp.zeros(2, 3) for _ in range(2)] if me == 1 else []
-    w = g.gather(outs, _t(r), 1)
-    got["gather"] = [o.numpy() for o in w.result()]
+    g.gather(outs, _t(r), 1).wait()
+    got["gather"] = [o.numpy() for o in outs]
     opts = dist.GatherOptions()
-    outs = [[tp.zeros(2, 3) for _ in range(2)]] if me == 0 else [[]]
+    outs = [[tp.zeros(2, 3) for _ in range(2)]] if me == 0 else []
     g.gather(outs, [_t(r)], opts).wait()
-    got["gather/opts"] = [o.numpy() for o in outs[0]]
+    got["gather/opts"] = [o.numpy() for o in outs[0]] if outs else []
     piece = tp.zeros(2, 3)
     g.scatter(piece, [_t(10), _t(20)] if me == 1 else [], 1).wait()
     got["scatter"] = piece.numpy()
@@ -139,12 +150,49 @@ def _sub(r: int, g: dist.ProcessGroup) -> dict[str, object]:
     else:
         into = tp.zeros(2, 3)
         w = g.recv([into], 0, 7)
-        got["recv/before_wait"] = into.numpy()
         w.wait()
         got["recv"] = [into.numpy(), w.source_rank()]
-    got["errors/root"] = error_text(g.broadcast, _t(r), 2)
-    got["errors/two_for_reduce"] = error_text(g.reduce, [_t(r), _t(r)], 0)
-    got["errors/gather_length"] = error_text(g.allgather, [tp.zeros(2, 3)], _t(r))
-    got["errors/send_rank"] = error_text(g.send, [_t(r)], 2, 0)
-    got["errors/op_twice"] = error_text(g.reduce, [_t(r)], dist.ReduceOptions(), "max")
+    return got, kept
+
+
+def _errors(r: int, g: dist.ProcessGroup) -> dict[str, object]:
+    """Bad calls, made alike on every rank (so none waits for another), in our words."""
+    pg = dist.group.WORLD
+    second = datetime.timedelta(seconds=1)
+    got = {
+        "timeout": error_text(pg.allreduce, [_t(r)], dist.ReduceOp.SUM, second),
+        "array": error_text(pg.allreduce, [np.ones(2, np.float32)]),
+        "two_shapes": error_text(pg.allreduce, [_t(r), _t(r, (4,))]),
+        "empty": error_text(pg.allreduce, []),
+        "source_rank": error_text(pg.barrier().source_rank),
+        "other_options": error_text(pg.allreduce, [_t(r)], dist.BroadcastOptions()),
+    }
+    if r in (1, 2):
+        got["root"] = error_text(g.broadcast, _t(r), 2)
+        got["two_for_reduce"] = error_text(g.reduce, [_t(r), _t(r)], 0)
+        got["gather_length"] = error_text(g.allgather, [tp.zeros(2, 3)], _t(r))
+        got["send_rank"] = error_text(g.send, [_t(r)], 2, 0)
+        got["op_twice"] = error_text(g.reduce, [_t(r)], dist.ReduceOptions(), "max")
+    else:
+        got["non_member"] = error_text(g.allreduce, [_t(r)])
     return got
+
+
+def flat(results: list[dict]) -> dict[str, np.ndarray]:
+    """Every rank's values by path (``"1/sub/allgather/0/1"``), not its errors nor what a
+    reduce kept: what the golden file holds of torch's run, and what ours is compared with."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(path: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{path}/{key}", item)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(f"{path}/{i}", item)
+        else:
+            out[path] = np.asarray(value)
+
+    for rank, got in enumerate(results):
+        walk(str(rank), {k: v for k, v in got.items() if k not in ("errors", "kept")})
+    return out
