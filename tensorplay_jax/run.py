@@ -1,12 +1,13 @@
 """``python -m tensorplay_jax.run --nproc N script.py``: start N local workers (tensorplay-jax-run).
 
-Sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT for each worker, prefixes every output line with ``[rank N]``,
-and if one worker fails stops the others and exits with its code. torchrun's
-spellings are accepted (``--nproc-per-node``, ``--nnodes``, ``--node-rank``,
-``--master-addr``, ``--master-port``, ``--local-addr``, also with underscores);
-under SLURM the node count, node rank and master address default to SLURM's
-values. ``--listen-addr`` / ``--ifname`` choose the address this node's workers
+Sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT and TORCHELASTIC_RUN_ID (as torchrun) for each worker, prefixes
+every output line with ``[rank N]``, and if one worker fails stops the others
+and exits with its code. torchrun's spellings are accepted
+(``--nproc-per-node``, ``--nnodes``, ``--node-rank``, ``--master-addr``,
+``--master-port``, ``--local-addr``, also with underscores); under SLURM the
+node count, node rank and master address default to SLURM's values.
+``--listen-addr`` / ``--ifname`` choose the address this node's workers
 bind and advertise to other nodes (default: the interface that routes to the
 master address; see ``tensorplay_jax.runtime.address``).
 
@@ -27,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -147,7 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print("tensorplay-jax-run: --master-port is required with --nnodes > 1", file=sys.stderr)
         return 2
-    extra = {"NODE_RANK": str(node_rank)}
+    # torchrun's run id (its default rendezvous id): ``is_torchelastic_launched()`` holds.
+    extra = {
+        "NODE_RANK": str(node_rank),
+        "TORCHELASTIC_RUN_ID": os.environ.get("TORCHELASTIC_RUN_ID", "none"),
+    }
     if a.listen_addr:
         extra[LISTEN_ADDR_ENV] = a.listen_addr
     if a.ifname:

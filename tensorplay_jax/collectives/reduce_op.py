@@ -75,6 +75,18 @@ def normalize_op(fn_name: str, op: Any) -> ReduceOp:
     raise ValueError(f"{fn_name}: unknown op={op!r}; expected one of {valid} (or a ReduceOp).")
 
 
+def supports_complex(op: Any) -> bool:
+    """Whether the tensorplay-form collectives reduce complex tensors with ``op``: sum and
+    avg (on the real and imaginary parts); tensorplay refuses the others on complex input.
+
+    Example:
+      >>> from tensorplay_jax.collectives.reduce_op import ReduceOp, supports_complex
+      >>> supports_complex(ReduceOp.SUM), supports_complex("max")
+      (True, False)
+    """
+    return normalize_op("supports_complex", op) in (ReduceOp.SUM, ReduceOp.AVG)
+
+
 def check_op_dtype(fn_name: str, op: ReduceOp, dtype: Any) -> None:
     """Raise a TypeError when ``op`` is not defined for ``dtype`` (avg: inexact; max/min: real).
 

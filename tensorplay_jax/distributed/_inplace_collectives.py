@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tensorplay_jax import process_group as pg
-from tensorplay_jax.collectives.reduce_op import normalize_op
+from tensorplay_jax.collectives.reduce_op import normalize_op, supports_complex
 from tensorplay_jax.process_group import ProcessGroup, ReduceOp, Work
 from tensorplay_jax.tensors import SparseTensor, Tensor, overwrite, sparse_coo_tensor
 
@@ -172,7 +172,7 @@ def all_reduce(
 
 def _complex_op_check(fn: str, tensors: Sequence[Any], op: Any) -> None:
     """tensorplay's refusal of an op with no meaning on complex numbers (max, min, ...)."""
-    if normalize_op(fn, op) in (ReduceOp.SUM, ReduceOp.AVG):
+    if supports_complex(normalize_op(fn, op)):
         return
     if any(jnp.issubdtype(jnp.result_type(_array(t)), jnp.complexfloating) for t in tensors):
         raise ValueError(f"{fn} does not support {op} on complex tensors")

@@ -16,6 +16,8 @@ data in host memory share). The private modules:
   ``monitored_barrier``, ``GroupMember``.
 - ``_backend``: ``Backend`` and which backends run here (``is_gloo_available``, ...).
 - ``_debug_level``: ``DebugLevel`` (``TORCH_DISTRIBUTED_DEBUG``).
+- ``_errors``: tensorplay's ``DistError`` classes (a store timeout is ``DistStoreError``).
+- ``_launch_env``: ``get_node_local_rank``, ``is_torchelastic_launched``.
 - ``_engine_shm`` / ``_shared_memory``: the same-host engine and its segments and barrier.
 - ``_engine_tcp`` / ``_tcp_mesh``: the across-hosts engine and its authenticated mesh.
 - ``_engine_xla``: compiled XLA programs over the group's mesh (and over a pair, for send/recv).
@@ -34,6 +36,7 @@ Example:
 """
 
 from tensorplay_jax.collectives.reduce_op import ReduceOp as ReduceOp
+from tensorplay_jax.collectives.reduce_op import supports_complex as supports_complex
 
 # _builtin_engines: the one table that registers the built-in engines (``engine.py``).
 from tensorplay_jax.process_group import (
@@ -41,12 +44,17 @@ from tensorplay_jax.process_group import (
     _builtin_engines,  # noqa: F401
     _collectives,
     _debug_level,
+    _errors,
     _group,
+    _launch_env,
     _membership,
     _objects,
     _p2p,
 )
 from tensorplay_jax.process_group._backend import Backend as Backend
+from tensorplay_jax.process_group._backend import (
+    get_default_backend_for_device as get_default_backend_for_device,
+)
 from tensorplay_jax.process_group._backend import is_available as is_available
 from tensorplay_jax.process_group._backend import is_backend_available as is_backend_available
 from tensorplay_jax.process_group._backend import is_gloo_available as is_gloo_available
@@ -75,17 +83,27 @@ from tensorplay_jax.process_group._debug_level import set_debug_level as set_deb
 from tensorplay_jax.process_group._debug_level import (
     set_debug_level_from_env as set_debug_level_from_env,
 )
+from tensorplay_jax.process_group._errors import DistBackendError as DistBackendError
+from tensorplay_jax.process_group._errors import DistError as DistError
+from tensorplay_jax.process_group._errors import DistNetworkError as DistNetworkError
+from tensorplay_jax.process_group._errors import DistStoreError as DistStoreError
 from tensorplay_jax.process_group._group import NotAMember as NotAMember
 from tensorplay_jax.process_group._group import ProcessGroup as ProcessGroup
 from tensorplay_jax.process_group._group import barrier as barrier
+from tensorplay_jax.process_group._group import default_pg_timeout as default_pg_timeout
 from tensorplay_jax.process_group._group import destroy_process_group as destroy_process_group
 from tensorplay_jax.process_group._group import get_backend as get_backend
+from tensorplay_jax.process_group._group import get_pg_count as get_pg_count
 from tensorplay_jax.process_group._group import get_rank as get_rank
 from tensorplay_jax.process_group._group import get_world_size as get_world_size
 from tensorplay_jax.process_group._group import init_process_group as init_process_group
 from tensorplay_jax.process_group._group import is_initialized as is_initialized
 from tensorplay_jax.process_group._group import members_only as members_only
 from tensorplay_jax.process_group._group import new_group as new_group
+from tensorplay_jax.process_group._launch_env import get_node_local_rank as get_node_local_rank
+from tensorplay_jax.process_group._launch_env import (
+    is_torchelastic_launched as is_torchelastic_launched,
+)
 from tensorplay_jax.process_group._membership import GroupMember as GroupMember
 from tensorplay_jax.process_group._membership import get_global_rank as get_global_rank
 from tensorplay_jax.process_group._membership import get_group_rank as get_group_rank
@@ -123,6 +141,9 @@ __all__ = [
     *_membership.__all__,
     *_backend.__all__,
     *_debug_level.__all__,
+    *_errors.__all__,
+    *_launch_env.__all__,
+    "supports_complex",
     "Future",
     "Work",
 ]

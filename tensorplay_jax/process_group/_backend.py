@@ -20,6 +20,7 @@ from tensorplay_jax.process_group import _startup
 
 __all__ = [
     "Backend",
+    "get_default_backend_for_device",
     "is_available",
     "is_backend_available",
     "is_gloo_available",
@@ -143,3 +144,30 @@ def is_backend_available(backend: str) -> bool:
     names = [part.rpartition(":")[2] for part in str(backend).lower().split(",")]
     checks = {"gloo": is_gloo_available, "nccl": is_nccl_available}
     return all(name in checks and checks[name]() for name in names)
+
+
+_DEVICE_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "gpu": "nccl"}
+
+
+def get_default_backend_for_device(device: Any) -> str:
+    """The backend a group for ``device`` uses by default: ``"gloo"`` for a CPU,
+    ``"nccl"`` for a GPU (``"cuda"``, a ``jax.Device`` of platform ``"gpu"``).
+
+    Args:
+      device: a device type (``"cpu"``, ``"cuda"``, ``"cuda:0"``), or a device object
+        (a ``jax.Device``; anything with ``platform`` or ``type``).
+
+    Raises:
+      ValueError: no backend here runs on that device (a TPU: use its ``jax.Array``
+        collectives, ``tensorplay_jax.collectives``), as tensorplay's message says.
+
+    Example:
+      >>> get_default_backend_for_device("cpu"), get_default_backend_for_device("cuda:1")
+      ('gloo', 'nccl')
+    """
+    kind = device if isinstance(device, str) else getattr(device, "platform", None)
+    kind = getattr(device, "type", None) if kind is None else kind
+    kind = str(kind).split(":")[0].lower()
+    if kind not in _DEVICE_BACKENDS:
+        raise ValueError(f"Default backend not registered for device : {kind}")
+    return _DEVICE_BACKENDS[kind]

@@ -50,19 +50,25 @@ from tensorplay_jax.process_group.engine import (
 )
 from tensorplay_jax.runtime import secret as _secret
 from tensorplay_jax.runtime.init_method import release, resolve_init
-from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD
+from tensorplay_jax.runtime.settings import DEFAULT_INIT_METHOD, DEFAULT_PG_TIMEOUT_S
 
 __all__ = [
     "ProcessGroup",
     "barrier",
+    "default_pg_timeout",
     "destroy_process_group",
     "get_backend",
+    "get_pg_count",
     "get_rank",
     "get_world_size",
     "init_process_group",
     "is_initialized",
     "new_group",
 ]
+
+
+# The timeout of a group made without one (tensorplay's name; its value is this package's).
+default_pg_timeout = datetime.timedelta(seconds=DEFAULT_PG_TIMEOUT_S)
 
 
 @dataclasses.dataclass(eq=False)
@@ -382,6 +388,17 @@ def run_pending(timeout: float | None = None) -> None:
         err = None
         for op in ops:
             err = op(timeout, err)
+
+
+def get_pg_count() -> int:
+    """How many process groups this process has made since ``init_process_group``, the
+    default group included (0 before it, and after ``destroy_process_group()``).
+
+    Example:
+      >>> get_pg_count()
+      0
+    """
+    return 0 if _WORLD is None else _WORLD.next_gid
 
 
 def is_initialized() -> bool:

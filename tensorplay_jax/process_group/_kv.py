@@ -34,6 +34,7 @@ from typing import Any
 
 from jax._src import distributed as _jax_distributed
 
+from tensorplay_jax.process_group._errors import DistStoreError
 from tensorplay_jax.runtime import secret as _secret
 
 __all__ = [
@@ -56,8 +57,9 @@ __all__ = [
 ]
 
 
-class KVTimeout(TimeoutError):
-    """A key or barrier of the coordination service did not arrive in time."""
+class KVTimeout(DistStoreError, TimeoutError):
+    """A key or barrier of the coordination service did not arrive in time (tensorplay's
+    store timeout, ``DistStoreError``)."""
 
 
 class ForgedValue(RuntimeError):

@@ -46,7 +46,7 @@ def methods() -> None:
         dist.init_process_group("gloo", timeout=60, engine=sys.argv[1])
     r = dist.get_rank()
     sub = dist.new_group([1, 2])
-    got: dict[str, object] = {"world": _world(r)}
+    got: dict[str, object] = {"pg_count": dist.get_pg_count(), "world": _world(r)}
     if r in (1, 2):
         got["sub"], got["kept"] = _sub(r, sub)
     if not ORACLE:
@@ -55,6 +55,7 @@ def methods() -> None:
     dist.group.WORLD.allreduce([t]).wait()
     got["after_errors"] = t.numpy()
     dist.destroy_process_group()
+    got["pg_count/destroyed"] = dist.get_pg_count()
     hand_back(got)
 
 

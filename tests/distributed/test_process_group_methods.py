@@ -66,6 +66,8 @@ def test_allreduce_coalesced_reduces_each_tensor(ranks):
 
 def test_names_and_barrier(ranks):
     for got in ranks:
+        # the default group and the pair, on members and not; none after destroy
+        assert (got["pg_count"], got["pg_count/destroyed"]) == (2, 0)
         w = got["world"]
         assert (w["name"], w["group_name"]) == ("gloo", "0")
         assert w["barrier"] == [True, True]

@@ -15,14 +15,16 @@ from tests._worker import OUT_DIR
 
 WORKER = """
 import os, sys
+import tensorplay_jax.distributed as dist
 from tensorplay_jax.distributed import rpc
 from tests._worker import hand_back
 rank = int(os.environ["RANK"])
 print("hello from", rank)
 env = [os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")]
+launched = [dist.is_torchelastic_launched(), dist.get_node_local_rank()]
 rpc.init_rpc(f"w{rank}", world_size=int(os.environ["WORLD_SIZE"]))
 peer_max = rpc.rpc_sync(f"w{1 - rank}", max, args=(rank, 5))
-hand_back({"env": env, "argv": sys.argv[1:], "max": peer_max})
+hand_back({"env": env, "argv": sys.argv[1:], "max": peer_max, "launched": launched})
 rpc.shutdown()
 """
 
@@ -42,8 +44,9 @@ def _launch(tmp_path, body, *flags, timeout=120):
     path.write_text(body)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
     env[OUT_DIR] = str(tmp_path)
-    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
+    env.pop("TORCHELASTIC_RUN_ID", None)
     cmd = [sys.executable, "-m", "tensorplay_jax.run", *flags, str(path), "--lr", "0.1"]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -58,6 +61,8 @@ def test_launcher_prefixes_output_and_sets_env(tmp_path):
         assert got["env"] == [str(r), str(r), "2"], got  # RANK, LOCAL_RANK, WORLD_SIZE
         assert got["argv"] == ["--lr", "0.1"], got
         assert got["max"] == 5, got  # the two ranks reached each other
+        # as under torchrun: launched by a launcher, this rank's place on the node
+        assert got["launched"] == [True, r], got
 
 
 def test_launcher_accepts_torchrun_flags(tmp_path):
