@@ -18,6 +18,8 @@ data in host memory share). The private modules:
 - ``_debug_level``: ``DebugLevel`` (``TORCH_DISTRIBUTED_DEBUG``).
 - ``_errors``: tensorplay's ``DistError`` classes (a store timeout is ``DistStoreError``).
 - ``_launch_env``: ``get_node_local_rank``, ``is_torchelastic_launched``.
+- ``_store`` / ``_tcp_store``: the key-value stores (``HashStore``, ``PrefixStore``,
+  ``TCPStore`` and its authenticated server).
 - ``_engine_shm`` / ``_shared_memory``: the same-host engine and its segments and barrier.
 - ``_engine_tcp`` / ``_tcp_mesh``: the across-hosts engine and its authenticated mesh.
 - ``_engine_xla``: compiled XLA programs over the group's mesh (and over a pair, for send/recv).
@@ -50,6 +52,8 @@ from tensorplay_jax.process_group import (
     _membership,
     _objects,
     _p2p,
+    _store,
+    _tcp_store,
 )
 from tensorplay_jax.process_group._backend import Backend as Backend
 from tensorplay_jax.process_group._backend import (
@@ -128,6 +132,11 @@ from tensorplay_jax.process_group._p2p import irecv as irecv
 from tensorplay_jax.process_group._p2p import isend as isend
 from tensorplay_jax.process_group._p2p import recv as recv
 from tensorplay_jax.process_group._p2p import send as send
+from tensorplay_jax.process_group._store import HashStore as HashStore
+from tensorplay_jax.process_group._store import PrefixStore as PrefixStore
+from tensorplay_jax.process_group._store import QueueEmptyError as QueueEmptyError
+from tensorplay_jax.process_group._store import Store as Store
+from tensorplay_jax.process_group._tcp_store import TCPStore as TCPStore
 from tensorplay_jax.process_group._work import Future as Future
 from tensorplay_jax.process_group._work import Work as Work
 
@@ -143,6 +152,8 @@ __all__ = [
     *_debug_level.__all__,
     *_errors.__all__,
     *_launch_env.__all__,
+    *_store.__all__,
+    *_tcp_store.__all__,
     "supports_complex",
     "Future",
     "Work",

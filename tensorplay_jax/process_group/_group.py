@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tensorplay_jax.process_group import _kv, _startup
+from tensorplay_jax.process_group import _kv, _startup, _store
 from tensorplay_jax.process_group._work import Work
 from tensorplay_jax.process_group.engine import (
     Engine,
@@ -143,6 +143,7 @@ def init_process_group(
     timeout: float | datetime.timedelta | None = None,
     world_size: int = -1,
     rank: int = -1,
+    store: Any = None,
     *,
     engine: str | None = None,
     secret: str | None = None,
@@ -174,6 +175,9 @@ def init_process_group(
         SLURM's, and a world of one with ``env://`` and no ``MASTER_ADDR`` /
         ``MASTER_PORT`` runs on a free loopback port, as for ``init_rpc``
         (``tensorplay_jax.runtime.init_method``).
+      store: a key-value store every rank reaches (``TCPStore``, or a ``HashStore`` for
+        a world of one), in place of ``init_method``: rank 0 puts there where it serves,
+        and ``rank`` and ``world_size`` must be given.
       engine: ``"auto"``, ``"shm"``, ``"tcp"``, ``"xla"`` or another registered engine
         (default ``TENSORPLAY_JAX_PG_ENGINE`` or auto): how groups move data; see the
         module docstring.
@@ -203,6 +207,14 @@ def init_process_group(
     if _WORLD is not None:
         raise RuntimeError(f"{fn}: already initialized; call destroy_process_group() first.")
     backend, engine, timeout_s = _startup.options(fn, backend, engine, timeout)
+    if store is not None:
+        if init_method is not None:
+            raise ValueError(f"{fn}: Cannot specify both init_method and store.")
+        if rank < 0 or world_size <= 0:
+            raise ValueError(f"{fn}: with a store, give rank and world_size too.")
+        if not isinstance(store, _store.Store):
+            raise TypeError(f"{fn}: store must be a Store (e.g. TCPStore), got {type(store)}")
+        init_method = _store.rendezvous(store, rank, world_size, fn)
     host, port, rank, world_size = resolve_init(
         init_method or DEFAULT_INIT_METHOD,
         rank,
