@@ -152,8 +152,10 @@ class _Server:
             return [1, "value", f"not a store request: {str(request)[:80]}"]
         try:
             return [0, getattr(self.table, request[0])(*request[1:])]
-        except tuple(_KINDS) as e:
-            kind = next(k for cls, k in _KINDS.items() if isinstance(e, cls))
+        except Exception as e:  # a bad request gets an error reply; the connection goes on
+            kind = next((k for cls, k in _KINDS.items() if isinstance(e, cls)), None)
+            if kind is None:
+                return [1, "value", f"bad store request {request[0]!r}: {type(e).__name__}: {e}"]
             return [1, kind, str(e)]
 
     def wait_for_clients(self, world_size: int, timeout: float) -> None:
