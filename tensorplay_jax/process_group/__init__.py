@@ -18,8 +18,8 @@ data in host memory share). The private modules:
 - ``_debug_level``: ``DebugLevel`` (``TORCH_DISTRIBUTED_DEBUG``).
 - ``_errors``: tensorplay's ``DistError`` classes (a store timeout is ``DistStoreError``).
 - ``_launch_env``: ``get_node_local_rank``, ``is_torchelastic_launched``.
-- ``_store`` / ``_tcp_store``: the key-value stores (``HashStore``, ``PrefixStore``,
-  ``TCPStore`` and its authenticated server).
+- ``_store`` / ``_tcp_store`` / ``_file_store``: the key-value stores (``HashStore``,
+  ``PrefixStore``, ``TCPStore`` and its authenticated server, ``FileStore``).
 - ``_engine_shm`` / ``_shared_memory``: the same-host engine and its segments and barrier.
 - ``_engine_tcp`` / ``_tcp_mesh``: the across-hosts engine and its authenticated mesh.
 - ``_engine_xla``: compiled XLA programs over the group's mesh (and over a pair, for send/recv).
@@ -47,6 +47,7 @@ from tensorplay_jax.process_group import (
     _collectives,
     _debug_level,
     _errors,
+    _file_store,
     _group,
     _launch_env,
     _membership,
@@ -91,6 +92,7 @@ from tensorplay_jax.process_group._errors import DistBackendError as DistBackend
 from tensorplay_jax.process_group._errors import DistError as DistError
 from tensorplay_jax.process_group._errors import DistNetworkError as DistNetworkError
 from tensorplay_jax.process_group._errors import DistStoreError as DistStoreError
+from tensorplay_jax.process_group._file_store import FileStore as FileStore
 from tensorplay_jax.process_group._group import NotAMember as NotAMember
 from tensorplay_jax.process_group._group import ProcessGroup as ProcessGroup
 from tensorplay_jax.process_group._group import barrier as barrier
@@ -154,6 +156,7 @@ __all__ = [
     *_launch_env.__all__,
     *_store.__all__,
     *_tcp_store.__all__,
+    *_file_store.__all__,
     "supports_complex",
     "Future",
     "Work",

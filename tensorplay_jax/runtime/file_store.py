@@ -204,6 +204,12 @@ class FileStore:
                 return d
             return have if have is not None else e
 
+    def append(self, key: str, value: bytes | str) -> None:
+        """Append ``value`` to the value under ``key`` (set it when missing)."""
+        v = value.encode() if isinstance(value, str) else bytes(value)
+        with self._locked():
+            self._append(_SET, key, self._data.get(key, b"") + v)
+
     def check(self, keys: list[str]) -> bool:
         """Whether every key of ``keys`` is set now (no waiting)."""
         with self._locked():

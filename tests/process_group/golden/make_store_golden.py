@@ -1,5 +1,5 @@
 """torch's outcomes of ``tests/process_group/_store_cases.py`` on its ``HashStore``, a
-``PrefixStore`` over one, and a ``TCPStore`` (``torch_stores.json``).
+``PrefixStore`` over one, a ``TCPStore`` and a ``FileStore`` (``torch_stores.json``).
 
 Regenerate (after changing a call)::
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from tests.process_group._store_cases import outcomes
@@ -23,6 +25,7 @@ if __name__ == "__main__":
         "HashStore": dist.HashStore(),
         "PrefixStore": dist.PrefixStore("p", dist.HashStore()),
         "TCPStore": dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=10)),
+        "FileStore": dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1),
     }
     golden = {kind: outcomes(store) for kind, store in stores.items()}
     GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
