@@ -175,9 +175,9 @@ def init_process_group(
         SLURM's, and a world of one with ``env://`` and no ``MASTER_ADDR`` /
         ``MASTER_PORT`` runs on a free loopback port, as for ``init_rpc``
         (``tensorplay_jax.runtime.init_method``).
-      store: a key-value store every rank reaches (``TCPStore``, or a ``HashStore`` for
-        a world of one), in place of ``init_method``: rank 0 puts there where it serves,
-        and ``rank`` and ``world_size`` must be given.
+      store: a key-value store every rank reaches (``TCPStore``, ``FileStore``, or a
+        ``HashStore`` for a world of one), in place of ``init_method``: rank 0 puts
+        there where it serves, and ``rank`` and ``world_size`` must be given.
       engine: ``"auto"``, ``"shm"``, ``"tcp"``, ``"xla"`` or another registered engine
         (default ``TENSORPLAY_JAX_PG_ENGINE`` or auto): how groups move data; see the
         module docstring.

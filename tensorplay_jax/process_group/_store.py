@@ -12,7 +12,8 @@ is its decimal digits, ``compare_set`` on a missing key sets it only when
 
 :class:`_Table` is the one implementation of those operations, thread-safe;
 ``HashStore`` is a table in this process, ``TCPStore`` (``_tcp_store``) serves one
-to other processes, and ``PrefixStore`` puts a prefix on another store's keys.
+to other processes, ``PrefixStore`` puts a prefix on another store's keys; a
+``FileStore`` (``_file_store``) keeps its keys in a file instead.
 
 Example:
   >>> s = HashStore()
@@ -348,20 +349,25 @@ class PrefixStore(Store):
 
 def rendezvous(store: Store, rank: int, world_size: int, fn: str) -> str:
     """``init_process_group(store=...)``: the ``tcp://host:port`` every rank then starts
-    from, which rank 0 chooses (a free pair of ports on the store's host, loopback
-    for an in-process store) and puts in ``store``. Each call on a store is a new round
+    from, which rank 0 chooses (its address toward the store's host, as a job that
+    meets there would bind: loopback on one host; and a free pair of ports) and puts
+    in ``store``. Each call on a store is a new round
     (its keys are numbered), so one store serves one group after another.
 
     Raises:
       DistStoreError: rank 0 did not put the address within the store's timeout.
     """
+    from tensorplay_jax.runtime.address import local_address
     from tensorplay_jax.runtime.launch import free_port
 
     # Every rank counts itself in: the round is the same on all ranks of one call.
     arrived = store.add(f"{_INIT}/arrived", 1)
     key = f"{_INIT}/{(arrived - 1) // world_size}/address"
     if rank == 0:
-        host = _host_of(store)
+        try:  # rank 0's own address toward the store's host (loopback on one host)
+            host = local_address(_host_of(store))
+        except ValueError as e:
+            raise ValueError(f"{fn}: {e}") from None
         store.set(key, f"tcp://{host}:{free_port(host)}")
     try:
         return store.get(key).decode()

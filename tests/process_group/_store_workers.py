@@ -23,7 +23,8 @@ def _store(rank: int, world: int) -> dist.TCPStore:
 
 
 def meet() -> None:
-    """Three processes meet through one TCPStore, then start two process groups from it."""
+    """Three processes meet through one TCPStore, start two process groups from it, then
+    one from a FileStore."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = _store(rank, world)
     got: dict[str, object] = {}
@@ -45,6 +46,11 @@ def meet() -> None:
     again = dist.PrefixStore("second", store)
     dist.init_process_group("gloo", store=again, rank=rank, world_size=world)
     got["all_reduce/again"] = np.asarray(dist.all_reduce(np.full(1, 10.0, np.float32)))
+    dist.destroy_process_group()
+    # And from a file every process opens.
+    files = dist.FileStore(os.environ["TPJ_STORE_FILE"], world)
+    dist.init_process_group("gloo", store=files, rank=rank, world_size=world)
+    got["all_reduce/file"] = np.asarray(dist.all_reduce(np.full(1, rank * 1.0, np.float32)))
     dist.destroy_process_group()
     store.set(f"left/{rank}", "1")
     if rank == 0:  # the master serves until everyone is done with it

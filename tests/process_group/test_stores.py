@@ -132,7 +132,9 @@ def test_init_process_group_takes_a_store_or_an_init_method_not_both():
 
 @pytest.fixture(scope="module")
 def met(tmp_path_factory) -> list[dict]:
-    return run_and_collect(W.meet, 3, tmp_path_factory.mktemp("stores"), timeout=180)
+    out = tmp_path_factory.mktemp("stores")
+    env = {"TPJ_STORE_FILE": str(out / "file-store")}
+    return run_and_collect(W.meet, 3, out, env=env, timeout=180)
 
 
 def test_a_get_waits_for_another_process_s_set(met):
@@ -150,6 +152,7 @@ def test_process_groups_start_from_a_store_one_after_another(met):
     for got in met:
         assert got["all_reduce"].tolist() == [6.0, 6.0]  # 1 + 2 + 3
         assert got["all_reduce/again"].tolist() == [30.0]
+        assert got["all_reduce/file"].tolist() == [3.0]  # 0 + 1 + 2
 
 
 def test_file_stores_on_one_path_share_it_and_the_last_one_removes_it(tmp_path):
