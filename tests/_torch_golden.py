@@ -93,6 +93,27 @@ def check_case(name: str, case: Case, stored: Mapping[str, np.ndarray]) -> None:
             np.testing.assert_allclose(got, stored[key], rtol=1e-5, atol=1e-6, err_msg=f"grad {j}")
 
 
+def by_path(results: list[dict], skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Every rank's handed-back values as arrays by path (``"1/steps/2/0"``: rank, then
+    keys and list positions), leaving out the top-level keys in ``skip``: what a golden
+    file of a multi-process job holds, and what ours is compared with."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(path: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{path}/{key}", item)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(f"{path}/{i}", item)
+        else:
+            out[path] = np.asarray(value)
+
+    for rank, got in enumerate(results):
+        walk(str(rank), {k: v for k, v in got.items() if k not in skip})
+    return out
+
+
 def stored_cases(stored: Mapping[str, np.ndarray]) -> set[str]:
     """The names of the cases a golden file holds."""
     return {k.split("/")[0] for k in stored if "/" in k}

@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from tests._torch_golden import by_path
 from tests._worker import error_text, hand_back
 
 ORACLE = os.environ.get("TPJ_PG_ORACLE") == "torch"
@@ -182,18 +183,4 @@ def _errors(r: int, g: dist.ProcessGroup) -> dict[str, object]:
 def flat(results: list[dict]) -> dict[str, np.ndarray]:
     """Every rank's values by path (``"1/sub/allgather/0/1"``), not its errors nor what a
     reduce kept: what the golden file holds of torch's run, and what ours is compared with."""
-    out: dict[str, np.ndarray] = {}
-
-    def walk(path: str, value: object) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                walk(f"{path}/{key}", item)
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(f"{path}/{i}", item)
-        else:
-            out[path] = np.asarray(value)
-
-    for rank, got in enumerate(results):
-        walk(str(rank), {k: v for k, v in got.items() if k not in ("errors", "kept")})
-    return out
+    return by_path(results, skip=("errors", "kept"))

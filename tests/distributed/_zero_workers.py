@@ -1,0 +1,221 @@
+"""Worker code for the tests of ``ZeroRedundancyOptimizer``, written once for both libraries.
+
+Three ranks train the same small model under ``DistributedDataParallel``, each on its
+own batch, with ``ZeroRedundancyOptimizer(Adam)``: three steps, a changed learning
+rate, an added param group, the consolidated state dict, a fresh optimizer that loads
+it, and uneven inputs under ``Join``. Each rank hands back what it saw
+(``tests._worker.hand_back``). With ``TPJ_ZERO_ORACLE=torch`` the same calls run on
+torch's gloo (``golden/make_zero_golden.py`` stores the values); the tests compare
+ours with those, and with a plain ``Adam`` that keeps every parameter's state.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+
+import numpy as np
+
+from tests._torch_golden import by_path
+from tests._worker import error_text, hand_back
+
+ORACLE = os.environ.get("TPJ_ZERO_ORACLE") == "torch"
+if ORACLE:
+    import torch as tp
+    import torch.distributed as dist
+    from torch.distributed.algorithms.join import Join
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+else:
+    import tensorplay_jax as tp
+    import tensorplay_jax.distributed as dist
+    from tensorplay_jax.distributed.algorithms.join import Join
+    from tensorplay_jax.distributed.optim import ZeroRedundancyOptimizer
+    from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
+
+# What a state dict's param groups hold on both libraries (torch's Adam adds more keys).
+HYPER = ("lr", "betas", "eps", "weight_decay", "amsgrad")
+
+
+def init(i: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Parameter ``i``'s starting value."""
+    n = int(np.prod(shape))
+    return (np.sin(np.arange(n) * 0.7 + i) * 0.5).reshape(shape).astype(np.float32)
+
+
+def batch(rank: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``rank``'s inputs and targets at ``step``."""
+    x = np.cos(np.arange(4 * 5) * 0.3 + 10 * rank + step).reshape(4, 5).astype(np.float32)
+    y = np.sin(np.arange(4 * 3) * 0.2 - rank - 2 * step).reshape(4, 3).astype(np.float32)
+    return x, y
+
+
+def model() -> tp.nn.Module:
+    """Linear(5, 7), Tanh, Linear(7, 3): parameters of 35, 7, 21 and 3 elements."""
+    m = tp.nn.Sequential(tp.nn.Linear(5, 7), tp.nn.Tanh(), tp.nn.Linear(7, 3))
+    with tp.no_grad():
+        for i, p in enumerate(m.parameters()):
+            p.copy_(tp.tensor(init(i, tuple(p.shape))))
+    return m
+
+
+def _values(params) -> list[np.ndarray]:
+    return [p.detach().numpy().copy() for p in params]
+
+
+def _backward(ddp, rank: int, step: int, extra=None) -> None:
+    x, y = batch(rank, step)
+    loss = ((ddp(tp.tensor(x)) - tp.tensor(y)) ** 2).mean()
+    if extra is not None:  # the same gradient on every rank: not averaged by DDP
+        loss = loss + (extra * extra).sum()
+    loss.backward()
+
+
+def _state_dict(sd: dict) -> dict:
+    """A whole state dict as plain values: each parameter's state, each group's settings."""
+    state = {
+        str(i): {k: np.array(v.detach().numpy()) for k, v in s.items()}
+        for i, s in sd["state"].items()
+    }
+    groups = [
+        {**{k: np.asarray(g[k]) for k in HYPER}, "params": np.asarray(g["params"])}
+        for g in sd["param_groups"]
+    ]
+    return {"state": state, "param_groups": groups}
+
+
+def _partition(zero, params) -> list[list[list[int]]]:
+    index = {id(p): i for i, p in enumerate(params)}
+    return [
+        [[index[id(p)] for p in g["params"]] for g in groups]
+        for groups in zero._partition_parameters()
+    ]
+
+
+def train(rank: int, bucket: bool) -> dict:
+    """The whole run with ZeRO; what this rank saw."""
+    ddp = DDP(model())
+    params = list(ddp.parameters())
+    zero = ZeroRedundancyOptimizer(
+        params, optimizer_class=tp.optim.Adam, parameters_as_bucket_view=bucket, lr=0.05
+    )
+    got: dict = {"partition": _partition(zero, params), "steps": []}
+    for step in range(3):
+        zero.zero_grad()
+        _backward(ddp, rank, step)
+        zero.step()
+        got["steps"].append(_values(params))
+    got["local_states"] = len(zero.optim.state)
+    zero.param_groups[0]["lr"] = 0.01  # as a scheduler sets it
+    zero.zero_grad()
+    _backward(ddp, rank, 3)
+    zero.step()
+    got["after_lr"] = _values(params)
+    got["local_lr"] = zero.optim.param_groups[0]["lr"]
+    extra = tp.nn.Parameter(tp.tensor(init(9, (4,))))
+    zero.add_param_group({"params": [extra], "lr": 0.1})
+    zero.zero_grad()
+    extra.grad = None
+    _backward(ddp, rank, 4, extra)
+    zero.step()
+    got["added"] = _values([*params, extra])
+    got["partition_added"] = _partition(zero, [*params, extra])
+    zero.consolidate_state_dict(to=1)
+    if rank == 1:
+        got["state_dict"] = _state_dict(zero.state_dict())
+    # A fresh optimizer loads the whole state (from rank 1) and takes the next step as
+    # the original does. A copy: torch's state dict on CPU holds the live state Tensors.
+    sd = [copy.deepcopy(zero.state_dict()) if rank == 1 else None]
+    dist.broadcast_object_list(sd, src=1)
+    ddp2 = DDP(model())
+    params2 = list(ddp2.parameters())
+    extra2 = tp.nn.Parameter(tp.tensor(init(9, (4,))))
+    with tp.no_grad():
+        for p2, p in zip([*params2, extra2], [*params, extra], strict=True):
+            p2.copy_(p.detach())
+    zero2 = ZeroRedundancyOptimizer(
+        params2, optimizer_class=tp.optim.Adam, parameters_as_bucket_view=bucket, lr=0.05
+    )
+    zero2.add_param_group({"params": [extra2], "lr": 0.1})
+    zero2.load_state_dict(sd[0])
+    for z, d, e in ((zero, ddp, extra), (zero2, ddp2, extra2)):
+        z.zero_grad()
+        _backward(d, rank, 5, e)
+        z.step()
+    got["original_next"] = _values([*params, extra])
+    got["loaded_next"] = _values([*params2, extra2])
+    got["loaded_lr"] = [g["lr"] for g in zero2.optim.param_groups]
+    return got
+
+
+def uneven(rank: int) -> list[np.ndarray]:
+    """Rank r has 2 + r batches, under ``Join([ddp, zero])``; the final values."""
+    ddp = DDP(model())
+    zero = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=tp.optim.Adam, lr=0.05)
+    with Join([ddp, zero]):
+        for step in range(2 + rank):
+            zero.zero_grad()
+            _backward(ddp, rank, step)
+            zero.step()
+    return _values(ddp.parameters())
+
+
+def plain(rank: int) -> list[list[np.ndarray]]:
+    """The first three steps with a plain Adam (every parameter's state on every rank)."""
+    ddp = DDP(model())
+    opt = tp.optim.Adam(ddp.parameters(), lr=0.05)
+    steps = []
+    for step in range(3):
+        opt.zero_grad()
+        _backward(ddp, rank, step)
+        opt.step()
+        steps.append(_values(ddp.parameters()))
+    return steps
+
+
+def errors(rank: int) -> dict:
+    """What bad arguments raise (the same calls on every rank)."""
+    adam = tp.optim.Adam
+    w = tp.nn.Parameter(tp.tensor(init(0, (3,))))
+    half = tp.nn.Parameter(tp.tensor(init(1, (3,))).half())
+    zero = ZeroRedundancyOptimizer([w], optimizer_class=adam, lr=0.1)
+    zero.consolidate_state_dict(to=0)
+    out = {
+        "tensor": error_text(ZeroRedundancyOptimizer, w, optimizer_class=adam, lr=0.1),
+        "empty": error_text(ZeroRedundancyOptimizer, [], optimizer_class=adam, lr=0.1),
+        "mixed": error_text(ZeroRedundancyOptimizer, [w, half], optimizer_class=adam, lr=0.1),
+        "not_consolidated": error_text(zero.state_dict) if rank != 0 else None,
+        "group_without_params": error_text(
+            ZeroRedundancyOptimizer, [{"lr": 0.1}], optimizer_class=adam, lr=0.1
+        ),
+    }
+    if not ORACLE:
+        out["overlap"] = error_text(
+            ZeroRedundancyOptimizer, [w], optimizer_class=adam, overlap_with_ddp=True, lr=0.1
+        )
+        out["bad_to"] = error_text(zero.consolidate_state_dict, to=3)
+    return out
+
+
+def job() -> None:
+    if ORACLE:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    else:
+        dist.init_process_group("gloo", timeout=60)
+    rank = dist.get_rank()
+    got = {
+        "per_param": train(rank, bucket=False),
+        "bucket": train(rank, bucket=True),
+        "uneven": uneven(rank),
+        "plain": plain(rank),
+        "errors": errors(rank),
+    }
+    dist.destroy_process_group()
+    hand_back(got)
+
+
+def flat(results: list[dict]) -> dict[str, np.ndarray]:
+    """Every rank's values by path (``"0/per_param/steps/2/1"``), not its errors: what the
+    golden file holds of torch's run, and what ours is compared with."""
+    return by_path(results, skip=("errors",))
