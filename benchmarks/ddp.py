@@ -12,6 +12,10 @@ round's time per step and torch's time / ours (>= 1.0: ours is at least as fast)
 Ours runs on the default engine (``shm`` on one host); torch's DDP on gloo with its
 default bucket size (25 MiB, first bucket 1 MiB), as ours.
 
+``--zero per-param`` (or ``bucket``) steps with ``ZeroRedundancyOptimizer(Adam)`` on both
+libraries instead of SGD (``parameters_as_bucket_view`` False or True): each rank steps
+its share of the four layers and broadcasts it.
+
 ``--only ours`` skips torch (it is chosen by itself when torch is not importable).
 ``--trace PATH`` runs one more step of ours on every rank with the profiler on and
 writes rank 0's trace (``tensorplay_jax.profiler``: open it in
@@ -24,6 +28,7 @@ Usage::
 
     python benchmarks/ddp.py                      # 2 and 4 ranks, 5 rounds of 10 steps
     python benchmarks/ddp.py --nprocs 2 --rounds 1 --steps 2 --trace /tmp/ddp.json
+    PYTHONPATH=/tmp/torchlib python benchmarks/ddp.py --zero per-param  # ZeRO(Adam) steps
     PYTHONPATH=/tmp/torchlib python benchmarks/ddp.py --only both
 """
 
@@ -66,7 +71,7 @@ def _is_free(port: int) -> bool:
 
 
 # ------------------------------------------------------------------ one rank
-def _ours(rank: int):
+def _ours(rank: int, zero: str | None):
     """Our model, DDP, optimizer and one step (returns a callable step)."""
     import numpy as np
 
@@ -81,7 +86,17 @@ def _ours(rank: int):
         if i < LAYERS - 1:
             layers.append(tp.nn.ReLU())
     model = DDP(tp.nn.Sequential(*layers))
-    opt = tp.optim.SGD(model.parameters(), lr=LR)
+    if zero:
+        from tensorplay_jax.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(
+            model.parameters(),
+            optimizer_class=tp.optim.Adam,
+            parameters_as_bucket_view=zero == "bucket",
+            lr=LR,
+        )
+    else:
+        opt = tp.optim.SGD(model.parameters(), lr=LR)
     rs = np.random.RandomState(rank)
     x = tp.tensor(rs.randn(BATCH, WIDTH).astype(np.float32))
     y = tp.tensor(rs.randn(BATCH, WIDTH).astype(np.float32))
@@ -101,7 +116,7 @@ def _ours(rank: int):
     return step
 
 
-def _torch(rank: int):
+def _torch(rank: int, zero: str | None):
     import numpy as np
     import torch
 
@@ -112,7 +127,17 @@ def _torch(rank: int):
         if i < LAYERS - 1:
             layers.append(torch.nn.ReLU())
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    if zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(
+            model.parameters(),
+            optimizer_class=torch.optim.Adam,
+            parameters_as_bucket_view=zero == "bucket",
+            lr=LR,
+        )
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
     rs = np.random.RandomState(rank)
     x = torch.from_numpy(rs.randn(BATCH, WIDTH).astype(np.float32))
     y = torch.from_numpy(rs.randn(BATCH, WIDTH).astype(np.float32))
@@ -134,7 +159,7 @@ def worker(spec: dict) -> None:
 
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=600)
-    libs = {"ours": (_ours(rank), dist.barrier)}
+    libs = {"ours": (_ours(rank, spec["zero"]), dist.barrier)}
     if spec["torch"]:
         import torch.distributed as tdist
 
@@ -142,7 +167,7 @@ def worker(spec: dict) -> None:
         tdist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n
         )
-        libs["torch"] = (_torch(rank), tdist.barrier)
+        libs["torch"] = (_torch(rank, spec["zero"]), tdist.barrier)
     for step, _ in libs.values():  # compile, grow buffers
         step()
         step()
@@ -208,6 +233,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="timed steps per round")
     ap.add_argument("--only", choices=["both", "ours"], default=None)
     ap.add_argument("--trace", default=None, help="write rank 0's trace of one step here")
+    ap.add_argument(
+        "--zero",
+        choices=["per-param", "bucket"],
+        default=None,
+        help="step with ZeroRedundancyOptimizer(Adam) (parameters_as_bucket_view False/True)",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker is not None:
@@ -217,8 +248,9 @@ def main() -> None:
     if a.only == "both" and not have_torch:
         ap.error("--only both: torch is not importable (put it on PYTHONPATH)")
     with_torch = have_torch and a.only != "ours"
+    how = f"ZeroRedundancyOptimizer(Adam), {a.zero}" if a.zero else "SGD"
     print(
-        f"# DDP step, MLP {LAYERS} x {WIDTH}^2 (16 MiB), batch {BATCH}/rank, "
+        f"# DDP step ({how}), MLP {LAYERS} x {WIDTH}^2 (16 MiB), batch {BATCH}/rank, "
         f"{a.rounds} rounds x {a.steps} steps, median round"
     )
     print("| ranks | ours ms | torch ms | torch / ours |")
@@ -227,7 +259,13 @@ def main() -> None:
         trace = None
         if a.trace:
             trace = a.trace if len(a.nprocs) == 1 else f"{a.trace}.{n}ranks.json"
-        spec = {"rounds": a.rounds, "steps": a.steps, "torch": with_torch, "trace": trace}
+        spec = {
+            "rounds": a.rounds,
+            "steps": a.steps,
+            "torch": with_torch,
+            "trace": trace,
+            "zero": a.zero,
+        }
         t = run(n, spec)
         theirs = t.get("torch")
         ratio = f"{theirs / t['ours']:.2f}" if theirs else "-"
