@@ -52,6 +52,7 @@ from tensorplay_jax.rpc.api import get_rpc_timeout as get_rpc_timeout
 from tensorplay_jax.rpc.api import get_worker_info as get_worker_info
 from tensorplay_jax.rpc.api import get_worker_infos as get_worker_infos
 from tensorplay_jax.rpc.api import init_rpc as init_rpc
+from tensorplay_jax.rpc.api import is_available as is_available
 from tensorplay_jax.rpc.api import is_initialized as is_initialized
 from tensorplay_jax.rpc.api import remote as remote
 from tensorplay_jax.rpc.api import rpc_async as rpc_async

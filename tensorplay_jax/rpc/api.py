@@ -27,6 +27,7 @@ __all__ = [
     "get_worker_info",
     "get_worker_infos",
     "init_rpc",
+    "is_available",
     "is_initialized",
     "remote",
     "rpc_async",
@@ -130,6 +131,17 @@ def init_rpc(
         agent.open()
         if agent.membership is not None:
             agent.membership.announce()  # every member knows this worker when init_rpc returns
+
+
+def is_available() -> bool:
+    """Whether RPC is available: always True here (tensorplay's is False in a build
+    without it).
+
+    Example:
+      >>> is_available()
+      True
+    """
+    return True
 
 
 def is_initialized() -> bool:
