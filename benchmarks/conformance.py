@@ -606,6 +606,7 @@ def _wait(procs: list, scratch: Path, timeout: float) -> tuple[list[dict], bool]
                     "rank": rank,
                     "status": "fail",
                     "error": f"exited with {proc.returncode}, no verdict",
+                    "traceback": _tail(scratch / f"rank{rank}.log"),
                     "finished": time.time(),
                 }
             )
@@ -621,6 +622,14 @@ def _wait(procs: list, scratch: Path, timeout: float) -> tuple[list[dict], bool]
         proc.wait()
         log.close()
     return list(verdicts.values()), stalled
+
+
+def _tail(log: Path, chars: int = 2000) -> str:
+    """The end of a rank's output: what a rank that exited without a verdict last said."""
+    try:
+        return log.read_bytes()[-chars:].decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def summarize(cases: Iterable[Case], results: dict[str, dict]) -> list[dict]:

@@ -19,6 +19,8 @@ from tests._procs import REPO_ROOT
 
 SUITE = textwrap.dedent(
     """
+    import os
+    import sys
     import time
 
     import torch
@@ -61,6 +63,11 @@ SUITE = textwrap.dedent(
         def test_stalls(self):
             if self.rank == 2:
                 time.sleep(600)
+
+        def test_exits(self):
+            if self.rank == 1:
+                print("rank 1 gives up here", file=sys.stderr, flush=True)
+                os._exit(3)
     """
 )
 
@@ -104,6 +111,13 @@ def test_a_stalled_rank_fails_the_test_at_the_limit(runner) -> None:
     assert verdict["status"] == "fail"
     assert "stalled" in verdict["error"]
     assert verdict["seconds"] < 40
+
+
+def test_a_rank_that_exits_without_a_verdict_fails_the_test_with_its_last_words(runner) -> None:
+    verdict = runner[0].run_case(_case(runner, "test_exits"), 60, None)
+    assert verdict["status"] == "fail"
+    assert verdict["error"] == "rank 1: exited with 3, no verdict"
+    assert "rank 1 gives up here" in verdict["traceback"]
 
 
 def test_scripted_helpers_and_cuda_tests_are_classified_not_applicable(
