@@ -1,9 +1,9 @@
 """``ZeroRedundancyOptimizer`` on three real processes, against torch's and against a plain Adam.
 
-One launch (``_zero_workers.job``) trains a small model under DDP with ZeRO(Adam), once
+One launch (``_dist_optim_workers.job``) trains a small model under DDP with ZeRO(Adam), once
 broadcasting per parameter and once per rank as one flat array; each test checks one
 behaviour. The values every rank saw must be the ones torch 2.13's ZeRO gave for the
-same calls (``golden/torch_zero.npz``, made by ``golden/make_zero_golden.py``).
+same calls (``golden/torch_zero.npz``, made by ``golden/make_dist_optim_golden.py``).
 """
 
 import re
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests._procs import run_and_collect
-from tests.distributed import _zero_workers as W
-from tests.distributed.golden.make_zero_golden import GOLDEN
+from tests.distributed import _dist_optim_workers as W
+from tests.distributed.golden.make_dist_optim_golden import ZERO
 
 MODES = ("per_param", "bucket")
 
@@ -26,7 +26,7 @@ def ranks(tmp_path_factory) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def torch_run() -> dict[str, np.ndarray]:
-    return dict(np.load(GOLDEN))
+    return dict(np.load(ZERO))
 
 
 def _under(values: dict[str, np.ndarray], key: str) -> dict[str, np.ndarray]:
@@ -157,9 +157,9 @@ def test_the_golden_file_holds_torchs_values(torch_run):
     pytest.importorskip(
         "torch", reason="torch recomputes the golden values; without it the file is used as it is"
     )
-    from tests.distributed.golden.make_zero_golden import stored, torch_results
+    from tests.distributed.golden.make_dist_optim_golden import stored, torch_results
 
-    fresh = stored(torch_results())
+    fresh = stored(torch_results(ZERO))
     assert sorted(fresh) == sorted(torch_run)
     for k, v in fresh.items():
         if v.dtype.kind in "fc":

@@ -1,12 +1,18 @@
-"""Worker code for the tests of ``ZeroRedundancyOptimizer``, written once for both libraries.
+"""Worker code for the tests of the data-parallel optimizers, written once for both libraries.
 
-Three ranks train the same small model under ``DistributedDataParallel``, each on its
+``job``: three ranks train the same small model under ``DistributedDataParallel``, each on its
 own batch, with ``ZeroRedundancyOptimizer(Adam)``: three steps, a changed learning
 rate, an added param group, the consolidated state dict, a fresh optimizer that loads
 it, and uneven inputs under ``Join``. Each rank hands back what it saw
-(``tests._worker.hand_back``). With ``TPJ_ZERO_ORACLE=torch`` the same calls run on
-torch's gloo (``golden/make_zero_golden.py`` stores the values); the tests compare
-ours with those, and with a plain ``Adam`` that keeps every parameter's state.
+(``tests._worker.hand_back``).
+
+``post_local_job``: four ranks train with post-local SGD (DDP's ``post_localSGD_hook``
+over subgroups of two ranks, ``PostLocalSGDOptimizer`` with a ``PeriodicModelAverager``),
+and average parameters with ``model_averaging.utils``.
+
+With ``TPJ_OPTIM_ORACLE=torch`` the same calls run on torch's gloo
+(``golden/make_dist_optim_golden.py`` stores the values); the tests compare ours with
+those, and with plain optimizers and NumPy where one computes the same thing.
 """
 
 from __future__ import annotations
@@ -14,24 +20,31 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+import warnings
 
 import numpy as np
 
 from tests._torch_golden import by_path
 from tests._worker import error_text, hand_back
 
-ORACLE = os.environ.get("TPJ_ZERO_ORACLE") == "torch"
+ORACLE = os.environ.get("TPJ_OPTIM_ORACLE") == "torch"
 if ORACLE:
     import torch as tp
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as hooks
     from torch.distributed.algorithms.join import Join
-    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.distributed.algorithms.model_averaging import averagers
+    from torch.distributed.algorithms.model_averaging import utils as averaging
+    from torch.distributed.optim import PostLocalSGDOptimizer, ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel as DDP
 else:
     import tensorplay_jax as tp
     import tensorplay_jax.distributed as dist
+    from tensorplay_jax.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as hooks
     from tensorplay_jax.distributed.algorithms.join import Join
-    from tensorplay_jax.distributed.optim import ZeroRedundancyOptimizer
+    from tensorplay_jax.distributed.algorithms.model_averaging import averagers
+    from tensorplay_jax.distributed.algorithms.model_averaging import utils as averaging
+    from tensorplay_jax.distributed.optim import PostLocalSGDOptimizer, ZeroRedundancyOptimizer
     from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
 
 # What a state dict's param groups hold on both libraries (torch's Adam adds more keys).
@@ -215,7 +228,75 @@ def job() -> None:
     hand_back(got)
 
 
+def train_post_local(rank: int, sub, allreduce_after: bool) -> dict:
+    """Six steps of post-local SGD: two warm-up steps averaged across the four ranks, then
+    gradients averaged within ``sub`` (or not at all) and the parameters across the
+    four ranks every second step."""
+    ddp = DDP(model())
+    state = hooks.PostLocalSGDState(
+        process_group=None,
+        subgroup=sub,
+        start_localSGD_iter=2,
+        post_local_gradient_allreduce=allreduce_after,
+    )
+    ddp.register_comm_hook(state, hooks.post_localSGD_hook)
+    opt = PostLocalSGDOptimizer(
+        optim=tp.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9),
+        averager=averagers.PeriodicModelAverager(period=2, warmup_steps=2),
+    )
+    steps = []
+    for step in range(6):
+        opt.zero_grad()
+        _backward(ddp, rank, step)
+        opt.step()
+        steps.append(_values(ddp.parameters()))
+    sd = opt.state_dict()
+    return {"steps": steps, "iter": state.iter, "averager_step": sd["step"]}
+
+
+def _warned(fn, *args, **kwargs) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn(*args, **kwargs)
+    return [f"{w.category.__name__}: {w.message}" for w in caught]
+
+
+def post_local_job() -> None:
+    if ORACLE:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    else:
+        dist.init_process_group("gloo", timeout=60)
+    rank = dist.get_rank()
+    sub, _ = dist.new_subgroups(group_size=2)  # ranks {0, 1} and {2, 3}
+    got: dict = {
+        "subgroup_allreduce": train_post_local(rank, sub, True),
+        "no_allreduce_after": train_post_local(rank, sub, False),
+    }
+    # average_parameters: the mean of every rank's values; one without a gradient is kept
+    w = tp.nn.Parameter(tp.tensor(init(rank, (3, 2))))
+    b = tp.nn.Parameter(tp.tensor(init(10 + rank, (2,))))
+    (w * 2).sum().backward()
+    averaging.average_parameters_or_parameter_groups([{"params": [w, b]}], None)
+    got["averaged"], got["kept"] = _values([w, b])
+    opt = PostLocalSGDOptimizer(
+        optim=tp.optim.SGD([w], lr=0.1), averager=averagers.PeriodicModelAverager(period=2)
+    )
+    sd = opt.state_dict()
+    del sd["step"]
+    got["warnings"] = {
+        "period_1": _warned(averagers.PeriodicModelAverager, period=1),
+        "load_without_step": _warned(opt.load_state_dict, sd),
+    }
+    got["errors"] = {
+        "period_0": error_text(averagers.PeriodicModelAverager, period=0),
+        "negative_warmup": error_text(averagers.PeriodicModelAverager, 2, warmup_steps=-1),
+        "not_params": error_text(averaging.get_params_to_average, [3]),
+    }
+    dist.destroy_process_group()
+    hand_back(got)
+
+
 def flat(results: list[dict]) -> dict[str, np.ndarray]:
     """Every rank's values by path (``"0/per_param/steps/2/1"``), not its errors: what the
     golden file holds of torch's run, and what ours is compared with."""
-    return by_path(results, skip=("errors",))
+    return by_path(results, skip=("errors", "warnings"))
