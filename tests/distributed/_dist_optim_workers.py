@@ -21,6 +21,7 @@ import copy
 import datetime
 import os
 import warnings
+from collections import OrderedDict
 
 import numpy as np
 
@@ -34,6 +35,7 @@ if ORACLE:
     from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as hooks
     from torch.distributed.algorithms.join import Join
     from torch.distributed.algorithms.model_averaging import averagers
+    from torch.distributed.algorithms.model_averaging import hierarchical_model_averager as hier
     from torch.distributed.algorithms.model_averaging import utils as averaging
     from torch.distributed.optim import PostLocalSGDOptimizer, ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -43,6 +45,9 @@ else:
     from tensorplay_jax.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as hooks
     from tensorplay_jax.distributed.algorithms.join import Join
     from tensorplay_jax.distributed.algorithms.model_averaging import averagers
+    from tensorplay_jax.distributed.algorithms.model_averaging import (
+        hierarchical_model_averager as hier,
+    )
     from tensorplay_jax.distributed.algorithms.model_averaging import utils as averaging
     from tensorplay_jax.distributed.optim import PostLocalSGDOptimizer, ZeroRedundancyOptimizer
     from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
@@ -254,6 +259,25 @@ def train_post_local(rank: int, sub, allreduce_after: bool) -> dict:
     return {"steps": steps, "iter": state.iter, "averager_step": sd["step"]}
 
 
+def hierarchical(rank: int) -> list[list[np.ndarray]]:
+    """Five local SGD steps (no DDP), averaged after each by pairs every second step and
+    by all four ranks every fourth, after one warm-up step."""
+    m = model()
+    opt = tp.optim.SGD(m.parameters(), lr=0.1)
+    averager = hier.HierarchicalModelAverager(
+        period_group_size_dict=OrderedDict([(2, 2), (4, 4)]), warmup_steps=1
+    )
+    steps = []
+    for step in range(5):
+        opt.zero_grad()
+        x, y = batch(rank, step)
+        ((m(tp.tensor(x)) - tp.tensor(y)) ** 2).mean().backward()
+        opt.step()
+        averager.average_parameters(m.parameters())
+        steps.append(_values(m.parameters()))
+    return steps
+
+
 def _warned(fn, *args, **kwargs) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -271,6 +295,7 @@ def post_local_job() -> None:
     got: dict = {
         "subgroup_allreduce": train_post_local(rank, sub, True),
         "no_allreduce_after": train_post_local(rank, sub, False),
+        "hierarchical": hierarchical(rank),
     }
     # average_parameters: the mean of every rank's values; one without a gradient is kept
     w = tp.nn.Parameter(tp.tensor(init(rank, (3, 2))))
@@ -286,11 +311,15 @@ def post_local_job() -> None:
     got["warnings"] = {
         "period_1": _warned(averagers.PeriodicModelAverager, period=1),
         "load_without_step": _warned(opt.load_state_dict, sd),
+        "hierarchical_period_1": _warned(hier.HierarchicalModelAverager, OrderedDict([(1, 4)])),
     }
     got["errors"] = {
         "period_0": error_text(averagers.PeriodicModelAverager, period=0),
         "negative_warmup": error_text(averagers.PeriodicModelAverager, 2, warmup_steps=-1),
         "not_params": error_text(averaging.get_params_to_average, [3]),
+        "hierarchical_empty": error_text(hier.HierarchicalModelAverager, OrderedDict()),
+        "hierarchical_period_0": error_text(hier.HierarchicalModelAverager, {0: 4}),
+        "hierarchical_not_the_group": error_text(hier.HierarchicalModelAverager, {2: 2}),
     }
     dist.destroy_process_group()
     hand_back(got)

@@ -3,7 +3,8 @@
 One launch (``_dist_optim_workers.post_local_job``) trains under DDP with
 ``post_localSGD_hook`` (subgroups {0, 1} and {2, 3}) and ``PostLocalSGDOptimizer``
 (``PeriodicModelAverager(period=2, warmup_steps=2)``), with and without the subgroup's
-gradient averaging, then averages parameters with ``model_averaging.utils``. Each test
+gradient averaging, steps locally with a ``HierarchicalModelAverager`` (pairs every 2
+steps, all four every 4), then averages parameters with ``model_averaging.utils``. Each test
 checks one behaviour: which ranks agree after which step, the mean against NumPy, and
 every value, warning and error against torch 2.13's run of the same calls
 (``golden/torch_post_local_sgd.npz``, made by ``golden/make_dist_optim_golden.py``).
@@ -84,6 +85,16 @@ def test_average_parameters_gives_the_mean_and_keeps_a_parameter_without_gradien
         np.testing.assert_allclose(got["averaged"], mean, rtol=1e-6)
         np.testing.assert_array_equal(got["kept"], W.init(10 + rank, (2,)))
     _like_torch(ranks, torch_run, r"^\d+/(averaged|kept)$")
+
+
+def test_the_hierarchical_averager_averages_pairs_then_all_four(ranks, torch_run):
+    # step 0: warm-up; 1: no period divides it; 2: pairs {0, 1}, {2, 3}; 4: all four
+    steps = [got["hierarchical"] for got in ranks]
+    assert not _equal(steps[0][1], steps[1][1])
+    assert _equal(steps[0][2], steps[1][2]) and _equal(steps[2][2], steps[3][2])
+    assert not _equal(steps[0][2], steps[2][2])
+    assert all(_equal(steps[0][4], s[4]) for s in steps[1:])
+    _like_torch(ranks, torch_run, r"^\d+/hierarchical/")
 
 
 def test_warnings_and_errors_are_torchs(ranks, torch_run):

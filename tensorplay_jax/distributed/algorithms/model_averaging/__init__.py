@@ -1,5 +1,6 @@
 """Model averaging, as tensorplay's ``torch.distributed.algorithms.model_averaging``:
-``averagers`` (``PeriodicModelAverager``) and ``utils`` (``average_parameters``).
+``averagers`` (``PeriodicModelAverager``), ``hierarchical_model_averager``
+(``HierarchicalModelAverager``) and ``utils`` (``average_parameters``).
 
 Post-local SGD trains with DDP's gradient averaging for a warm-up, then with local
 steps (gradients averaged within a subgroup, ``ddp_comm_hooks.post_localSGD_hook``)
@@ -8,6 +9,9 @@ and the parameters averaged across the whole group every ``period`` steps
 """
 
 from tensorplay_jax.distributed.algorithms.model_averaging import averagers as averagers
+from tensorplay_jax.distributed.algorithms.model_averaging import (
+    hierarchical_model_averager as hierarchical_model_averager,
+)
 from tensorplay_jax.distributed.algorithms.model_averaging import utils as utils
 
-__all__ = ["averagers", "utils"]
+__all__ = ["averagers", "hierarchical_model_averager", "utils"]
