@@ -1,7 +1,8 @@
 """tensorplay-shaped namespaces: process groups and their collectives here; rpc, autograd,
-nn, optim, algorithms (``Join``, DDP communication hooks) and parallel
-(``DistributedDataParallel``, served as ``tensorplay_jax.nn.parallel``) as
-subpackages (imported on first use).
+nn, optim, algorithms (``Join``, DDP communication hooks), parallel
+(``DistributedDataParallel``, served as ``tensorplay_jax.nn.parallel``) and device_mesh
+(``DeviceMesh``, ``init_device_mesh``, also named here) as subpackages (imported on
+first use).
 
 The process-group names (``init_process_group``, the collectives, ``Work``...) are
 ``tensorplay_jax.process_group``'s ``__all__``, re-exported here; the collectives and
@@ -34,7 +35,7 @@ globals().update(
 
 _group_methods.attach()  # c10d's methods of the group object: ``pg.allreduce([t]).wait()``
 
-_SUBPACKAGES = ("rpc", "autograd", "nn", "optim", "algorithms", "parallel")
+_SUBPACKAGES = ("rpc", "autograd", "nn", "optim", "algorithms", "parallel", "device_mesh")
 
 
 def __getattr__(name: str):
@@ -44,6 +45,8 @@ def __getattr__(name: str):
         return importlib.import_module(f"{__name__}.{name}")
     if name == "GradBucket":  # torch.distributed.GradBucket (DDP's communication hooks)
         return importlib.import_module(f"{__name__}.parallel").GradBucket
+    if name in ("DeviceMesh", "init_device_mesh"):  # torch.distributed's, from device_mesh
+        return getattr(importlib.import_module(f"{__name__}.device_mesh"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
