@@ -5,7 +5,8 @@ This process is the parameter server ``ps``, rank 0 of a dynamic RPC group
 scikit-learn's digits) lives here as a ``RemoteModule``. ``--trainers``
 processes join the group; each gets the module's RRef from ``ps`` and loops:
 forward over RPC, loss, ``dist_autograd.backward``, ``DistributedOptimizer.step``,
-reporting each loss. Until ``--seconds`` have passed, a driver here picks a
+reporting each loss. Until ``--seconds`` have passed (and at least ``--faults``
+faults were injected, for at most ``--seconds`` + 120 s), a driver here picks a
 trainer at random moments (uniform in ``--gap``) and does one of:
 
 - ``kill``: SIGKILL, then a replacement joins under the same name and rank;
@@ -26,7 +27,7 @@ worker, and the loss fell. Exit status 1 if a target is missed.
 Usage::
 
     python benchmarks/chaos.py                      # 4 trainers, 180 s
-    python benchmarks/chaos.py --seconds 20 --trainers 2 --json out.json   # CI's short run
+    python benchmarks/chaos.py --seconds 15 --faults 5 --trainers 2 --json out.json  # CI's
 """
 
 from __future__ import annotations
@@ -241,8 +242,17 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
     _wait(lambda: len(_losses) >= 5 * args.trainers, 120)  # every trainer has compiled
     warm = _counters()
     faults: dict[str, int] = {}
-    deadline = time.monotonic() + args.seconds  # faults for this long after the warm-up
-    while time.monotonic() + args.gap[1] < deadline:
+    # Faults for this long after the warm-up, and until there were --faults of them: on a
+    # busy host each fault's replacement takes longer to join, and fewer fit in the time.
+    deadline = time.monotonic() + args.seconds
+    last_call = deadline + 120.0
+
+    def more() -> bool:
+        now = time.monotonic() + args.gap[1]
+        injected = sum(v for k, v in faults.items() if k != "leave failed")
+        return now < deadline or (injected < args.faults and now < last_call)
+
+    while more():
         time.sleep(rnd.uniform(*args.gap))
         # Trainers that have joined (a replacement may still be starting) and run.
         running = [s for s in slots if not s.stopped.is_set() and _in_group(s.name)]
@@ -327,6 +337,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=180.0, help="how long faults go on")
     p.add_argument("--trainers", type=int, default=4)
     p.add_argument("--gap", type=float, nargs=2, default=(1.0, 4.0), help="seconds between faults")
+    p.add_argument(
+        "--faults", type=int, default=0, help="go on past --seconds until this many faults"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slack", type=int, default=8, help="threads/fds allowed above baseline")
     p.add_argument("--tmp", default=f"/tmp/tpj-chaos-{os.getpid()}", help="phase files")

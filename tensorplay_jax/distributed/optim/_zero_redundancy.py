@@ -106,7 +106,7 @@ def greedy_partition(sizes: list[int], world_size: int, loads: list[int]) -> lis
     Example:
       >>> loads = [0, 0]
       >>> greedy_partition([1, 6, 4, 3], 2, loads), loads
-      ([1, 0, 1, 1], [6, 8])
+      ([0, 0, 1, 1], [7, 7])
     """
     ranks = [0] * len(sizes)
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):  # stable: ties keep order
