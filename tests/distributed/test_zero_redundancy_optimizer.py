@@ -16,6 +16,12 @@ from tests.distributed import _dist_optim_workers as W
 from tests.distributed.golden.make_dist_optim_golden import ZERO
 
 MODES = ("per_param", "bucket")
+# Two runs of the same step agree to float32 rounding, not always bit for bit: the tape's
+# speed-up layer runs a recurring graph as compiled programs once it has seen it, whose
+# rounding (XLA's fusions) can differ by an ulp from the first run's (seen with jax 0.12;
+# with tp.autograd.set_deferred(False) the runs agree bit for bit). Replicas within one
+# run are compared exactly: they are copies.
+SAME_STEP = {"rtol": 1e-6, "atol": 1e-7}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +94,7 @@ def test_the_consolidated_state_dict_is_torchs(ranks, torch_run, mode):
 def test_a_loaded_state_dict_steps_as_the_original_does(ranks, torch_run, mode):
     for got in ranks:
         for a, b in zip(got[mode]["loaded_next"], got[mode]["original_next"], strict=True):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, b, **SAME_STEP)
         assert got[mode]["loaded_lr"] == [0.01, 0.1]
     _like_torch(ranks, torch_run, f"{mode}/loaded_next")
 
@@ -96,10 +102,11 @@ def test_a_loaded_state_dict_steps_as_the_original_does(ranks, torch_run, mode):
 def test_one_flat_array_per_rank_gives_the_per_parameter_values(ranks):
     for got in ranks:
         for key in ("steps", "after_lr", "added", "original_next"):
-            np.testing.assert_array_equal(
+            np.testing.assert_allclose(
                 np.concatenate([np.ravel(v) for v in _leaves(got["bucket"][key])]),
                 np.concatenate([np.ravel(v) for v in _leaves(got["per_param"][key])]),
                 err_msg=key,
+                **SAME_STEP,
             )
 
 

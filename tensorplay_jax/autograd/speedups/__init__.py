@@ -2,7 +2,8 @@
 
 The core tape (``autograd``'s other modules) runs each recorded operation at once
 and each backward node by node. This layer plugs into its two seams
-(``autograd._seams``) and changes how that work runs, never its result:
+(``autograd._seams``) and changes how that work runs, not what it computes (to float
+rounding: a compiled program may fuse operations and round an ulp apart):
 
 Recording strategy (:class:`DeferredRecording`)
     ``_lazy``: a recorded operation is deferred into its thread's *segment*; a
