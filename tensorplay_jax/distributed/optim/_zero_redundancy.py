@@ -29,7 +29,7 @@ Example (a runnable job: ``python -m tensorplay_jax.run --nproc 2 script.py``)::
 from __future__ import annotations
 
 import copy
-import warnings
+import logging
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
@@ -43,6 +43,8 @@ from tensorplay_jax.optim import Optimizer
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["ZeroRedundancyOptimizer"]
+
+logger = logging.getLogger(__name__)
 
 _NAME = "ZeroRedundancyOptimizer"
 
@@ -194,9 +196,6 @@ class ZeroRedundancyOptimizer(Optimizer, Joinable):
             )
         self.global_rank = dist.get_global_rank(self.process_group, self.rank)
         self.parameters_as_bucket_view = parameters_as_bucket_view
-        self._overlap_with_ddp = False
-        self._optim_defaults = defaults
-        self._optim_constructor = optimizer_class
         self._default_device = self._all_params[0].device
         self._is_trainable_mask = self._trainable_mask()
         self._all_state_dicts: list[dict[str, Any]] = []
@@ -297,13 +296,8 @@ class ZeroRedundancyOptimizer(Optimizer, Joinable):
         """
         Join.notify_join_context(self)
         mask = self._trainable_mask()
-        if mask != self._is_trainable_mask:
-            warnings.warn(
-                f"{_NAME} detected that the trainable parameters changed; rebuilding the "
-                "parameter buckets if enabled",
-                UserWarning,
-                stacklevel=2,
-            )
+        if mask != self._is_trainable_mask:  # a flat array holds the trainable ones only
+            logger.warning("%s detected that the trainable parameters changed", _NAME)
             self._is_trainable_mask = mask
         self._sync_param_groups(self.param_groups, self.optim.param_groups)
         loss = (
