@@ -89,6 +89,12 @@ class _ParkedFetch:
         self.answer: Future = Future()
 
 
+def _requester_gone(rref_id: int, link: Any) -> RpcPeerError:
+    return RpcPeerError(
+        f"fetch: RRef {rref_id:#x}: the requester {link.peer!r} disconnected while it waited"
+    )
+
+
 class RRefTable:
     """A worker's RRef bookkeeping: owned records, parked deletes, live users, the deleter.
 
@@ -317,11 +323,18 @@ class RRefTable:
 
         The record's own value when it is set; else a parked fetch, which gets the value
         when it is set, fails when ``link`` closes (:meth:`requester_gone`) and, while no
-        ``remote()`` has created the value, after ``timeout`` seconds (0: no limit).
+        ``remote()`` has created the value, after ``timeout`` seconds (0: no limit). A
+        fetch whose link closed before it got here (its serve was queued behind others)
+        fails at once: ``requester_gone`` has run for that link, or runs after this lock
+        and finds the fetch (a link is not ``alive`` before its ``on_closed``).
         """
         with self._lock:
             if record.value.done():
                 return record.value
+            if not link.alive:
+                gone: Future = Future()
+                gone._try_set_exception(_requester_gone(record.id, link))
+                return gone
             key = next(self._keys)
             parked = self._fetches[key] = _ParkedFetch(record, link, timeout)
             record.fetches += 1
@@ -369,12 +382,7 @@ class RRefTable:
             keys = [k for k, p in self._fetches.items() if p.link is link]
             gone = [p for p in map(self._unpark, keys) if p is not None]
         for parked in gone:
-            parked.answer._try_set_exception(
-                RpcPeerError(
-                    f"fetch: RRef {parked.record.id:#x}: the requester {link.peer!r} "
-                    "disconnected while it waited"
-                )
-            )
+            parked.answer._try_set_exception(_requester_gone(parked.record.id, link))
 
     def holder_gone(self, name: str, why: str) -> None:
         """Worker ``name`` left a dynamic group or died: drop the forks it held."""
