@@ -90,6 +90,17 @@ def _backward(ddp, rank: int, step: int, extra=None) -> None:
     loss.backward()
 
 
+def _steps(ddp, opt, rank: int, n: int) -> list[list[np.ndarray]]:
+    """``n`` steps of ``opt`` on this rank's batches; the parameters after each."""
+    steps = []
+    for step in range(n):
+        opt.zero_grad()
+        _backward(ddp, rank, step)
+        opt.step()
+        steps.append(_values(ddp.parameters()))
+    return steps
+
+
 def _state_dict(sd: dict) -> dict:
     """A whole state dict as plain values: each parameter's state, each group's settings."""
     state = {
@@ -118,12 +129,7 @@ def train(rank: int, bucket: bool) -> dict:
     zero = ZeroRedundancyOptimizer(
         params, optimizer_class=tp.optim.Adam, parameters_as_bucket_view=bucket, lr=0.05
     )
-    got: dict = {"partition": _partition(zero, params), "steps": []}
-    for step in range(3):
-        zero.zero_grad()
-        _backward(ddp, rank, step)
-        zero.step()
-        got["steps"].append(_values(params))
+    got: dict = {"partition": _partition(zero, params), "steps": _steps(ddp, zero, rank, 3)}
     got["local_states"] = len(zero.optim.state)
     zero.param_groups[0]["lr"] = 0.01  # as a scheduler sets it
     zero.zero_grad()
@@ -182,14 +188,7 @@ def uneven(rank: int) -> list[np.ndarray]:
 def plain(rank: int) -> list[list[np.ndarray]]:
     """The first three steps with a plain Adam (every parameter's state on every rank)."""
     ddp = DDP(model())
-    opt = tp.optim.Adam(ddp.parameters(), lr=0.05)
-    steps = []
-    for step in range(3):
-        opt.zero_grad()
-        _backward(ddp, rank, step)
-        opt.step()
-        steps.append(_values(ddp.parameters()))
-    return steps
+    return _steps(ddp, tp.optim.Adam(ddp.parameters(), lr=0.05), rank, 3)
 
 
 def errors(rank: int) -> dict:
@@ -249,14 +248,8 @@ def train_post_local(rank: int, sub, allreduce_after: bool) -> dict:
         optim=tp.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9),
         averager=averagers.PeriodicModelAverager(period=2, warmup_steps=2),
     )
-    steps = []
-    for step in range(6):
-        opt.zero_grad()
-        _backward(ddp, rank, step)
-        opt.step()
-        steps.append(_values(ddp.parameters()))
-    sd = opt.state_dict()
-    return {"steps": steps, "iter": state.iter, "averager_step": sd["step"]}
+    steps = _steps(ddp, opt, rank, 6)
+    return {"steps": steps, "iter": state.iter, "averager_step": opt.state_dict()["step"]}
 
 
 def hierarchical(rank: int) -> list[list[np.ndarray]]:
