@@ -204,18 +204,10 @@ class ZeroRedundancyOptimizer(Optimizer, Joinable):
         self.initialized = True
 
     # ----------------------------------------------------------------- the partition
-    def _partition_parameters(
-        self, params_per_rank: list[list[Tensor]] | None = None
-    ) -> list[list[dict[str, Any]]]:
-        """Each rank's param groups (copies of ``param_groups`` holding its share).
-
-        Args:
-          params_per_rank: a partition to use instead of the greedy one (one list per
-            rank; only with one param group, before the partition was made).
-        """
-        if params_per_rank is not None:
-            self._set_partition(params_per_rank)
-        elif not self._partition:
+    def _partition_parameters(self) -> list[list[dict[str, Any]]]:
+        """Each rank's param groups (copies of ``param_groups`` holding its share), made
+        once (again after ``add_param_group``)."""
+        if not self._partition:
             parts: list[list[dict[str, Any]]] = [[] for _ in range(self.world_size)]
             loads = [0] * self.world_size
             for group in self.param_groups:
@@ -229,26 +221,6 @@ class ZeroRedundancyOptimizer(Optimizer, Joinable):
                     parts[r].append(share)
             self._partition = parts
         return self._partition
-
-    def _set_partition(self, params_per_rank: list[list[Tensor]]) -> None:
-        if self._partition:
-            raise RuntimeError(
-                f"{_NAME}: params_per_rank can only be given before the parameters are partitioned"
-            )
-        if len(self.param_groups) != 1:
-            raise RuntimeError(
-                "Specifying `params_per_rank` only supports a single parameter group"
-            )
-        if len(params_per_rank) != self.world_size:
-            raise ValueError("`params_per_rank` must have length equal to the world size")
-        known = {id(p) for p in self._all_params}
-        if any(id(p) not in known for ps in params_per_rank for p in ps):
-            raise ValueError(
-                "Passing a new parameter in `params_per_rank` that was not passed into the "
-                f"{_NAME} constructor"
-            )
-        group = self.param_groups[0]
-        self._partition = [[{**group, "params": list(ps)}] for ps in params_per_rank]
 
     def _index(self) -> dict[int, int]:
         """``id(param)`` to its index in the global state dict (across groups, in order)."""
