@@ -60,6 +60,8 @@ class DeviceMesh:
       device_type: the devices' type (``"cpu"``, ``"cuda"``...), as tensorplay's.
       mesh: the global ranks, an n-d Tensor, array or nested lists.
       mesh_dim_names: a name per dimension (for ``mesh["name"]`` and ``get_group("name")``).
+      backend_override: accepted; changes nothing (every group keeps the default group's
+        engine).
 
     Raises:
       RuntimeError: repeated ranks, more ranks than the world has, or names that repeat
