@@ -40,6 +40,7 @@ import numpy as np
 import tensorplay_jax.process_group as dist
 from tensorplay_jax.distributed.algorithms.join import Join, Joinable, JoinHook
 from tensorplay_jax.optim import Optimizer
+from tensorplay_jax.runtime import flat as flat_buffer
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["ZeroRedundancyOptimizer"]
@@ -298,13 +299,9 @@ class ZeroRedundancyOptimizer(Optimizer, Joinable):
         """``params``' values from ``src`` in one broadcast of their concatenation."""
         if not params:
             return []
-        flat = jnp.concatenate([jnp.ravel(p.value) for p in params])
-        flat = jnp.asarray(dist.broadcast(flat, src, group=self.process_group))
-        bounds = np.cumsum([0] + [p.numel() for p in params])
-        return [
-            flat[a:b].reshape(p.shape)
-            for p, a, b in zip(params, bounds[:-1], bounds[1:], strict=True)
-        ]
+        buf = flat_buffer.flatten([p.value for p in params], params[0].dtype)
+        buf = dist.broadcast(buf, src, group=self.process_group)
+        return flat_buffer.split(buf, [p.shape for p in params])
 
     # ----------------------------------------------------------------- state dicts
     def consolidate_state_dict(self, to: int = 0) -> None:

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tensorplay_jax.runtime import flat as flat_buffer
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["FIRST_BUCKET_BYTES", "Bucket", "GradBucket", "assign_buckets"]
@@ -26,35 +27,32 @@ FIRST_BUCKET_BYTES = 1024 * 1024  # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
 
 class Bucket:
     """One bucket's layout: which parameters (indices into the DDP parameter list), in
-    which order, at which offsets of the flat buffer, and how many are still pending."""
+    which order (their place in the flat buffer, ``runtime.flat``), and how many are
+    still pending."""
 
-    __slots__ = ("dtype", "index", "numel", "offsets", "params", "pending", "shapes")
+    __slots__ = ("dtype", "index", "numel", "params", "pending", "shapes")
 
     def __init__(self, index: int, params: list[int], shapes: list[tuple[int, ...]], dtype: Any):
         self.index = index
         self.params = params
         self.shapes = shapes
         self.dtype = np.dtype(dtype)
-        sizes = [math.prod(s) for s in shapes]
-        self.offsets = [int(o) for o in np.cumsum([0, *sizes[:-1]])]
-        self.numel = sum(sizes)
+        self.numel = sum(math.prod(s) for s in shapes)
         self.pending = len(params)
 
     def flatten(self, grads: Sequence[Any]) -> jax.Array:
         """The bucket's flat buffer from one gradient array per parameter (None: zeros)."""
-        parts = [
-            jnp.zeros(math.prod(s), self.dtype) if g is None else jnp.ravel(g).astype(self.dtype)
-            for g, s in zip(grads, self.shapes, strict=True)
-        ]
-        return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+        return flat_buffer.flatten(
+            [
+                jnp.zeros(s, self.dtype) if g is None else g
+                for g, s in zip(grads, self.shapes, strict=True)
+            ],
+            self.dtype,
+        )
 
     def split(self, flat: Any) -> list[jax.Array]:
         """``flat`` (a reduced buffer) back into one array per parameter, shaped as it."""
-        flat = jnp.asarray(flat)
-        return [
-            flat[o : o + math.prod(s)].reshape(s)
-            for o, s in zip(self.offsets, self.shapes, strict=True)
-        ]
+        return flat_buffer.split(flat, self.shapes)
 
 
 def assign_buckets(params: Sequence[Tensor], cap_bytes: int) -> list[Bucket]:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
-
 import tensorplay_jax.process_group as dist
+from tensorplay_jax.runtime import flat as flat_buffer
 from tensorplay_jax.tensors import Tensor
 
 __all__ = ["average_parameters", "average_parameters_or_parameter_groups", "get_params_to_average"]
@@ -30,11 +28,10 @@ def average_parameters(params: Iterable[Tensor], process_group: Any = None) -> N
     if not ps or dist.get_rank(process_group) < 0:
         return
     n = dist.get_world_size(process_group)
-    flat = jnp.concatenate([jnp.ravel(p.value).astype(ps[0].dtype) for p in ps]) / n
-    flat = jnp.asarray(dist.all_reduce(flat, group=process_group))
-    bounds = np.cumsum([0] + [p.numel() for p in ps])
-    for p, a, b in zip(ps, bounds[:-1], bounds[1:], strict=True):
-        p.data = flat[a:b].reshape(p.shape).astype(p.dtype)
+    buf = flat_buffer.flatten([p.value for p in ps], ps[0].dtype) / n
+    values = flat_buffer.split(dist.all_reduce(buf, group=process_group), [p.shape for p in ps])
+    for p, v in zip(ps, values, strict=True):
+        p.data = v.astype(p.dtype)
 
 
 def get_params_to_average(params: Iterable[Any]) -> list[Tensor]:
