@@ -24,8 +24,11 @@ __all__ = ["flatten", "split"]
 
 
 def flatten(arrays: Sequence[Any], dtype: Any) -> jax.Array:
-    """``arrays`` raveled, in ``dtype``, one after another (the array itself when alone)."""
+    """``arrays`` raveled, in ``dtype``, one after another (the array itself when alone,
+    an empty array for none)."""
     parts = [jnp.ravel(a).astype(dtype) for a in arrays]
+    if not parts:
+        return jnp.zeros(0, dtype)
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
 
 

@@ -1,4 +1,5 @@
-"""The default DDP communication hooks: ``allreduce_hook`` and ``fp16_compress_hook``.
+"""The default DDP communication hooks: ``allreduce_hook``, ``fp16_compress_hook`` and
+``bf16_compress_hook``, and the wrappers that run any hook in half precision.
 
 A hook is ``hook(state, bucket) -> Future`` of the reduced flat buffer; ``state``
 is the process group (None: the default group). DDP calls it on its communication
@@ -13,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
@@ -24,7 +26,15 @@ from tensorplay_jax.tensors import Tensor
 if TYPE_CHECKING:
     from tensorplay_jax.distributed.parallel import GradBucket
 
-__all__ = ["allreduce_hook", "bf16_compress_hook", "fp16_compress_hook"]
+__all__ = [
+    "allreduce_hook",
+    "bf16_compress_hook",
+    "bf16_compress_wrapper",
+    "fp16_compress_hook",
+    "fp16_compress_wrapper",
+]
+
+CommHook = Callable[[Any, "GradBucket"], Future[Tensor]]
 
 
 def _reduced(value: Any) -> Future[Tensor]:
@@ -73,3 +83,39 @@ def fp16_compress_hook(process_group: Any, bucket: GradBucket) -> Future[Tensor]
 def bf16_compress_hook(process_group: Any, bucket: GradBucket) -> Future[Tensor]:
     """As :func:`fp16_compress_hook`, in bfloat16 (float32's range, 8 bits of mantissa)."""
     return _compress_hook(jnp.bfloat16, process_group, bucket)
+
+
+def _compress_wrapper(dtype: Any, hook: CommHook) -> CommHook:
+    def compressed_hook(hook_state: Any, bucket: GradBucket) -> Future[Tensor]:
+        buf = bucket.buffer().value
+        bucket.set_buffer(Tensor._wrap(buf.astype(dtype)))
+        fut = hook(hook_state, bucket)
+        return fut.then(lambda f: Tensor._wrap(jnp.asarray(_array(f.value())).astype(buf.dtype)))
+
+    compressed_hook.__name__ = compressed_hook.__qualname__ = (
+        f"{jnp.dtype(dtype).name}_{getattr(hook, '__name__', 'hook')}"
+    )
+    return compressed_hook
+
+
+def _array(value: Any) -> Any:
+    return value.value if isinstance(value, Tensor) else value
+
+
+def fp16_compress_wrapper(hook: CommHook) -> CommHook:
+    """``hook`` run on the bucket cast to float16, its result cast back to the bucket's dtype.
+
+    ``fp16_compress_wrapper(allreduce_hook)`` is :func:`fp16_compress_hook`; the wrapper
+    halves the bytes of any hook, PowerSGD's too.
+
+    Example::
+
+        state = PowerSGDState(process_group=None, start_powerSGD_iter=10)
+        model.register_comm_hook(state, fp16_compress_wrapper(powerSGD_hook))
+    """
+    return _compress_wrapper(jnp.float16, hook)
+
+
+def bf16_compress_wrapper(hook: CommHook) -> CommHook:
+    """As :func:`fp16_compress_wrapper`, in bfloat16."""
+    return _compress_wrapper(jnp.bfloat16, hook)
