@@ -279,6 +279,27 @@ def by_type(rank: int) -> dict:
     }
 
 
+def bucket_layout() -> dict:
+    """How many parameters each bucket holds (in index order) on a model of four 1 MiB
+    weights, for the default cap, a 2 MiB cap and a 0.5 MiB one: read by a hook at the
+    second backward pass (torch lays its buckets out again after the first)."""
+    out = {}
+    for name, cap in (("default", None), ("2MiB", 2), ("half_MiB", 0.5)):
+        ddp = DDP(tp.nn.Sequential(*[tp.nn.Linear(512, 512) for _ in range(4)]), bucket_cap_mb=cap)
+        sizes: list[int] = []
+
+        def hook(state, bucket, sizes=sizes):
+            sizes.append(len(bucket.parameters()))
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, hook)
+        for _ in range(2):
+            sizes.clear()
+            ddp(tp.tensor(np.ones((2, 512), np.float32))).sum().backward()
+        out[name] = list(sizes)
+    return out
+
+
 def job() -> None:
     if ORACLE:
         _torch_as_ours()
@@ -292,6 +313,7 @@ def job() -> None:
         "simple": {name: simple(rank, name) for name in SIMPLE},
         "by_type": by_type(rank),
         "hook_types": [t.name for t in hooks.DDPCommHookType],
+        "bucket_layout": bucket_layout(),
         "errors": {
             "start_1_with_error_feedback": error_text(
                 power.PowerSGDState, None, start_powerSGD_iter=1

@@ -187,6 +187,17 @@ def test_each_comm_hook_type_registers_torchs_hook(ranks, torch_run):
     _like_torch(ranks, torch_run, r"^\d+/by_type/", rtol=1e-6, atol=1e-7)
 
 
+def test_buckets_are_laid_out_as_torchs(ranks, torch_run):
+    # four (512, 512) weights and biases, last first: the default cap's first bucket is
+    # 1 MiB (one layer), the rest 25 MiB; a cap the user sets holds for the first bucket
+    assert ranks[0]["bucket_layout"] == {
+        "default": [2, 6],
+        "2MiB": [4, 4],
+        "half_MiB": [2, 2, 2, 2],
+    }
+    _like_torch(ranks, torch_run, r"^\d+/bucket_layout/")
+
+
 def test_power_sgd_refuses_an_early_start_with_error_feedback(ranks, torch_run):
     for rank, got in enumerate(ranks):
         text = got["errors"]["start_1_with_error_feedback"]

@@ -2,9 +2,9 @@
 
 Buckets follow torch's reducer: parameters in *reverse* registration order (the
 order their gradients are ready in a backward pass over a feed-forward model),
-one dtype per bucket, a bucket closed once it holds at least its byte cap; the
-first bucket's cap is small (:data:`FIRST_BUCKET_BYTES`) so that the first
-all-reduce starts early in the backward pass.
+one dtype per bucket, a bucket closed once it holds at least its byte cap; with
+DDP's default cap the first bucket's is small (:data:`FIRST_BUCKET_BYTES`) so that
+the first all-reduce starts early in the backward pass.
 """
 
 from __future__ import annotations
@@ -55,13 +55,17 @@ class Bucket:
         return flat_buffer.split(flat, self.shapes)
 
 
-def assign_buckets(params: Sequence[Tensor], cap_bytes: int) -> list[Bucket]:
+def assign_buckets(
+    params: Sequence[Tensor], cap_bytes: int, first_cap_bytes: int | None = None
+) -> list[Bucket]:
     """Parameters into buckets, as torch's ``compute_bucket_assignment_by_size``.
 
     Args:
         params: the parameters, in registration order.
-        cap_bytes: a bucket is closed once it holds at least this many bytes (the
-            first one at ``min(FIRST_BUCKET_BYTES, cap_bytes)``).
+        cap_bytes: a bucket is closed once it holds at least this many bytes.
+        first_cap_bytes: the first bucket's cap (None: ``cap_bytes``). DDP gives
+            :data:`FIRST_BUCKET_BYTES` when ``bucket_cap_mb`` is left to its default, as
+            torch 2.13 does (a cap the user sets holds for the first bucket too).
 
     Returns:
         The buckets in the order they are reduced (the last parameters first).
@@ -81,7 +85,7 @@ def assign_buckets(params: Sequence[Tensor], cap_bytes: int) -> list[Bucket]:
         shapes.append(tuple(p.shape))
         size += math.prod(p.shape) * dtype.itemsize
         open_[dtype] = (idx, shapes, size)
-        limit = min(FIRST_BUCKET_BYTES, cap_bytes) if not buckets else cap_bytes
+        limit = cap_bytes if buckets or first_cap_bytes is None else first_cap_bytes
         if size >= limit:
             close(dtype)
     for dtype in list(open_):

@@ -13,6 +13,7 @@ import numpy as np
 import tensorplay_jax.process_group as dist
 from tensorplay_jax.autograd import is_grad_enabled
 from tensorplay_jax.distributed.algorithms.join import Join, Joinable, JoinHook
+from tensorplay_jax.distributed.parallel._bucket import FIRST_BUCKET_BYTES
 from tensorplay_jax.distributed.parallel._reducer import CommHook, Reducer
 from tensorplay_jax.nn import Module
 from tensorplay_jax.runtime.settings import DEFAULT_PG_TIMEOUT_S
@@ -88,7 +89,8 @@ class DistributedDataParallel(Module, Joinable):
             rank 0) at each forward.
         init_sync: broadcast rank 0's parameters and buffers in the constructor.
         process_group: the group (None: the default group).
-        bucket_cap_mb: the bucket size cap in MiB (default 25; the first bucket is 1 MiB).
+        bucket_cap_mb: the bucket size cap in MiB (default 25, with a first bucket of 1
+            MiB; a cap given here holds for the first bucket too, as torch 2.13's).
         find_unused_parameters: walk the forward's output graph and mark parameters it
             does not reach ready with zero gradient, so the reduction completes.
         check_reduction: ignored, as in torch.
@@ -163,6 +165,9 @@ class DistributedDataParallel(Module, Joinable):
         self.require_forward_param_sync = True
         cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
         self.bucket_bytes_cap = int(cap * _MB)
+        self._first_bucket_bytes_cap = (
+            FIRST_BUCKET_BYTES if bucket_cap_mb is None else self.bucket_bytes_cap
+        )
         self._divide_by_initial = True
         self._group_ranks = dist.get_process_group_ranks(process_group)
         self._check_same_model(named)
@@ -179,6 +184,7 @@ class DistributedDataParallel(Module, Joinable):
             [n for n, _ in named],
             self.process_group,
             self.bucket_bytes_cap,
+            self._first_bucket_bytes_cap,
             self.find_unused_parameters or self.static_graph,
             self._timeout_s,
         )

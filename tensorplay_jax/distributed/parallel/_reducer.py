@@ -93,6 +93,7 @@ class Reducer:
         names: their dotted names (for error messages).
         group: the process group (None: the default group).
         bucket_cap_bytes: the bucket size cap.
+        first_bucket_cap_bytes: the first bucket's cap.
         find_unused: mark parameters the forward's outputs do not reach as ready with a
             zero gradient (``find_unused_parameters=True`` or ``static_graph=True``).
         timeout: seconds the end of a backward pass waits for each bucket.
@@ -104,6 +105,7 @@ class Reducer:
         names: list[str],
         group: Any,
         bucket_cap_bytes: int,
+        first_bucket_cap_bytes: int,
         find_unused: bool,
         timeout: float,
     ) -> None:
@@ -112,7 +114,9 @@ class Reducer:
         self.group = group
         self.find_unused = find_unused
         self.timeout = timeout
-        self.buckets: list[Bucket] = assign_buckets(params, bucket_cap_bytes)
+        self.buckets: list[Bucket] = assign_buckets(
+            params, bucket_cap_bytes, first_bucket_cap_bytes
+        )
         self.bucket_of = {i: b for b in self.buckets for i in b.params}
         self.world_size = dist.get_world_size(group)
         self.div = self.world_size  # what each gradient sum is divided by
