@@ -16,6 +16,11 @@ default bucket size (25 MiB, first bucket 1 MiB), as ours.
 libraries instead of SGD (``parameters_as_bucket_view`` False or True): each rank steps
 its share of the four layers and broadcasts it.
 
+``--hook fp16`` (or ``powersgd``) registers a communication hook on both libraries:
+``fp16_compress_hook``, or ``powerSGD_hook`` at rank 4 (``start_powerSGD_iter=2``;
+the untimed steps before the rounds include the first compressed one, which
+compiles ours).
+
 ``--only ours`` skips torch (it is chosen by itself when torch is not importable).
 ``--trace PATH`` runs one more step of ours on every rank with the profiler on and
 writes rank 0's trace (``tensorplay_jax.profiler``: open it in
@@ -29,6 +34,7 @@ Usage::
     python benchmarks/ddp.py                      # 2 and 4 ranks, 5 rounds of 10 steps
     python benchmarks/ddp.py --nprocs 2 --rounds 1 --steps 2 --trace /tmp/ddp.json
     PYTHONPATH=/tmp/torchlib python benchmarks/ddp.py --zero per-param  # ZeRO(Adam) steps
+    PYTHONPATH=/tmp/torchlib python benchmarks/ddp.py --hook powersgd   # PowerSGD rank 4
     PYTHONPATH=/tmp/torchlib python benchmarks/ddp.py --only both
 """
 
@@ -48,6 +54,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, LAYERS, BATCH, LR = 1024, 4, 64, 0.01  # 4 x 1024 x 1024 x 4 B = 16 MiB of weights
 TIMEOUT_S = 1800.0
+POWER_SGD = {"matrix_approximation_rank": 4, "start_powerSGD_iter": 2}
+
+
+def _register(model, hooks, hook: str | None) -> None:
+    """``hook`` on ``model`` from ``hooks`` (a library's ``ddp_comm_hooks`` package)."""
+    if hook == "fp16":
+        model.register_comm_hook(None, hooks.default_hooks.fp16_compress_hook)
+    elif hook == "powersgd":
+        state = hooks.powerSGD_hook.PowerSGDState(None, **POWER_SGD)
+        model.register_comm_hook(state, hooks.powerSGD_hook.powerSGD_hook)
 
 
 def _free_port() -> int:
@@ -71,11 +87,12 @@ def _is_free(port: int) -> bool:
 
 
 # ------------------------------------------------------------------ one rank
-def _ours(rank: int, zero: str | None):
+def _ours(rank: int, zero: str | None, hook: str | None):
     """Our model, DDP, optimizer and one step (returns a callable step)."""
     import numpy as np
 
     import tensorplay_jax as tp
+    from tensorplay_jax.distributed.algorithms import ddp_comm_hooks
     from tensorplay_jax.nn.parallel import DistributedDataParallel as DDP
     from tensorplay_jax.profiler import record_function
 
@@ -86,6 +103,7 @@ def _ours(rank: int, zero: str | None):
         if i < LAYERS - 1:
             layers.append(tp.nn.ReLU())
     model = DDP(tp.nn.Sequential(*layers))
+    _register(model, ddp_comm_hooks, hook)
     if zero:
         from tensorplay_jax.distributed.optim import ZeroRedundancyOptimizer
 
@@ -116,9 +134,10 @@ def _ours(rank: int, zero: str | None):
     return step
 
 
-def _torch(rank: int, zero: str | None):
+def _torch(rank: int, zero: str | None, hook: str | None):
     import numpy as np
     import torch
+    from torch.distributed.algorithms import ddp_comm_hooks
 
     torch.manual_seed(0)
     layers = []
@@ -127,6 +146,7 @@ def _torch(rank: int, zero: str | None):
         if i < LAYERS - 1:
             layers.append(torch.nn.ReLU())
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
+    _register(model, ddp_comm_hooks, hook)
     if zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -159,7 +179,7 @@ def worker(spec: dict) -> None:
 
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=600)
-    libs = {"ours": (_ours(rank, spec["zero"]), dist.barrier)}
+    libs = {"ours": (_ours(rank, spec["zero"], spec["hook"]), dist.barrier)}
     if spec["torch"]:
         import torch.distributed as tdist
 
@@ -167,10 +187,10 @@ def worker(spec: dict) -> None:
         tdist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n
         )
-        libs["torch"] = (_torch(rank, spec["zero"]), tdist.barrier)
-    for step, _ in libs.values():  # compile, grow buffers
-        step()
-        step()
+        libs["torch"] = (_torch(rank, spec["zero"], spec["hook"]), tdist.barrier)
+    for step, _ in libs.values():  # compile, grow buffers (and a hook's first steps)
+        for _ in range(2 if spec["hook"] is None else 2 + POWER_SGD["start_powerSGD_iter"]):
+            step()
     rounds: dict[str, list[float]] = {name: [] for name in libs}
     for _ in range(spec["rounds"]):
         for name, (step, barrier) in libs.items():
@@ -239,6 +259,12 @@ def main() -> None:
         default=None,
         help="step with ZeroRedundancyOptimizer(Adam) (parameters_as_bucket_view False/True)",
     )
+    ap.add_argument(
+        "--hook",
+        choices=["fp16", "powersgd"],
+        default=None,
+        help="register fp16_compress_hook or powerSGD_hook (rank 4) on both libraries",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker is not None:
@@ -249,6 +275,8 @@ def main() -> None:
         ap.error("--only both: torch is not importable (put it on PYTHONPATH)")
     with_torch = have_torch and a.only != "ours"
     how = f"ZeroRedundancyOptimizer(Adam), {a.zero}" if a.zero else "SGD"
+    if a.hook:
+        how += f", {a.hook} hook" + (f" {POWER_SGD}" if a.hook == "powersgd" else "")
     print(
         f"# DDP step ({how}), MLP {LAYERS} x {WIDTH}^2 (16 MiB), batch {BATCH}/rank, "
         f"{a.rounds} rounds x {a.steps} steps, median round"
@@ -265,6 +293,7 @@ def main() -> None:
             "torch": with_torch,
             "trace": trace,
             "zero": a.zero,
+            "hook": a.hook,
         }
         t = run(n, spec)
         theirs = t.get("torch")

@@ -105,4 +105,3 @@ def register_ddp_comm_hook(comm_hook_type: DDPCommHookType, model: Any, state: A
         register_ddp_comm_hook(DDPCommHookType.POWER_SGD, ddp_model)
     """
     comm_hook_type.value(model=model, state=state)
-
