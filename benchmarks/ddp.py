@@ -16,10 +16,14 @@ default bucket size (25 MiB, first bucket 1 MiB), as ours.
 libraries instead of SGD (``parameters_as_bucket_view`` False or True): each rank steps
 its share of the four layers and broadcasts it.
 
-``--hook fp16`` (or ``powersgd``) registers a communication hook on both libraries:
-``fp16_compress_hook``, or ``powerSGD_hook`` at rank 4 (``start_powerSGD_iter=2``;
-the untimed steps before the rounds include the first compressed one, which
-compiles ours).
+``--hook allreduce`` (or ``noop``, ``fp16``, ``powersgd``) registers a communication
+hook on both libraries: ``allreduce_hook`` (what DDP does without a hook), ``noop_hook``
+(no communication: the step's floor), ``fp16_compress_hook``, or ``powerSGD_hook`` at
+rank 4 (``start_powerSGD_iter=2``; the untimed steps before the rounds include the
+first compressed one, which compiles ours). With a hook the whole model is one bucket
+(``bucket_cap_mb=64``; ``--bucket-cap-mb`` sets both libraries' cap in any mode):
+torch 2.13's PowerSGD on gloo fails with more than one bucket (the ranks issue the
+buckets' all-reduces in different orders).
 
 ``--only ours`` skips torch (it is chosen by itself when torch is not importable).
 ``--trace PATH`` runs one more step of ours on every rank with the profiler on and
@@ -55,11 +59,16 @@ ROOT = Path(__file__).resolve().parent.parent
 WIDTH, LAYERS, BATCH, LR = 1024, 4, 64, 0.01  # 4 x 1024 x 1024 x 4 B = 16 MiB of weights
 TIMEOUT_S = 1800.0
 POWER_SGD = {"matrix_approximation_rank": 4, "start_powerSGD_iter": 2}
+HOOK_BUCKET_MB = 64  # with a hook: the whole model in one bucket
 
 
 def _register(model, hooks, hook: str | None) -> None:
     """``hook`` on ``model`` from ``hooks`` (a library's ``ddp_comm_hooks`` package)."""
-    if hook == "fp16":
+    if hook == "allreduce":
+        model.register_comm_hook(None, hooks.default_hooks.allreduce_hook)
+    elif hook == "noop":
+        model.register_comm_hook(None, hooks.debugging_hooks.noop_hook)
+    elif hook == "fp16":
         model.register_comm_hook(None, hooks.default_hooks.fp16_compress_hook)
     elif hook == "powersgd":
         state = hooks.powerSGD_hook.PowerSGDState(None, **POWER_SGD)
@@ -87,7 +96,7 @@ def _is_free(port: int) -> bool:
 
 
 # ------------------------------------------------------------------ one rank
-def _ours(rank: int, zero: str | None, hook: str | None):
+def _ours(rank: int, zero: str | None, hook: str | None, cap: float | None):
     """Our model, DDP, optimizer and one step (returns a callable step)."""
     import numpy as np
 
@@ -102,7 +111,7 @@ def _ours(rank: int, zero: str | None, hook: str | None):
         layers.append(tp.nn.Linear(WIDTH, WIDTH))
         if i < LAYERS - 1:
             layers.append(tp.nn.ReLU())
-    model = DDP(tp.nn.Sequential(*layers))
+    model = DDP(tp.nn.Sequential(*layers), bucket_cap_mb=cap)
     _register(model, ddp_comm_hooks, hook)
     if zero:
         from tensorplay_jax.distributed.optim import ZeroRedundancyOptimizer
@@ -134,7 +143,7 @@ def _ours(rank: int, zero: str | None, hook: str | None):
     return step
 
 
-def _torch(rank: int, zero: str | None, hook: str | None):
+def _torch(rank: int, zero: str | None, hook: str | None, cap: float | None):
     import numpy as np
     import torch
     from torch.distributed.algorithms import ddp_comm_hooks
@@ -145,7 +154,9 @@ def _torch(rank: int, zero: str | None, hook: str | None):
         layers.append(torch.nn.Linear(WIDTH, WIDTH))
         if i < LAYERS - 1:
             layers.append(torch.nn.ReLU())
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(*layers), bucket_cap_mb=cap
+    )
     _register(model, ddp_comm_hooks, hook)
     if zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -179,7 +190,7 @@ def worker(spec: dict) -> None:
 
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=600)
-    libs = {"ours": (_ours(rank, spec["zero"], spec["hook"]), dist.barrier)}
+    libs = {"ours": (_ours(rank, spec["zero"], spec["hook"], spec["cap"]), dist.barrier)}
     if spec["torch"]:
         import torch.distributed as tdist
 
@@ -187,7 +198,7 @@ def worker(spec: dict) -> None:
         tdist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n
         )
-        libs["torch"] = (_torch(rank, spec["zero"], spec["hook"]), tdist.barrier)
+        libs["torch"] = (_torch(rank, spec["zero"], spec["hook"], spec["cap"]), tdist.barrier)
     for step, _ in libs.values():  # compile, grow buffers (and a hook's first steps)
         for _ in range(2 if spec["hook"] is None else 2 + POWER_SGD["start_powerSGD_iter"]):
             step()
@@ -261,9 +272,15 @@ def main() -> None:
     )
     ap.add_argument(
         "--hook",
-        choices=["fp16", "powersgd"],
+        choices=["allreduce", "noop", "fp16", "powersgd"],
         default=None,
-        help="register fp16_compress_hook or powerSGD_hook (rank 4) on both libraries",
+        help="register allreduce_hook, noop_hook, fp16_compress_hook or powerSGD_hook (rank 4)",
+    )
+    ap.add_argument(
+        "--bucket-cap-mb",
+        type=float,
+        default=None,
+        help=f"DDP's bucket_cap_mb on both (default: theirs; {HOOK_BUCKET_MB} with --hook)",
     )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -277,6 +294,8 @@ def main() -> None:
     how = f"ZeroRedundancyOptimizer(Adam), {a.zero}" if a.zero else "SGD"
     if a.hook:
         how += f", {a.hook} hook" + (f" {POWER_SGD}" if a.hook == "powersgd" else "")
+    if a.bucket_cap_mb or a.hook:
+        how += f", bucket_cap_mb={a.bucket_cap_mb or HOOK_BUCKET_MB}"
     print(
         f"# DDP step ({how}), MLP {LAYERS} x {WIDTH}^2 (16 MiB), batch {BATCH}/rank, "
         f"{a.rounds} rounds x {a.steps} steps, median round"
@@ -294,6 +313,7 @@ def main() -> None:
             "trace": trace,
             "zero": a.zero,
             "hook": a.hook,
+            "cap": a.bucket_cap_mb if a.bucket_cap_mb or not a.hook else HOOK_BUCKET_MB,
         }
         t = run(n, spec)
         theirs = t.get("torch")

@@ -230,8 +230,47 @@ _UFUNC = {
 }
 
 
+# Half-precision sums: NumPy converts each float16 element to float32 and back in scalar
+# code (many times float32's cost); one XLA program does the same arithmetic with
+# vector conversions. It rounds to the half type after every addition and after the
+# division, as NumPy does, so both give the same bits (tests/collectives/test_reduce_into.py).
+_HALF = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
+XLA_HALF_MIN_SIZE = 1 << 16  # elements; below it NumPy's loop costs less than a dispatch
+
+
+@partial(jax.jit, static_argnames=("divide_by",))
+def _half_sum(parts: tuple[jax.Array, ...], divide_by: int) -> jax.Array:
+    dtype = parts[0].dtype
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = (acc.astype(jnp.float32) + p.astype(jnp.float32)).astype(dtype)
+    if divide_by:
+        acc = (acc.astype(jnp.float32) / jnp.float32(divide_by)).astype(dtype)
+    return acc
+
+
 def reduce_into(out: np.ndarray, parts: list[np.ndarray], op: ReduceOp, n: int) -> None:
-    """``out = op(parts...)`` with numpy, in the given order; avg divides the sum by ``n``."""
+    """``out = op(parts...)`` in the given order; avg divides the sum by ``n``.
+
+    A large float16 / bfloat16 sum or average runs as one XLA program (see
+    ``_half_sum``); everything else, and that too below ``XLA_HALF_MIN_SIZE``
+    elements, is :func:`reduce_into_numpy`.
+    """
+    if (
+        op in (ReduceOp.SUM, ReduceOp.AVG)
+        and out.dtype in _HALF
+        and len(parts) > 1
+        and out.size >= XLA_HALF_MIN_SIZE
+    ):
+        divide_by = n if op is ReduceOp.AVG else 0
+        np.copyto(out, np.asarray(_half_sum(tuple(parts), divide_by=divide_by)))
+        return
+    reduce_into_numpy(out, parts, op, n)
+
+
+def reduce_into_numpy(out: np.ndarray, parts: list[np.ndarray], op: ReduceOp, n: int) -> None:
+    """``out = op(parts...)`` with NumPy's ufuncs, in the given order; avg divides the sum
+    by ``n`` (the reference of :func:`reduce_into`)."""
     uf = _UFUNC[op]
     if len(parts) == 1:
         np.copyto(out, parts[0])

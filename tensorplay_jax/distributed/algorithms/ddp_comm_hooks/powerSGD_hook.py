@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 import tensorplay_jax.process_group as dist
 from tensorplay_jax.distributed.algorithms.ddp_comm_hooks.default_hooks import (
@@ -289,68 +290,87 @@ def _matrices(plan: _Plan, grads: list[jax.Array]) -> list[jax.Array]:
     return [jnp.stack([grads[i].reshape(n, m) for i in ix]) for ix, n, m, _ in plan.batches]
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "epsilon"))
+def _transposed_times(matrices: jax.Array, thin: jax.Array) -> jax.Array:
+    """``M^T P`` for each pair of a batch, computed as ``(P^T M)^T``: XLA on a CPU
+    transposes the big operand in memory for the first form, the thin one for the second."""
+    return jnp.swapaxes(jnp.matmul(jnp.swapaxes(thin, -1, -2), matrices), -1, -2)
+
+
+# The last step's error is dead once added (its buffer becomes the local one), and so is
+# the local buffer once decompressed: both are donated, which saves allocating (and
+# faulting in) two bucket-sized buffers per step.
+@functools.partial(jax.jit, static_argnames=("plan", "epsilon"), donate_argnums=(1,))
 def _compute_ps(
-    buf: jax.Array, qs: list[jax.Array], *, plan: _Plan, epsilon: float
-) -> tuple[jax.Array, jax.Array]:
-    """The uncompressed gradients (flat), and ``P = M Q`` for each batch (flat) with each
-    ``Q`` orthogonalized first."""
-    grads = flat_buffer.split(buf, plan.shapes)
+    buf: jax.Array, error: jax.Array | None, qs: list[jax.Array], *, plan: _Plan, epsilon: float
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The local buffer (``buf`` plus the last step's ``error``, if any), its uncompressed
+    gradients (flat), and ``P = M Q`` for each batch (flat), each ``Q`` orthogonalized
+    first."""
+    local = buf if error is None else buf + error
+    grads = flat_buffer.split(local, plan.shapes)
     qs = [_orthogonalize(q, epsilon) for q in qs]
     ps = [jnp.matmul(mat, q) for mat, q in zip(_matrices(plan, grads), qs, strict=True)]
     whole = [grads[i] for i in plan.uncompressed]
-    return flat_buffer.flatten(whole, buf.dtype), flat_buffer.flatten(ps, buf.dtype)
+    return local, flat_buffer.flatten(whole, buf.dtype), flat_buffer.flatten(ps, buf.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "epsilon"))
 def _compute_qs(
-    buf: jax.Array, p_flat: jax.Array, *, plan: _Plan, epsilon: float
+    local: jax.Array, p_flat: jax.Array, *, plan: _Plan, epsilon: float
 ) -> tuple[jax.Array, jax.Array]:
     """The summed ``P``s orthogonalized (flat), and ``Q = M^T P`` for each batch (flat)."""
-    grads = flat_buffer.split(buf, plan.shapes)
+    grads = flat_buffer.split(local, plan.shapes)
     ps = [_orthogonalize(p, epsilon) for p in flat_buffer.split(p_flat, plan.p_shapes())]
     mats = _matrices(plan, grads)
-    qs = [jnp.matmul(jnp.swapaxes(mat, 1, 2), p) for mat, p in zip(mats, ps, strict=True)]
-    return flat_buffer.flatten(ps, buf.dtype), flat_buffer.flatten(qs, buf.dtype)
+    qs = [_transposed_times(mat, p) for mat, p in zip(mats, ps, strict=True)]
+    return flat_buffer.flatten(ps, local.dtype), flat_buffer.flatten(qs, local.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("plan",))
+@functools.partial(jax.jit, static_argnames=("plan", "keep_error"), donate_argnums=(0,))
 def _decompress(
-    buf: jax.Array, whole: jax.Array, p_flat: jax.Array, q_flat: jax.Array, *, plan: _Plan
-) -> jax.Array:
-    """The averaged buffer: ``P Q^T`` for the compressed gradients, ``whole`` (averaged)
-    for the others."""
-    grads = list(flat_buffer.split(buf, plan.shapes))
-    for i, g in zip(
-        plan.uncompressed,
-        flat_buffer.split(whole, [plan.shapes[i] for i in plan.uncompressed]),
-        strict=True,
-    ):
-        grads[i] = g
+    local: jax.Array,
+    whole: jax.Array,
+    p_flat: jax.Array,
+    q_flat: jax.Array,
+    *,
+    plan: _Plan,
+    keep_error: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+    """The averaged buffer (``P Q^T`` for the compressed gradients, ``whole``, averaged,
+    for the others), and what it lost against ``local`` if ``keep_error``.
+
+    Each piece is written into a copy of ``local`` at its place: XLA on a CPU runs a
+    concatenation of matrix products far less steadily than slice updates.
+    """
+    offsets = np.cumsum([0] + [math.prod(s) for s in plan.shapes]).tolist()
+    out = local
+    pieces = flat_buffer.split(whole, [plan.shapes[i] for i in plan.uncompressed])
+    for i, piece in zip(plan.uncompressed, pieces, strict=True):
+        out = lax.dynamic_update_slice(out, piece.ravel(), (offsets[i],))
     ps = flat_buffer.split(p_flat, plan.p_shapes())
     qs = flat_buffer.split(q_flat, plan.q_shapes())
     for (ix, _, _, _), p, q in zip(plan.batches, ps, qs, strict=True):
         approx = jnp.matmul(p, jnp.swapaxes(q, 1, 2))
         for k, i in enumerate(ix):
-            grads[i] = approx[k].reshape(plan.shapes[i])
-    return flat_buffer.flatten(grads, buf.dtype)
+            out = lax.dynamic_update_slice(out, approx[k].ravel(), (offsets[i],))
+    return out, (local - out if keep_error else None)
 
 
-def _with_error(state: PowerSGDState, index: int, buf: jax.Array) -> jax.Array:
-    """``buf`` plus this rank's last compression error of the bucket (zeros at first)."""
+def _error(state: PowerSGDState, index: int, like: jax.Array) -> jax.Array | None:
+    """This rank's last compression error of the bucket, taken out of the state until the
+    step puts the new one back (zeros at first; None without error feedback)."""
     if not state.use_error_feedback:
-        return buf
-    if index in state.error_dict:
-        return buf + state.error_dict[index]
-    logger.info("A zero tensor of length %s that represents local error is created.", buf.size)
-    state.error_dict[index] = jnp.zeros_like(buf)
-    return buf
+        return None
+    if index not in state.error_dict:
+        logger.info("A zero tensor of length %s that represents local error is created.", like.size)
+        return jnp.zeros_like(like)
+    return state.error_dict.pop(index)
 
 
-def _finish(state: PowerSGDState, bucket: GradBucket, local: jax.Array, out: jax.Array) -> None:
+def _finish(state: PowerSGDState, bucket: GradBucket, error: jax.Array | None) -> None:
     """Keep the compression error, drop the factors without warm start, count the step."""
-    if state.use_error_feedback:
-        state.error_dict[bucket.index()] = local - out
+    if error is not None:
+        state.error_dict[bucket.index()] = error
     if not state.warm_start:
         state.p_memory_dict.clear()
         state.q_memory_dict.clear()
@@ -379,7 +399,7 @@ def powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Tensor]:
         return allreduce_hook(group, bucket)
     world = dist.get_world_size(group)
     index = bucket.index()
-    buf = _with_error(state, index, bucket.buffer().value)
+    buf = bucket.buffer().value
     plan = _plan([tuple(p.shape) for p in bucket.parameters()], state)
     _report_compression_stats(bucket, state)
     eps = float(state.orthogonalization_epsilon)
@@ -395,19 +415,21 @@ def powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Tensor]:
         qs = _initial_qs(state, plan.q_shapes(), buf.dtype)
     else:
         qs = flat_buffer.split(state.q_memory_dict[index], plan.q_shapes())
-    whole, p_flat = _compute_ps(buf, qs, plan=plan, epsilon=eps)
+    local, whole, p_flat = _compute_ps(buf, _error(state, index, buf), qs, plan=plan, epsilon=eps)
     if plan.uncompressed:
         whole = jnp.asarray(dist.all_reduce(whole, group=group)) / world
     if plan.batches:
         p_sum = jnp.asarray(dist.all_reduce(p_flat, group=group))
-        p_flat, q_flat = _compute_qs(buf, p_sum, plan=plan, epsilon=eps)
+        p_flat, q_flat = _compute_qs(local, p_sum, plan=plan, epsilon=eps)
         q_flat = jnp.asarray(dist.all_reduce(q_flat, group=group)) / world
     else:
         q_flat = jnp.zeros(0, buf.dtype)
     state.p_memory_dict[index] = p_flat
     state.q_memory_dict[index] = q_flat
-    out = _decompress(buf, whole, p_flat, q_flat, plan=plan)
-    _finish(state, bucket, buf, out)
+    out, error = _decompress(
+        local, whole, p_flat, q_flat, plan=plan, keep_error=state.use_error_feedback
+    )
+    _finish(state, bucket, error)
     return _reduced(out)
 
 
@@ -420,7 +442,7 @@ def _batched_p(matrix: jax.Array, q: jax.Array, *, epsilon: float) -> tuple[jax.
 @functools.partial(jax.jit, static_argnames=("epsilon",))
 def _batched_q(matrix: jax.Array, p: jax.Array, *, epsilon: float) -> tuple[jax.Array, jax.Array]:
     p = _orthogonalize(p[None], epsilon)[0]
-    return p, matrix.T @ p
+    return p, _transposed_times(matrix, p)
 
 
 def batched_powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Tensor]:
@@ -451,7 +473,10 @@ def batched_powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Te
     state.total_numel_before_compression += total
     state.total_numel_after_compression += side * state.matrix_approximation_rank * 2
     _report_compression_stats(bucket, state)
-    padded = _with_error(state, index, jnp.pad(buf, (0, side * side - total)))
+    padded = jnp.pad(buf, (0, side * side - total))
+    error = _error(state, index, padded)
+    if error is not None:
+        padded = padded + error
     matrix = padded.reshape(side, side)
     eps = float(state.orthogonalization_epsilon)
     if not state.warm_start or index not in state.p_memory_dict:
@@ -471,5 +496,5 @@ def batched_powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Te
     state.p_memory_dict[index] = p
     state.q_memory_dict[index] = q
     out = (p @ q.T).ravel()
-    _finish(state, bucket, padded, out)
+    _finish(state, bucket, None if error is None else padded - out)
     return _reduced(out[:total])
