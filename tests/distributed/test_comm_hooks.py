@@ -1,4 +1,4 @@
-"""DDP's communication hooks on two real processes, against torch's.
+"""DDP's communication hooks on three real processes, against torch's.
 
 One launch (``_comm_hook_workers.job``) trains the same model under DDP once per hook
 configuration: PowerSGD (layer by layer at rank 1, at rank 3 with same shapes batched
@@ -21,8 +21,10 @@ from tests._procs import run_and_collect
 from tests.distributed import _comm_hook_workers as W
 from tests.distributed.golden.make_comm_hook_golden import GOLDEN, RANKS, stored
 
-# float32 PowerSGD (orthogonalization, then products of the factors) after six steps.
-POWER_TOL = {"rtol": 2e-5, "atol": 2e-6}
+# float32 PowerSGD after four compressed steps: torch's gloo sums the three ranks' factors
+# in another order than the shared-memory engine, and error feedback carries the
+# difference on; values are of order 1.
+POWER_TOL = {"rtol": 2e-5, "atol": 2e-5}
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +69,16 @@ def test_power_sgd_at_rank_3_orthogonalizes_by_qr_as_torch(ranks, torch_run):
 
 
 def test_power_sgd_in_float16_is_torchs_to_float16_rounding(ranks, torch_run):
-    _like_torch(ranks, torch_run, r"^\d+/power/fp16_rank1/steps/", rtol=1e-3, atol=1e-3)
-    # the state is float16 (10-bit mantissa): a few units in the last place of values < 1
-    _like_torch(ranks, torch_run, r"^\d+/power/fp16_rank1/state/", rtol=0, atol=8 * 2.0**-10)
+    # float16 sums of three ranks rounded in another order (see POWER_TOL): a few units in
+    # the last place (2**-10 at 1) of values of order 1 after two compressed steps
+    _like_torch(ranks, torch_run, r"^\d+/power/fp16_rank1/", rtol=0, atol=4 * 2.0**-10)
 
 
 def test_power_sgd_leaves_every_rank_with_the_same_parameters(ranks):
     for name in W.POWER:
         for step in range(W.STEPS):
-            assert _same(
-                ranks[0]["power"][name]["steps"][step], ranks[1]["power"][name]["steps"][step]
-            ), (
+            first = ranks[0]["power"][name]["steps"][step]
+            assert all(_same(first, got["power"][name]["steps"][step]) for got in ranks), (
                 name,
                 step,
             )
@@ -122,14 +123,18 @@ def test_a_state_restored_from_a_pickle_goes_on_as_the_original(ranks, torch_run
     _like_torch(ranks, torch_run, r"^\d+/restored/")
 
 
-def test_the_float16_wrapper_of_allreduce_is_torchs_fp16_compress(ranks, torch_run):
-    _like_torch(ranks, torch_run, r"^\d+/simple/fp16_wrapped_allreduce/", rtol=1e-6, atol=1e-7)
+# One float16 unit in the last place of a gradient below 1, times the learning rate: a
+# float32 gradient one ulp apart (jax 0.12 rounds some products differently) can round
+# to the neighbouring float16.
+FP16_STEP_TOL = {"rtol": 0, "atol": 2.0**-10 * 0.1}
+
+
+def test_the_float16_wrapper_of_allreduce_is_fp16_compress_hook(ranks, torch_run):
     # torch: "fp16_compress_hook is equivalent to fp16_compress_wrapper(allreduce_hook)"
     for step in range(2):
-        for j in range(6):
-            want = torch_run[f"0/by_type/FP16_COMPRESS/{step}/{j}"]
-            got = ranks[0]["simple"]["fp16_wrapped_allreduce"][step][j]
-            np.testing.assert_array_equal(got, want)
+        wrapped = ranks[0]["simple"]["fp16_wrapped_allreduce"][step]
+        assert _same(wrapped, ranks[0]["by_type"]["FP16_COMPRESS"][step])
+    _like_torch(ranks, torch_run, r"^\d+/simple/fp16_wrapped_allreduce/", **FP16_STEP_TOL)
 
 
 def test_the_bfloat16_wrapper_of_allreduce_is_bf16_compress_hook(ranks):
@@ -173,7 +178,7 @@ def test_quantizing_hooks_average_what_numpy_quantizes(ranks, name, chunk):
     assert not np.array_equal(want, exact)  # the quantization shows
     np.testing.assert_allclose(want, exact, rtol=0, atol=0.02)
     for step in range(W.STEPS):
-        assert _same(got[0]["steps"][step], got[1]["steps"][step])
+        assert all(_same(got[0]["steps"][step], g["steps"][step]) for g in got[1:])
 
 
 def test_noop_hook_leaves_each_rank_its_own_gradients(ranks, torch_run):
@@ -184,7 +189,8 @@ def test_noop_hook_leaves_each_rank_its_own_gradients(ranks, torch_run):
 def test_each_comm_hook_type_registers_torchs_hook(ranks, torch_run):
     names = [str(torch_run[f"0/hook_types/{i}"]) for i in range(len(ranks[0]["hook_types"]))]
     assert ranks[0]["hook_types"] == names
-    _like_torch(ranks, torch_run, r"^\d+/by_type/", rtol=1e-6, atol=1e-7)
+    _like_torch(ranks, torch_run, r"^\d+/by_type/(?!FP16)", rtol=1e-6, atol=1e-7)
+    _like_torch(ranks, torch_run, r"^\d+/by_type/FP16", **FP16_STEP_TOL)
 
 
 def test_buckets_are_laid_out_as_torchs(ranks, torch_run):

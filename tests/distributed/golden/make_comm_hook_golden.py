@@ -1,5 +1,5 @@
 """torch's values for ``tests/distributed/_comm_hook_workers.py``'s ``job`` (DDP's
-communication hooks, two gloo processes): ``torch_comm_hooks.npz``. Each value each
+communication hooks, three gloo processes): ``torch_comm_hooks.npz``. Each value each
 rank handed back is stored by path (``_comm_hook_workers.flat``), and each error text
 under ``errors/<rank>/<case>``.
 
@@ -19,7 +19,7 @@ from tests._procs import run_and_collect
 from tests.distributed import _comm_hook_workers as W
 
 GOLDEN = Path(__file__).parent / "torch_comm_hooks.npz"
-RANKS = 2
+RANKS = 3  # a world size that is not a power of two: the divisions round
 
 
 def torch_results() -> list[dict]:

@@ -61,13 +61,13 @@ def allreduce_hook(process_group: Any, bucket: GradBucket) -> Future[Tensor]:
 def _compress_hook(dtype: Any, process_group: Any, bucket: GradBucket) -> Future[Tensor]:
     n = dist.get_world_size(process_group)
     buf = bucket.buffer().value
-    compressed = (buf / n).astype(dtype)
+    compressed = buf.astype(dtype) / n  # cast, then divide in the half type, as torch
     reduced = dist.all_reduce(compressed, group=process_group)
     return _reduced(jnp.asarray(reduced).astype(buf.dtype))
 
 
 def fp16_compress_hook(process_group: Any, bucket: GradBucket) -> Future[Tensor]:
-    """Average the bucket in half precision: divide by the group size, cast to float16,
+    """Average the bucket in half precision: cast to float16, divide by the group size,
     all-reduce, cast back (half the bytes on the wire, float16's precision).
 
     Args:
