@@ -20,10 +20,10 @@ its share of the four layers and broadcasts it.
 hook on both libraries: ``allreduce_hook`` (what DDP does without a hook), ``noop_hook``
 (no communication: the step's floor), ``fp16_compress_hook``, or ``powerSGD_hook`` at
 rank 4 (``start_powerSGD_iter=2``; the untimed steps before the rounds include the
-first compressed one, which compiles ours). With a hook the whole model is one bucket
-(``bucket_cap_mb=64``; ``--bucket-cap-mb`` sets both libraries' cap in any mode):
-torch 2.13's PowerSGD on gloo fails with more than one bucket (the ranks issue the
-buckets' all-reduces in different orders).
+first compressed one, which compiles ours). With PowerSGD the whole model is one
+bucket (``bucket_cap_mb=64``; ``--bucket-cap-mb`` sets both libraries' cap in any
+mode): torch 2.13's PowerSGD on gloo fails with more than one bucket (the ranks issue
+the buckets' all-reduces in different orders).
 
 ``--only ours`` skips torch (it is chosen by itself when torch is not importable).
 ``--trace PATH`` runs one more step of ours on every rank with the profiler on and
@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WIDTH, LAYERS, BATCH, LR = 1024, 4, 64, 0.01  # 4 x 1024 x 1024 x 4 B = 16 MiB of weights
 TIMEOUT_S = 1800.0
 POWER_SGD = {"matrix_approximation_rank": 4, "start_powerSGD_iter": 2}
-HOOK_BUCKET_MB = 64  # with a hook: the whole model in one bucket
+HOOK_BUCKET_MB = 64  # with PowerSGD: the whole model in one bucket
 
 
 def _register(model, hooks, hook: str | None) -> None:
@@ -280,7 +280,7 @@ def main() -> None:
         "--bucket-cap-mb",
         type=float,
         default=None,
-        help=f"DDP's bucket_cap_mb on both (default: theirs; {HOOK_BUCKET_MB} with --hook)",
+        help=f"DDP's bucket_cap_mb on both (default: theirs; {HOOK_BUCKET_MB} with powersgd)",
     )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -294,7 +294,7 @@ def main() -> None:
     how = f"ZeroRedundancyOptimizer(Adam), {a.zero}" if a.zero else "SGD"
     if a.hook:
         how += f", {a.hook} hook" + (f" {POWER_SGD}" if a.hook == "powersgd" else "")
-    if a.bucket_cap_mb or a.hook:
+    if a.bucket_cap_mb or a.hook == "powersgd":
         how += f", bucket_cap_mb={a.bucket_cap_mb or HOOK_BUCKET_MB}"
     print(
         f"# DDP step ({how}), MLP {LAYERS} x {WIDTH}^2 (16 MiB), batch {BATCH}/rank, "
@@ -313,7 +313,7 @@ def main() -> None:
             "trace": trace,
             "zero": a.zero,
             "hook": a.hook,
-            "cap": a.bucket_cap_mb if a.bucket_cap_mb or not a.hook else HOOK_BUCKET_MB,
+            "cap": a.bucket_cap_mb or (HOOK_BUCKET_MB if a.hook == "powersgd" else None),
         }
         t = run(n, spec)
         theirs = t.get("torch")
