@@ -117,10 +117,12 @@ def _seen(hook, shapes: list):
     return seen
 
 
-def _train(rank: int, register, steps: int = STEPS) -> list[list[np.ndarray]]:
+def _train(
+    rank: int, register, steps: int = STEPS, bucket_cap_mb: float | None = None
+) -> list[list[np.ndarray]]:
     """``steps`` SGD steps of the model under DDP (``register(ddp)`` sets its hook); the
     parameters after each."""
-    ddp = DDP(model())
+    ddp = DDP(model(), bucket_cap_mb=bucket_cap_mb)
     register(ddp)
     opt = tp.optim.SGD(ddp.parameters(), lr=0.1)
     out = []
@@ -206,6 +208,21 @@ def power_sgd(rank: int, name: str) -> dict:
     shapes: list = []
     steps = _train(rank, lambda ddp: ddp.register_comm_hook(state, _seen(hook, shapes)))
     return {"steps": steps, "state": _power_state(state), "bucket_shapes": shapes[-1]}
+
+
+def full_rank_in_buckets(rank: int) -> dict:
+    """Full-rank PowerSGD with each layer in a bucket of its own (ours only: torch 2.13's
+    PowerSGD on gloo fails with two buckets); the bucket indices its hook saw."""
+    state = power.PowerSGDState(process_group=None, **POWER["full_rank"][1])
+    seen: list[int] = []
+
+    def hook(state, bucket):
+        seen.append(bucket.index())
+        return power.powerSGD_hook(state, bucket)
+
+    cap = 100 / 2**20  # bytes: each layer (weight and bias) fills a bucket
+    steps = _train(rank, lambda ddp: ddp.register_comm_hook(state, hook), bucket_cap_mb=cap)
+    return {"steps": steps, "buckets": seen[: len(seen) // STEPS]}
 
 
 def restored(rank: int) -> dict:
@@ -326,6 +343,7 @@ def job() -> None:
         got["ours_only"] = {
             "quantized": {"per_tensor": quantized(rank, None), "per_chunk_64": quantized(rank, 64)},
             "bf16": {name: simple(rank, name) for name in BF16},
+            "full_rank_in_buckets": full_rank_in_buckets(rank),
         }
     dist.destroy_process_group()
     hand_back(got)

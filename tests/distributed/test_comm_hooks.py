@@ -93,6 +93,16 @@ def test_full_rank_power_sgd_is_plain_averaging(ranks, torch_run):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=(step, j))
 
 
+def test_full_rank_power_sgd_in_several_buckets_is_plain_averaging(ranks, torch_run):
+    for rank, got in enumerate(ranks):
+        run = got["ours_only"]["full_rank_in_buckets"]
+        assert run["buckets"] == [0, 1, 2]  # one layer each, the last first
+        for step in range(W.STEPS):
+            for j, value in enumerate(run["steps"][step]):
+                want = torch_run[f"{rank}/simple/none/{step}/{j}"]
+                np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6, err_msg=(step, j))
+
+
 def test_power_sgd_compresses_what_torch_compresses(ranks, torch_run):
     # rank 1, one bucket of 8x8, 8x8, 3x8 weights and biases: each weight (n + m) * 1
     # elements, the biases whole; the statistics count each compressed step
