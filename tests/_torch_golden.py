@@ -10,6 +10,7 @@ a golden file stores them, so the checks (:func:`check_case`) run without torch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -112,6 +113,26 @@ def by_path(results: list[dict], skip: tuple[str, ...] = ()) -> dict[str, np.nda
     for rank, got in enumerate(results):
         walk(str(rank), {k: v for k, v in got.items() if k not in skip})
     return out
+
+
+def assert_like_torch(
+    ours: Mapping[str, np.ndarray],
+    theirs: Mapping[str, np.ndarray],
+    pattern: str,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> None:
+    """Every value of ``ours`` whose path matches the regular expression ``pattern`` is
+    torch's (floats to ``rtol`` / ``atol``, the rest exactly), and there are as many."""
+    path = re.compile(pattern)
+    mine = {k: v for k, v in ours.items() if path.search(k)}
+    torchs = {k: v for k, v in theirs.items() if path.search(k)}
+    assert mine and sorted(mine) == sorted(torchs), pattern
+    for k, v in mine.items():
+        if v.dtype.kind in "fc":
+            np.testing.assert_allclose(v, torchs[k], rtol=rtol, atol=atol, err_msg=k)
+        else:
+            np.testing.assert_array_equal(v, torchs[k], err_msg=k)
 
 
 def stored_cases(stored: Mapping[str, np.ndarray]) -> set[str]:

@@ -12,12 +12,11 @@ PowerSGD is exact averaging; ``noop_hook`` is no averaging; the quantizing hooks
 torch 2.13 cannot run, against NumPy).
 """
 
-import re
-
 import numpy as np
 import pytest
 
 from tests._procs import run_and_collect
+from tests._torch_golden import assert_like_torch
 from tests.distributed import _comm_hook_workers as W
 from tests.distributed.golden.make_comm_hook_golden import GOLDEN, RANKS, stored
 
@@ -39,16 +38,7 @@ def torch_run() -> dict[str, np.ndarray]:
 
 
 def _like_torch(ranks, torch_run, pattern: str, **tol) -> None:
-    """Every stored value whose path matches ``pattern`` is torch's, and as many."""
-    path = re.compile(pattern)
-    ours = {k: v for k, v in stored(ranks).items() if path.search(k)}
-    theirs = {k: v for k, v in torch_run.items() if path.search(k)}
-    assert ours and sorted(ours) == sorted(theirs), pattern
-    for k, v in ours.items():
-        if v.dtype.kind == "f":
-            np.testing.assert_allclose(v, theirs[k], err_msg=k, **(tol or POWER_TOL))
-        else:
-            np.testing.assert_array_equal(v, theirs[k], err_msg=k)
+    assert_like_torch(stored(ranks), torch_run, pattern, **(tol or POWER_TOL))
 
 
 def _same(a: list, b: list) -> bool:
@@ -228,9 +218,4 @@ def test_the_golden_file_holds_torchs_values(torch_run):
     from tests.distributed.golden.make_comm_hook_golden import torch_results
 
     fresh = stored(torch_results())
-    assert sorted(fresh) == sorted(torch_run)
-    for k, v in fresh.items():
-        if v.dtype.kind == "f":
-            np.testing.assert_allclose(torch_run[k], v, rtol=1e-6, atol=0, err_msg=k)
-        else:
-            np.testing.assert_array_equal(torch_run[k], v, err_msg=k)
+    assert_like_torch(fresh, torch_run, "", rtol=1e-6, atol=0)

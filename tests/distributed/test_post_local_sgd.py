@@ -10,12 +10,11 @@ every value, warning and error against torch 2.13's run of the same calls
 (``golden/torch_post_local_sgd.npz``, made by ``golden/make_dist_optim_golden.py``).
 """
 
-import re
-
 import numpy as np
 import pytest
 
 from tests._procs import run_and_collect
+from tests._torch_golden import assert_like_torch
 from tests.distributed import _dist_optim_workers as W
 from tests.distributed.golden.make_dist_optim_golden import POST_LOCAL, stored
 
@@ -38,16 +37,7 @@ def _equal(a: list, b: list) -> bool:
 
 
 def _like_torch(ranks, torch_run, pattern: str) -> None:
-    """Every stored value whose path matches ``pattern`` is torch's, and as many."""
-    path = re.compile(pattern)
-    ours = {k: v for k, v in stored(ranks).items() if path.search(k)}
-    theirs = {k: v for k, v in torch_run.items() if path.search(k)}
-    assert ours and sorted(ours) == sorted(theirs), pattern
-    for k, v in ours.items():
-        if v.dtype.kind == "f":
-            np.testing.assert_allclose(v, theirs[k], rtol=1e-5, atol=1e-6, err_msg=k)
-        else:
-            np.testing.assert_array_equal(v, theirs[k], err_msg=k)
+    assert_like_torch(stored(ranks), torch_run, pattern)
 
 
 def test_warm_up_steps_and_averaging_steps_leave_every_rank_equal(ranks):
@@ -114,9 +104,4 @@ def test_the_golden_file_holds_torchs_values(torch_run):
     from tests.distributed.golden.make_dist_optim_golden import torch_results
 
     fresh = stored(torch_results(POST_LOCAL))
-    assert sorted(fresh) == sorted(torch_run)
-    for k, v in fresh.items():
-        if v.dtype.kind == "f":
-            np.testing.assert_allclose(torch_run[k], v, rtol=1e-6, atol=0, err_msg=k)
-        else:
-            np.testing.assert_array_equal(torch_run[k], v, err_msg=k)
+    assert_like_torch(fresh, torch_run, "", rtol=1e-6, atol=0)

@@ -393,13 +393,11 @@ def powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Tensor]:
     Returns:
         A completed Future of the averaged flat buffer.
     """
-    group = state.process_group
     if state.iter < state.start_powerSGD_iter:
         state.maybe_increase_iter(bucket)
-        return allreduce_hook(group, bucket)
+        return allreduce_hook(state.process_group, bucket)
+    group, index, buf = state.process_group, bucket.index(), bucket.buffer().value
     world = dist.get_world_size(group)
-    index = bucket.index()
-    buf = bucket.buffer().value
     plan = _plan([tuple(p.shape) for p in bucket.parameters()], state)
     _report_compression_stats(bucket, state)
     eps = float(state.orthogonalization_epsilon)
@@ -460,13 +458,11 @@ def batched_powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> Future[Te
     Returns:
         A completed Future of the averaged flat buffer.
     """
-    group = state.process_group
     if state.iter < state.start_powerSGD_iter:
         state.maybe_increase_iter(bucket)
-        return allreduce_hook(group, bucket)
+        return allreduce_hook(state.process_group, bucket)
+    group, index, buf = state.process_group, bucket.index(), bucket.buffer().value
     world = dist.get_world_size(group)
-    index = bucket.index()
-    buf = bucket.buffer().value
     total = buf.shape[0]
     side = math.ceil(math.sqrt(total))
     rank = min(side, state.matrix_approximation_rank)
