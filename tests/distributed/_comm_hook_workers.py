@@ -245,9 +245,15 @@ def restored(rank: int) -> dict:
     }
 
 
+def _custom_hook(state, bucket):
+    """A user's hook as torch's tutorials write one: average with ``_allreduce_fut``."""
+    return default_hooks._allreduce_fut(state, bucket.buffer())
+
+
 SIMPLE = {
     "none": None,
     "noop": lambda: debugging_hooks.noop_hook,
+    "custom_allreduce_fut": lambda: _custom_hook,
     "fp16_wrapped_allreduce": lambda: default_hooks.fp16_compress_wrapper(
         default_hooks.allreduce_hook
     ),

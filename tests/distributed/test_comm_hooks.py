@@ -181,6 +181,13 @@ def test_quantizing_hooks_average_what_numpy_quantizes(ranks, name, chunk):
         assert all(_same(got[0]["steps"][step], g["steps"][step]) for g in got[1:])
 
 
+def test_a_custom_hook_built_on_allreduce_fut_averages_as_torchs(ranks, torch_run):
+    for got in ranks:
+        for step in range(W.STEPS):
+            assert _same(got["simple"]["custom_allreduce_fut"][step], got["simple"]["none"][step])
+    _like_torch(ranks, torch_run, r"^\d+/simple/custom_allreduce_fut/", rtol=1e-6, atol=1e-7)
+
+
 def test_noop_hook_leaves_each_rank_its_own_gradients(ranks, torch_run):
     assert not _same(ranks[0]["simple"]["noop"][0], ranks[1]["simple"]["noop"][0])
     _like_torch(ranks, torch_run, r"^\d+/simple/(noop|none)/", rtol=1e-6, atol=1e-7)

@@ -53,9 +53,20 @@ def allreduce_hook(process_group: Any, bucket: GradBucket) -> Future[Tensor]:
     Returns:
         A completed Future of the averaged flat buffer.
     """
+    return _allreduce_fut(process_group, bucket.buffer())
+
+
+def _allreduce_fut(process_group: Any, tensor: Any) -> Future[Tensor]:
+    """``tensor`` (a Tensor or an array) divided by the group's size and all-reduced (sum):
+    the building block custom hooks call, under torch's private name.
+
+    Returns:
+        A completed Future of the averaged Tensor (``tensor`` itself is left as it was;
+        torch's divides it in place).
+    """
     n = dist.get_world_size(process_group)
-    buf = bucket.buffer().value
-    return _reduced(dist.all_reduce(buf / n, group=process_group))
+    value = tensor.value if isinstance(tensor, Tensor) else tensor
+    return _reduced(dist.all_reduce(value / n, group=process_group))
 
 
 def _compress_hook(dtype: Any, process_group: Any, bucket: GradBucket) -> Future[Tensor]:
