@@ -226,7 +226,8 @@ def full_rank_in_buckets(rank: int) -> dict:
 
 
 def restored(rank: int) -> dict:
-    """rank 1's run with the state replaced by its pickled copy after three steps."""
+    """The ``rank1`` configuration's run, its state replaced by a pickled copy of itself
+    after three steps."""
     state = power.PowerSGDState(process_group=None, **POWER["rank1"][1])
     holder = [state]
     calls = []

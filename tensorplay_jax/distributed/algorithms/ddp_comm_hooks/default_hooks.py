@@ -65,8 +65,7 @@ def _allreduce_fut(process_group: Any, tensor: Any) -> Future[Tensor]:
         torch's divides it in place).
     """
     n = dist.get_world_size(process_group)
-    value = tensor.value if isinstance(tensor, Tensor) else tensor
-    return _reduced(dist.all_reduce(value / n, group=process_group))
+    return _reduced(dist.all_reduce(_array(tensor) / n, group=process_group))
 
 
 def _compress_hook(dtype: Any, process_group: Any, bucket: GradBucket) -> Future[Tensor]:
